@@ -1,0 +1,20 @@
+#!/usr/bin/env bash
+# The project's test command: what CI runs and what the README tells a newcomer to run.
+# It installs nothing by hand; the Go toolchain fetches whatever the module needs.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+echo "== gofmt"
+unformatted=$(gofmt -l $(git ls-files '*.go' 2>/dev/null || find . -name '*.go'))
+if [ -n "$unformatted" ]; then
+  echo "gofmt would change:"; echo "$unformatted"; exit 1
+fi
+
+echo "== go vet"
+go vet ./...
+
+echo "== go test -race"
+go test -race -count=1 -timeout 30m ./...
+
+echo "== fuzz (short runs of every fuzz target)"
+hack/fuzz.sh "${FUZZTIME:-10s}"

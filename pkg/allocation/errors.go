@@ -1,0 +1,46 @@
+// Package allocation holds what both ClusterIP allocator models share: the
+// errors users see (with upstream kube-apiserver's texts, design.md §4) and
+// the small contract the Service registry and the repair code program against.
+//
+// It imports only the standard library so that every model can depend on it.
+package allocation
+
+import (
+	"errors"
+	"fmt"
+	"net/netip"
+)
+
+// Sentinel errors. Their texts are upstream's; clients and tests match them.
+var (
+	// ErrFull means a dynamic allocation found no free address.
+	ErrFull = errors.New("range is full")
+	// ErrAllocated means a static allocation asked for an address that is taken.
+	ErrAllocated = errors.New("provided IP is already allocated")
+	// ErrMismatchedNetwork means a snapshot of another range was restored, or (in the
+	// IPAddress model) a static IP lies in no ServiceCIDR.
+	ErrMismatchedNetwork = errors.New("the provided network does not match the current range")
+	// ErrNotReady means the allocator's view is not loaded yet (caches not synced).
+	ErrNotReady = errors.New("allocator not ready")
+	// ErrAllocationDisabled means the bitmap model's RangeAllocation key is missing,
+	// so there is nothing to allocate from until it is initialised.
+	ErrAllocationDisabled = errors.New("cannot allocate resources of type serviceipallocations at this time")
+)
+
+// NotInRangeError is returned when an address lies outside the allocator's
+// usable range. It is a type, not a sentinel, so callers can read which
+// address and range were involved; errors.Is(err, ErrNotInRange) also matches.
+type NotInRangeError struct {
+	IP         netip.Addr
+	ValidRange string
+}
+
+func (e *NotInRangeError) Error() string {
+	return fmt.Sprintf("the provided IP (%s) is not in the valid range. The range of valid IPs is %s", e.IP, e.ValidRange)
+}
+
+// Is makes errors.Is(err, ErrNotInRange) true for every *NotInRangeError.
+func (e *NotInRangeError) Is(target error) bool { return target == ErrNotInRange }
+
+// ErrNotInRange matches any *NotInRangeError with errors.Is.
+var ErrNotInRange = errors.New("is not in the valid range")
