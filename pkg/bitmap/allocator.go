@@ -1,0 +1,220 @@
+package bitmap
+
+import (
+	"context"
+	"fmt"
+	"net/netip"
+	"sync"
+
+	"github.com/allocator/allocator/pkg/allocation"
+	"github.com/allocator/allocator/pkg/subrange"
+)
+
+// maxSlots bounds the bitmap of one range: an IPv4 /12 (1,048,574 addresses)
+// is the largest the bitmap model serves; the IPAddress model's free-index may
+// use bitmaps up to 2^24 slots.
+const maxSlots = 1 << 24
+
+// Allocator is an in-memory, IP-level allocator over one range: the bitmap of
+// design.md §6 without persistence. It implements allocation.Interface (the
+// context and owner are not needed in memory) and is safe for concurrent use.
+type Allocator struct {
+	rng subrange.Range
+
+	mu   sync.Mutex
+	bits *Bitmap // guarded by mu
+}
+
+var _ allocation.Interface = (*Allocator)(nil)
+
+// NewAllocator returns an empty allocator over r.
+func NewAllocator(r subrange.Range) (*Allocator, error) {
+	bits, err := newRangeBitmap(r)
+	if err != nil {
+		return nil, err
+	}
+	return &Allocator{rng: r, bits: bits}, nil
+}
+
+func newRangeBitmap(r subrange.Range) (*Bitmap, error) {
+	if r.Size() > maxSlots {
+		return nil, fmt.Errorf("range %s has %d addresses, more than the %d a bitmap holds", r.Prefix(), r.Size(), maxSlots)
+	}
+	return New(int(r.Size()), int(r.StaticSize()))
+}
+
+// Range is the usable range the allocator serves.
+func (a *Allocator) Range() subrange.Range { return a.rng }
+
+// IPv6 reports whether the allocator serves IPv6.
+func (a *Allocator) IPv6() bool { return a.rng.IPv6() }
+
+// Allocate reserves ip.
+func (a *Allocator) Allocate(_ context.Context, ip netip.Addr, _ allocation.Owner) error {
+	i, err := indexOf(a.rng, ip)
+	if err != nil {
+		return err
+	}
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if !a.bits.Set(i) {
+		return allocation.ErrAllocated
+	}
+	return nil
+}
+
+// AllocateNext reserves a free address, upper band first.
+func (a *Allocator) AllocateNext(_ context.Context, _ allocation.Owner) (netip.Addr, error) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	i, ok := a.bits.NextDynamic()
+	if !ok {
+		return netip.Addr{}, allocation.ErrFull
+	}
+	a.bits.Set(i)
+	return addrOf(a.rng, i), nil
+}
+
+// Release frees ip; it is a no-op when ip is not allocated or out of range.
+func (a *Allocator) Release(_ context.Context, ip netip.Addr, _ allocation.Owner) error {
+	i, ok := a.rng.Index(ip)
+	if !ok {
+		return nil
+	}
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	a.bits.Clear(int(i))
+	return nil
+}
+
+// Has reports whether ip is allocated.
+func (a *Allocator) Has(_ context.Context, ip netip.Addr) (bool, error) {
+	i, ok := a.rng.Index(ip)
+	if !ok {
+		return false, nil
+	}
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return a.bits.Has(int(i)), nil
+}
+
+// ForEach calls fn for every allocated address in ascending order, on a copy
+// taken under the lock so fn may call back into the allocator.
+func (a *Allocator) ForEach(_ context.Context, fn func(netip.Addr)) error {
+	a.mu.Lock()
+	snapshot := a.bits.Clone()
+	a.mu.Unlock()
+	snapshot.ForEach(func(i int) { fn(addrOf(a.rng, i)) })
+	return nil
+}
+
+// Usage reports the fill level.
+func (a *Allocator) Usage(context.Context) (allocation.Usage, error) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return usageOf(a.bits), nil
+}
+
+// Used is the number of allocated addresses.
+func (a *Allocator) Used() int {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return a.bits.Used()
+}
+
+// Free is the number of usable addresses not allocated.
+func (a *Allocator) Free() int {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return a.bits.Free()
+}
+
+// Snapshot returns the allocator's state as a RangeAllocation's range and data.
+func (a *Allocator) Snapshot() (rangeSpec string, data []byte) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return a.rng.Prefix().String(), a.bits.Bytes()
+}
+
+// Restore replaces the allocator's state with a RangeAllocation's range and
+// data. A snapshot of another range fails with allocation.ErrMismatchedNetwork,
+// data marking addresses beyond the range with a *DataBeyondRangeError; on
+// error nothing changes.
+func (a *Allocator) Restore(rangeSpec string, data []byte) error {
+	if err := checkRangeSpec(a.rng, rangeSpec); err != nil {
+		return err
+	}
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return a.bits.SetBytes(data)
+}
+
+// DryRun returns a view that checks and answers but never changes anything.
+func (a *Allocator) DryRun() allocation.Interface { return memoryDryRun{a} }
+
+type memoryDryRun struct{ a *Allocator }
+
+func (d memoryDryRun) Allocate(ctx context.Context, ip netip.Addr, _ allocation.Owner) error {
+	i, err := indexOf(d.a.rng, ip)
+	if err != nil {
+		return err
+	}
+	d.a.mu.Lock()
+	defer d.a.mu.Unlock()
+	if d.a.bits.Has(i) {
+		return allocation.ErrAllocated
+	}
+	return nil
+}
+
+func (d memoryDryRun) AllocateNext(context.Context, allocation.Owner) (netip.Addr, error) {
+	d.a.mu.Lock()
+	defer d.a.mu.Unlock()
+	i, ok := d.a.bits.NextDynamic()
+	if !ok {
+		return netip.Addr{}, allocation.ErrFull
+	}
+	return addrOf(d.a.rng, i), nil
+}
+
+func (d memoryDryRun) Release(context.Context, netip.Addr, allocation.Owner) error { return nil }
+func (d memoryDryRun) Has(ctx context.Context, ip netip.Addr) (bool, error)     { return d.a.Has(ctx, ip) }
+func (d memoryDryRun) ForEach(ctx context.Context, fn func(netip.Addr)) error {
+	return d.a.ForEach(ctx, fn)
+}
+func (d memoryDryRun) Usage(ctx context.Context) (allocation.Usage, error) { return d.a.Usage(ctx) }
+func (d memoryDryRun) IPv6() bool                                          { return d.a.IPv6() }
+func (d memoryDryRun) DryRun() allocation.Interface                        { return d }
+
+// indexOf maps ip to its slot, or returns the typed not-in-range error.
+func indexOf(r subrange.Range, ip netip.Addr) (int, error) {
+	i, ok := r.Index(ip)
+	if !ok {
+		return 0, &allocation.NotInRangeError{IP: ip, ValidRange: r.Prefix().String()}
+	}
+	return int(i), nil
+}
+
+// addrOf maps a slot back to its address; the slot is always in range.
+func addrOf(r subrange.Range, i int) netip.Addr {
+	addr, _ := r.Addr(uint64(i))
+	return addr
+}
+
+func usageOf(b *Bitmap) allocation.Usage {
+	return allocation.Usage{
+		Size:       uint64(b.Size()),
+		Used:       uint64(b.Used()),
+		StaticSize: uint64(b.StaticSize()),
+		StaticUsed: uint64(b.UsedStatic()),
+	}
+}
+
+// checkRangeSpec compares a stored RangeAllocation range with r.
+func checkRangeSpec(r subrange.Range, rangeSpec string) error {
+	stored, err := netip.ParsePrefix(rangeSpec)
+	if err != nil || stored != r.Prefix() {
+		return fmt.Errorf("restore %q into %s: %w", rangeSpec, r.Prefix(), allocation.ErrMismatchedNetwork)
+	}
+	return nil
+}
