@@ -1,0 +1,247 @@
+package embedetcd
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"net/netip"
+	"net/url"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+
+	"go.etcd.io/etcd/server/v3/embed"
+	"go.uber.org/zap"
+)
+
+// Cluster states for Config.InitialClusterState.
+const (
+	ClusterStateNew      = embed.ClusterStateFlagNew
+	ClusterStateExisting = embed.ClusterStateFlagExisting
+)
+
+// DefaultStartTimeout bounds Start when the context has no deadline.
+const DefaultStartTimeout = time.Minute
+
+// maxPortAttempts bounds how often Start re-picks ports after a bind conflict.
+const maxPortAttempts = 5
+
+// Config describes one etcd member.
+type Config struct {
+	// Name of the member; default "default". Must be unique in a cluster.
+	Name string
+	// DataDir holds the member's WAL and database. Required.
+	DataDir string
+	// ClientURL is where clients connect, e.g. "http://127.0.0.1:2379".
+	// Empty or port 0: a free port on 127.0.0.1 is picked.
+	ClientURL string
+	// PeerURL is where other members connect. Empty or port 0: a free port
+	// on 127.0.0.1 is picked.
+	PeerURL string
+	// InitialCluster lists every member as "name=peerURL,name=peerURL".
+	// Empty: a single-member cluster made of this member.
+	InitialCluster string
+	// InitialClusterState is ClusterStateNew (default) or ClusterStateExisting.
+	// It only matters on a fresh data directory.
+	InitialClusterState string
+	// InitialClusterToken keeps distinct clusters from talking to each other;
+	// default "allocator-embedded".
+	InitialClusterToken string
+	// Logger receives etcd's logs; nil means no logging at all.
+	Logger *zap.Logger
+	// UnsafeNoFsync skips fsync: much faster, loses data on a machine crash.
+	// For tests only.
+	UnsafeNoFsync bool
+}
+
+// Server is a running etcd member.
+type Server struct {
+	cfg  Config
+	etcd *embed.Etcd
+
+	closeOnce sync.Once
+}
+
+// Start starts an etcd member and waits until it is ready to serve. If ctx has
+// no deadline, DefaultStartTimeout applies. On error nothing is left running.
+func Start(ctx context.Context, cfg Config) (*Server, error) {
+	if _, ok := ctx.Deadline(); !ok {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, DefaultStartTimeout)
+		defer cancel()
+	}
+	if cfg.DataDir == "" {
+		return nil, errors.New("start embedded etcd: DataDir is required")
+	}
+	if cfg.Name == "" {
+		cfg.Name = "default"
+	}
+	if cfg.InitialClusterState == "" {
+		cfg.InitialClusterState = ClusterStateNew
+	}
+	if cfg.InitialClusterToken == "" {
+		cfg.InitialClusterToken = "allocator-embedded"
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = zap.NewNop()
+	}
+	for attempt := 1; ; attempt++ {
+		resolved, picked, err := resolveURLs(cfg)
+		if err != nil {
+			return nil, fmt.Errorf("start embedded etcd %q: %w", cfg.Name, err)
+		}
+		s, err := start(ctx, resolved)
+		if err == nil {
+			return s, nil
+		}
+		if picked && isAddrInUse(err) && attempt < maxPortAttempts && ctx.Err() == nil {
+			continue
+		}
+		return nil, fmt.Errorf("start embedded etcd %q in %s: %w", cfg.Name, cfg.DataDir, err)
+	}
+}
+
+func start(ctx context.Context, cfg Config) (*Server, error) {
+	ecfg := embed.NewConfig()
+	ecfg.Name = cfg.Name
+	ecfg.Dir = cfg.DataDir
+	cu, err := url.Parse(cfg.ClientURL)
+	if err != nil {
+		return nil, fmt.Errorf("client URL: %w", err)
+	}
+	pu, err := url.Parse(cfg.PeerURL)
+	if err != nil {
+		return nil, fmt.Errorf("peer URL: %w", err)
+	}
+	ecfg.ListenClientUrls = []url.URL{*cu}
+	ecfg.AdvertiseClientUrls = []url.URL{*cu}
+	ecfg.ListenPeerUrls = []url.URL{*pu}
+	ecfg.AdvertisePeerUrls = []url.URL{*pu}
+	ecfg.InitialCluster = cfg.InitialCluster
+	ecfg.ClusterState = cfg.InitialClusterState
+	ecfg.InitialClusterToken = cfg.InitialClusterToken
+	ecfg.UnsafeNoFsync = cfg.UnsafeNoFsync
+	ecfg.Logger = "zap"
+	ecfg.ZapLoggerBuilder = embed.NewZapLoggerBuilder(cfg.Logger)
+
+	e, err := embed.StartEtcd(ecfg)
+	if err != nil {
+		return nil, err
+	}
+	select {
+	case <-e.Server.ReadyNotify():
+		return &Server{cfg: cfg, etcd: e}, nil
+	case err := <-e.Err():
+		e.Close()
+		return nil, fmt.Errorf("etcd failed before becoming ready: %w", err)
+	case <-e.Server.StopNotify():
+		e.Close()
+		return nil, errors.New("etcd stopped before becoming ready")
+	case <-ctx.Done():
+		e.Close()
+		return nil, fmt.Errorf("wait for etcd to become ready: %w", ctx.Err())
+	}
+}
+
+// Endpoints returns the client URLs, for clientv3.Config.Endpoints.
+func (s *Server) Endpoints() []string { return []string{s.cfg.ClientURL} }
+
+// Config returns the member's configuration with every URL resolved to a
+// concrete port. Starting it again on the same data directory restarts the
+// same member on the same addresses.
+func (s *Server) Config() Config { return s.cfg }
+
+// Err reports fatal errors of the running member (for example a listener
+// failing). It is closed when the member has stopped.
+func (s *Server) Err() <-chan error { return s.etcd.Err() }
+
+// Close stops the member and waits until it has stopped. It is safe to call
+// more than once and from several goroutines.
+func (s *Server) Close() {
+	s.closeOnce.Do(s.etcd.Close)
+}
+
+// resolveURLs fills in defaults and free ports. picked reports whether any
+// port was chosen here (so a bind conflict is worth a retry).
+func resolveURLs(cfg Config) (Config, bool, error) {
+	var picked, p bool
+	var err error
+	if cfg.ClientURL, p, err = resolveURL(cfg.ClientURL); err != nil {
+		return cfg, false, fmt.Errorf("client URL: %w", err)
+	}
+	picked = picked || p
+	if cfg.PeerURL, p, err = resolveURL(cfg.PeerURL); err != nil {
+		return cfg, false, fmt.Errorf("peer URL: %w", err)
+	}
+	picked = picked || p
+	if cfg.InitialCluster == "" {
+		cfg.InitialCluster = cfg.Name + "=" + cfg.PeerURL
+	}
+	return cfg, picked, nil
+}
+
+func resolveURL(raw string) (string, bool, error) {
+	if raw == "" {
+		raw = "http://127.0.0.1:0"
+	}
+	u, err := url.Parse(raw)
+	if err != nil {
+		return "", false, fmt.Errorf("parse %q: %w", raw, err)
+	}
+	if u.Scheme != "http" {
+		return "", false, fmt.Errorf("%q: only http is supported, got scheme %q", raw, u.Scheme)
+	}
+	if u.Path != "" && u.Path != "/" || u.RawQuery != "" || u.User != nil {
+		return "", false, fmt.Errorf("%q: want scheme://host:port only", raw)
+	}
+	host, port := u.Hostname(), u.Port()
+	addr, err := netip.ParseAddr(host)
+	if err != nil || !addr.IsLoopback() || addr.Zone() != "" {
+		return "", false, fmt.Errorf("%q: host must be a loopback IP address (the embedded etcd has no TLS or auth)", raw)
+	}
+	if port != "" && port != "0" {
+		if n, err := strconv.ParseUint(port, 10, 16); err != nil || n == 0 {
+			return "", false, fmt.Errorf("%q: bad port %q", raw, port)
+		}
+		return "http://" + net.JoinHostPort(host, port), false, nil
+	}
+	free, err := FreePort(addr)
+	if err != nil {
+		return "", false, err
+	}
+	return "http://" + net.JoinHostPort(host, strconv.Itoa(free)), true, nil
+}
+
+// FreePort returns a TCP port on the given loopback address that was free a
+// moment ago. Another process may take it before the caller binds it.
+func FreePort(addr netip.Addr) (int, error) {
+	if !addr.IsLoopback() {
+		return 0, fmt.Errorf("pick free port: %s is not a loopback address", addr)
+	}
+	l, err := net.Listen("tcp", netip.AddrPortFrom(addr, 0).String())
+	if err != nil {
+		return 0, fmt.Errorf("pick free port on %s: %w", addr, err)
+	}
+	port := l.Addr().(*net.TCPAddr).Port
+	if err := l.Close(); err != nil {
+		return 0, fmt.Errorf("pick free port on %s: %w", addr, err)
+	}
+	return port, nil
+}
+
+// LoopbackURL returns "http://127.0.0.1:<port>" for a port that was free a
+// moment ago; use it to lay out a multi-member cluster before starting it.
+func LoopbackURL() (string, error) {
+	port, err := FreePort(netip.AddrFrom4([4]byte{127, 0, 0, 1}))
+	if err != nil {
+		return "", err
+	}
+	return "http://127.0.0.1:" + strconv.Itoa(port), nil
+}
+
+func isAddrInUse(err error) bool {
+	return errors.Is(err, syscall.EADDRINUSE) || strings.Contains(err.Error(), "address already in use")
+}
