@@ -20,7 +20,7 @@ func (b *Bitmap) SetRand(r *rand.Rand) {
 // The strategy is upstream kube-apiserver's (KEP-3070): a uniformly random
 // start in the upper band, a forward scan to the end of the band, wrapping to
 // its beginning; only when the upper band is full, the lower band from its
-// first slot. Random starts keep concurrent replicas from racing for the same
+// first slot (upstream picks a random start there too). Random starts keep concurrent replicas from racing for the same
 // slot; the lower band stays free for user-chosen addresses as long as possible.
 func (b *Bitmap) NextDynamic() (int, bool) {
 	if b.used >= b.size {
