@@ -318,20 +318,20 @@ func TestModel(t *testing.T) {
 		// Bias toward Set so that the sequences reach high fill levels.
 		for i := 0; i < len(ops); i += 3 {
 			if r.IntN(10) < 6 {
-				ops[i] = opSet
+				ops[i] = modelOpSet
 			}
 		}
 		runOps(t, s.size, s.staticSize, ops, 7)
 	}
 }
 
-// Op codes for runOps; the first byte of each 3-byte op, modulo opCount.
+// Op codes for runOps; the first byte of each 3-byte op, modulo modelOpCount.
 const (
-	opSet = iota
-	opClear
-	opNextDynamic
-	opHas
-	opCount
+	modelOpSet = iota
+	modelOpClear
+	modelOpNextDynamic
+	modelOpHas
+	modelOpCount
 )
 
 // runOps applies ops (3 bytes each: code, little-endian slot) to a Bitmap
@@ -343,27 +343,27 @@ func runOps(t testing.TB, size, staticSize int, ops []byte, seed uint64) {
 	b.SetRand(seeded(seed))
 	model := map[int]bool{}
 	for len(ops) >= 3 {
-		code, slot := int(ops[0])%opCount, int(uint16(ops[1])|uint16(ops[2])<<8)%(size+2)-1
+		code, slot := int(ops[0])%modelOpCount, int(uint16(ops[1])|uint16(ops[2])<<8)%(size+2)-1
 		ops = ops[3:]
 		inRange := slot >= 0 && slot < size
 		switch code {
-		case opSet:
+		case modelOpSet:
 			if got, want := b.Set(slot), inRange && !model[slot]; got != want {
 				t.Fatalf("Set(%d) = %v, want %v", slot, got, want)
 			}
 			if inRange {
 				model[slot] = true
 			}
-		case opClear:
+		case modelOpClear:
 			if got, want := b.Clear(slot), model[slot]; got != want {
 				t.Fatalf("Clear(%d) = %v, want %v", slot, got, want)
 			}
 			delete(model, slot)
-		case opHas:
+		case modelOpHas:
 			if got := b.Has(slot); got != model[slot] {
 				t.Fatalf("Has(%d) = %v, want %v", slot, got, model[slot])
 			}
-		case opNextDynamic:
+		case modelOpNextDynamic:
 			i, ok := b.NextDynamic()
 			checkDynamicPick(t, size, staticSize, model, i, ok)
 			if ok {

@@ -47,10 +47,10 @@ func FuzzSetBytes(f *testing.F) {
 // FuzzOps runs an arbitrary sequence of Set, Clear, Has and NextDynamic on a
 // bitmap and a map model (see runOps) and checks they always agree.
 func FuzzOps(f *testing.F) {
-	f.Add(uint16(254), uint8(16), []byte{opSet, 0, 0, opNextDynamic, 0, 0, opClear, 1, 0}, uint64(1))
-	f.Add(uint16(64), uint8(0), bytes.Repeat([]byte{opNextDynamic, 0, 0}, 70), uint64(2))
-	f.Add(uint16(65), uint8(16), bytes.Repeat([]byte{opNextDynamic, 0, 0, opSet, 64, 0, opClear, 17, 0}, 40), uint64(3))
-	f.Add(uint16(1), uint8(1), []byte{opNextDynamic, 0, 0, opHas, 1, 0, opClear, 1, 0}, uint64(4))
+	f.Add(uint16(254), uint8(16), []byte{modelOpSet, 0, 0, modelOpNextDynamic, 0, 0, modelOpClear, 1, 0}, uint64(1))
+	f.Add(uint16(64), uint8(0), bytes.Repeat([]byte{modelOpNextDynamic, 0, 0}, 70), uint64(2))
+	f.Add(uint16(65), uint8(16), bytes.Repeat([]byte{modelOpNextDynamic, 0, 0, modelOpSet, 64, 0, modelOpClear, 17, 0}, 40), uint64(3))
+	f.Add(uint16(1), uint8(1), []byte{modelOpNextDynamic, 0, 0, modelOpHas, 1, 0, modelOpClear, 1, 0}, uint64(4))
 	f.Fuzz(func(t *testing.T, size uint16, staticSize uint8, ops []byte, seed uint64) {
 		// Keep each run cheap: the model check after every op is O(size).
 		n := int(size % 5000)
