@@ -178,7 +178,7 @@ func (d memoryDryRun) AllocateNext(context.Context, allocation.Owner) (netip.Add
 }
 
 func (d memoryDryRun) Release(context.Context, netip.Addr, allocation.Owner) error { return nil }
-func (d memoryDryRun) Has(ctx context.Context, ip netip.Addr) (bool, error)     { return d.a.Has(ctx, ip) }
+func (d memoryDryRun) Has(ctx context.Context, ip netip.Addr) (bool, error)        { return d.a.Has(ctx, ip) }
 func (d memoryDryRun) ForEach(ctx context.Context, fn func(netip.Addr)) error {
 	return d.a.ForEach(ctx, fn)
 }

@@ -31,11 +31,9 @@
 //
 // NextDynamic follows upstream: a uniformly random start in the upper band, a
 // forward scan with wrap-around within that band, and only when it is full the
-// lower band. One deliberate difference: the lower band is scanned from its
-// first slot, where upstream starts it at a random slot too; the answer is then
-// predictable for operators and both pick only free slots. NextDynamic only
-// reports the slot; the caller marks it with Set once its write has succeeded. Each Bitmap owns a math/rand/v2
-// source seeded at random (SetRand replaces it in tests).
+// lower band, the same way from a random start of its own. NextDynamic only
+// reports the slot; the caller marks it with Set. Each Bitmap owns a
+// math/rand/v2 source seeded at random (SetRand replaces it in tests).
 //
 // # Byte format
 //

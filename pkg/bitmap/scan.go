@@ -19,9 +19,11 @@ func (b *Bitmap) SetRand(r *rand.Rand) {
 //
 // The strategy is upstream kube-apiserver's (KEP-3070): a uniformly random
 // start in the upper band, a forward scan to the end of the band, wrapping to
-// its beginning; only when the upper band is full, the lower band from its
-// first slot (upstream picks a random start there too). Random starts keep concurrent replicas from racing for the same
-// slot; the lower band stays free for user-chosen addresses as long as possible.
+// its beginning; only when the upper band is full, the lower band the same
+// way, from a random start of its own. Random starts keep concurrent replicas
+// from racing for the same slot, and keep the fallback from taking the
+// well-known low addresses (.1, .10) first; the lower band stays free for
+// user-chosen addresses as long as possible.
 func (b *Bitmap) NextDynamic() (int, bool) {
 	if b.used >= b.size {
 		return 0, false
@@ -31,7 +33,7 @@ func (b *Bitmap) NextDynamic() (int, bool) {
 		start := b.staticSize + b.rand.IntN(upper)
 		return b.NextFreeIn(b.staticSize, b.size, start)
 	}
-	return b.NextFreeIn(0, b.staticSize, 0)
+	return b.NextFreeIn(0, b.staticSize, b.rand.IntN(b.staticSize))
 }
 
 // NextFreeIn returns the first free slot in [lo, hi), scanning [start, hi)
