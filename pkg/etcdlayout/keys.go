@@ -1,0 +1,83 @@
+package etcdlayout
+
+import (
+	"path"
+	"strings"
+)
+
+// DefaultPrefix is kube-apiserver's default --etcd-prefix.
+const DefaultPrefix = "/registry"
+
+// Layout computes etcd keys under a prefix. The zero value uses DefaultPrefix.
+type Layout struct {
+	// Prefix is the etcd prefix, as given to kube-apiserver's --etcd-prefix.
+	// Empty means DefaultPrefix.
+	Prefix string
+}
+
+// Root returns the normalised prefix: a leading slash, no trailing slash, no
+// repeated slashes ("/registry"); "/" for the root of the keyspace.
+func (l Layout) Root() string {
+	p := l.Prefix
+	if p == "" {
+		p = DefaultPrefix
+	}
+	return path.Join("/", p)
+}
+
+// key joins the prefix and a resource path the way kube-apiserver does.
+func (l Layout) key(parts ...string) string {
+	root := l.Root()
+	if !strings.HasSuffix(root, "/") {
+		root += "/"
+	}
+	return root + strings.Join(parts, "/")
+}
+
+// PrimaryServiceIPRange is the key of the RangeAllocation for the cluster's
+// first IP family: <prefix>/ranges/serviceips.
+func (l Layout) PrimaryServiceIPRange() string { return l.key("ranges", "serviceips") }
+
+// SecondaryServiceIPRange is the key of the RangeAllocation for the cluster's
+// second IP family: <prefix>/ranges/secondaryserviceips.
+func (l Layout) SecondaryServiceIPRange() string { return l.key("ranges", "secondaryserviceips") }
+
+// ServiceNodePortRange is the key of the NodePort RangeAllocation:
+// <prefix>/ranges/servicenodeports.
+func (l Layout) ServiceNodePortRange() string { return l.key("ranges", "servicenodeports") }
+
+// RangesPrefix is the list prefix of every RangeAllocation: <prefix>/ranges/.
+func (l Layout) RangesPrefix() string { return l.key("ranges", "") }
+
+// Service is the key of a Service: <prefix>/services/specs/<ns>/<name>.
+func (l Layout) Service(namespace, name string) string {
+	return l.key("services", "specs", namespace, name)
+}
+
+// ServicesPrefix is the list prefix of all Services: <prefix>/services/specs/.
+func (l Layout) ServicesPrefix() string { return l.key("services", "specs", "") }
+
+// ServicesInNamespacePrefix is the list prefix of the Services in one
+// namespace: <prefix>/services/specs/<ns>/.
+func (l Layout) ServicesInNamespacePrefix(namespace string) string {
+	return l.key("services", "specs", namespace, "")
+}
+
+// IPAddress is the key of an IPAddress object: <prefix>/ipaddresses/<name>.
+// The name must be the IP in canonical form.
+func (l Layout) IPAddress(name string) string { return l.key("ipaddresses", name) }
+
+// IPAddressesPrefix is the list prefix of all IPAddresses: <prefix>/ipaddresses/.
+func (l Layout) IPAddressesPrefix() string { return l.key("ipaddresses", "") }
+
+// ServiceCIDR is the key of a ServiceCIDR: <prefix>/servicecidrs/<name>.
+func (l Layout) ServiceCIDR(name string) string { return l.key("servicecidrs", name) }
+
+// ServiceCIDRsPrefix is the list prefix of all ServiceCIDRs: <prefix>/servicecidrs/.
+func (l Layout) ServiceCIDRsPrefix() string { return l.key("servicecidrs", "") }
+
+// Namespace is the key of a Namespace: <prefix>/namespaces/<name>.
+func (l Layout) Namespace(name string) string { return l.key("namespaces", name) }
+
+// NamespacesPrefix is the list prefix of all Namespaces: <prefix>/namespaces/.
+func (l Layout) NamespacesPrefix() string { return l.key("namespaces", "") }

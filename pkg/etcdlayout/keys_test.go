@@ -1,0 +1,97 @@
+package etcdlayout
+
+import (
+	"testing"
+
+	"github.com/google/go-cmp/cmp"
+)
+
+func TestLayoutKeys(t *testing.T) {
+	keys := func(l Layout) []string {
+		return []string{
+			l.Root(),
+			l.PrimaryServiceIPRange(),
+			l.SecondaryServiceIPRange(),
+			l.ServiceNodePortRange(),
+			l.RangesPrefix(),
+			l.Service("default", "kubernetes"),
+			l.ServicesPrefix(),
+			l.ServicesInNamespacePrefix("kube-system"),
+			l.IPAddress("10.96.0.1"),
+			l.IPAddress("fd00:10:96::a"),
+			l.IPAddressesPrefix(),
+			l.ServiceCIDR("kubernetes"),
+			l.ServiceCIDRsPrefix(),
+			l.Namespace("fx"),
+			l.NamespacesPrefix(),
+		}
+	}
+	registry := []string{
+		"/registry",
+		"/registry/ranges/serviceips",
+		"/registry/ranges/secondaryserviceips",
+		"/registry/ranges/servicenodeports",
+		"/registry/ranges/",
+		"/registry/services/specs/default/kubernetes",
+		"/registry/services/specs/",
+		"/registry/services/specs/kube-system/",
+		"/registry/ipaddresses/10.96.0.1",
+		"/registry/ipaddresses/fd00:10:96::a",
+		"/registry/ipaddresses/",
+		"/registry/servicecidrs/kubernetes",
+		"/registry/servicecidrs/",
+		"/registry/namespaces/fx",
+		"/registry/namespaces/",
+	}
+	tests := []struct {
+		prefix string
+		want   []string
+	}{
+		{"", registry},
+		{"/registry", registry},
+		{"registry", registry},
+		{"/registry/", registry},
+		{"//registry//", registry},
+		{"/a//b/", []string{
+			"/a/b",
+			"/a/b/ranges/serviceips",
+			"/a/b/ranges/secondaryserviceips",
+			"/a/b/ranges/servicenodeports",
+			"/a/b/ranges/",
+			"/a/b/services/specs/default/kubernetes",
+			"/a/b/services/specs/",
+			"/a/b/services/specs/kube-system/",
+			"/a/b/ipaddresses/10.96.0.1",
+			"/a/b/ipaddresses/fd00:10:96::a",
+			"/a/b/ipaddresses/",
+			"/a/b/servicecidrs/kubernetes",
+			"/a/b/servicecidrs/",
+			"/a/b/namespaces/fx",
+			"/a/b/namespaces/",
+		}},
+		{"/", []string{
+			"/",
+			"/ranges/serviceips",
+			"/ranges/secondaryserviceips",
+			"/ranges/servicenodeports",
+			"/ranges/",
+			"/services/specs/default/kubernetes",
+			"/services/specs/",
+			"/services/specs/kube-system/",
+			"/ipaddresses/10.96.0.1",
+			"/ipaddresses/fd00:10:96::a",
+			"/ipaddresses/",
+			"/servicecidrs/kubernetes",
+			"/servicecidrs/",
+			"/namespaces/fx",
+			"/namespaces/",
+		}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.prefix, func(t *testing.T) {
+			if diff := cmp.Diff(tt.want, keys(Layout{Prefix: tt.prefix})); diff != "" {
+				t.Errorf("keys (-want +got):\n%s", diff)
+			}
+		})
+	}
+}
