@@ -40,5 +40,6 @@ func NewRootCommand(streams Streams) *cobra.Command {
 	root.SetOut(streams.Out)
 	root.SetErr(streams.Err)
 	root.AddCommand(newVersionCommand(streams))
+	root.AddCommand(newServeCommand(streams))
 	return root
 }

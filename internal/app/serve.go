@@ -1,0 +1,116 @@
+package app
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/allocator/allocator/pkg/apiserver"
+	"github.com/allocator/allocator/pkg/embedetcd"
+)
+
+// etcdURLsFile remembers the embedded etcd's URLs in its data directory, so a
+// restart comes back on the same member address.
+const etcdURLsFile = "allocator-urls.json"
+
+type etcdURLs struct {
+	ClientURL string `json:"clientURL"`
+	PeerURL   string `json:"peerURL"`
+}
+
+func newServeCommand(streams Streams) *cobra.Command {
+	opts := apiserver.NewOptions()
+	cmd := &cobra.Command{
+		Use:   "serve",
+		Short: "Run the API server (Services, Namespaces, Events, IPAddresses, ServiceCIDRs) with ClusterIP allocation",
+		Long: `Run a Kubernetes-compatible API server that allocates Service ClusterIPs.
+
+With no --etcd-servers it runs an embedded etcd in --data-dir. It listens with a
+self-signed certificate, writes <data-dir>/admin.kubeconfig (mode 0600) with a
+generated admin token, and prints the kubectl command line to use. It stops
+cleanly on SIGINT or SIGTERM; a restart on the same --data-dir keeps the data.`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			return runServe(cmd.Context(), opts, streams)
+		},
+	}
+	opts.AddFlags(cmd.Flags())
+	return cmd
+}
+
+func runServe(ctx context.Context, opts *apiserver.Options, streams Streams) error {
+	if err := opts.Validate(); err != nil {
+		return err
+	}
+	endpoints := opts.EtcdServers
+	if len(endpoints) == 0 {
+		etcd, err := startEmbeddedEtcd(ctx, filepath.Join(opts.DataDir, "etcd"))
+		if err != nil {
+			return err
+		}
+		defer etcd.Close()
+		endpoints = etcd.Endpoints()
+	}
+	cfg, err := opts.Config(endpoints)
+	if err != nil {
+		return fmt.Errorf("configure server: %w", err)
+	}
+	server, err := cfg.Complete().New(ctx)
+	if err != nil {
+		return fmt.Errorf("create server: %w", err)
+	}
+	fmt.Fprintf(streams.Out, "allocator API server listening on %s (etcd %v)\n", cfg.ServerURL, endpoints)
+	fmt.Fprintf(streams.Out, "Use it with:\n  kubectl --kubeconfig %s get services -A\n", absPath(cfg.KubeconfigPath))
+	if err := server.Run(ctx); err != nil {
+		return fmt.Errorf("serve: %w", err)
+	}
+	return nil
+}
+
+// startEmbeddedEtcd starts etcd in dir, on the URLs of its previous run when
+// they are still free.
+func startEmbeddedEtcd(ctx context.Context, dir string) (*embedetcd.Server, error) {
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return nil, fmt.Errorf("create etcd data dir: %w", err)
+	}
+	urlsPath := filepath.Join(filepath.Dir(dir), etcdURLsFile)
+	var prev etcdURLs
+	if data, err := os.ReadFile(urlsPath); err == nil {
+		_ = json.Unmarshal(data, &prev)
+	} else if !errors.Is(err, fs.ErrNotExist) {
+		return nil, fmt.Errorf("read %s: %w", urlsPath, err)
+	}
+	startCtx, cancel := context.WithTimeout(ctx, time.Minute)
+	defer cancel()
+	cfg := embedetcd.Config{DataDir: dir, ClientURL: prev.ClientURL, PeerURL: prev.PeerURL}
+	etcd, err := embedetcd.Start(startCtx, cfg)
+	if err != nil && prev.ClientURL != "" {
+		// The old ports may be taken now; a single member can move.
+		cfg.ClientURL, cfg.PeerURL = "", ""
+		etcd, err = embedetcd.Start(startCtx, cfg)
+	}
+	if err != nil {
+		return nil, err
+	}
+	got := etcd.Config()
+	data, _ := json.Marshal(etcdURLs{ClientURL: got.ClientURL, PeerURL: got.PeerURL})
+	if err := os.WriteFile(urlsPath, data, 0o600); err != nil {
+		etcd.Close()
+		return nil, fmt.Errorf("write %s: %w", urlsPath, err)
+	}
+	return etcd, nil
+}
+
+func absPath(p string) string {
+	if abs, err := filepath.Abs(p); err == nil {
+		return abs
+	}
+	return p
+}

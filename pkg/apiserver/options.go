@@ -1,0 +1,121 @@
+package apiserver
+
+import (
+	"errors"
+	"fmt"
+	"net"
+	"net/netip"
+	"path/filepath"
+	"strings"
+
+	"github.com/spf13/pflag"
+
+	"github.com/allocator/allocator/pkg/subrange"
+)
+
+// Allocator models accepted by --allocator.
+const (
+	ModelBitmap    = "bitmap"
+	ModelIPAddress = "ipaddress"
+)
+
+// Options are the command-line options of the server. Flag names follow
+// kube-apiserver where it has the same option.
+type Options struct {
+	// ServiceClusterIPRange is one CIDR, or an IPv4 and an IPv6 CIDR separated
+	// by a comma (dual-stack; the first is the primary family).
+	ServiceClusterIPRange string
+	SecurePort            int
+	BindAddress           string
+	// EtcdServers empty means: run an embedded etcd in DataDir.
+	EtcdServers []string
+	EtcdPrefix  string
+	// CertDir holds the self-signed serving certificate; default <DataDir>/certs.
+	CertDir string
+	// DataDir holds the embedded etcd, the certificates and admin.kubeconfig.
+	DataDir string
+	// Allocator is the ClusterIP allocator model: bitmap or ipaddress.
+	Allocator string
+}
+
+// NewOptions returns the defaults.
+func NewOptions() *Options {
+	return &Options{
+		ServiceClusterIPRange: "10.96.0.0/16",
+		SecurePort:            6443,
+		BindAddress:           "127.0.0.1",
+		EtcdPrefix:            "/registry",
+		DataDir:               "./allocator-data",
+		Allocator:             ModelBitmap,
+	}
+}
+
+// AddFlags registers the options on fs.
+func (o *Options) AddFlags(fs *pflag.FlagSet) {
+	fs.StringVar(&o.ServiceClusterIPRange, "service-cluster-ip-range", o.ServiceClusterIPRange,
+		"CIDR range from which to assign service cluster IPs; an IPv4 and an IPv6 CIDR separated by a comma make the cluster dual-stack.")
+	fs.IntVar(&o.SecurePort, "secure-port", o.SecurePort, "The port on which to serve HTTPS (0 picks a free port).")
+	fs.StringVar(&o.BindAddress, "bind-address", o.BindAddress, "The IP address on which to listen for the --secure-port port.")
+	fs.StringSliceVar(&o.EtcdServers, "etcd-servers", o.EtcdServers,
+		"List of etcd servers to connect with (scheme://ip:port), comma separated. Empty: run an embedded etcd in --data-dir.")
+	fs.StringVar(&o.EtcdPrefix, "etcd-prefix", o.EtcdPrefix, "The prefix to prepend to all resource paths in etcd.")
+	fs.StringVar(&o.CertDir, "cert-dir", o.CertDir,
+		"The directory where the self-signed TLS certificate is kept (default <data-dir>/certs).")
+	fs.StringVar(&o.DataDir, "data-dir", o.DataDir, "Directory for the embedded etcd, certificates and admin.kubeconfig.")
+	fs.StringVar(&o.Allocator, "allocator", o.Allocator, "ClusterIP allocator model: bitmap or ipaddress.")
+}
+
+// Validate checks the options.
+func (o *Options) Validate() error {
+	var errs []error
+	if _, err := ParseServiceCIDRs(o.ServiceClusterIPRange); err != nil {
+		errs = append(errs, err)
+	}
+	if o.SecurePort < 0 || o.SecurePort > 65535 {
+		errs = append(errs, fmt.Errorf("--secure-port %d must be between 0 and 65535", o.SecurePort))
+	}
+	if net.ParseIP(o.BindAddress) == nil {
+		errs = append(errs, fmt.Errorf("--bind-address %q is not an IP address", o.BindAddress))
+	}
+	if !strings.HasPrefix(o.EtcdPrefix, "/") {
+		errs = append(errs, fmt.Errorf("--etcd-prefix %q must start with /", o.EtcdPrefix))
+	}
+	if o.DataDir == "" {
+		errs = append(errs, errors.New("--data-dir must not be empty"))
+	}
+	switch o.Allocator {
+	case ModelBitmap, ModelIPAddress:
+	default:
+		errs = append(errs, fmt.Errorf("--allocator %q: must be %s or %s", o.Allocator, ModelBitmap, ModelIPAddress))
+	}
+	return errors.Join(errs...)
+}
+
+// certDir returns the certificate directory.
+func (o *Options) certDir() string {
+	if o.CertDir != "" {
+		return o.CertDir
+	}
+	return filepath.Join(o.DataDir, "certs")
+}
+
+// ParseServiceCIDRs parses --service-cluster-ip-range: one canonical CIDR, or
+// two of different families.
+func ParseServiceCIDRs(value string) ([]netip.Prefix, error) {
+	parts := strings.Split(value, ",")
+	if value == "" || len(parts) > 2 {
+		return nil, fmt.Errorf("--service-cluster-ip-range %q: want one CIDR or two (IPv4 and IPv6) separated by a comma", value)
+	}
+	var out []netip.Prefix
+	for _, part := range parts {
+		prefix, err := subrange.ParsePrefix(strings.TrimSpace(part))
+		if err != nil {
+			return nil, fmt.Errorf("--service-cluster-ip-range: %w", err)
+		}
+		out = append(out, prefix)
+	}
+	if len(out) == 2 && out[0].Addr().Is4() == out[1].Addr().Is4() {
+		return nil, fmt.Errorf("--service-cluster-ip-range %q: a dual-stack range needs one IPv4 and one IPv6 CIDR", value)
+	}
+	return out, nil
+}

@@ -1,0 +1,150 @@
+package apiserver
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync/atomic"
+	"time"
+
+	clientv3 "go.etcd.io/etcd/client/v3"
+	networkingv1 "k8s.io/api/networking/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apiserver/pkg/registry/rest"
+	genericapiserver "k8s.io/apiserver/pkg/server"
+	restclient "k8s.io/client-go/rest"
+	"k8s.io/klog/v2"
+
+	"github.com/allocator/allocator/pkg/allocation"
+	"github.com/allocator/allocator/pkg/registry/events"
+	"github.com/allocator/allocator/pkg/registry/ipaddresses"
+	"github.com/allocator/allocator/pkg/registry/namespaces"
+	"github.com/allocator/allocator/pkg/registry/servicecidrs"
+	"github.com/allocator/allocator/pkg/registry/services"
+	"github.com/allocator/allocator/pkg/servicealloc"
+)
+
+// Server is the allocator API server.
+type Server struct {
+	cfg        *Config
+	generic    *genericapiserver.GenericAPIServer
+	etcd       *clientv3.Client
+	alloc      *servicealloc.Allocator
+	allocators []allocation.Interface // ungated, primary first
+	open       *atomic.Bool
+	bootstrap  atomic.Bool
+}
+
+// New builds the server: stores for every resource, the Service allocator
+// from the configured factory, and the bootstrap hook. The allocators
+// refuse work (503) until bootstrap has rebuilt their state.
+func (c CompletedConfig) New(ctx context.Context) (*Server, error) {
+	if len(c.ServiceCIDRs) == 0 {
+		return nil, errors.New("no service CIDRs configured")
+	}
+	generic, err := c.generic.New("allocator", genericapiserver.NewEmptyDelegate())
+	if err != nil {
+		return nil, fmt.Errorf("create generic server: %w", err)
+	}
+	etcdClient, err := clientv3.New(clientv3.Config{
+		Endpoints:   c.EtcdServers,
+		DialTimeout: 10 * time.Second,
+		Logger:      nil,
+	})
+	if err != nil {
+		return nil, fmt.Errorf("connect to etcd %v: %w", c.EtcdServers, err)
+	}
+	s := &Server{cfg: c.Config, generic: generic, etcd: etcdClient, open: &atomic.Bool{}}
+	ok := false
+	defer func() {
+		if !ok {
+			etcdClient.Close()
+		}
+	}()
+
+	var gated []allocation.Interface
+	for i, prefix := range c.ServiceCIDRs {
+		a, err := c.NewAllocator(ctx, AllocatorSpec{
+			Prefix: prefix, Primary: i == 0, Model: c.Model, Etcd: etcdClient, EtcdPrefix: c.EtcdPrefix,
+		})
+		if err != nil {
+			return nil, fmt.Errorf("allocator for %s: %w", prefix, err)
+		}
+		s.allocators = append(s.allocators, a)
+		gated = append(gated, gatedAllocator{Interface: a, open: s.open})
+	}
+	if s.alloc, err = servicealloc.New(servicealloc.Config{Allocators: gated}); err != nil {
+		return nil, err
+	}
+
+	getter := newRESTOptionsGetter(c.EtcdServers, c.EtcdPrefix)
+	nsREST, err := namespaces.NewREST(Scheme, getter)
+	if err != nil {
+		return nil, err
+	}
+	svcREST, svcStatus, err := services.NewREST(Scheme, getter, s.alloc, nsREST.Check)
+	if err != nil {
+		return nil, err
+	}
+	evREST, err := events.NewREST(Scheme, getter, nsREST.Check)
+	if err != nil {
+		return nil, err
+	}
+	ipREST, err := ipaddresses.NewREST(Scheme, getter)
+	if err != nil {
+		return nil, err
+	}
+	cidrREST, cidrStatus, err := servicecidrs.NewREST(Scheme, getter)
+	if err != nil {
+		return nil, err
+	}
+
+	core := genericapiserver.NewDefaultAPIGroupInfo("", Scheme, runtime.NewParameterCodec(Scheme), Codecs)
+	core.VersionedResourcesStorageMap["v1"] = map[string]rest.Storage{
+		"services":        svcREST,
+		"services/status": svcStatus,
+		"namespaces":      nsREST,
+		"events":          evREST,
+	}
+	if err := generic.InstallLegacyAPIGroup(genericapiserver.DefaultLegacyAPIPrefix, &core); err != nil {
+		return nil, fmt.Errorf("install core/v1: %w", err)
+	}
+	networking := genericapiserver.NewDefaultAPIGroupInfo(networkingv1.GroupName, Scheme, runtime.NewParameterCodec(Scheme), Codecs)
+	networking.VersionedResourcesStorageMap["v1"] = map[string]rest.Storage{
+		"ipaddresses":         ipREST,
+		"servicecidrs":        cidrREST,
+		"servicecidrs/status": cidrStatus,
+	}
+	if err := generic.InstallAPIGroup(&networking); err != nil {
+		return nil, fmt.Errorf("install networking.k8s.io/v1: %w", err)
+	}
+
+	if err := generic.AddPostStartHook("allocator-bootstrap", func(hc genericapiserver.PostStartHookContext) error {
+		return s.runBootstrap(hc.Context, hc.LoopbackClientConfig)
+	}); err != nil {
+		return nil, err
+	}
+	ok = true
+	return s, nil
+}
+
+// Run serves until ctx is cancelled, then shuts down cleanly.
+func (s *Server) Run(ctx context.Context) error {
+	defer s.etcd.Close()
+	return s.generic.PrepareRun().RunWithContext(ctx)
+}
+
+// Allocator returns the Service allocator the registry uses.
+func (s *Server) Allocator() *servicealloc.Allocator { return s.alloc }
+
+// LoopbackClientConfig returns a client config with full rights, for
+// in-process callers.
+func (s *Server) LoopbackClientConfig() *restclient.Config {
+	return restclient.CopyConfig(s.generic.LoopbackClientConfig)
+}
+
+// Bootstrapped reports whether bootstrap has finished.
+func (s *Server) Bootstrapped() bool { return s.bootstrap.Load() }
+
+// logger returns the logger of ctx with the server's name.
+func logger(ctx context.Context) klog.Logger { return klog.FromContext(ctx).WithName("allocator") }

@@ -1,0 +1,60 @@
+package apiserver
+
+import (
+	"fmt"
+	"time"
+
+	networkingv1 "k8s.io/api/networking/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/runtime/serializer/protobuf"
+	"k8s.io/apiserver/pkg/registry/generic"
+	genericregistry "k8s.io/apiserver/pkg/registry/generic/registry"
+	"k8s.io/apiserver/pkg/storage/storagebackend"
+)
+
+// resourcePrefixes are kube-apiserver's etcd key prefixes (below
+// --etcd-prefix) for the resources we store, so what we write is where a
+// kube-apiserver looks for it.
+var resourcePrefixes = map[schema.GroupResource]string{
+	{Group: "", Resource: "services"}:                         "/services/specs",
+	{Group: "", Resource: "namespaces"}:                       "/namespaces",
+	{Group: "", Resource: "events"}:                           "/events",
+	{Group: networkingv1.GroupName, Resource: "ipaddresses"}:  "/ipaddresses",
+	{Group: networkingv1.GroupName, Resource: "servicecidrs"}: "/servicecidrs",
+}
+
+// restOptionsGetter gives every resource a storage on etcd with
+// kube-apiserver's key layout and encoding: protobuf with the "k8s\x00"
+// envelope (the apimachinery protobuf serializer), external version v1.
+// Reads go through the watch cache.
+type restOptionsGetter struct {
+	base storagebackend.Config
+}
+
+func newRESTOptionsGetter(etcdServers []string, etcdPrefix string) *restOptionsGetter {
+	base := storagebackend.NewDefaultConfig(etcdPrefix, nil)
+	base.Transport.ServerList = etcdServers
+	return &restOptionsGetter{base: *base}
+}
+
+func (g *restOptionsGetter) GetRESTOptions(resource schema.GroupResource, _ runtime.Object) (generic.RESTOptions, error) {
+	prefix, ok := resourcePrefixes[resource]
+	if !ok {
+		return generic.RESTOptions{}, fmt.Errorf("no storage configured for %s", resource.String())
+	}
+	external := schema.GroupVersion{Group: resource.Group, Version: "v1"}
+	internal := schema.GroupVersion{Group: resource.Group, Version: runtime.APIVersionInternal}
+	serializer := protobuf.NewSerializer(Scheme, Scheme)
+	cfg := g.base
+	cfg.Codec = Codecs.CodecForVersions(serializer, serializer, external, internal)
+	cfg.EncodeVersioner = external
+	return generic.RESTOptions{
+		StorageConfig:           cfg.ForResource(resource),
+		Decorator:               genericregistry.StorageWithCacher(),
+		DeleteCollectionWorkers: 1,
+		EnableGarbageCollection: false,
+		ResourcePrefix:          prefix,
+		CountMetricPollPeriod:   time.Minute,
+	}, nil
+}

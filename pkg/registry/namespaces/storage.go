@@ -1,0 +1,112 @@
+package namespaces
+
+import (
+	"context"
+	"fmt"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/util/duration"
+	"k8s.io/apiserver/pkg/registry/generic"
+	genericregistry "k8s.io/apiserver/pkg/registry/generic/registry"
+	"k8s.io/apiserver/pkg/registry/rest"
+	"k8s.io/apiserver/pkg/storage/names"
+)
+
+// REST is the Namespace storage served as "namespaces".
+type REST struct {
+	*genericregistry.Store
+}
+
+// NewREST builds the Namespace storage.
+func NewREST(scheme *runtime.Scheme, optsGetter generic.RESTOptionsGetter) (*REST, error) {
+	s := strategy{ObjectTyper: scheme, NameGenerator: names.SimpleNameGenerator}
+	store := &genericregistry.Store{
+		NewFunc:                   func() runtime.Object { return &corev1.Namespace{} },
+		NewListFunc:               func() runtime.Object { return &corev1.NamespaceList{} },
+		DefaultQualifiedResource:  corev1.Resource("namespaces"),
+		SingularQualifiedResource: corev1.Resource("namespace"),
+		CreateStrategy:            s,
+		UpdateStrategy:            s,
+		DeleteStrategy:            s,
+		ResetFieldsStrategy:       s,
+		TableConvertor:            tableConvertor{},
+	}
+	if err := store.CompleteWithOptions(&generic.StoreOptions{RESTOptions: optsGetter, AttrFunc: GetAttrs}); err != nil {
+		return nil, fmt.Errorf("complete namespaces store: %w", err)
+	}
+	return &REST{Store: store}, nil
+}
+
+// ShortNames implements rest.ShortNamesProvider (kubectl get ns).
+func (r *REST) ShortNames() []string { return []string{"ns"} }
+
+// Check returns nil when new objects may be created in namespace: 404 when
+// it does not exist, 403 when it is being deleted (upstream's
+// NamespaceLifecycle texts). It reads the watch cache first and confirms a
+// miss from etcd, so a namespace created a moment ago is found.
+func (r *REST) Check(ctx context.Context, namespace string) error {
+	obj, err := r.Store.Get(ctx, namespace, &metav1.GetOptions{ResourceVersion: "0"})
+	if apierrors.IsNotFound(err) {
+		obj, err = r.Store.Get(ctx, namespace, &metav1.GetOptions{})
+	}
+	if apierrors.IsNotFound(err) {
+		return apierrors.NewNotFound(corev1.Resource("namespaces"), namespace)
+	}
+	if err != nil {
+		return err
+	}
+	if ns := obj.(*corev1.Namespace); ns.DeletionTimestamp != nil {
+		return apierrors.NewForbidden(corev1.Resource("namespaces"), namespace,
+			fmt.Errorf("unable to create new content in namespace %s because it is being terminated", namespace))
+	}
+	return nil
+}
+
+type tableConvertor struct{}
+
+var columns = []metav1.TableColumnDefinition{
+	{Name: "Name", Type: "string", Format: "name", Description: metav1.ObjectMeta{}.SwaggerDoc()["name"]},
+	{Name: "Status", Type: "string", Description: "The status of the namespace"},
+	{Name: "Age", Type: "string", Description: metav1.ObjectMeta{}.SwaggerDoc()["creationTimestamp"]},
+}
+
+func (tableConvertor) ConvertToTable(ctx context.Context, object runtime.Object, tableOptions runtime.Object) (*metav1.Table, error) {
+	table := &metav1.Table{ColumnDefinitions: columns}
+	add := func(ns *corev1.Namespace) {
+		table.Rows = append(table.Rows, metav1.TableRow{
+			Cells:  []interface{}{ns.Name, string(ns.Status.Phase), age(ns.CreationTimestamp)},
+			Object: runtime.RawExtension{Object: ns},
+		})
+	}
+	switch t := object.(type) {
+	case *corev1.Namespace:
+		add(t)
+		table.ResourceVersion = t.ResourceVersion
+	case *corev1.NamespaceList:
+		for i := range t.Items {
+			add(&t.Items[i])
+		}
+		if l, err := meta.ListAccessor(t); err == nil {
+			table.ResourceVersion, table.Continue, table.RemainingItemCount = l.GetResourceVersion(), l.GetContinue(), l.GetRemainingItemCount()
+		}
+	default:
+		return nil, fmt.Errorf("cannot print %T as a Namespace table", object)
+	}
+	if opts, ok := tableOptions.(*metav1.TableOptions); ok && opts != nil && opts.NoHeaders {
+		table.ColumnDefinitions = nil
+	}
+	return table, nil
+}
+
+func age(t metav1.Time) string {
+	if t.IsZero() {
+		return "<unknown>"
+	}
+	return duration.HumanDuration(metav1.Now().Sub(t.Time))
+}
+
+var _ rest.ShortNamesProvider = &REST{}

@@ -1,0 +1,126 @@
+package services
+
+import (
+	"context"
+	"fmt"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apiserver/pkg/endpoints/request"
+	"k8s.io/apiserver/pkg/registry/generic"
+	genericregistry "k8s.io/apiserver/pkg/registry/generic/registry"
+	"k8s.io/apiserver/pkg/registry/rest"
+	"sigs.k8s.io/structured-merge-diff/v6/fieldpath"
+
+	"github.com/allocator/allocator/pkg/servicealloc"
+)
+
+// NamespaceCheck returns an API error when new objects may not be created in
+// namespace (it does not exist, or is being deleted).
+type NamespaceCheck func(ctx context.Context, namespace string) error
+
+// REST is the Service storage served as "services".
+type REST struct {
+	*servicealloc.REST
+	namespaceCheck NamespaceCheck
+}
+
+// StatusREST is the storage of "services/status".
+type StatusREST struct {
+	store *genericregistry.Store
+}
+
+// NewREST builds the Service storages. alloc reserves and releases cluster
+// IPs; check refuses Services in namespaces that do not exist.
+func NewREST(scheme *runtime.Scheme, optsGetter generic.RESTOptionsGetter, alloc *servicealloc.Allocator, check NamespaceCheck) (*REST, *StatusREST, error) {
+	main, status := NewStrategies(scheme)
+	store := &genericregistry.Store{
+		NewFunc:                   func() runtime.Object { return &corev1.Service{} },
+		NewListFunc:               func() runtime.Object { return &corev1.ServiceList{} },
+		PredicateFunc:             nil,
+		DefaultQualifiedResource:  corev1.Resource("services"),
+		SingularQualifiedResource: corev1.Resource("service"),
+		CreateStrategy:            main,
+		UpdateStrategy:            main,
+		DeleteStrategy:            main,
+		ResetFieldsStrategy:       main,
+		TableConvertor:            tableConvertor{},
+	}
+	if err := store.CompleteWithOptions(&generic.StoreOptions{RESTOptions: optsGetter, AttrFunc: GetAttrs}); err != nil {
+		return nil, nil, fmt.Errorf("complete services store: %w", err)
+	}
+	statusStore := *store
+	statusStore.UpdateStrategy = status
+	statusStore.ResetFieldsStrategy = status
+	return &REST{REST: servicealloc.NewREST(store, alloc), namespaceCheck: check}, &StatusREST{store: &statusStore}, nil
+}
+
+// Create refuses Services in namespaces that do not exist before anything
+// is reserved.
+func (r *REST) Create(ctx context.Context, obj runtime.Object, createValidation rest.ValidateObjectFunc, options *metav1.CreateOptions) (runtime.Object, error) {
+	if ns, ok := request.NamespaceFrom(ctx); ok {
+		if err := r.namespaceCheck(ctx, ns); err != nil {
+			return nil, err
+		}
+	}
+	return r.REST.Create(ctx, obj, createValidation, options)
+}
+
+// Update checks the namespace when the update creates the Service (PUT or
+// server-side apply of a new object).
+func (r *REST) Update(ctx context.Context, name string, objInfo rest.UpdatedObjectInfo, createValidation rest.ValidateObjectFunc,
+	updateValidation rest.ValidateObjectUpdateFunc, forceAllowCreate bool, options *metav1.UpdateOptions) (runtime.Object, bool, error) {
+	checked := func(ctx context.Context, obj runtime.Object) error {
+		if ns, ok := request.NamespaceFrom(ctx); ok {
+			if err := r.namespaceCheck(ctx, ns); err != nil {
+				return err
+			}
+		}
+		if createValidation != nil {
+			return createValidation(ctx, obj)
+		}
+		return nil
+	}
+	return r.REST.Update(ctx, name, objInfo, checked, updateValidation, forceAllowCreate, options)
+}
+
+// ShortNames implements rest.ShortNamesProvider (kubectl get svc).
+func (r *REST) ShortNames() []string { return []string{"svc"} }
+
+// Categories implements rest.CategoriesProvider (kubectl get all).
+func (r *REST) Categories() []string { return []string{"all"} }
+
+// New returns an empty Service.
+func (r *StatusREST) New() runtime.Object { return &corev1.Service{} }
+
+// Destroy does nothing: the main store owns the shared storage.
+func (r *StatusREST) Destroy() {}
+
+// Get retrieves the Service, for status updates.
+func (r *StatusREST) Get(ctx context.Context, name string, options *metav1.GetOptions) (runtime.Object, error) {
+	return r.store.Get(ctx, name, options)
+}
+
+// Update changes only the status of a Service.
+func (r *StatusREST) Update(ctx context.Context, name string, objInfo rest.UpdatedObjectInfo, createValidation rest.ValidateObjectFunc,
+	updateValidation rest.ValidateObjectUpdateFunc, forceAllowCreate bool, options *metav1.UpdateOptions) (runtime.Object, bool, error) {
+	// Status updates never create.
+	return r.store.Update(ctx, name, objInfo, createValidation, updateValidation, false, options)
+}
+
+// GetResetFields implements rest.ResetFieldsStrategy.
+func (r *StatusREST) GetResetFields() map[fieldpath.APIVersion]*fieldpath.Set {
+	return r.store.GetResetFields()
+}
+
+// ConvertToTable prints like the main resource.
+func (r *StatusREST) ConvertToTable(ctx context.Context, object runtime.Object, tableOptions runtime.Object) (*metav1.Table, error) {
+	return r.store.ConvertToTable(ctx, object, tableOptions)
+}
+
+var (
+	_ rest.ShortNamesProvider = &REST{}
+	_ rest.CategoriesProvider = &REST{}
+	_ rest.Patcher            = &StatusREST{}
+)

@@ -1,0 +1,350 @@
+package servicealloc
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/netip"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/util/validation/field"
+	"k8s.io/klog/v2"
+
+	"github.com/allocator/allocator/pkg/allocation"
+)
+
+// serviceKind names Services in Invalid errors.
+var serviceKind = schema.GroupKind{Kind: "Service"}
+
+// Config configures an Allocator.
+type Config struct {
+	// Allocators holds one allocator per IP family, in the cluster's family
+	// order: the first is the primary family (the default for Services that
+	// do not ask for one). One allocator makes a single-stack cluster, two
+	// of different families a dual-stack cluster.
+	Allocators []allocation.Interface
+	// AllowNodePorts lets Services of type NodePort and LoadBalancer through.
+	// This package allocates no node ports; an embedding server that does
+	// sets it. When false those types are refused with a 422 naming the limit.
+	AllowNodePorts bool
+	// RetryAfterSeconds is the Retry-After sent with 503 when an allocator
+	// is not ready. Zero means 1.
+	RetryAfterSeconds int32
+}
+
+// Allocator defaults, validates, reserves and releases the cluster IPs of
+// Services. It is safe for concurrent use.
+type Allocator struct {
+	families       []corev1.IPFamily
+	byFamily       map[corev1.IPFamily]allocation.Interface
+	allowNodePorts bool
+	retryAfter     int32
+}
+
+// New checks cfg and returns an Allocator.
+func New(cfg Config) (*Allocator, error) {
+	if n := len(cfg.Allocators); n < 1 || n > 2 {
+		return nil, fmt.Errorf("servicealloc: need one allocator per family, one or two, got %d", n)
+	}
+	a := &Allocator{
+		byFamily:       map[corev1.IPFamily]allocation.Interface{},
+		allowNodePorts: cfg.AllowNodePorts,
+		retryAfter:     cfg.RetryAfterSeconds,
+	}
+	if a.retryAfter <= 0 {
+		a.retryAfter = 1
+	}
+	for i, alloc := range cfg.Allocators {
+		if alloc == nil {
+			return nil, fmt.Errorf("servicealloc: allocator %d is nil", i)
+		}
+		fam := corev1.IPv4Protocol
+		if alloc.IPv6() {
+			fam = corev1.IPv6Protocol
+		}
+		if _, dup := a.byFamily[fam]; dup {
+			return nil, fmt.Errorf("servicealloc: two allocators for %s", fam)
+		}
+		a.byFamily[fam] = alloc
+		a.families = append(a.families, fam)
+	}
+	return a, nil
+}
+
+// Families returns the cluster's IP families, primary first.
+func (a *Allocator) Families() []corev1.IPFamily {
+	return append([]corev1.IPFamily(nil), a.families...)
+}
+
+// DualStack reports whether the cluster serves two IP families.
+func (a *Allocator) DualStack() bool { return len(a.families) == 2 }
+
+// NeedsClusterIP reports whether svc gets cluster IPs allocated: every type but
+// ExternalName, unless headless.
+func NeedsClusterIP(svc *corev1.Service) bool {
+	return svc.Spec.Type != corev1.ServiceTypeExternalName && svc.Spec.ClusterIP != corev1.ClusterIPNone
+}
+
+// Transaction is the result of reserving addresses for a create or an update.
+// Exactly one of Commit (the Service was stored) or Revert (it was not) must
+// be called; both are idempotent and the second call does nothing.
+type Transaction struct {
+	a         *Allocator
+	owner     allocation.Owner
+	reserved  []netip.Addr // released by Revert
+	toRelease []netip.Addr // released by Commit
+	done      bool
+}
+
+// Commit finishes a successful operation: addresses the update dropped are
+// released. Release failures are logged, not returned: the operation has
+// already succeeded, and repair frees what is left behind.
+func (t *Transaction) Commit(ctx context.Context) {
+	if t == nil || t.done {
+		return
+	}
+	t.done = true
+	t.a.release(ctx, t.owner, t.toRelease)
+}
+
+// Revert undoes a failed operation: addresses it reserved are released.
+func (t *Transaction) Revert(ctx context.Context) {
+	if t == nil || t.done {
+		return
+	}
+	t.done = true
+	t.a.release(ctx, t.owner, t.reserved)
+}
+
+// Reserved returns the addresses the transaction reserved.
+func (t *Transaction) Reserved() []netip.Addr { return append([]netip.Addr(nil), t.reserved...) }
+
+func (a *Allocator) release(ctx context.Context, owner allocation.Owner, addrs []netip.Addr) {
+	for _, addr := range addrs {
+		alloc := a.byFamily[FamilyOf(addr)]
+		if alloc == nil {
+			continue
+		}
+		if err := alloc.Release(ctx, addr, owner); err != nil {
+			klog.FromContext(ctx).Error(err, "Releasing a cluster IP failed; repair will free it", "ip", addr, "service", owner)
+		}
+	}
+}
+
+func ownerOf(svc *corev1.Service) allocation.Owner {
+	return allocation.Owner{Namespace: svc.Namespace, Name: svc.Name}
+}
+
+// PrepareCreate normalizes, defaults and validates svc for a create, changing
+// it in place. It reserves nothing. Errors are API status errors (422).
+func (a *Allocator) PrepareCreate(svc *corev1.Service) error {
+	normalizeClusterIPs(svc, nil)
+	errs := a.defaultIPFamilies(svc, nil)
+	if len(errs) == 0 {
+		errs = a.validate(svc, nil)
+	}
+	if len(errs) > 0 {
+		return apierrors.NewInvalid(serviceKind, svc.Name, errs)
+	}
+	return nil
+}
+
+// PrepareUpdate is PrepareCreate for an update from old to svc: it also keeps
+// allocated values the client left out and drops the IP fields when the type
+// becomes ExternalName.
+func (a *Allocator) PrepareUpdate(svc, old *corev1.Service) error {
+	normalizeClusterIPs(svc, old)
+	dropTypeDependentFields(svc, old)
+	patchAllocatedValues(svc, old)
+	errs := a.defaultIPFamilies(svc, old)
+	if len(errs) == 0 {
+		errs = a.validate(svc, old)
+	}
+	if len(errs) > 0 {
+		return apierrors.NewInvalid(serviceKind, svc.Name, errs)
+	}
+	return nil
+}
+
+func (a *Allocator) validate(svc, old *corev1.Service) field.ErrorList {
+	var errs field.ErrorList
+	if old == nil {
+		errs = ValidateService(svc)
+	} else {
+		errs = ValidateServiceUpdate(svc, old)
+	}
+	if !a.allowNodePorts && (svc.Spec.Type == corev1.ServiceTypeNodePort || svc.Spec.Type == corev1.ServiceTypeLoadBalancer) {
+		errs = append(errs, field.Invalid(typePath, svc.Spec.Type,
+			"this server allocates cluster IPs only and does not allocate node ports: "+
+				"type NodePort and LoadBalancer are not supported, use ClusterIP"))
+	}
+	return errs
+}
+
+// AllocateCreate reserves the cluster IPs of a Service being created. svc
+// must have been through PrepareCreate. It fills spec.clusterIP(s) with the
+// reserved addresses. With dryRun the allocators are asked through their
+// dry-run views: conflicts are reported, nothing is reserved, and the
+// returned transaction releases nothing.
+func (a *Allocator) AllocateCreate(ctx context.Context, svc *corev1.Service, dryRun bool) (*Transaction, error) {
+	txn := &Transaction{a: a, owner: ownerOf(svc)}
+	if !NeedsClusterIP(svc) {
+		return txn, nil
+	}
+	ips, err := a.allocateFamilies(ctx, txn, svc, svc.Spec.IPFamilies, svc.Spec.ClusterIPs, 0, dryRun)
+	if err != nil {
+		return nil, err
+	}
+	svc.Spec.ClusterIPs = ips
+	svc.Spec.ClusterIP = ips[0]
+	return txn, nil
+}
+
+// allocateFamilies reserves one address per family of families[from:]. A
+// requested address at the same index of requested is reserved as is; a
+// missing one is picked. On error everything reserved by this call is
+// released. It returns requested extended with the picked addresses.
+func (a *Allocator) allocateFamilies(ctx context.Context, txn *Transaction, svc *corev1.Service,
+	families []corev1.IPFamily, requested []string, from int, dryRun bool) ([]string, error) {
+	out := append([]string(nil), requested...)
+	start := len(txn.reserved)
+	fail := func(err error) ([]string, error) {
+		if !dryRun {
+			a.release(ctx, txn.owner, txn.reserved[start:])
+		}
+		txn.reserved = txn.reserved[:start]
+		return nil, err
+	}
+	for i := from; i < len(families); i++ {
+		alloc := a.byFamily[families[i]]
+		if alloc == nil {
+			return fail(apierrors.NewInvalid(serviceKind, svc.Name, field.ErrorList{
+				field.Invalid(ipFamiliesPath.Index(i), families[i], "not configured on this cluster")}))
+		}
+		if dryRun {
+			alloc = alloc.DryRun()
+		}
+		if i < len(out) && out[i] != "" {
+			addr, err := netip.ParseAddr(out[i])
+			if err != nil {
+				return fail(apierrors.NewInvalid(serviceKind, svc.Name, field.ErrorList{
+					field.Invalid(clusterIPsPath.Index(i), out[i], invalidIPMessage(err))}))
+			}
+			if err := alloc.Allocate(ctx, addr, txn.owner); err != nil {
+				return fail(a.staticError(svc, i, addr, err))
+			}
+			if !dryRun {
+				txn.reserved = append(txn.reserved, addr)
+			}
+			continue
+		}
+		addr, err := alloc.AllocateNext(ctx, txn.owner)
+		if err != nil {
+			return fail(a.dynamicError(err))
+		}
+		if !dryRun {
+			txn.reserved = append(txn.reserved, addr)
+		}
+		if i < len(out) {
+			out[i] = addr.String()
+		} else {
+			out = append(out, addr.String())
+		}
+	}
+	return out, nil
+}
+
+// staticError maps an error of allocating a requested address to the API
+// error upstream returns (422 on spec.clusterIPs[i]), except for conditions
+// that are not the user's fault.
+func (a *Allocator) staticError(svc *corev1.Service, i int, addr netip.Addr, err error) error {
+	switch {
+	case errors.Is(err, allocation.ErrNotReady):
+		return a.notReady(err)
+	case errors.Is(err, allocation.ErrAllocated), errors.Is(err, allocation.ErrNotInRange),
+		errors.Is(err, allocation.ErrMismatchedNetwork):
+		return apierrors.NewInvalid(serviceKind, svc.Name, field.ErrorList{
+			field.Invalid(clusterIPsPath, svc.Spec.ClusterIPs,
+				fmt.Sprintf("failed to allocate IP %s: %v", addr, err))})
+	default:
+		return apierrors.NewInternalError(fmt.Errorf("failed to allocate IP %s: %w", addr, err))
+	}
+}
+
+// dynamicError maps an error of picking a free address to upstream's 500
+// "failed to allocate a serviceIP: ...", or 503 when the allocator is not ready.
+func (a *Allocator) dynamicError(err error) error {
+	if errors.Is(err, allocation.ErrNotReady) {
+		return a.notReady(err)
+	}
+	return apierrors.NewInternalError(fmt.Errorf("failed to allocate a serviceIP: %w", err))
+}
+
+func (a *Allocator) notReady(err error) error {
+	return &apierrors.StatusError{ErrStatus: metav1.Status{
+		Status:  metav1.StatusFailure,
+		Code:    503,
+		Reason:  metav1.StatusReasonServiceUnavailable,
+		Message: fmt.Sprintf("failed to allocate a serviceIP: %v", err),
+		Details: &metav1.StatusDetails{RetryAfterSeconds: a.retryAfter},
+	}}
+}
+
+// AllocateUpdate reserves what an update from old to svc needs: all of it
+// when the Service starts needing cluster IPs (from ExternalName), the
+// secondary family when it becomes dual-stack. Addresses the update drops
+// (type ExternalName, dual- to single-stack) are released by Commit. svc must
+// have been through PrepareUpdate.
+func (a *Allocator) AllocateUpdate(ctx context.Context, svc, old *corev1.Service, dryRun bool) (*Transaction, error) {
+	txn := &Transaction{a: a, owner: ownerOf(svc)}
+	oldIPs := allocatedIPs(old)
+	switch {
+	case !NeedsClusterIP(svc):
+		if !dryRun {
+			txn.toRelease = oldIPs
+		}
+		return txn, nil
+	case !NeedsClusterIP(old):
+		return a.AllocateCreate(ctx, svc, dryRun)
+	}
+	// Both have cluster IPs: the primary is immutable (validated), so only
+	// the secondary can appear or disappear.
+	switch {
+	case len(svc.Spec.IPFamilies) > len(oldIPs):
+		ips, err := a.allocateFamilies(ctx, txn, svc, svc.Spec.IPFamilies, svc.Spec.ClusterIPs, len(oldIPs), dryRun)
+		if err != nil {
+			return nil, err
+		}
+		svc.Spec.ClusterIPs = ips
+		svc.Spec.ClusterIP = ips[0]
+	case len(svc.Spec.IPFamilies) < len(oldIPs):
+		svc.Spec.ClusterIPs = svc.Spec.ClusterIPs[:len(svc.Spec.IPFamilies)]
+		if !dryRun {
+			txn.toRelease = oldIPs[len(svc.Spec.IPFamilies):]
+		}
+	}
+	return txn, nil
+}
+
+// Release frees every cluster IP of svc; it is what a delete calls once the
+// Service is gone. Failures are logged: repair frees what is left behind.
+func (a *Allocator) Release(ctx context.Context, svc *corev1.Service) {
+	a.release(ctx, ownerOf(svc), allocatedIPs(svc))
+}
+
+// allocatedIPs returns the addresses a stored Service holds.
+func allocatedIPs(svc *corev1.Service) []netip.Addr {
+	if svc == nil || !NeedsClusterIP(svc) {
+		return nil
+	}
+	var out []netip.Addr
+	for _, text := range svc.Spec.ClusterIPs {
+		if addr, err := netip.ParseAddr(text); err == nil {
+			out = append(out, addr)
+		}
+	}
+	return out
+}

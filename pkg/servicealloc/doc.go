@@ -1,0 +1,37 @@
+// Package servicealloc gives a Kubernetes API server built on k8s.io/apiserver
+// the ClusterIP part of a Service registry: upstream's defaulting and
+// validation of the IP fields (type, clusterIP/clusterIPs, ipFamilies,
+// ipFamilyPolicy, headless "None", ExternalName) and of ports, and the
+// reserve → store → release protocol around the store's writes. It allocates
+// through allocation.Interface, one allocator per IP family, so the bitmap
+// and the IPAddress model plug in alike.
+//
+// Wiring it into a generic registry store of *corev1.Service takes three
+// lines:
+//
+//	alloc, err := servicealloc.New(servicealloc.Config{Allocators: []allocation.Interface{v4, v6}})
+//	...
+//	storage := servicealloc.NewREST(store, alloc) // serve storage as "services"
+//
+// Invariants, each with the failure it prevents:
+//   - Validation (including the cluster-dependent family checks) and, for a
+//     create, the already-exists check run before anything is reserved: a
+//     request that cannot succeed must not touch the allocators (upstream
+//     reserved first and released on failure, which churned the bitmap and
+//     briefly hid free addresses from other creates).
+//   - A reserved address is released whenever the Service is not stored
+//     (validation after the hook, a failed write, a lost compare-and-swap
+//     attempt inside an update): a failed create leaks nothing.
+//   - Addresses an update drops (type to ExternalName, dual- to
+//     single-stack) are released only after the update is stored: releasing
+//     first could hand an address that is still published to a new Service.
+//   - A delete releases the Service's addresses after the Service is gone
+//     from storage, for the same reason.
+//   - Dry-run asks the allocators' DryRun views: conflicts are reported,
+//     nothing changes.
+//
+// Error texts and codes follow design.md §4: a full range is a 500 "failed to
+// allocate a serviceIP: range is full"; a taken or out-of-range static
+// address is a 422 on spec.clusterIPs "failed to allocate IP <ip>: <err>"; an
+// allocator that is not ready is a 503 with Retry-After.
+package servicealloc
