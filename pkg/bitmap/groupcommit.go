@@ -1,0 +1,306 @@
+package bitmap
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"time"
+
+	clientv3 "go.etcd.io/etcd/client/v3"
+
+	"github.com/allocator/allocator/pkg/allocation"
+	"github.com/allocator/allocator/pkg/etcdlayout"
+)
+
+type opKind uint8
+
+const (
+	opAllocate opKind = iota + 1
+	opAllocateNext
+	opRelease
+	opRead
+)
+
+// request is one caller's operation inside a batch.
+type request struct {
+	kind opKind
+	slot int           // in: the slot to allocate or release; out: the slot AllocateNext took
+	read func(*Bitmap) // opRead: runs on the confirmed state
+
+	deadline time.Time // the caller's deadline, zero when it has none
+	err      error     // the operation's own outcome, set by the leader
+	done     chan struct{}
+	promoted bool // guarded by EtcdAllocator.mu: this caller must lead the next batch
+}
+
+// submit queues req and returns when a batch carrying it has committed (or
+// failed as a whole; that error is returned and req.err is not used).
+//
+// Group commit without a background goroutine: the first caller to find no
+// batch in flight becomes the leader; it takes every queued request (up to
+// MaxBatch), applies them to the cached map, and writes the result in one CAS
+// transaction. Callers arriving meanwhile queue up; when the leader is done it
+// promotes the oldest queued caller to lead the next batch. A caller whose
+// context ends while it is still queued leaves the queue; once its request is
+// in a batch it waits for that batch, whose time is bounded by the members'
+// deadlines, so an allocation is never applied without its caller learning it.
+func (a *EtcdAllocator) submit(ctx context.Context, req *request) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	req.done = make(chan struct{}, 1)
+	req.deadline, _ = ctx.Deadline()
+
+	a.mu.Lock()
+	a.pending = append(a.pending, req)
+	lead := !a.busy
+	a.busy = true
+	a.mu.Unlock()
+
+	if !lead {
+		select {
+		case <-req.done:
+		case <-ctx.Done():
+			a.mu.Lock()
+			if i := slices.Index(a.pending, req); i >= 0 && !req.promoted {
+				a.pending = slices.Delete(a.pending, i, i+1)
+				a.mu.Unlock()
+				return ctx.Err()
+			}
+			a.mu.Unlock()
+			<-req.done // in a batch already, or promoted: see it through
+		}
+		a.mu.Lock()
+		lead = req.promoted
+		a.mu.Unlock()
+		if !lead {
+			return req.batchErr()
+		}
+	}
+
+	for {
+		a.mu.Lock()
+		n := min(len(a.pending), a.opts.MaxBatch)
+		batch := slices.Clone(a.pending[:n])
+		a.pending = slices.Delete(a.pending, 0, n)
+		a.mu.Unlock()
+
+		batchErr := a.commit(batch)
+		for _, r := range batch {
+			if batchErr != nil {
+				r.err = &batchError{err: batchErr}
+			}
+			if r != req {
+				r.done <- struct{}{}
+			}
+		}
+
+		a.mu.Lock()
+		if len(a.pending) == 0 {
+			a.busy = false
+			a.mu.Unlock()
+			break
+		}
+		if slices.Contains(batch, req) {
+			// Our own request is done: hand leadership to the oldest waiter.
+			next := a.pending[0]
+			next.promoted = true
+			a.mu.Unlock()
+			next.done <- struct{}{}
+			break
+		}
+		// We were promoted but the batch cap left our request queued: go on.
+		a.mu.Unlock()
+	}
+	return req.batchErr()
+}
+
+// batchError marks a failure of the whole batch, as opposed to the request's
+// own outcome (ErrAllocated, ErrFull).
+type batchError struct{ err error }
+
+func (e *batchError) Error() string { return e.err.Error() }
+func (e *batchError) Unwrap() error { return e.err }
+
+func (r *request) batchErr() error {
+	var be *batchError
+	if errors.As(r.err, &be) {
+		r.err = nil
+		return be.err
+	}
+	return nil
+}
+
+// batchContext bounds a batch by the latest deadline of its members, capped by
+// RequestTimeout: a caller with a short deadline does not cut short the others.
+func (a *EtcdAllocator) batchContext(batch []*request) (context.Context, context.CancelFunc) {
+	limit := time.Now().Add(a.opts.RequestTimeout)
+	var latest time.Time
+	for _, r := range batch {
+		if r.deadline.IsZero() {
+			latest = limit
+			break
+		}
+		if r.deadline.After(latest) {
+			latest = r.deadline
+		}
+	}
+	if latest.After(limit) {
+		latest = limit
+	}
+	return context.WithDeadline(context.Background(), latest)
+}
+
+// commit applies batch to the cached map and writes it with one CAS
+// transaction, retrying on conflicts from fresh state. It returns an error
+// only when the batch failed as a whole; then nothing of it is applied (or,
+// when etcd failed ambiguously, it may have been applied in etcd and the
+// allocations leak until repair frees them, never duplicate).
+func (a *EtcdAllocator) commit(batch []*request) error {
+	ctx, cancel := a.batchContext(batch)
+	defer cancel()
+	a.stats.batches.Add(1)
+	a.stats.requests.Add(uint64(len(batch)))
+
+	for attempt := 1; ; attempt++ {
+		if !a.loaded {
+			if err := a.load(ctx); err != nil {
+				return err
+			}
+		}
+		changed := a.apply(batch)
+
+		txn := a.client.Txn(ctx).If(clientv3.Compare(clientv3.ModRevision(a.key), "=", a.rev))
+		var value []byte
+		if len(changed) > 0 {
+			var err error
+			value, err = etcdlayout.EncodeRangeAllocation(a.rng.Prefix().String(), a.bits.Bytes())
+			if err != nil {
+				a.revert(changed)
+				return fmt.Errorf("encode %s: %w", a.key, err)
+			}
+			txn = txn.Then(clientv3.OpPut(a.key, string(value)))
+		}
+		resp, err := txn.Else(clientv3.OpGet(a.key)).Commit()
+		if err != nil {
+			a.revert(changed)
+			a.loaded = false // the write may or may not have landed
+			return fmt.Errorf("etcd transaction on %s: %w", a.key, err)
+		}
+		if resp.Succeeded {
+			if len(changed) > 0 {
+				a.rev = resp.Header.Revision
+				a.stats.writes.Add(1)
+				a.stats.bytesWritten.Add(uint64(len(value)))
+			}
+			a.finish(batch)
+			return nil
+		}
+
+		a.stats.conflicts.Add(1)
+		kvs := resp.Responses[0].GetResponseRange().GetKvs()
+		if len(kvs) == 0 {
+			a.loaded = false
+			return fmt.Errorf("%s: %w", a.key, allocation.ErrAllocationDisabled)
+		}
+		if err := a.restore(kvs[0].Value, kvs[0].ModRevision); err != nil {
+			return err
+		}
+		if attempt >= a.opts.MaxAttempts {
+			return fmt.Errorf("%s: gave up after %d conflicting writes", a.key, attempt)
+		}
+		// Retry at once: the Else branch returned the freshest state there is,
+		// and a wait would only let it go stale again. Only a long losing
+		// streak pauses for a random moment (so instances that keep colliding
+		// fall out of step) and then re-reads. The attempt bound and the
+		// batch deadline keep a starved instance from spinning forever.
+		if attempt%8 == 0 {
+			pause := time.Duration(a.random.Int64N(int64(2 * time.Millisecond)))
+			select {
+			case <-time.After(pause):
+			case <-ctx.Done():
+			}
+			a.loaded = false
+		}
+		if err := ctx.Err(); err != nil {
+			return fmt.Errorf("%s: %w", a.key, err)
+		}
+	}
+}
+
+// load reads the map from etcd into the cache.
+func (a *EtcdAllocator) load(ctx context.Context) error {
+	resp, err := a.client.Get(ctx, a.key)
+	if err != nil {
+		return fmt.Errorf("read %s: %w", a.key, err)
+	}
+	if len(resp.Kvs) == 0 {
+		return fmt.Errorf("%s: %w", a.key, allocation.ErrAllocationDisabled)
+	}
+	return a.restore(resp.Kvs[0].Value, resp.Kvs[0].ModRevision)
+}
+
+// restore replaces the cache with a stored value read at revision rev.
+func (a *EtcdAllocator) restore(value []byte, rev int64) error {
+	a.loaded = false
+	_, data, err := a.decode(value)
+	if err != nil {
+		return err
+	}
+	if err := a.bits.SetBytes(data); err != nil {
+		return fmt.Errorf("value at %s: %w", a.key, err)
+	}
+	a.rev, a.loaded = rev, true
+	return nil
+}
+
+// apply runs every request of batch against the cache, in order, and returns
+// the slots it changed (so a failed write can be reverted). Requests learn
+// their own outcome in r.err and r.slot.
+func (a *EtcdAllocator) apply(batch []*request) []int {
+	var changed []int
+	for _, r := range batch {
+		r.err = nil
+		switch r.kind {
+		case opAllocate:
+			if a.bits.Set(r.slot) {
+				changed = append(changed, r.slot)
+			} else {
+				r.err = allocation.ErrAllocated
+			}
+		case opAllocateNext:
+			slot, ok := a.bits.NextDynamic()
+			if !ok {
+				r.err = allocation.ErrFull
+				continue
+			}
+			a.bits.Set(slot)
+			r.slot = slot
+			changed = append(changed, slot)
+		case opRelease:
+			if a.bits.Clear(r.slot) {
+				changed = append(changed, r.slot)
+			}
+		}
+	}
+	return changed
+}
+
+// revert undoes apply's changes: each changed slot flips back.
+func (a *EtcdAllocator) revert(changed []int) {
+	for _, slot := range slices.Backward(changed) {
+		if !a.bits.Clear(slot) {
+			a.bits.Set(slot)
+		}
+	}
+}
+
+// finish runs the read requests on the confirmed state.
+func (a *EtcdAllocator) finish(batch []*request) {
+	for _, r := range batch {
+		if r.kind == opRead {
+			r.read(a.bits)
+		}
+	}
+}

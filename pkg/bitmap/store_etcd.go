@@ -1,0 +1,308 @@
+package bitmap
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"net/netip"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	clientv3 "go.etcd.io/etcd/client/v3"
+
+	"github.com/allocator/allocator/pkg/allocation"
+	"github.com/allocator/allocator/pkg/etcdlayout"
+	"github.com/allocator/allocator/pkg/subrange"
+)
+
+// EtcdOptions tune an EtcdAllocator. The zero value is the production default.
+type EtcdOptions struct {
+	// DisableBatching makes every call its own CAS write (one allocation per
+	// etcd transaction), as upstream kube-apiserver does. Only benchmarks and
+	// comparisons want this.
+	DisableBatching bool
+	// MaxBatch caps how many calls one CAS write carries (default 512).
+	MaxBatch int
+	// MaxAttempts bounds the CAS retries of one batch on conflicts (default 100;
+	// the batch's deadline bounds them too).
+	MaxAttempts int
+	// RequestTimeout bounds one batch when no caller has an earlier deadline
+	// (default 15s).
+	RequestTimeout time.Duration
+}
+
+func (o EtcdOptions) withDefaults() EtcdOptions {
+	if o.MaxBatch <= 0 {
+		o.MaxBatch = 512
+	}
+	if o.DisableBatching {
+		o.MaxBatch = 1
+	}
+	if o.MaxAttempts <= 0 {
+		o.MaxAttempts = 100
+	}
+	if o.RequestTimeout <= 0 {
+		o.RequestTimeout = 15 * time.Second
+	}
+	return o
+}
+
+// ErrStoredRangeMismatch is returned when the RangeAllocation in etcd is for a
+// different range than the one configured: the allocator never overwrites it.
+var ErrStoredRangeMismatch = errors.New("stored range does not match the configured range")
+
+// EtcdStats are counters for metrics and benchmarks.
+type EtcdStats struct {
+	// Writes is the number of successful CAS transactions that changed the map.
+	Writes uint64
+	// Conflicts is the number of CAS transactions that lost to another writer.
+	Conflicts uint64
+	// Batches is the number of batches committed (with or without a write).
+	Batches uint64
+	// Requests is the number of calls those batches carried.
+	Requests uint64
+	// BytesWritten is the total size of the values written.
+	BytesWritten uint64
+}
+
+// EtcdAllocator is the bitmap model on etcd: the RangeAllocation at one key is
+// the truth, and an in-memory Bitmap caches it together with the ModRevision
+// it was read at. See the package doc for the CAS and group-commit protocol.
+// It implements allocation.Interface.
+type EtcdAllocator struct {
+	client *clientv3.Client
+	key    string
+	rng    subrange.Range
+	opts   EtcdOptions
+
+	mu      sync.Mutex
+	pending []*request // guarded by mu
+	busy    bool       // guarded by mu: a leader is committing a batch
+
+	// Owned by the current leader (the goroutine that set busy); no lock,
+	// because exactly one leader runs at a time and hand-over goes through mu.
+	bits   *Bitmap
+	rev    int64 // ModRevision bits were loaded from
+	loaded bool  // bits and rev reflect a value read from etcd
+	random *rand.Rand
+
+	stats struct {
+		writes, conflicts, batches, requests, bytesWritten atomic.Uint64
+	}
+}
+
+var _ allocation.Interface = (*EtcdAllocator)(nil)
+
+// NewEtcdAllocator returns an allocator over r whose map lives at key. It does
+// no I/O: the first call loads the map; Initialize creates it.
+func NewEtcdAllocator(client *clientv3.Client, key string, r subrange.Range, opts EtcdOptions) (*EtcdAllocator, error) {
+	if client == nil || key == "" {
+		return nil, errors.New("new etcd allocator: an etcd client and a key are required")
+	}
+	bits, err := newRangeBitmap(r)
+	if err != nil {
+		return nil, err
+	}
+	return &EtcdAllocator{
+		client: client,
+		key:    key,
+		rng:    r,
+		opts:   opts.withDefaults(),
+		bits:   bits,
+		random: rand.New(rand.NewPCG(rand.Uint64(), rand.Uint64())),
+	}, nil
+}
+
+// Range is the usable range the allocator serves.
+func (a *EtcdAllocator) Range() subrange.Range { return a.rng }
+
+// Key is the etcd key of the RangeAllocation.
+func (a *EtcdAllocator) Key() string { return a.key }
+
+// IPv6 reports whether the allocator serves IPv6.
+func (a *EtcdAllocator) IPv6() bool { return a.rng.IPv6() }
+
+// Stats returns the allocator's counters.
+func (a *EtcdAllocator) Stats() EtcdStats {
+	return EtcdStats{
+		Writes:       a.stats.writes.Load(),
+		Conflicts:    a.stats.conflicts.Load(),
+		Batches:      a.stats.batches.Load(),
+		Requests:     a.stats.requests.Load(),
+		BytesWritten: a.stats.bytesWritten.Load(),
+	}
+}
+
+// Initialize creates the empty RangeAllocation if the key is absent, in one
+// create-if-absent transaction, so two initialisers cannot both win. It
+// reports whether this call created it. An existing map for another range is
+// an error (ErrStoredRangeMismatch), never overwritten.
+func (a *EtcdAllocator) Initialize(ctx context.Context) (bool, error) {
+	value, err := etcdlayout.EncodeRangeAllocation(a.rng.Prefix().String(), nil)
+	if err != nil {
+		return false, fmt.Errorf("initialize %s: %w", a.key, err)
+	}
+	resp, err := a.client.Txn(ctx).
+		If(clientv3.Compare(clientv3.CreateRevision(a.key), "=", 0)).
+		Then(clientv3.OpPut(a.key, string(value))).
+		Else(clientv3.OpGet(a.key)).
+		Commit()
+	if err != nil {
+		return false, fmt.Errorf("initialize %s: %w", a.key, err)
+	}
+	if resp.Succeeded {
+		return true, nil
+	}
+	kvs := resp.Responses[0].GetResponseRange().GetKvs()
+	if len(kvs) == 0 {
+		return false, fmt.Errorf("initialize %s: key vanished during the transaction", a.key)
+	}
+	if _, _, err := a.decode(kvs[0].Value); err != nil {
+		return false, fmt.Errorf("initialize: %w", err)
+	}
+	return false, nil
+}
+
+// decode reads a stored value and checks its range.
+func (a *EtcdAllocator) decode(value []byte) (string, []byte, error) {
+	ra, err := etcdlayout.DecodeRangeAllocation(value)
+	if err != nil {
+		return "", nil, fmt.Errorf("value at %s is not a valid RangeAllocation: %w", a.key, err)
+	}
+	if stored, err := netip.ParsePrefix(ra.Range); err != nil || stored != a.rng.Prefix() {
+		return "", nil, fmt.Errorf("%s holds range %q, configured %s: %w", a.key, ra.Range, a.rng.Prefix(), ErrStoredRangeMismatch)
+	}
+	return ra.Range, ra.Data, nil
+}
+
+// Allocate reserves ip.
+func (a *EtcdAllocator) Allocate(ctx context.Context, ip netip.Addr, _ allocation.Owner) error {
+	slot, err := indexOf(a.rng, ip)
+	if err != nil {
+		return err
+	}
+	req := &request{kind: opAllocate, slot: slot}
+	if err := a.submit(ctx, req); err != nil {
+		return fmt.Errorf("allocate %s: %w", ip, err)
+	}
+	return req.err
+}
+
+// AllocateNext reserves a free address, upper band first.
+func (a *EtcdAllocator) AllocateNext(ctx context.Context, _ allocation.Owner) (netip.Addr, error) {
+	req := &request{kind: opAllocateNext}
+	if err := a.submit(ctx, req); err != nil {
+		return netip.Addr{}, fmt.Errorf("allocate next: %w", err)
+	}
+	if req.err != nil {
+		return netip.Addr{}, req.err
+	}
+	return addrOf(a.rng, req.slot), nil
+}
+
+// Release frees ip; it is a no-op when ip is not allocated or out of range.
+func (a *EtcdAllocator) Release(ctx context.Context, ip netip.Addr, _ allocation.Owner) error {
+	slot, ok := a.rng.Index(ip)
+	if !ok {
+		return nil
+	}
+	req := &request{kind: opRelease, slot: int(slot)}
+	if err := a.submit(ctx, req); err != nil {
+		return fmt.Errorf("release %s: %w", ip, err)
+	}
+	return req.err
+}
+
+// Has reports whether ip is allocated, confirmed against etcd.
+func (a *EtcdAllocator) Has(ctx context.Context, ip netip.Addr) (bool, error) {
+	slot, ok := a.rng.Index(ip)
+	if !ok {
+		return false, nil
+	}
+	var has bool
+	if err := a.read(ctx, func(b *Bitmap) { has = b.Has(int(slot)) }); err != nil {
+		return false, fmt.Errorf("has %s: %w", ip, err)
+	}
+	return has, nil
+}
+
+// ForEach calls fn for every allocated address in ascending order, from a
+// state confirmed against etcd.
+func (a *EtcdAllocator) ForEach(ctx context.Context, fn func(netip.Addr)) error {
+	var snapshot *Bitmap
+	if err := a.read(ctx, func(b *Bitmap) { snapshot = b.Clone() }); err != nil {
+		return fmt.Errorf("list allocated IPs: %w", err)
+	}
+	snapshot.ForEach(func(i int) { fn(addrOf(a.rng, i)) })
+	return nil
+}
+
+// Usage reports the fill level, confirmed against etcd.
+func (a *EtcdAllocator) Usage(ctx context.Context) (allocation.Usage, error) {
+	var u allocation.Usage
+	if err := a.read(ctx, func(b *Bitmap) { u = usageOf(b) }); err != nil {
+		return allocation.Usage{}, fmt.Errorf("usage: %w", err)
+	}
+	return u, nil
+}
+
+// Snapshot returns the stored RangeAllocation's range and data, confirmed
+// against etcd.
+func (a *EtcdAllocator) Snapshot(ctx context.Context) (rangeSpec string, data []byte, err error) {
+	if err := a.read(ctx, func(b *Bitmap) { data = b.Bytes() }); err != nil {
+		return "", nil, fmt.Errorf("snapshot: %w", err)
+	}
+	return a.rng.Prefix().String(), data, nil
+}
+
+// read runs fn on the cached map once a transaction has confirmed that the
+// cache is current. fn runs in the committing goroutine and must not block.
+func (a *EtcdAllocator) read(ctx context.Context, fn func(*Bitmap)) error {
+	req := &request{kind: opRead, read: fn}
+	if err := a.submit(ctx, req); err != nil {
+		return err
+	}
+	return req.err
+}
+
+// DryRun returns a view that answers from confirmed state and never writes.
+func (a *EtcdAllocator) DryRun() allocation.Interface { return etcdDryRun{a} }
+
+type etcdDryRun struct{ a *EtcdAllocator }
+
+func (d etcdDryRun) Allocate(ctx context.Context, ip netip.Addr, _ allocation.Owner) error {
+	slot, err := indexOf(d.a.rng, ip)
+	if err != nil {
+		return err
+	}
+	var taken bool
+	if err := d.a.read(ctx, func(b *Bitmap) { taken = b.Has(slot) }); err != nil {
+		return fmt.Errorf("dry-run allocate %s: %w", ip, err)
+	}
+	if taken {
+		return allocation.ErrAllocated
+	}
+	return nil
+}
+
+func (d etcdDryRun) AllocateNext(ctx context.Context, _ allocation.Owner) (netip.Addr, error) {
+	slot, found := 0, false
+	if err := d.a.read(ctx, func(b *Bitmap) { slot, found = b.NextDynamic() }); err != nil {
+		return netip.Addr{}, fmt.Errorf("dry-run allocate next: %w", err)
+	}
+	if !found {
+		return netip.Addr{}, allocation.ErrFull
+	}
+	return addrOf(d.a.rng, slot), nil
+}
+
+func (d etcdDryRun) Release(context.Context, netip.Addr, allocation.Owner) error { return nil }
+func (d etcdDryRun) Has(ctx context.Context, ip netip.Addr) (bool, error)        { return d.a.Has(ctx, ip) }
+func (d etcdDryRun) ForEach(ctx context.Context, fn func(netip.Addr)) error {
+	return d.a.ForEach(ctx, fn)
+}
+func (d etcdDryRun) Usage(ctx context.Context) (allocation.Usage, error) { return d.a.Usage(ctx) }
+func (d etcdDryRun) IPv6() bool                                          { return d.a.IPv6() }
+func (d etcdDryRun) DryRun() allocation.Interface                        { return d }
