@@ -45,4 +45,45 @@
 // set encode as [0x02, 0x01]. Both directions work a word (8 bytes) at a time.
 //
 // A Bitmap is not safe for concurrent use; its owner holds the lock.
+//
+// # IP-level allocators
+//
+// Allocator (in memory) and EtcdAllocator (on etcd) map addresses to slots
+// with a subrange.Range of the bitmap model and implement
+// allocation.Interface. Out-of-range addresses give *allocation.NotInRangeError
+// on Allocate and are a silent no-op on Release.
+//
+// # The RangeAllocation on etcd
+//
+// EtcdAllocator keeps the map in one key (design.md §5) and caches it in
+// memory with the ModRevision it was read at. Invariants and why:
+//
+//   - Every change is one transaction
+//     If(ModRevision(key) == seen).Then(Put(new)).Else(Get(key)). Never a Get
+//     followed by a Put: another replica's allocation between the two would
+//     be overwritten and its address handed out twice.
+//   - A lost compare restores the cache from the Else branch and re-applies the
+//     whole batch to it at once (no back-off: that state is the freshest there
+//     is, and waiting only lets it go stale). Attempts are bounded (and a long
+//     losing streak pauses for a random moment and re-reads, so colliding
+//     replicas fall out of step) and the batch honours its callers' deadlines.
+//   - Decisions that do not write (ErrAllocated, ErrFull, Has, Usage, dry-run)
+//     are confirmed by the same compare, with an empty Then: a stale cache
+//     never answers "taken" for an address another replica has freed.
+//   - A missing key fails with allocation.ErrAllocationDisabled; Initialize
+//     creates it with create-if-absent, so two initialisers cannot both win. A
+//     stored map for another range is ErrStoredRangeMismatch, never overwritten.
+//   - Group commit: concurrent calls on one instance are queued; the first
+//     caller that finds no batch in flight leads: it applies every queued call
+//     to the cache and commits them in one transaction, then hands leadership
+//     to the oldest waiter. Each caller gets its own result; a batch that fails
+//     as a whole fails every member and is reverted from the cache. So
+//     throughput grows with concurrency (one CAS per batch) instead of
+//     collapsing into conflicts, with no background goroutine to own.
+//   - A call whose context ends while queued leaves the queue; once in a batch
+//     it waits for the batch (bounded by the latest member deadline), so an
+//     allocation is never applied without its caller learning the address. If
+//     etcd fails ambiguously (the write may have landed), the cache is dropped
+//     and reloaded: at worst an address leaks until repair frees it, it is never
+//     handed out twice.
 package bitmap
