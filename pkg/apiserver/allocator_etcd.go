@@ -1,0 +1,30 @@
+package apiserver
+
+import (
+	"context"
+	"fmt"
+
+	"github.com/allocator/allocator/pkg/allocation"
+	"github.com/allocator/allocator/pkg/bitmap"
+	"github.com/allocator/allocator/pkg/subrange"
+)
+
+// EtcdBitmapFactory builds the bitmap model on the server's etcd: one
+// RangeAllocation per family at the keys kube-apiserver uses, shared by every
+// replica and kept across restarts. Like kube-apiserver, it creates each key,
+// empty, when it is missing (create-if-absent, so replicas starting together
+// cannot clobber each other), and refuses a stored map of another range.
+func EtcdBitmapFactory(ctx context.Context, spec AllocatorSpec) (allocation.Interface, error) {
+	rng, err := subrange.New(spec.Prefix, subrange.ModelBitmap)
+	if err != nil {
+		return nil, fmt.Errorf("service range %s: %w", spec.Prefix, err)
+	}
+	a, err := bitmap.NewEtcdAllocator(spec.Etcd, spec.RangeKey(), rng, bitmap.EtcdOptions{})
+	if err != nil {
+		return nil, fmt.Errorf("service range %s: %w", spec.Prefix, err)
+	}
+	if _, err := a.Initialize(ctx); err != nil {
+		return nil, fmt.Errorf("service range %s: %w", spec.Prefix, err)
+	}
+	return a, nil
+}
