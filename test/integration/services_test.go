@@ -358,7 +358,7 @@ func TestSingleStack(t *testing.T) {
 		for _, name := range []string{"10.96.0.300", "010.96.0.1", "::ffff:10.96.0.1", "FD00::1"} {
 			_, err = c.NetworkingV1().IPAddresses().Create(ctx, &networkingv1.IPAddress{
 				ObjectMeta: metav1.ObjectMeta{Name: name},
-				Spec: networkingv1.IPAddressSpec{ParentRef: &networkingv1.ParentReference{Resource: "services", Namespace: "default", Name: "x"}},
+				Spec:       networkingv1.IPAddressSpec{ParentRef: &networkingv1.ParentReference{Resource: "services", Namespace: "default", Name: "x"}},
 			}, metav1.CreateOptions{})
 			if !apierrors.IsInvalid(err) && !apierrors.IsBadRequest(err) {
 				t.Errorf("IPAddress %q: want 4xx, got %v", name, err)
