@@ -1,0 +1,626 @@
+package ipaddress
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/netip"
+	"slices"
+	"sync"
+	"sync/atomic"
+
+	networkingv1 "k8s.io/api/networking/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/client-go/informers"
+	"k8s.io/client-go/kubernetes"
+	networkinglisters "k8s.io/client-go/listers/networking/v1"
+	"k8s.io/client-go/tools/cache"
+	"k8s.io/klog/v2"
+
+	"github.com/allocator/allocator/pkg/allocation"
+	"github.com/allocator/allocator/pkg/subrange"
+)
+
+// Labels and values every IPAddress created by this allocator carries, as
+// kube-apiserver writes them.
+const (
+	LabelIPFamily  = "ipaddress.kubernetes.io/ip-family"
+	LabelManagedBy = "ipaddress.kubernetes.io/managed-by"
+	ManagedBy      = "ipallocator.k8s.io"
+)
+
+// DefaultMaxCollisions bounds how many taken candidates one AllocateNext call
+// moves past before it gives up with ErrTooManyCollisions.
+const DefaultMaxCollisions = 16
+
+// releaseAttempts bounds Release's get/conditional-delete loop when the
+// object keeps changing under it.
+const releaseAttempts = 3
+
+// ErrTooManyCollisions is returned by AllocateNext when more than the
+// configured number of candidates turned out to be taken by others.
+var ErrTooManyCollisions = errors.New("too many collisions allocating an IP address")
+
+// Config is what New needs.
+type Config struct {
+	// Client talks to the API server that stores IPAddresses and ServiceCIDRs.
+	Client kubernetes.Interface
+	// IPv6 selects the family this allocator serves.
+	IPv6 bool
+	// Informers is an optional shared factory on Client (so that the two
+	// families of a dual-stack server share one watch). Nil: New makes one.
+	// New registers its informers and calls Start, which only starts
+	// informers not yet running.
+	Informers informers.SharedInformerFactory
+	// MaxCollisions: see DefaultMaxCollisions; zero means the default.
+	MaxCollisions int
+	// OnRefused, if set, is called (without any lock held) once for every
+	// ServiceCIDR CIDR that becomes refused, e.g. an IPv6 prefix shorter than
+	// /64, so the server can record a condition or an event.
+	OnRefused func(RefusedCIDR)
+}
+
+// Allocator is one family's meta-allocator over every ready ServiceCIDR. It
+// implements allocation.Interface. See the package doc for its invariants.
+type Allocator struct {
+	client        kubernetes.Interface
+	ipv6          bool
+	maxCollisions int
+	onRefused     func(RefusedCIDR)
+	logger        klog.Logger
+
+	ipLister   networkinglisters.IPAddressLister
+	cidrLister networkinglisters.ServiceCIDRLister
+
+	ready     atomic.Bool
+	readyCh   chan struct{}
+	collided  atomic.Uint64
+	readyOnce sync.Once
+
+	mu sync.Mutex
+	// ranges are the served ranges in allocation order, each with its index.
+	ranges []*cidrRange
+	// inflight are the addresses this process is claiming right now; they
+	// are marked used in every index that contains them.
+	inflight map[netip.Addr]*reservation
+	// refused are the CIDRs of ready ServiceCIDRs that are not served.
+	refused []RefusedCIDR
+}
+
+// cidrRange is the per-CIDR allocator state: its range, order key and index.
+type cidrRange struct {
+	activeRange
+	index *FreeIndex
+}
+
+// reservation records what the informer said about an in-flight address
+// while it was being claimed.
+type reservation struct {
+	seen   bool // an informer event for the address arrived
+	exists bool // the last such event was an add
+}
+
+var _ allocation.Interface = (*Allocator)(nil)
+
+// New registers informers on cfg.Client, starts them with ctx as their owner
+// and returns at once. The allocator answers ErrNotReady until the informers
+// have synced; cancel ctx to stop it.
+func New(ctx context.Context, cfg Config) (*Allocator, error) {
+	if cfg.Client == nil {
+		return nil, errors.New("ipaddress allocator: no client")
+	}
+	factory := cfg.Informers
+	if factory == nil {
+		factory = informers.NewSharedInformerFactory(cfg.Client, 0)
+	}
+	a := &Allocator{
+		client:        cfg.Client,
+		ipv6:          cfg.IPv6,
+		maxCollisions: cfg.MaxCollisions,
+		onRefused:     cfg.OnRefused,
+		logger:        klog.FromContext(ctx).WithValues("allocator", "ipaddress", "family", familyOf(cfg.IPv6)),
+		readyCh:       make(chan struct{}),
+		inflight:      map[netip.Addr]*reservation{},
+	}
+	if a.maxCollisions <= 0 {
+		a.maxCollisions = DefaultMaxCollisions
+	}
+	ipInf := factory.Networking().V1().IPAddresses()
+	cidrInf := factory.Networking().V1().ServiceCIDRs()
+	a.ipLister, a.cidrLister = ipInf.Lister(), cidrInf.Lister()
+
+	ipReg, err := ipInf.Informer().AddEventHandler(cache.ResourceEventHandlerFuncs{
+		AddFunc:    func(obj any) { a.observe(obj, true) },
+		DeleteFunc: func(obj any) { a.observe(obj, false) },
+	})
+	if err != nil {
+		return nil, fmt.Errorf("ipaddress allocator: watch IPAddresses: %w", err)
+	}
+	cidrReg, err := cidrInf.Informer().AddEventHandler(cache.ResourceEventHandlerFuncs{
+		AddFunc:    func(any) { a.cidrsChanged() },
+		UpdateFunc: func(any, any) { a.cidrsChanged() },
+		DeleteFunc: func(any) { a.cidrsChanged() },
+	})
+	if err != nil {
+		return nil, fmt.Errorf("ipaddress allocator: watch ServiceCIDRs: %w", err)
+	}
+	factory.Start(ctx.Done())
+	go func() {
+		if !cache.WaitForCacheSync(ctx.Done(), ipReg.HasSynced, cidrReg.HasSynced) {
+			return
+		}
+		a.mu.Lock()
+		a.ready.Store(true)
+		newlyRefused := a.rebuildLocked()
+		a.mu.Unlock()
+		a.readyOnce.Do(func() { close(a.readyCh) })
+		a.report(newlyRefused)
+		a.logger.V(2).Info("IPAddress allocator ready", "ranges", a.Ranges())
+	}()
+	return a, nil
+}
+
+func familyOf(ipv6 bool) string {
+	if ipv6 {
+		return "IPv6"
+	}
+	return "IPv4"
+}
+
+// Ready reports whether the informers have synced.
+func (a *Allocator) Ready() bool { return a.ready.Load() }
+
+// WaitReady blocks until the allocator is ready or ctx ends.
+func (a *Allocator) WaitReady(ctx context.Context) error {
+	select {
+	case <-a.readyCh:
+		return nil
+	case <-ctx.Done():
+		return fmt.Errorf("wait for IPAddress allocator: %w", ctx.Err())
+	}
+}
+
+// Collisions is how many candidates AllocateNext found already taken (by
+// another replica or a stale cache) since the allocator started.
+func (a *Allocator) Collisions() uint64 { return a.collided.Load() }
+
+// Ranges returns the served prefixes in allocation order.
+func (a *Allocator) Ranges() []netip.Prefix {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	out := make([]netip.Prefix, len(a.ranges))
+	for i, r := range a.ranges {
+		out[i] = r.rng.Prefix()
+	}
+	return out
+}
+
+// Refused returns the CIDRs of ready ServiceCIDRs of this family that are not
+// served, with the reason.
+func (a *Allocator) Refused() []RefusedCIDR {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return slices.Clone(a.refused)
+}
+
+// IPv6 reports the family this allocator serves.
+func (a *Allocator) IPv6() bool { return a.ipv6 }
+
+// --- informer side ---
+
+func (a *Allocator) observe(obj any, exists bool) {
+	if t, ok := obj.(cache.DeletedFinalStateUnknown); ok {
+		obj = t.Obj
+	}
+	ipObj, ok := obj.(*networkingv1.IPAddress)
+	if !ok {
+		return
+	}
+	ip, err := subrange.ParseAddr(ipObj.Name)
+	if err != nil || ip.Is6() != a.ipv6 {
+		return
+	}
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if r := a.inflight[ip]; r != nil {
+		// The claim in progress keeps the address marked; finish applies
+		// the last event seen.
+		r.seen, r.exists = true, exists
+		return
+	}
+	a.markLocked(ip, exists)
+}
+
+func (a *Allocator) cidrsChanged() {
+	if !a.ready.Load() {
+		return // the first rebuild runs once everything has synced
+	}
+	a.mu.Lock()
+	newlyRefused := a.rebuildLocked()
+	a.mu.Unlock()
+	a.report(newlyRefused)
+}
+
+func (a *Allocator) report(refused []RefusedCIDR) {
+	for _, r := range refused {
+		a.logger.Error(r.Err, "ServiceCIDR not served", "serviceCIDR", r.ServiceCIDR, "cidr", r.CIDR)
+		if a.onRefused != nil {
+			a.onRefused(r)
+		}
+	}
+}
+
+// rebuildLocked recomputes the served ranges from the ServiceCIDR cache. It
+// keeps the index of every prefix still served and builds new ones from the
+// IPAddress cache plus the in-flight claims. It returns the CIDRs refused now
+// that were not refused before.
+func (a *Allocator) rebuildLocked() []RefusedCIDR {
+	cidrs, err := a.cidrLister.List(labels.Everything())
+	if err != nil {
+		a.logger.Error(err, "list ServiceCIDRs from cache")
+		return nil
+	}
+	active, refused := selectRanges(cidrs, a.ipv6)
+	old := make(map[netip.Prefix]*FreeIndex, len(a.ranges))
+	for _, r := range a.ranges {
+		old[r.rng.Prefix()] = r.index
+	}
+	var used []netip.Addr // loaded once, only when a new index is needed
+	loaded := false
+	ranges := make([]*cidrRange, 0, len(active))
+	for _, ar := range active {
+		idx := old[ar.rng.Prefix()]
+		if idx == nil {
+			if idx, err = NewFreeIndex(ar.rng); err != nil {
+				a.logger.Error(err, "build free index", "cidr", ar.rng.Prefix())
+				continue
+			}
+			if !loaded {
+				used, loaded = a.cachedAddrs(), true
+			}
+			for _, ip := range used {
+				idx.Set(ip)
+			}
+			for ip := range a.inflight {
+				idx.Set(ip)
+			}
+		}
+		ranges = append(ranges, &cidrRange{activeRange: ar, index: idx})
+	}
+	a.ranges = ranges
+
+	var fresh []RefusedCIDR
+	for _, r := range refused {
+		if !slices.ContainsFunc(a.refused, func(o RefusedCIDR) bool {
+			return o.ServiceCIDR == r.ServiceCIDR && o.CIDR == r.CIDR
+		}) {
+			fresh = append(fresh, r)
+		}
+	}
+	a.refused = refused
+	return fresh
+}
+
+// cachedAddrs returns the addresses of this family's IPAddresses in the cache.
+func (a *Allocator) cachedAddrs() []netip.Addr {
+	objs, err := a.ipLister.List(labels.Everything())
+	if err != nil {
+		a.logger.Error(err, "list IPAddresses from cache")
+		return nil
+	}
+	out := make([]netip.Addr, 0, len(objs))
+	for _, o := range objs {
+		if ip, err := subrange.ParseAddr(o.Name); err == nil && ip.Is6() == a.ipv6 {
+			out = append(out, ip)
+		}
+	}
+	return out
+}
+
+// markLocked sets or clears ip in every served index that contains it, so
+// overlapping ranges agree.
+func (a *Allocator) markLocked(ip netip.Addr, used bool) {
+	for _, r := range a.ranges {
+		if used {
+			r.index.Set(ip)
+		} else {
+			r.index.Clear(ip)
+		}
+	}
+}
+
+// pickLocked returns the first candidate of the first range, in allocation
+// order, that has a free address.
+func (a *Allocator) pickLocked() (netip.Addr, bool) {
+	for _, r := range a.ranges {
+		if ip, ok := r.index.Next(); ok {
+			return ip, true
+		}
+	}
+	return netip.Addr{}, false
+}
+
+func (a *Allocator) containsLocked(ip netip.Addr) bool {
+	for _, r := range a.ranges {
+		if r.rng.Contains(ip) {
+			return true
+		}
+	}
+	return false
+}
+
+// reserveLocked marks ip used and in flight. The caller must not hold a
+// reservation for ip already.
+func (a *Allocator) reserveLocked(ip netip.Addr) {
+	a.inflight[ip] = &reservation{}
+	a.markLocked(ip, true)
+}
+
+// finish ends the claim of ip. If the informer reported on ip meanwhile, its
+// last word wins; otherwise the address exists when the create succeeded or
+// collided (its add event is still on the way), and does not otherwise.
+func (a *Allocator) finish(ip netip.Addr, createErr error) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	r := a.inflight[ip]
+	delete(a.inflight, ip)
+	exists := createErr == nil || apierrors.IsAlreadyExists(createErr)
+	if r != nil && r.seen {
+		exists = r.exists
+	}
+	a.markLocked(ip, exists)
+}
+
+// --- allocation.Interface ---
+
+// Allocate claims ip for owner by creating its IPAddress. It returns
+// allocation.ErrMismatchedNetwork when ip is in no served range and
+// allocation.ErrAllocated when the IPAddress exists or another call of this
+// process is claiming it. The cache is not trusted to refuse: a static
+// request always asks the API server.
+func (a *Allocator) Allocate(ctx context.Context, ip netip.Addr, owner allocation.Owner) error {
+	if !a.ready.Load() {
+		return allocation.ErrNotReady
+	}
+	a.mu.Lock()
+	if !ip.IsValid() || ip.Is6() != a.ipv6 || !a.containsLocked(ip) {
+		a.mu.Unlock()
+		return allocation.ErrMismatchedNetwork
+	}
+	if a.inflight[ip] != nil {
+		a.mu.Unlock()
+		return allocation.ErrAllocated
+	}
+	a.reserveLocked(ip)
+	a.mu.Unlock()
+
+	err := a.create(ctx, ip, owner)
+	a.finish(ip, err)
+	switch {
+	case err == nil:
+		return nil
+	case apierrors.IsAlreadyExists(err):
+		return allocation.ErrAllocated
+	default:
+		return fmt.Errorf("allocate %s for service %s: %w", ip, owner, err)
+	}
+}
+
+// AllocateNext claims a free address for owner: candidates come from the
+// first range, in allocation order, with a free address; a candidate taken
+// meanwhile (AlreadyExists) is skipped, at most MaxCollisions times; any
+// other API error aborts at once.
+func (a *Allocator) AllocateNext(ctx context.Context, owner allocation.Owner) (netip.Addr, error) {
+	if !a.ready.Load() {
+		return netip.Addr{}, allocation.ErrNotReady
+	}
+	for collisions := 0; ; {
+		a.mu.Lock()
+		ip, ok := a.pickLocked()
+		if ok {
+			a.reserveLocked(ip)
+		}
+		a.mu.Unlock()
+		if !ok {
+			return netip.Addr{}, allocation.ErrFull
+		}
+		err := a.create(ctx, ip, owner)
+		a.finish(ip, err)
+		switch {
+		case err == nil:
+			return ip, nil
+		case apierrors.IsAlreadyExists(err):
+			a.collided.Add(1)
+			if collisions++; collisions > a.maxCollisions {
+				return netip.Addr{}, fmt.Errorf("allocate next for service %s: %d candidates taken: %w",
+					owner, collisions, ErrTooManyCollisions)
+			}
+			a.logger.V(4).Info("candidate taken, trying another", "ip", ip, "collisions", collisions)
+		default:
+			return netip.Addr{}, fmt.Errorf("allocate %s for service %s: %w", ip, owner, err)
+		}
+	}
+}
+
+func (a *Allocator) create(ctx context.Context, ip netip.Addr, owner allocation.Owner) error {
+	obj := &networkingv1.IPAddress{
+		ObjectMeta: metav1.ObjectMeta{
+			Name: ip.String(),
+			Labels: map[string]string{
+				LabelIPFamily:  familyOf(ip.Is6()),
+				LabelManagedBy: ManagedBy,
+			},
+		},
+		Spec: networkingv1.IPAddressSpec{
+			ParentRef: &networkingv1.ParentReference{
+				Group: "", Resource: "services", Namespace: owner.Namespace, Name: owner.Name,
+			},
+		},
+	}
+	_, err := a.client.NetworkingV1().IPAddresses().Create(ctx, obj, metav1.CreateOptions{})
+	return err
+}
+
+// ownedBy reports whether obj's parentRef is owner's Service.
+func ownedBy(obj *networkingv1.IPAddress, owner allocation.Owner) bool {
+	p := obj.Spec.ParentRef
+	return p != nil && p.Group == "" && p.Resource == "services" &&
+		p.Namespace == owner.Namespace && p.Name == owner.Name
+}
+
+// Release deletes ip's IPAddress if it still belongs to owner. The delete is
+// conditional on the UID and resourceVersion just read, so an object that
+// was re-created or re-assigned in between is never removed. Releasing an
+// address that is not allocated, belongs to another Service or is of the
+// other family is a silent no-op. Release does not need the caches.
+func (a *Allocator) Release(ctx context.Context, ip netip.Addr, owner allocation.Owner) error {
+	if !ip.IsValid() || ip.Is6() != a.ipv6 {
+		return nil
+	}
+	api := a.client.NetworkingV1().IPAddresses()
+	for range releaseAttempts {
+		obj, err := api.Get(ctx, ip.String(), metav1.GetOptions{})
+		if apierrors.IsNotFound(err) {
+			return nil
+		}
+		if err != nil {
+			return fmt.Errorf("release %s of service %s: %w", ip, owner, err)
+		}
+		if !ownedBy(obj, owner) {
+			a.logger.V(2).Info("not releasing an IPAddress owned by another parent", "ip", ip, "service", owner.String(), "parentRef", obj.Spec.ParentRef)
+			return nil
+		}
+		err = api.Delete(ctx, obj.Name, metav1.DeleteOptions{Preconditions: &metav1.Preconditions{
+			UID: &obj.UID, ResourceVersion: &obj.ResourceVersion,
+		}})
+		switch {
+		case err == nil, apierrors.IsNotFound(err):
+			a.mu.Lock()
+			if a.inflight[ip] == nil {
+				a.markLocked(ip, false) // free for reuse before the watch event arrives
+			}
+			a.mu.Unlock()
+			return nil
+		case apierrors.IsConflict(err):
+			continue // changed since the read: look again
+		default:
+			return fmt.Errorf("release %s of service %s: %w", ip, owner, err)
+		}
+	}
+	return fmt.Errorf("release %s of service %s: the IPAddress kept changing", ip, owner)
+}
+
+// Has reports whether ip's IPAddress exists, asking the API server.
+func (a *Allocator) Has(ctx context.Context, ip netip.Addr) (bool, error) {
+	if !ip.IsValid() || ip.Is6() != a.ipv6 {
+		return false, nil
+	}
+	_, err := a.client.NetworkingV1().IPAddresses().Get(ctx, ip.String(), metav1.GetOptions{})
+	switch {
+	case err == nil:
+		return true, nil
+	case apierrors.IsNotFound(err):
+		return false, nil
+	default:
+		return false, fmt.Errorf("has %s: %w", ip, err)
+	}
+}
+
+// ForEach calls fn, in ascending order, for every address of this family
+// that has an IPAddress in the cache and lies in a served range.
+func (a *Allocator) ForEach(ctx context.Context, fn func(netip.Addr)) error {
+	if !a.ready.Load() {
+		return allocation.ErrNotReady
+	}
+	addrs := a.cachedAddrs()
+	a.mu.Lock()
+	addrs = slices.DeleteFunc(addrs, func(ip netip.Addr) bool { return !a.containsLocked(ip) })
+	a.mu.Unlock()
+	slices.SortFunc(addrs, netip.Addr.Compare)
+	for _, ip := range addrs {
+		if err := ctx.Err(); err != nil {
+			return fmt.Errorf("for each: %w", err)
+		}
+		fn(ip)
+	}
+	return nil
+}
+
+// Usage sums the maximal ranges (those inside no other served range), so
+// overlapping ServiceCIDRs are counted once. Addresses being claimed count as
+// used.
+func (a *Allocator) Usage(context.Context) (allocation.Usage, error) {
+	if !a.ready.Load() {
+		return allocation.Usage{}, allocation.ErrNotReady
+	}
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	active := make([]activeRange, len(a.ranges))
+	for i, r := range a.ranges {
+		active[i] = r.activeRange
+	}
+	var u allocation.Usage
+	for _, i := range maximalRanges(active) {
+		r := a.ranges[i]
+		u.Size += r.rng.Size()
+		u.StaticSize += r.rng.StaticSize()
+		u.Used += r.index.Used()
+		u.StaticUsed += r.index.UsedStatic()
+	}
+	return u, nil
+}
+
+// DryRun returns a view that answers like a but never writes.
+func (a *Allocator) DryRun() allocation.Interface { return dryRun{a} }
+
+type dryRun struct{ a *Allocator }
+
+// Allocate reports what Allocate would: ErrMismatchedNetwork, ErrAllocated
+// (from a fresh read) or nil.
+func (d dryRun) Allocate(ctx context.Context, ip netip.Addr, _ allocation.Owner) error {
+	a := d.a
+	if !a.ready.Load() {
+		return allocation.ErrNotReady
+	}
+	a.mu.Lock()
+	inRange := ip.IsValid() && ip.Is6() == a.ipv6 && a.containsLocked(ip)
+	busy := a.inflight[ip] != nil
+	a.mu.Unlock()
+	if !inRange {
+		return allocation.ErrMismatchedNetwork
+	}
+	if busy {
+		return allocation.ErrAllocated
+	}
+	has, err := a.Has(ctx, ip)
+	if err != nil {
+		return fmt.Errorf("dry-run allocate %s: %w", ip, err)
+	}
+	if has {
+		return allocation.ErrAllocated
+	}
+	return nil
+}
+
+// AllocateNext reports the address AllocateNext would try first.
+func (d dryRun) AllocateNext(context.Context, allocation.Owner) (netip.Addr, error) {
+	a := d.a
+	if !a.ready.Load() {
+		return netip.Addr{}, allocation.ErrNotReady
+	}
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if ip, ok := a.pickLocked(); ok {
+		return ip, nil
+	}
+	return netip.Addr{}, allocation.ErrFull
+}
+
+func (dryRun) Release(context.Context, netip.Addr, allocation.Owner) error { return nil }
+func (d dryRun) Has(ctx context.Context, ip netip.Addr) (bool, error)      { return d.a.Has(ctx, ip) }
+func (d dryRun) ForEach(ctx context.Context, fn func(netip.Addr)) error    { return d.a.ForEach(ctx, fn) }
+func (d dryRun) Usage(ctx context.Context) (allocation.Usage, error)       { return d.a.Usage(ctx) }
+func (d dryRun) IPv6() bool                                                { return d.a.ipv6 }
+func (d dryRun) DryRun() allocation.Interface                              { return d }

@@ -1,0 +1,114 @@
+package ipaddress
+
+import (
+	"cmp"
+	"fmt"
+	"net/netip"
+	"slices"
+
+	networkingv1 "k8s.io/api/networking/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/allocator/allocator/pkg/subrange"
+)
+
+// RefusedCIDR is a CIDR of a ServiceCIDR that the allocator does not serve,
+// with the reason (for IPv6 prefixes shorter than /64, upstream's
+// "shortest allowed prefix length for service CIDR is 64, got N").
+type RefusedCIDR struct {
+	ServiceCIDR string
+	CIDR        string
+	Err         error
+}
+
+func (r RefusedCIDR) Error() string {
+	return fmt.Sprintf("ServiceCIDR %s: CIDR %s: %v", r.ServiceCIDR, r.CIDR, r.Err)
+}
+
+// Unwrap returns the reason.
+func (r RefusedCIDR) Unwrap() error { return r.Err }
+
+// activeRange is one distinct prefix the allocator serves, with the order key
+// of the oldest ready ServiceCIDR that carries it.
+type activeRange struct {
+	rng     subrange.Range
+	created metav1.Time
+	name    string
+}
+
+// IsReady reports whether cidr may serve new allocations: it is not being
+// deleted and its Ready condition is not False. A ServiceCIDR without a Ready
+// condition counts as ready (design.md §5), because nothing may ever set it
+// on a cluster without the ServiceCIDR controller.
+func IsReady(cidr *networkingv1.ServiceCIDR) bool {
+	if cidr.DeletionTimestamp != nil {
+		return false
+	}
+	for _, c := range cidr.Status.Conditions {
+		if c.Type == networkingv1.ServiceCIDRConditionReady {
+			return c.Status != metav1.ConditionFalse
+		}
+	}
+	return true
+}
+
+// selectRanges turns ServiceCIDRs into the ordered, de-duplicated ranges of
+// one family, plus the CIDRs it refuses. Order: oldest creationTimestamp
+// first, then name; a prefix carried by several ServiceCIDRs takes the
+// position of the first of them and appears once.
+func selectRanges(cidrs []*networkingv1.ServiceCIDR, ipv6 bool) ([]activeRange, []RefusedCIDR) {
+	sorted := slices.Clone(cidrs)
+	slices.SortFunc(sorted, func(a, b *networkingv1.ServiceCIDR) int {
+		if c := a.CreationTimestamp.Compare(b.CreationTimestamp.Time); c != 0 {
+			return c
+		}
+		return cmp.Compare(a.Name, b.Name)
+	})
+	var out []activeRange
+	var refused []RefusedCIDR
+	seen := map[netip.Prefix]bool{}
+	for _, sc := range sorted {
+		if !IsReady(sc) {
+			continue
+		}
+		for _, s := range sc.Spec.CIDRs {
+			prefix, err := subrange.ParsePrefix(s)
+			if err != nil {
+				refused = append(refused, RefusedCIDR{ServiceCIDR: sc.Name, CIDR: s, Err: err})
+				continue
+			}
+			if prefix.Addr().Is6() != ipv6 || seen[prefix] {
+				continue
+			}
+			rng, err := subrange.New(prefix, subrange.ModelIPAddress)
+			if err != nil {
+				refused = append(refused, RefusedCIDR{ServiceCIDR: sc.Name, CIDR: s, Err: err})
+				continue
+			}
+			seen[prefix] = true
+			out = append(out, activeRange{rng: rng, created: sc.CreationTimestamp, name: sc.Name})
+		}
+	}
+	return out, refused
+}
+
+// maximalRanges returns the ranges not contained in another one. Prefixes
+// either nest or are disjoint, and the usable addresses of a nested prefix
+// are usable in its parent, so the union of all ranges is the disjoint union
+// of the maximal ones: counting only those never double-counts.
+func maximalRanges(ranges []activeRange) []int {
+	var out []int
+	for i, r := range ranges {
+		contained := false
+		for j, o := range ranges {
+			if i != j && o.rng.Prefix().Bits() < r.rng.Prefix().Bits() && o.rng.Prefix().Overlaps(r.rng.Prefix()) {
+				contained = true
+				break
+			}
+		}
+		if !contained {
+			out = append(out, i)
+		}
+	}
+	return out
+}
