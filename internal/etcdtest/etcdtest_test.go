@@ -104,3 +104,19 @@ func TestCluster(t *testing.T) {
 		t.Errorf("cluster client read %q, want from-0", got)
 	}
 }
+
+func TestClusterMemberRestart(t *testing.T) {
+	c := NewCluster(t, 3)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	c.Member(1).Stop()
+	// Two of three members still have quorum.
+	if _, err := c.Client(0).Put(ctx, "/while-down", "x"); err != nil {
+		t.Fatal(err)
+	}
+	c.Member(1).Restart(t)
+	// Member 1 catches up from the leader; its old client reconnects.
+	if got := get(ctx, t, c.Client(1), "/while-down"); got != "x" {
+		t.Errorf("member 1 read %q after restart, want x", got)
+	}
+}
