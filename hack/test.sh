@@ -18,3 +18,9 @@ go test -race -count=1 -timeout 30m ./...
 
 echo "== fuzz (short runs of every fuzz target)"
 hack/fuzz.sh "${FUZZTIME:-10s}"
+
+echo "== verify generated code"
+hack/verify-codegen.sh
+
+echo "== e2e (allocator serve + kubectl)"
+hack/e2e.sh

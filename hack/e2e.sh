@@ -1,0 +1,177 @@
+#!/usr/bin/env bash
+# End-to-end check of `allocator serve` with the real kubectl: builds the
+# binary, starts the server as a separate process on a temporary data dir
+# (embedded etcd, free port), and checks what kubectl prints for create, get
+# (tables, short names), apply --server-side, get --watch, delete, a bad
+# input, and a restart on the same data. Everything runs on 127.0.0.1 and is
+# cleaned up on exit.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+KUBECTL=${KUBECTL:-kubectl}
+command -v "$KUBECTL" >/dev/null || { echo "e2e: kubectl not found" >&2; exit 1; }
+
+work=$(mktemp -d)
+server_pid=""
+watch_pid=""
+cleanup() {
+  [ -n "$watch_pid" ] && kill "$watch_pid" 2>/dev/null || true
+  if [ -n "$server_pid" ] && kill -0 "$server_pid" 2>/dev/null; then
+    kill -TERM "$server_pid" 2>/dev/null || true
+    for _ in $(seq 1 100); do kill -0 "$server_pid" 2>/dev/null || break; sleep 0.1; done
+    kill -KILL "$server_pid" 2>/dev/null || true
+  fi
+  rm -rf "$work"
+}
+trap cleanup EXIT
+
+fail() { echo "e2e FAIL: $*" >&2; echo "--- server log (tail)" >&2; tail -30 "$work/server.log" >&2 || true; exit 1; }
+pass() { echo "ok   $*"; }
+
+echo "== build"
+go build -o "$work/allocator" ./cmd/allocator
+
+data="$work/data"
+kc="$data/admin.kubeconfig"
+k() { "$KUBECTL" --kubeconfig "$kc" --request-timeout=20s "$@"; }
+
+start_server() {
+  "$work/allocator" serve --data-dir "$data" --secure-port 0 --service-cluster-ip-range 10.96.0.0/16 >>"$work/server.log" 2>&1 &
+  server_pid=$!
+  for _ in $(seq 1 300); do
+    if [ -f "$kc" ] && k get --raw /readyz >/dev/null 2>&1; then return 0; fi
+    kill -0 "$server_pid" 2>/dev/null || fail "server exited during start"
+    sleep 0.2
+  done
+  fail "server not ready after 60s"
+}
+
+stop_server() {
+  kill -TERM "$server_pid"
+  local rc=0
+  wait "$server_pid" || rc=$?
+  server_pid=""
+  [ "$rc" -eq 0 ] || fail "server exited with $rc on SIGTERM"
+}
+
+echo "== start"
+start_server
+grep -q "kubectl --kubeconfig $kc" "$work/server.log" || fail "server did not print the kubectl line"
+[ "$(stat -c %a "$kc")" = "600" ] || fail "admin.kubeconfig mode is $(stat -c %a "$kc"), want 600"
+pass "server ready, kubectl line printed, kubeconfig mode 0600"
+
+code=$(curl -sk -o /dev/null -w '%{http_code}' "$(k config view -o jsonpath='{.clusters[0].cluster.server}')/api/v1/services")
+[ "$code" = "401" ] || fail "anonymous request got HTTP $code, want 401"
+pass "anonymous request refused (401)"
+
+echo "== create and get"
+k create service clusterip web --tcp=80:8080 >/dev/null
+k create service clusterip dns --tcp=53 --clusterip=10.96.0.10 >/dev/null
+out=$(k get svc)
+echo "$out"
+echo "$out" | head -1 | grep -Eq '^NAME +TYPE +CLUSTER-IP +EXTERNAL-IP +PORT\(S\) +AGE$' || fail "service columns"
+echo "$out" | grep -Eq '^web +ClusterIP +10\.96\.[0-9]+\.[0-9]+ +<none> +80/TCP ' || fail "web row"
+echo "$out" | grep -Eq '^dns +ClusterIP +10\.96\.0\.10 +<none> +53/TCP ' || fail "dns row"
+echo "$out" | grep -Eq '^kubernetes +ClusterIP +10\.96\.0\.1 +<none> +443/TCP ' || fail "kubernetes row"
+pass "get svc columns and rows"
+
+grep -q '^default' <<<"$(k get services -A)" || fail "get services -A"
+out=$(k get ns)
+echo "$out" | head -1 | grep -Eq '^NAME +STATUS +AGE$' || fail "namespace columns"
+echo "$out" | grep -Eq '^kube-system +Active ' || fail "kube-system row"
+pass "get ns"
+
+out=$(k get servicecidrs)
+echo "$out"
+echo "$out" | head -1 | grep -Eq '^NAME +CIDRS +AGE$' || fail "servicecidr columns"
+echo "$out" | grep -Eq '^kubernetes +10\.96\.0\.0/16 ' || fail "default servicecidr row"
+pass "get servicecidrs"
+
+cat > "$work/ip.yaml" <<'YAML'
+apiVersion: networking.k8s.io/v1
+kind: IPAddress
+metadata:
+  name: 10.96.200.200
+spec:
+  parentRef:
+    group: ""
+    resource: services
+    namespace: default
+    name: web
+YAML
+k apply -f "$work/ip.yaml" >/dev/null
+out=$(k get ip)
+echo "$out"
+echo "$out" | head -1 | grep -Eq '^NAME +PARENTREF$' || fail "ipaddress columns"
+echo "$out" | grep -Eq '^10\.96\.200\.200 +services/default/web$' || fail "ipaddress row"
+k get ipaddresses 10.96.200.200 >/dev/null || fail "get ipaddresses by name"
+k delete ip 10.96.200.200 >/dev/null
+pass "get ipaddresses (PARENTREF)"
+
+echo "== watch"
+k get svc --watch --output-watch-events >"$work/watch.out" 2>&1 &
+watch_pid=$!
+sleep 1
+k create service clusterip watched --tcp=8080 >/dev/null
+for _ in $(seq 1 50); do grep -q 'ADDED .*watched' "$work/watch.out" && break; sleep 0.2; done
+grep -q 'ADDED .*watched' "$work/watch.out" || { cat "$work/watch.out"; fail "watch did not see the new Service"; }
+k delete svc watched >/dev/null
+for _ in $(seq 1 50); do grep -q 'DELETED .*watched' "$work/watch.out" && break; sleep 0.2; done
+grep -q 'DELETED .*watched' "$work/watch.out" || { cat "$work/watch.out"; fail "watch did not see the delete"; }
+kill "$watch_pid" 2>/dev/null || true; wait "$watch_pid" 2>/dev/null || true; watch_pid=""
+pass "get --watch sees ADDED and DELETED"
+
+echo "== apply --server-side"
+cat > "$work/svc.yaml" <<'YAML'
+apiVersion: v1
+kind: Service
+metadata:
+  name: applied
+  labels: {tier: one}
+spec:
+  selector: {app: applied}
+  ports:
+  - port: 443
+    targetPort: 8443
+YAML
+grep -q 'serverside-applied' <<<"$(k apply --server-side -f "$work/svc.yaml")" || fail "apply --server-side create"
+ip1=$(k get svc applied -o jsonpath='{.spec.clusterIP}')
+sed -i 's/tier: one/tier: two/' "$work/svc.yaml"
+k apply --server-side -f "$work/svc.yaml" >/dev/null || fail "apply --server-side update"
+ip2=$(k get svc applied -o jsonpath='{.spec.clusterIP}')
+[ "$(k get svc applied -o jsonpath='{.metadata.labels.tier}')" = "two" ] || fail "apply did not update the label"
+[ -n "$ip1" ] && [ "$ip1" = "$ip2" ] || fail "apply changed the cluster IP ($ip1 -> $ip2)"
+grep -q kubectl <<<"$(k get svc applied -o jsonpath='{.metadata.managedFields[*].manager}')" || fail "managedFields"
+pass "apply --server-side create+update keeps $ip1"
+
+echo "== explain (OpenAPI)"
+grep -q 'FIELD: *clusterIPs' <<<"$(k explain service.spec.clusterIPs)" || fail "kubectl explain"
+pass "kubectl explain"
+
+echo "== bad input"
+if k create service clusterip bad1 --tcp=80 --clusterip=10.96.0.256 2>"$work/err"; then fail "malformed IP accepted"; fi
+grep -q 'spec.clusterIPs' "$work/err" || fail "malformed IP message: $(cat "$work/err")"
+if k create service clusterip bad2 --tcp=80 --clusterip=10.96.0.10 2>"$work/err"; then fail "duplicate IP accepted"; fi
+grep -q 'provided IP is already allocated' "$work/err" || fail "duplicate IP message: $(cat "$work/err")"
+if k create service nodeport np --tcp=80 2>"$work/err"; then fail "NodePort accepted"; fi
+grep -q 'node ports' "$work/err" || fail "NodePort message: $(cat "$work/err")"
+k get --raw /readyz >/dev/null || fail "server unhealthy after bad input"
+pass "bad input refused with clear messages, server healthy"
+
+echo "== delete"
+web_ip=$(k get svc web -o jsonpath='{.spec.clusterIP}')
+k delete svc web >/dev/null
+k get svc web >/dev/null 2>&1 && fail "web still there"
+k create service clusterip reuse --tcp=80 --clusterip="$web_ip" >/dev/null || fail "IP $web_ip not released by delete"
+pass "delete releases $web_ip"
+
+echo "== restart"
+stop_server
+pass "clean exit on SIGTERM"
+start_server
+[ "$(k get svc dns -o jsonpath='{.spec.clusterIP}')" = "10.96.0.10" ] || fail "dns lost after restart"
+if k create service clusterip dup --tcp=80 --clusterip=10.96.0.10 2>/dev/null; then fail "IP handed out twice after restart"; fi
+pass "restart keeps Services and allocations"
+stop_server
+
+echo "e2e: all checks passed"
