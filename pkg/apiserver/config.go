@@ -16,6 +16,7 @@ import (
 	openapinamer "k8s.io/apiserver/pkg/endpoints/openapi"
 	genericapiserver "k8s.io/apiserver/pkg/server"
 	genericoptions "k8s.io/apiserver/pkg/server/options"
+	restclient "k8s.io/client-go/rest"
 
 	"github.com/allocator/allocator/pkg/allocation"
 	"github.com/allocator/allocator/pkg/bitmap"
@@ -37,6 +38,10 @@ type AllocatorSpec struct {
 	Etcd *clientv3.Client
 	// EtcdPrefix is --etcd-prefix, e.g. "/registry".
 	EtcdPrefix string
+	// Loopback is a client config with full rights on this server (the
+	// IPAddress model creates IPAddress objects through it). The server is
+	// not serving yet when the factory runs.
+	Loopback *restclient.Config
 }
 
 // RangeKey returns the bitmap model's etcd key for spec's family.
@@ -75,7 +80,8 @@ type Config struct {
 	EtcdPrefix string
 	// Model is the allocator model passed to NewAllocator.
 	Model string
-	// NewAllocator builds each family's allocator; nil means MemoryBitmapFactory.
+	// NewAllocator builds each family's allocator. Nil means, by Model:
+	// EtcdBitmapFactory (bitmap) or IPAddressFactory (ipaddress).
 	NewAllocator AllocatorFactory
 	// RebuildAllocations re-marks the cluster IPs of every stored Service in
 	// the allocators before the server reports ready. Needed for allocators
@@ -188,12 +194,16 @@ type CompletedConfig struct {
 
 // Complete fills in defaults.
 func (c *Config) Complete() CompletedConfig {
-	if c.NewAllocator == nil {
-		c.NewAllocator = MemoryBitmapFactory
-		c.RebuildAllocations = true
-	}
 	if c.Model == "" {
 		c.Model = ModelBitmap
+	}
+	if c.NewAllocator == nil {
+		switch c.Model {
+		case ModelIPAddress:
+			c.NewAllocator = IPAddressFactory
+		default:
+			c.NewAllocator = EtcdBitmapFactory
+		}
 	}
 	if c.EtcdPrefix == "" {
 		c.EtcdPrefix = "/registry"

@@ -66,6 +66,7 @@ func (c CompletedConfig) New(ctx context.Context) (*Server, error) {
 	for i, prefix := range c.ServiceCIDRs {
 		a, err := c.NewAllocator(ctx, AllocatorSpec{
 			Prefix: prefix, Primary: i == 0, Model: c.Model, Etcd: etcdClient, EtcdPrefix: c.EtcdPrefix,
+			Loopback: restclient.CopyConfig(c.Generic.LoopbackClientConfig),
 		})
 		if err != nil {
 			return nil, fmt.Errorf("allocator for %s: %w", prefix, err)

@@ -11,8 +11,10 @@ import (
 
 func insecureTLS() *tls.Config { return &tls.Config{InsecureSkipVerify: true} } //nolint:gosec // only probes the 401
 
-func TestDualStack(t *testing.T) {
-	s := startServer(t, serverOptions{serviceRange: "10.96.0.0/16,fd00:10:96::/112"})
+func TestDualStack(t *testing.T) { forEachModel(t, testDualStack) }
+
+func testDualStack(t *testing.T, model string) {
+	s := startServer(t, serverOptions{model: model, serviceRange: "10.96.0.0/16,fd00:10:96::/112"})
 	c := s.client
 	ctx := testContext(t)
 

@@ -30,6 +30,17 @@ type serverOptions struct {
 	serviceRange string
 	etcd         *etcdtest.Etcd // nil: a new one
 	dataDir      string         // "": a new temp dir
+	model        string         // --allocator; "": bitmap
+}
+
+// models are the allocator models every allocation test runs with.
+var models = []string{apiserver.ModelBitmap, apiserver.ModelIPAddress}
+
+// forEachModel runs test once per allocator model.
+func forEachModel(t *testing.T, test func(t *testing.T, model string)) {
+	for _, model := range models {
+		t.Run(model, func(t *testing.T) { test(t, model) })
+	}
 }
 
 // startServer starts a server and waits until /readyz is ok. It is stopped
@@ -49,6 +60,9 @@ func startServer(t *testing.T, so serverOptions) *server {
 		opts.ServiceClusterIPRange = so.serviceRange
 	}
 	opts.EtcdServers = so.etcd.Endpoints()
+	if so.model != "" {
+		opts.Allocator = so.model
+	}
 	cfg, err := opts.Config(nil)
 	if err != nil {
 		t.Fatalf("config: %v", err)

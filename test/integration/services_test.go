@@ -17,6 +17,8 @@ import (
 	"k8s.io/apimachinery/pkg/util/intstr"
 	corev1apply "k8s.io/client-go/applyconfigurations/core/v1"
 	"k8s.io/client-go/kubernetes"
+
+	"github.com/allocator/allocator/pkg/apiserver"
 )
 
 func newService(name string, mutate ...func(*corev1.Service)) *corev1.Service {
@@ -101,8 +103,10 @@ func expectTaken(t *testing.T, ctx context.Context, c kubernetes.Interface, ip s
 	expectStatus(t, err, 422, "provided IP is already allocated")
 }
 
-func TestSingleStack(t *testing.T) {
-	s := startServer(t, serverOptions{serviceRange: "10.96.0.0/16"})
+func TestSingleStack(t *testing.T) { forEachModel(t, testSingleStack) }
+
+func testSingleStack(t *testing.T, model string) {
+	s := startServer(t, serverOptions{model: model, serviceRange: "10.96.0.0/16"})
 	c := s.client
 	ctx := testContext(t)
 	lowerBand := netip.MustParsePrefix("10.96.0.0/23") // offset 256: 10.96.0.1 … 10.96.1.0
@@ -134,6 +138,15 @@ func TestSingleStack(t *testing.T) {
 		}
 		if *svc.Spec.IPFamilyPolicy != corev1.IPFamilyPolicySingleStack || len(svc.Spec.IPFamilies) != 1 || svc.Spec.IPFamilies[0] != corev1.IPv4Protocol {
 			t.Errorf("families %v policy %v", svc.Spec.IPFamilies, *svc.Spec.IPFamilyPolicy)
+		}
+		if model == apiserver.ModelIPAddress {
+			ipa, err := c.NetworkingV1().IPAddresses().Get(ctx, svc.Spec.ClusterIP, metav1.GetOptions{})
+			if err != nil {
+				t.Fatalf("IPAddress of dyn: %v", err)
+			}
+			if ref := ipa.Spec.ParentRef; ref == nil || ref.Resource != "services" || ref.Namespace != "default" || ref.Name != "dyn" {
+				t.Errorf("IPAddress parentRef %+v", ipa.Spec.ParentRef)
+			}
 		}
 		expectTaken(t, ctx, c, svc.Spec.ClusterIP)
 		mustDelete(t, ctx, c, "dyn")
@@ -414,8 +427,10 @@ func TestSingleStack(t *testing.T) {
 	})
 }
 
-func TestRangeFull(t *testing.T) {
-	s := startServer(t, serverOptions{serviceRange: "10.0.0.0/27"})
+func TestRangeFull(t *testing.T) { forEachModel(t, testRangeFull) }
+
+func testRangeFull(t *testing.T, model string) {
+	s := startServer(t, serverOptions{model: model, serviceRange: "10.0.0.0/27"})
 	c := s.client
 	ctx := testContext(t)
 	// 30 usable addresses, one taken by the kubernetes Service.
@@ -435,8 +450,10 @@ func TestRangeFull(t *testing.T) {
 	expectStatus(t, err, 500, "range is full")
 }
 
-func TestRestartKeepsAllocations(t *testing.T) {
-	s := startServer(t, serverOptions{serviceRange: "10.0.0.0/27"})
+func TestRestartKeepsAllocations(t *testing.T) { forEachModel(t, testRestartKeepsAllocations) }
+
+func testRestartKeepsAllocations(t *testing.T, model string) {
+	s := startServer(t, serverOptions{model: model, serviceRange: "10.0.0.0/27"})
 	ctx := testContext(t)
 	before := map[string]string{}
 	for i := 0; i < 10; i++ {
@@ -445,7 +462,7 @@ func TestRestartKeepsAllocations(t *testing.T) {
 	}
 	s.stop()
 
-	s2 := startServer(t, serverOptions{serviceRange: "10.0.0.0/27", etcd: s.etcd, dataDir: s.dataDir})
+	s2 := startServer(t, serverOptions{model: model, serviceRange: "10.0.0.0/27", etcd: s.etcd, dataDir: s.dataDir})
 	c := s2.client
 	used := map[string]bool{"10.0.0.1": true}
 	for name, ip := range before {

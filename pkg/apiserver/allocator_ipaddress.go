@@ -1,0 +1,27 @@
+package apiserver
+
+import (
+	"context"
+	"fmt"
+
+	"k8s.io/client-go/kubernetes"
+
+	"github.com/allocator/allocator/pkg/allocation"
+	"github.com/allocator/allocator/pkg/ipaddress"
+)
+
+// IPAddressFactory builds the IPAddress model: one meta-allocator per family
+// over every ready ServiceCIDR, claiming addresses by creating IPAddress
+// objects through the server's own loopback client. Its informers start at
+// once and sync once the server serves; until then it answers ErrNotReady
+// (503 with Retry-After). The informers stop when ctx ends.
+func IPAddressFactory(ctx context.Context, spec AllocatorSpec) (allocation.Interface, error) {
+	if spec.Loopback == nil {
+		return nil, fmt.Errorf("ipaddress allocator for %s: no loopback client config", spec.Prefix)
+	}
+	client, err := kubernetes.NewForConfig(spec.Loopback)
+	if err != nil {
+		return nil, fmt.Errorf("ipaddress allocator for %s: %w", spec.Prefix, err)
+	}
+	return ipaddress.New(ctx, ipaddress.Config{Client: client, IPv6: spec.Prefix.Addr().Is6()})
+}
