@@ -8,6 +8,15 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
+# Without ALLOCATOR, run once per allocator model.
+if [ -z "${ALLOCATOR:-}" ]; then
+  for model in bitmap ipaddress; do
+    echo "===== e2e with --allocator=$model"
+    ALLOCATOR=$model "$0"
+  done
+  exit 0
+fi
+
 KUBECTL=${KUBECTL:-kubectl}
 command -v "$KUBECTL" >/dev/null || { echo "e2e: kubectl not found" >&2; exit 1; }
 
@@ -36,7 +45,7 @@ kc="$data/admin.kubeconfig"
 k() { "$KUBECTL" --kubeconfig "$kc" --request-timeout=20s "$@"; }
 
 start_server() {
-  "$work/allocator" serve --data-dir "$data" --secure-port 0 --service-cluster-ip-range 10.96.0.0/16 >>"$work/server.log" 2>&1 &
+  "$work/allocator" serve --data-dir "$data" --secure-port 0 --service-cluster-ip-range 10.96.0.0/16 --allocator "$ALLOCATOR" >>"$work/server.log" 2>&1 &
   server_pid=$!
   for _ in $(seq 1 300); do
     if [ -f "$kc" ] && k get --raw /readyz >/dev/null 2>&1; then return 0; fi
@@ -105,6 +114,11 @@ echo "$out"
 echo "$out" | head -1 | grep -Eq '^NAME +PARENTREF$' || fail "ipaddress columns"
 echo "$out" | grep -Eq '^10\.96\.200\.200 +services/default/web$' || fail "ipaddress row"
 k get ipaddresses 10.96.200.200 >/dev/null || fail "get ipaddresses by name"
+if [ "$ALLOCATOR" = ipaddress ]; then
+  web_ip=$(k get svc web -o jsonpath='{.spec.clusterIP}')
+  grep -Eq "^${web_ip//./\\.} +services/default/web$" <<<"$out" || fail "no IPAddress for web ($web_ip)"
+  grep -Eq '^10\.96\.0\.1 +services/default/kubernetes$' <<<"$out" || fail "no IPAddress for kubernetes"
+fi
 k delete ip 10.96.200.200 >/dev/null
 pass "get ipaddresses (PARENTREF)"
 
@@ -174,4 +188,4 @@ if k create service clusterip dup --tcp=80 --clusterip=10.96.0.10 2>/dev/null; t
 pass "restart keeps Services and allocations"
 stop_server
 
-echo "e2e: all checks passed"
+echo "e2e ($ALLOCATOR): all checks passed"
