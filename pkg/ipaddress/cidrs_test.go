@@ -1,0 +1,78 @@
+package ipaddress
+
+import (
+	"errors"
+	"net/netip"
+	"testing"
+	"time"
+
+	"github.com/google/go-cmp/cmp"
+	networkingv1 "k8s.io/api/networking/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/allocator/allocator/pkg/subrange"
+)
+
+func serviceCIDR(name string, age time.Duration, cidrs ...string) *networkingv1.ServiceCIDR {
+	return &networkingv1.ServiceCIDR{
+		ObjectMeta: metav1.ObjectMeta{Name: name, CreationTimestamp: metav1.NewTime(time.Unix(1e9, 0).Add(-age))},
+		Spec:       networkingv1.ServiceCIDRSpec{CIDRs: cidrs},
+	}
+}
+
+func withReady(sc *networkingv1.ServiceCIDR, status metav1.ConditionStatus) *networkingv1.ServiceCIDR {
+	sc.Status.Conditions = []metav1.Condition{{Type: networkingv1.ServiceCIDRConditionReady, Status: status}}
+	return sc
+}
+
+func TestSelectRanges(t *testing.T) {
+	now := metav1.Now()
+	terminating := serviceCIDR("terminating", 5*time.Hour, "10.9.0.0/24")
+	terminating.DeletionTimestamp = &now
+	cidrs := []*networkingv1.ServiceCIDR{
+		serviceCIDR("b-young", time.Hour, "10.1.0.0/24", "fd00:1::/120"),
+		serviceCIDR("old", 3*time.Hour, "10.0.0.0/28"),
+		serviceCIDR("a-young", time.Hour, "10.2.0.0/24"),
+		serviceCIDR("dup", 30*time.Minute, "10.0.0.0/28"),
+		terminating,
+		withReady(serviceCIDR("notready", 4*time.Hour, "10.8.0.0/24"), metav1.ConditionFalse),
+		withReady(serviceCIDR("ready", 10*time.Minute, "10.3.0.0/24"), metav1.ConditionTrue),
+		serviceCIDR("too-big", 2*time.Hour, "fd00:2::/48"),
+	}
+	prefixes := func(rs []activeRange) []string {
+		var out []string
+		for _, r := range rs {
+			out = append(out, r.rng.Prefix().String())
+		}
+		return out
+	}
+	v4, refused4 := selectRanges(cidrs, false)
+	if diff := cmp.Diff([]string{"10.0.0.0/28", "10.2.0.0/24", "10.1.0.0/24", "10.3.0.0/24"}, prefixes(v4)); diff != "" {
+		t.Errorf("IPv4 order (-want +got):\n%s", diff)
+	}
+	if len(refused4) != 0 { // the IPv6 allocator reports IPv6 refusals
+		t.Errorf("IPv4 refused: %v", refused4)
+	}
+	v6, refused6 := selectRanges(cidrs, true)
+	if diff := cmp.Diff([]string{"fd00:1::/120"}, prefixes(v6)); diff != "" {
+		t.Errorf("IPv6 (-want +got):\n%s", diff)
+	}
+	if len(refused6) != 1 || refused6[0].ServiceCIDR != "too-big" || !errors.Is(refused6[0], subrange.ErrPrefixTooLarge) ||
+		refused6[0].Err.Error() != "prefix too large: shortest allowed prefix length for service CIDR is 64, got 48" {
+		t.Errorf("IPv6 refused: %v", refused6)
+	}
+}
+
+func TestMaximalRanges(t *testing.T) {
+	mk := func(ps ...string) []activeRange {
+		var out []activeRange
+		for _, p := range ps {
+			out = append(out, activeRange{rng: subrange.MustNew(netip.MustParsePrefix(p), subrange.ModelIPAddress)})
+		}
+		return out
+	}
+	got := maximalRanges(mk("10.0.0.0/28", "10.0.0.0/24", "10.1.0.0/24", "10.0.0.240/28"))
+	if diff := cmp.Diff([]int{1, 2}, got); diff != "" {
+		t.Errorf("(-want +got):\n%s", diff)
+	}
+}
