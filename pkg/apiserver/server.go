@@ -12,6 +12,8 @@ import (
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apiserver/pkg/registry/rest"
 	genericapiserver "k8s.io/apiserver/pkg/server"
+	"k8s.io/client-go/informers"
+	"k8s.io/client-go/kubernetes"
 	restclient "k8s.io/client-go/rest"
 	"k8s.io/klog/v2"
 
@@ -22,6 +24,7 @@ import (
 	"github.com/allocator/allocator/pkg/registry/servicecidrs"
 	"github.com/allocator/allocator/pkg/registry/services"
 	"github.com/allocator/allocator/pkg/servicealloc"
+	"github.com/allocator/allocator/pkg/servicecidr"
 )
 
 // Server is the allocator API server.
@@ -125,8 +128,36 @@ func (c CompletedConfig) New(ctx context.Context) (*Server, error) {
 	}); err != nil {
 		return nil, err
 	}
+	if err := generic.AddPostStartHook("allocator-servicecidr-controller", s.startServiceCIDRController); err != nil {
+		return nil, err
+	}
 	ok = true
 	return s, nil
+}
+
+// startServiceCIDRController runs the ServiceCIDR controller until the
+// server stops. The hook returns at once; a failure to build the controller
+// is logged and not fatal (ServiceCIDRs then keep no finalizer).
+func (s *Server) startServiceCIDRController(hc genericapiserver.PostStartHookContext) error {
+	ctx := hc.Context
+	client, err := kubernetes.NewForConfig(hc.LoopbackClientConfig)
+	if err != nil {
+		logger(ctx).Error(err, "ServiceCIDR controller cannot build a client")
+		return nil
+	}
+	factory := informers.NewSharedInformerFactory(client, 0)
+	ctrl, err := servicecidr.New(client, factory.Networking().V1().ServiceCIDRs(), factory.Networking().V1().IPAddresses())
+	if err != nil {
+		logger(ctx).Error(err, "ServiceCIDR controller not started")
+		return nil
+	}
+	factory.Start(ctx.Done())
+	go func() {
+		if err := ctrl.Run(ctx, 2); err != nil && ctx.Err() == nil {
+			logger(ctx).Error(err, "ServiceCIDR controller stopped")
+		}
+	}()
+	return nil
 }
 
 // Run serves until ctx is cancelled, then shuts down cleanly.

@@ -1,0 +1,28 @@
+// Package servicecidr is the ServiceCIDR controller of the allocator API
+// server: it keeps the finalizer and the Ready condition of every
+// ServiceCIDR, and lets a ServiceCIDR go away only when no IPAddress depends
+// on it.
+//
+// Invariants, each with the failure it prevents:
+//   - Every ServiceCIDR that is not being deleted carries the finalizer
+//     networking.k8s.io/service-cidr-finalizer, so a delete cannot remove it
+//     before the check below ran (otherwise Services would keep addresses in
+//     a range nobody serves any more, and the range could be handed out again
+//     by a re-created ServiceCIDR while they are still in use).
+//   - A ServiceCIDR being deleted keeps its finalizer, and has Ready=False
+//     with reason Terminating and upstream's message, while some IPAddress
+//     lies in one of its CIDRs and in no CIDR of another ServiceCIDR that is
+//     not being deleted. The check reads the informers' caches and is re-run
+//     whenever an IPAddress or a ServiceCIDR changes, and periodically.
+//   - When the caches show no such IPAddress, a consistent list from the API
+//     confirms it before the finalizer is removed (a cache lagging behind an
+//     IPAddress created a moment ago let the ServiceCIDR go in a test); then
+//     the storage deletes the object.
+//   - A ServiceCIDR that is not being deleted is Ready=True. A ServiceCIDR
+//     without a Ready condition also counts as ready for allocation (design
+//     §5), so a slow controller never blocks allocation.
+//
+// In the bitmap model Services hold addresses without IPAddress objects; the
+// bitmap covers only --service-cluster-ip-range, whose default ServiceCIDR
+// the server re-creates when it is deleted.
+package servicecidr
