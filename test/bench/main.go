@@ -1,0 +1,141 @@
+// Command bench creates and deletes ClusterIP Services against an API server
+// with client-go at several concurrency levels, and prints throughput and
+// latency percentiles per phase. It fails when two Services got the same IP.
+// hack/bench.sh runs it against a freshly started `allocator serve`.
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"os"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/intstr"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/tools/clientcmd"
+)
+
+func main() {
+	kubeconfig := flag.String("kubeconfig", "", "kubeconfig of the API server")
+	count := flag.Int("count", 2000, "Services per phase")
+	levels := flag.String("concurrency", "1,8,32", "comma-separated client concurrency levels")
+	timeout := flag.Duration("timeout", 30*time.Minute, "overall time limit")
+	flag.Parse()
+	ctx, cancel := context.WithTimeout(context.Background(), *timeout)
+	defer cancel()
+	if err := run(ctx, *kubeconfig, *count, *levels); err != nil {
+		fmt.Fprintln(os.Stderr, "bench:", err)
+		os.Exit(1)
+	}
+}
+
+func run(ctx context.Context, kubeconfig string, count int, levels string) error {
+	cfg, err := clientcmd.BuildConfigFromFlags("", kubeconfig)
+	if err != nil {
+		return fmt.Errorf("load kubeconfig: %w", err)
+	}
+	cfg.QPS, cfg.Burst = 1e6, 1e6
+	cfg.ContentType = "application/vnd.kubernetes.protobuf"
+	cfg.AcceptContentTypes = "application/vnd.kubernetes.protobuf,application/json"
+	client, err := kubernetes.NewForConfig(cfg)
+	if err != nil {
+		return err
+	}
+	fmt.Printf("%-8s %-11s %7s %10s %9s %9s %9s\n", "phase", "concurrency", "count", "per-sec", "p50-ms", "p99-ms", "max-ms")
+	for _, field := range strings.Split(levels, ",") {
+		conc, err := strconv.Atoi(strings.TrimSpace(field))
+		if err != nil || conc < 1 {
+			return fmt.Errorf("bad concurrency %q", field)
+		}
+		ns := fmt.Sprintf("bench-c%d-%d", conc, time.Now().UnixNano()%1e6)
+		if _, err := client.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}, metav1.CreateOptions{}); err != nil {
+			return fmt.Errorf("create namespace: %w", err)
+		}
+		ips := make([]string, count)
+		create := func(ctx context.Context, i int) error {
+			svc := &corev1.Service{
+				ObjectMeta: metav1.ObjectMeta{Name: fmt.Sprintf("svc-%05d", i)},
+				Spec: corev1.ServiceSpec{
+					Selector: map[string]string{"app": "bench"},
+					Ports:    []corev1.ServicePort{{Port: 80, TargetPort: intstr.FromInt32(8080)}},
+				},
+			}
+			out, err := client.CoreV1().Services(ns).Create(ctx, svc, metav1.CreateOptions{})
+			if err != nil {
+				return err
+			}
+			ips[i] = out.Spec.ClusterIP
+			return nil
+		}
+		if err := phase(ctx, "create", conc, count, create); err != nil {
+			return err
+		}
+		seen := make(map[string]int, count)
+		for i, ip := range ips {
+			if j, dup := seen[ip]; dup {
+				return fmt.Errorf("svc-%05d and svc-%05d both got %s", j, i, ip)
+			}
+			seen[ip] = i
+		}
+		del := func(ctx context.Context, i int) error {
+			return client.CoreV1().Services(ns).Delete(ctx, fmt.Sprintf("svc-%05d", i), metav1.DeleteOptions{})
+		}
+		if err := phase(ctx, "delete", conc, count, del); err != nil {
+			return err
+		}
+		_ = client.CoreV1().Namespaces().Delete(ctx, ns, metav1.DeleteOptions{})
+	}
+	fmt.Println("all Services got distinct IPs")
+	return nil
+}
+
+// phase runs op for 0..count-1 with conc workers and prints its figures.
+func phase(ctx context.Context, name string, conc, count int, op func(context.Context, int) error) error {
+	lat := make([]time.Duration, count)
+	next := make(chan int)
+	var (
+		wg      sync.WaitGroup
+		errOnce sync.Once
+		first   error
+	)
+	start := time.Now()
+	for range conc {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := range next {
+				t0 := time.Now()
+				if err := op(ctx, i); err != nil {
+					errOnce.Do(func() { first = fmt.Errorf("%s %d: %w", name, i, err) })
+					continue
+				}
+				lat[i] = time.Since(t0)
+			}
+		}()
+	}
+	for i := 0; i < count && ctx.Err() == nil; i++ {
+		next <- i
+	}
+	close(next)
+	wg.Wait()
+	elapsed := time.Since(start)
+	if first != nil {
+		return first
+	}
+	if ctx.Err() != nil {
+		return errors.Join(errors.New(name+": out of time"), ctx.Err())
+	}
+	slices.Sort(lat)
+	ms := func(d time.Duration) string { return fmt.Sprintf("%.1f", float64(d.Microseconds())/1000) }
+	fmt.Printf("%-8s %-11d %7d %10.1f %9s %9s %9s\n", name, conc, count, float64(count)/elapsed.Seconds(),
+		ms(lat[len(lat)/2]), ms(lat[len(lat)*99/100]), ms(lat[len(lat)-1]))
+	return nil
+}
