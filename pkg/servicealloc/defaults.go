@@ -2,11 +2,12 @@ package servicealloc
 
 import (
 	"fmt"
-	"net/netip"
 	"slices"
 
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/util/validation/field"
+
+	"github.com/allocator/allocator/pkg/subrange"
 )
 
 // normalizeClusterIPs keeps spec.clusterIP and spec.clusterIPs in step, as
@@ -114,7 +115,7 @@ func (a *Allocator) defaultIPFamilies(svc, old *corev1.Service) field.ErrorList 
 		if text == corev1.ClusterIPNone {
 			break
 		}
-		addr, err := netip.ParseAddr(text)
+		addr, err := subrange.ParseAddr(text)
 		if err != nil {
 			break // validation reports it
 		}
