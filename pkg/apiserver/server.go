@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net/http"
 	"sync/atomic"
 	"time"
 
@@ -12,6 +13,8 @@ import (
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apiserver/pkg/registry/rest"
 	genericapiserver "k8s.io/apiserver/pkg/server"
+	"k8s.io/apiserver/pkg/server/healthz"
+	storagefactory "k8s.io/apiserver/pkg/storage/storagebackend/factory"
 	"k8s.io/client-go/informers"
 	"k8s.io/client-go/kubernetes"
 	restclient "k8s.io/client-go/rest"
@@ -131,8 +134,46 @@ func (c CompletedConfig) New(ctx context.Context) (*Server, error) {
 	if err := generic.AddPostStartHook("allocator-servicecidr-controller", s.startServiceCIDRController); err != nil {
 		return nil, err
 	}
+	if err := s.addHealthChecks(ctx, getter); err != nil {
+		return nil, err
+	}
 	ok = true
 	return s, nil
+}
+
+// readiness is implemented by allocators that load state asynchronously
+// (the IPAddress model's informers).
+type readiness interface{ Ready() bool }
+
+// addHealthChecks adds etcd to /healthz, /livez and /readyz, and the
+// allocators to /readyz: not ready until bootstrap opened them and their
+// caches are synced. The etcd checks run until ctx ends.
+func (s *Server) addHealthChecks(ctx context.Context, getter *restOptionsGetter) error {
+	etcdHealth, err := storagefactory.CreateHealthCheck(getter.base, ctx.Done())
+	if err != nil {
+		return fmt.Errorf("etcd health check: %w", err)
+	}
+	etcdReady, err := storagefactory.CreateReadyCheck(getter.base, ctx.Done())
+	if err != nil {
+		return fmt.Errorf("etcd readiness check: %w", err)
+	}
+	if err := s.generic.AddHealthChecks(healthz.NamedCheck("etcd", func(*http.Request) error { return etcdHealth() })); err != nil {
+		return err
+	}
+	return s.generic.AddReadyzChecks(
+		healthz.NamedCheck("etcd-readiness", func(*http.Request) error { return etcdReady() }),
+		healthz.NamedCheck("allocators", func(*http.Request) error {
+			if !s.open.Load() {
+				return errors.New("allocations not rebuilt yet")
+			}
+			for _, a := range s.allocators {
+				if r, ok := a.(readiness); ok && !r.Ready() {
+					return fmt.Errorf("allocator (IPv6=%v) not ready", a.IPv6())
+				}
+			}
+			return nil
+		}),
+	)
 }
 
 // startServiceCIDRController runs the ServiceCIDR controller until the
