@@ -19,6 +19,7 @@ import (
 	"k8s.io/client-go/kubernetes"
 
 	"github.com/allocator/allocator/pkg/apiserver"
+	"github.com/allocator/allocator/pkg/etcdlayout"
 )
 
 func newService(name string, mutate ...func(*corev1.Service)) *corev1.Service {
@@ -346,6 +347,24 @@ func testSingleStack(t *testing.T, model string) {
 		}
 		if v := resp.Kvs[0].Value; !bytes.HasPrefix(v, []byte("k8s\x00")) || !bytes.Contains(v, []byte("10.96.0.91")) {
 			t.Errorf("stored value is not the protobuf envelope: %q", v[:min(len(v), 40)])
+		}
+		obj, err := etcdlayout.Decode(resp.Kvs[0].Value)
+		if err != nil {
+			t.Fatalf("decode as kube-apiserver data: %v", err)
+		}
+		if stored, ok := obj.(*corev1.Service); !ok || stored.Spec.ClusterIP != "10.96.0.91" || stored.Namespace != "default" {
+			t.Errorf("decoded %T %+v", obj, obj)
+		}
+		if model == apiserver.ModelIPAddress {
+			resp, err := s.etcd.Client().Get(ctx, "/registry/ipaddresses/10.96.0.91")
+			if err != nil || len(resp.Kvs) != 1 {
+				t.Fatalf("IPAddress key: %v %v", resp, err)
+			}
+			obj, err := etcdlayout.Decode(resp.Kvs[0].Value)
+			ipa, ok := obj.(*networkingv1.IPAddress)
+			if err != nil || !ok || ipa.Labels["ipaddress.kubernetes.io/managed-by"] != "ipallocator.k8s.io" {
+				t.Errorf("stored IPAddress %+v %v", obj, err)
+			}
 		}
 		for _, key := range []string{"/registry/namespaces/default", "/registry/servicecidrs/kubernetes"} {
 			resp, err := s.etcd.Client().Get(ctx, key)
