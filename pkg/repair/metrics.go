@@ -1,0 +1,51 @@
+package repair
+
+import (
+	"k8s.io/component-base/metrics"
+)
+
+// Metrics are the repair controllers' metrics with upstream's names, so
+// existing dashboards work (design.md §9). Create them with NewMetrics and
+// register them with Register; a nil *Metrics records nothing.
+type Metrics struct {
+	ipErrors        *metrics.CounterVec
+	reconcileErrors *metrics.Counter
+}
+
+// NewMetrics returns unregistered metrics.
+func NewMetrics() *Metrics {
+	return &Metrics{
+		ipErrors: metrics.NewCounterVec(&metrics.CounterOpts{
+			Namespace:      "apiserver",
+			Subsystem:      "clusterip_repair",
+			Name:           "ip_errors_total",
+			Help:           "Number of errors detected on clusterips by the repair loop broken down by type of error: leak, repair, full, outOfRange, duplicate, unknown, invalid",
+			StabilityLevel: metrics.ALPHA,
+		}, []string{"type"}),
+		reconcileErrors: metrics.NewCounter(&metrics.CounterOpts{
+			Namespace:      "apiserver",
+			Subsystem:      "clusterip_repair",
+			Name:           "reconcile_errors_total",
+			Help:           "Number of reconciliation failures on the clusterip repair reconcile loop",
+			StabilityLevel: metrics.ALPHA,
+		}),
+	}
+}
+
+// Register adds the metrics to registry.
+func (m *Metrics) Register(registry metrics.KubeRegistry) {
+	registry.MustRegister(m.ipErrors, m.reconcileErrors)
+}
+
+// problem counts a finding; a leak counts once, when it is freed, as upstream.
+func (m *Metrics) problem(p Problem) {
+	if m != nil && (p.Type != TypeLeak || p.Fixed) {
+		m.ipErrors.WithLabelValues(p.Type).Inc()
+	}
+}
+
+func (m *Metrics) reconcileError() {
+	if m != nil {
+		m.reconcileErrors.Inc()
+	}
+}
