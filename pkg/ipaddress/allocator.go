@@ -445,29 +445,8 @@ func (a *Allocator) AllocateNext(ctx context.Context, owner allocation.Owner) (n
 }
 
 func (a *Allocator) create(ctx context.Context, ip netip.Addr, owner allocation.Owner) error {
-	obj := &networkingv1.IPAddress{
-		ObjectMeta: metav1.ObjectMeta{
-			Name: ip.String(),
-			Labels: map[string]string{
-				LabelIPFamily:  familyOf(ip.Is6()),
-				LabelManagedBy: ManagedBy,
-			},
-		},
-		Spec: networkingv1.IPAddressSpec{
-			ParentRef: &networkingv1.ParentReference{
-				Group: "", Resource: "services", Namespace: owner.Namespace, Name: owner.Name,
-			},
-		},
-	}
-	_, err := a.client.NetworkingV1().IPAddresses().Create(ctx, obj, metav1.CreateOptions{})
+	_, err := a.client.NetworkingV1().IPAddresses().Create(ctx, NewObject(ip, owner), metav1.CreateOptions{})
 	return err
-}
-
-// ownedBy reports whether obj's parentRef is owner's Service.
-func ownedBy(obj *networkingv1.IPAddress, owner allocation.Owner) bool {
-	p := obj.Spec.ParentRef
-	return p != nil && p.Group == "" && p.Resource == "services" &&
-		p.Namespace == owner.Namespace && p.Name == owner.Name
 }
 
 // Release deletes ip's IPAddress if it still belongs to owner. The delete is
@@ -488,7 +467,7 @@ func (a *Allocator) Release(ctx context.Context, ip netip.Addr, owner allocation
 		if err != nil {
 			return fmt.Errorf("release %s of service %s: %w", ip, owner, err)
 		}
-		if !ownedBy(obj, owner) {
+		if !OwnedBy(obj, owner) {
 			a.logger.V(2).Info("not releasing an IPAddress owned by another parent", "ip", ip, "service", owner.String(), "parentRef", obj.Spec.ParentRef)
 			return nil
 		}
