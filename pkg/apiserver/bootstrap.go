@@ -186,8 +186,25 @@ func (s *Server) ensureKubernetesService(ctx context.Context, client kubernetes.
 		},
 	}
 	_, err := client.CoreV1().Services(metav1.NamespaceDefault).Create(ctx, svc, metav1.CreateOptions{})
-	if err != nil && !apierrors.IsAlreadyExists(err) {
+	if err == nil {
+		return nil
+	}
+	if !apierrors.IsAlreadyExists(err) {
 		return fmt.Errorf("create default/kubernetes Service: %w", err)
+	}
+	// It exists: keep its port pointing at this server's port (it changes
+	// across restarts with --secure-port 0).
+	existing, err := client.CoreV1().Services(metav1.NamespaceDefault).Get(ctx, "kubernetes", metav1.GetOptions{})
+	if err != nil {
+		return fmt.Errorf("get default/kubernetes Service: %w", err)
+	}
+	for i, p := range existing.Spec.Ports {
+		if p.Name == "https" && p.TargetPort != svc.Spec.Ports[0].TargetPort {
+			existing.Spec.Ports[i].TargetPort = svc.Spec.Ports[0].TargetPort
+			if _, err := client.CoreV1().Services(metav1.NamespaceDefault).Update(ctx, existing, metav1.UpdateOptions{}); err != nil {
+				return fmt.Errorf("update default/kubernetes Service port: %w", err)
+			}
+		}
 	}
 	return nil
 }
