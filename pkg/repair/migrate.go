@@ -1,0 +1,480 @@
+package repair
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net/netip"
+	"slices"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	networkingv1 "k8s.io/api/networking/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
+
+	"github.com/allocator/allocator/pkg/allocation"
+	"github.com/allocator/allocator/pkg/bitmap"
+	"github.com/allocator/allocator/pkg/ipaddress"
+	"github.com/allocator/allocator/pkg/subrange"
+)
+
+// Migration directions.
+const (
+	ToIPAddress = "bitmap-to-ipaddress"
+	ToBitmap    = "ipaddress-to-bitmap"
+)
+
+// MigrateConfig configures a migration between the two models.
+type MigrateConfig struct {
+	// Client reads Services, IPAddresses and ServiceCIDRs and creates IPAddresses.
+	Client kubernetes.Interface
+	// Stores are the bitmap maps, primary family first (ToBitmap only).
+	Stores []BitmapStore
+	// DryRun reports what would change and changes nothing.
+	DryRun bool
+	// Workers is how many IPAddress creates run at once (default 16).
+	Workers int
+	// Progress receives a progress line about once a second; nil prints none.
+	Progress io.Writer
+}
+
+// MigrationReport is the outcome of a migration.
+type MigrationReport struct {
+	Direction string `json:"direction"`
+	DryRun    bool   `json:"dryRun"`
+	// Services is the number of Services examined.
+	Services int `json:"services"`
+	// Addresses is the number of addresses the target model holds for them.
+	Addresses int `json:"addresses"`
+	// Created is how many IPAddresses were created (or bits set) by this run;
+	// in a dry run, how many would be.
+	Created int `json:"created"`
+	// Present is how many were already there (a rerun after a crash finds
+	// the earlier run's work here).
+	Present int `json:"present"`
+	// Problems are what the migration could not carry over.
+	Problems []Problem `json:"problems"`
+	// Verified is true when a final read found both views in agreement.
+	Verified bool          `json:"verified"`
+	Duration time.Duration `json:"duration"`
+}
+
+// Unresolved counts the problems left.
+func (r *MigrationReport) Unresolved() int { return len(r.Problems) }
+
+func (r *MigrationReport) String() string {
+	return fmt.Sprintf("%s: %d services, %d addresses (%d created, %d already present), %d problems, verified=%v, %v",
+		r.Direction, r.Services, r.Addresses, r.Created, r.Present, len(r.Problems), r.Verified, r.Duration.Round(time.Millisecond))
+}
+
+// claim is one Service address to carry over.
+type claim struct {
+	ip    netip.Addr
+	owner allocation.Owner
+	svc   string
+}
+
+// serviceClaims lists every Service address, oldest Service first, and
+// reports the ones that cannot be addresses at all.
+func serviceClaims(services []corev1.Service) (claims []claim, problems []Problem) {
+	for i := range services {
+		svc := &services[i]
+		for _, text := range serviceIPs(svc) {
+			ip, ok := parseServiceIP(text)
+			if !ok {
+				problems = append(problems, Problem{Type: TypeInvalid, Reason: ReasonNotValid, IP: text, Service: key(svc),
+					Message: fmt.Sprintf("Cluster IP %s is not a valid IP; please recreate service", text)})
+				continue
+			}
+			claims = append(claims, claim{ip: ip, owner: allocation.Owner{Namespace: svc.Namespace, Name: svc.Name}, svc: key(svc)})
+		}
+	}
+	return claims, problems
+}
+
+// MigrateToIPAddress carries the bitmap model over to the IPAddress model:
+// every Service address inside a ServiceCIDR gets its IPAddress. It is a
+// sequence of create-if-absent claims, so it is idempotent, resumes where a
+// killed run stopped, and is safe while servers allocate (an address a server
+// claimed in between is found present, with its owner checked). It changes
+// no owner: an address already claimed by another Service is reported.
+func MigrateToIPAddress(ctx context.Context, cfg MigrateConfig) (*MigrationReport, error) {
+	start := time.Now()
+	report := &MigrationReport{Direction: ToIPAddress, DryRun: cfg.DryRun}
+	cidrs, err := cfg.Client.NetworkingV1().ServiceCIDRs().List(ctx, metav1.ListOptions{})
+	if err != nil {
+		return nil, fmt.Errorf("migrate: list servicecidrs: %w", err)
+	}
+	var prefixes []netip.Prefix
+	for _, c := range cidrs.Items {
+		if c.DeletionTimestamp != nil {
+			continue
+		}
+		for _, text := range c.Spec.CIDRs {
+			if p, err := netip.ParsePrefix(text); err == nil {
+				prefixes = append(prefixes, p)
+			}
+		}
+	}
+	if len(prefixes) == 0 {
+		return nil, errors.New("migrate: no ServiceCIDR exists; create one (the server creates \"kubernetes\" from --service-cluster-ip-range)")
+	}
+	services, err := listServices(ctx, cfg.Client)
+	if err != nil {
+		return nil, fmt.Errorf("migrate: %w", err)
+	}
+	report.Services = len(services)
+	claims, problems := serviceClaims(services)
+	report.Problems = problems
+
+	covered := func(ip netip.Addr) bool {
+		return slices.ContainsFunc(prefixes, func(p netip.Prefix) bool { return p.Contains(ip) && p.Addr() != ip })
+	}
+	var todo []claim
+	for _, c := range claims {
+		if !covered(c.ip) {
+			report.Problems = append(report.Problems, Problem{Type: TypeOutOfRange, Reason: ReasonOutOfRange, IP: c.ip.String(), Service: c.svc,
+				Message: fmt.Sprintf("Cluster IP [%s]:%s is not within any ServiceCIDR; it cannot get an IPAddress", familyName(c.ip.Is6()), c.ip)})
+			continue
+		}
+		todo = append(todo, c)
+	}
+
+	var (
+		mu       sync.Mutex
+		created  atomic.Int64
+		present  atomic.Int64
+		firstErr error
+	)
+	progress := newProgress(cfg.Progress, "IPAddresses", len(todo))
+	defer progress.stop()
+	work := make(chan claim)
+	var wg sync.WaitGroup
+	workers := cfg.Workers
+	if workers <= 0 {
+		workers = 16
+	}
+	for range workers {
+		wg.Go(func() {
+			for c := range work {
+				p, isNew, err := carryOver(ctx, cfg, c)
+				mu.Lock()
+				switch {
+				case err != nil:
+					if firstErr == nil {
+						firstErr = err
+					}
+				case p != nil:
+					report.Problems = append(report.Problems, *p)
+				case isNew:
+					created.Add(1)
+				default:
+					present.Add(1)
+				}
+				mu.Unlock()
+				progress.add(1)
+			}
+		})
+	}
+	for _, c := range todo {
+		mu.Lock()
+		failed := firstErr != nil
+		mu.Unlock()
+		if failed || ctx.Err() != nil {
+			break
+		}
+		work <- c
+	}
+	close(work)
+	wg.Wait()
+	if firstErr != nil {
+		return nil, fmt.Errorf("migrate (resumable: rerun to continue): %w", firstErr)
+	}
+	if err := ctx.Err(); err != nil {
+		return nil, fmt.Errorf("migrate (resumable: rerun to continue): %w", err)
+	}
+	report.Created, report.Present = int(created.Load()), int(present.Load())
+	report.Addresses = report.Created + report.Present
+	sortProblems(report.Problems)
+
+	if !cfg.DryRun {
+		verified, err := verifyIPAddresses(ctx, cfg.Client, todo)
+		if err != nil {
+			return nil, err
+		}
+		report.Verified = verified && len(report.Problems) == 0
+	}
+	report.Duration = time.Since(start)
+	return report, nil
+}
+
+// carryOver claims one address for its Service. It returns a problem when
+// another Service holds the address, isNew when it created the object.
+func carryOver(ctx context.Context, cfg MigrateConfig, c claim) (*Problem, bool, error) {
+	api := cfg.Client.NetworkingV1().IPAddresses()
+	if cfg.DryRun {
+		existing, err := api.Get(ctx, c.ip.String(), metav1.GetOptions{})
+		switch {
+		case err == nil:
+			return checkOwner(existing, c), false, nil
+		case apierrors.IsNotFound(err):
+			return nil, true, nil
+		default:
+			return nil, false, fmt.Errorf("get IPAddress %s: %w", c.ip, err)
+		}
+	}
+	// Create first: on a fresh migration nearly every claim is new, and the
+	// create is the atomic claim anyway.
+	_, err := api.Create(ctx, ipaddress.NewObject(c.ip, c.owner), metav1.CreateOptions{})
+	switch {
+	case err == nil:
+		return nil, true, nil
+	case apierrors.IsAlreadyExists(err):
+		// Claimed earlier (a previous run, a server): check by whom.
+		existing, err := api.Get(ctx, c.ip.String(), metav1.GetOptions{})
+		if err != nil {
+			return nil, false, fmt.Errorf("get IPAddress %s: %w", c.ip, err)
+		}
+		return checkOwner(existing, c), false, nil
+	case apierrors.IsInvalid(err):
+		// The server refuses this address (e.g. a network or broadcast
+		// address): a problem of this Service, not a reason to stop.
+		return &Problem{Type: TypeInvalid, IP: c.ip.String(), Service: c.svc,
+			Message: fmt.Sprintf("Cluster IP [%s]:%s of %s cannot get an IPAddress: %v", familyName(c.ip.Is6()), c.ip, c.svc, err)}, false, nil
+	default:
+		return nil, false, fmt.Errorf("create IPAddress %s for %s: %w", c.ip, c.svc, err)
+	}
+}
+
+func checkOwner(obj *networkingv1.IPAddress, c claim) *Problem {
+	if ipaddress.OwnedBy(obj, c.owner) {
+		return nil
+	}
+	holder := "nothing"
+	if p := obj.Spec.ParentRef; p != nil {
+		holder = fmt.Sprintf("%s/%s/%s", p.Resource, p.Namespace, p.Name)
+	}
+	return &Problem{Type: TypeDuplicate, Reason: ReasonAlreadyAllocated, IP: c.ip.String(), Service: c.svc,
+		Message: fmt.Sprintf("Cluster IP [%s]:%s of %s is already claimed by an IPAddress referencing %s", familyName(c.ip.Is6()), c.ip, c.svc, holder)}
+}
+
+// verifyIPAddresses lists the IPAddresses and checks every claim has one
+// referencing its Service.
+func verifyIPAddresses(ctx context.Context, client kubernetes.Interface, claims []claim) (bool, error) {
+	byName := map[string]*networkingv1.IPAddress{}
+	opts := metav1.ListOptions{Limit: 500}
+	for {
+		list, err := client.NetworkingV1().IPAddresses().List(ctx, opts)
+		if err != nil {
+			return false, fmt.Errorf("verify: list ipaddresses: %w", err)
+		}
+		for i := range list.Items {
+			byName[list.Items[i].Name] = &list.Items[i]
+		}
+		if list.Continue == "" {
+			break
+		}
+		opts.Continue = list.Continue
+	}
+	for _, c := range claims {
+		obj, ok := byName[c.ip.String()]
+		if !ok {
+			return false, nil
+		}
+		if !ipaddress.OwnedBy(obj, c.owner) {
+			// Reported as a problem already; the views disagree.
+			return false, nil
+		}
+	}
+	return true, nil
+}
+
+// MigrateToBitmap carries the IPAddress model over to the bitmap model: each
+// family's RangeAllocation becomes the union of what it holds and every
+// IPAddress of that family. It refuses (reports, writes nothing) when an
+// address cannot be represented: outside the bitmap window, e.g. in an extra
+// ServiceCIDR or beyond the first 65,535 IPv6 addresses. The write is a CAS,
+// so concurrent bitmap allocations are never lost; rerunning is harmless.
+// Bits the union keeps that no Service holds are leaks, which the bitmap
+// repair frees safely.
+func MigrateToBitmap(ctx context.Context, cfg MigrateConfig) (*MigrationReport, error) {
+	start := time.Now()
+	report := &MigrationReport{Direction: ToBitmap, DryRun: cfg.DryRun}
+	if len(cfg.Stores) == 0 {
+		return nil, errors.New("migrate: no bitmap range configured")
+	}
+	addrs, err := listIPAddresses(ctx, cfg.Client)
+	if err != nil {
+		return nil, err
+	}
+	services, err := listServices(ctx, cfg.Client)
+	if err != nil {
+		return nil, fmt.Errorf("migrate: %w", err)
+	}
+	report.Services = len(services)
+	owners := map[netip.Addr]string{}
+	claims, problems := serviceClaims(services)
+	report.Problems = problems
+	for _, c := range claims {
+		owners[c.ip] = c.svc
+	}
+	// Every Service address must be carried over; so must every IPAddress
+	// (one whose Service is gone is a leak the bitmap repair will free).
+	want := map[netip.Addr]string{}
+	for _, a := range addrs {
+		want[a] = owners[a]
+	}
+	for _, c := range claims {
+		want[c.ip] = c.svc
+	}
+	perStore := make([][]netip.Addr, len(cfg.Stores))
+	for ip, svc := range want {
+		i := slices.IndexFunc(cfg.Stores, func(s BitmapStore) bool { return s.Range().Contains(ip) })
+		if i < 0 {
+			report.Problems = append(report.Problems, Problem{Type: TypeOutOfRange, IP: ip.String(), Service: svc,
+				Message: fmt.Sprintf("Cluster IP [%s]:%s cannot be represented in the bitmap model: it is outside %s", familyName(ip.Is6()), ip, storeRanges(cfg.Stores))})
+			continue
+		}
+		perStore[i] = append(perStore[i], ip)
+	}
+	sortProblems(report.Problems)
+	if len(report.Problems) > 0 {
+		report.Duration = time.Since(start)
+		return report, nil // refused: nothing written
+	}
+	progress := newProgress(cfg.Progress, "bits", len(want))
+	defer progress.stop()
+	for i, store := range cfg.Stores {
+		created, present, err := mergeIntoBitmap(ctx, store, perStore[i], cfg.DryRun)
+		if err != nil {
+			return nil, err
+		}
+		report.Created += created
+		report.Present += present
+		progress.add(created + present)
+	}
+	report.Addresses = report.Created + report.Present
+	if !cfg.DryRun {
+		report.Verified = true
+		for i, store := range cfg.Stores {
+			ok, err := bitmapHolds(ctx, store, perStore[i])
+			if err != nil {
+				return nil, err
+			}
+			report.Verified = report.Verified && ok
+		}
+	}
+	report.Duration = time.Since(start)
+	return report, nil
+}
+
+// mergeIntoBitmap sets ips in store's map with a CAS write, rerun on conflict.
+func mergeIntoBitmap(ctx context.Context, store BitmapStore, ips []netip.Addr, dryRun bool) (created, present int, err error) {
+	for attempt := 1; attempt <= maxConflictReruns; attempt++ {
+		stored, err := store.ReadStored(ctx)
+		if err != nil {
+			return 0, 0, fmt.Errorf("migrate: %w", err)
+		}
+		merged, err := bitmap.NewAllocator(store.Range())
+		if err != nil {
+			return 0, 0, err
+		}
+		if err := merged.Restore(store.Range().Prefix().String(), stored.Data); err != nil {
+			return 0, 0, fmt.Errorf("migrate: %w", err)
+		}
+		created, present = 0, 0
+		for _, ip := range ips {
+			if err := merged.Allocate(ctx, ip, allocation.Owner{}); err == nil {
+				created++
+			} else {
+				present++
+			}
+		}
+		_, data := merged.Snapshot()
+		if dryRun || (stored.Exists() && bytes.Equal(data, stored.Data)) {
+			return created, present, nil
+		}
+		_, err = store.CompareAndWrite(ctx, data, stored.Revision)
+		if errors.Is(err, bitmap.ErrConflict) {
+			continue
+		}
+		if err != nil {
+			return 0, 0, fmt.Errorf("migrate: %w", err)
+		}
+		return created, present, nil
+	}
+	return 0, 0, fmt.Errorf("migrate: %s: gave up after %d writes lost to concurrent allocations", store.Range().Prefix(), maxConflictReruns)
+}
+
+func bitmapHolds(ctx context.Context, store BitmapStore, ips []netip.Addr) (bool, error) {
+	stored, err := store.ReadStored(ctx)
+	if err != nil {
+		return false, fmt.Errorf("verify: %w", err)
+	}
+	check, err := bitmap.NewAllocator(store.Range())
+	if err != nil {
+		return false, err
+	}
+	if err := check.Restore(store.Range().Prefix().String(), stored.Data); err != nil {
+		return false, fmt.Errorf("verify: %w", err)
+	}
+	for _, ip := range ips {
+		if has, _ := check.Has(ctx, ip); !has {
+			return false, nil
+		}
+	}
+	return true, nil
+}
+
+// listIPAddresses lists every IPAddress name that is an address.
+func listIPAddresses(ctx context.Context, client kubernetes.Interface) ([]netip.Addr, error) {
+	var addrs []netip.Addr
+	opts := metav1.ListOptions{Limit: 500}
+	for {
+		list, err := client.NetworkingV1().IPAddresses().List(ctx, opts)
+		if err != nil {
+			return nil, fmt.Errorf("list ipaddresses: %w", err)
+		}
+		for _, obj := range list.Items {
+			if ip, err := subrange.ParseAddr(obj.Name); err == nil {
+				addrs = append(addrs, ip)
+			}
+		}
+		if list.Continue == "" {
+			return addrs, nil
+		}
+		opts.Continue = list.Continue
+	}
+}
+
+func storeRanges(stores []BitmapStore) string {
+	var out []string
+	for _, s := range stores {
+		out = append(out, s.Range().String())
+	}
+	return fmt.Sprint(out)
+}
+
+func sortProblems(problems []Problem) {
+	slices.SortStableFunc(problems, func(a, b Problem) int {
+		if a.Type != b.Type {
+			if a.Type < b.Type {
+				return -1
+			}
+			return 1
+		}
+		switch {
+		case a.IP < b.IP:
+			return -1
+		case a.IP > b.IP:
+			return 1
+		}
+		return 0
+	})
+}
