@@ -1,0 +1,85 @@
+package apiserver
+
+import (
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"k8s.io/client-go/tools/clientcmd"
+)
+
+func TestParseServiceCIDRs(t *testing.T) {
+	tests := []struct {
+		in      string
+		want    string
+		wantErr string
+	}{
+		{in: "10.96.0.0/16", want: "10.96.0.0/16"},
+		{in: "10.96.0.0/16,fd00:10:96::/112", want: "10.96.0.0/16,fd00:10:96::/112"},
+		{in: "fd00::/112,10.0.0.0/24", want: "fd00::/112,10.0.0.0/24"},
+		{in: "", wantErr: "want one CIDR or two"},
+		{in: "10.0.0.0/24,10.1.0.0/24", wantErr: "one IPv4 and one IPv6"},
+		{in: "10.0.0.1/24", wantErr: "host bits"},
+		{in: "010.0.0.0/24", wantErr: "leading zeros"},
+		{in: "a,b,c", wantErr: "want one CIDR or two"},
+	}
+	for _, tt := range tests {
+		got, err := ParseServiceCIDRs(tt.in)
+		if tt.wantErr != "" {
+			if err == nil || !strings.Contains(err.Error(), tt.wantErr) {
+				t.Errorf("%q: want error %q, got %v %v", tt.in, tt.wantErr, got, err)
+			}
+			continue
+		}
+		var texts []string
+		for _, p := range got {
+			texts = append(texts, p.String())
+		}
+		if err != nil || strings.Join(texts, ",") != tt.want {
+			t.Errorf("%q: got %v %v", tt.in, texts, err)
+		}
+	}
+}
+
+func TestOptionsValidate(t *testing.T) {
+	o := NewOptions()
+	if err := o.Validate(); err != nil {
+		t.Fatalf("defaults: %v", err)
+	}
+	o.Allocator, o.SecurePort, o.BindAddress, o.EtcdPrefix = "magic", 70000, "localhost", "registry"
+	err := o.Validate()
+	for _, want := range []string{"--allocator", "--secure-port", "--bind-address", "--etcd-prefix"} {
+		if err == nil || !strings.Contains(err.Error(), want) {
+			t.Errorf("want an error about %s, got %v", want, err)
+		}
+	}
+}
+
+func TestAdminKubeconfigReusesToken(t *testing.T) {
+	dir := t.TempDir()
+	ca := filepath.Join(dir, "ca.crt")
+	if err := os.WriteFile(ca, []byte("-----BEGIN CERTIFICATE-----\n-----END CERTIFICATE-----\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	path := filepath.Join(dir, "admin.kubeconfig")
+	tok1, err := ensureAdminKubeconfig(path, "https://127.0.0.1:1", ca)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tok2, err := ensureAdminKubeconfig(path, "https://127.0.0.1:2", ca)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if tok1 == "" || tok1 != tok2 {
+		t.Fatalf("token not reused: %q %q", tok1, tok2)
+	}
+	st, err := os.Stat(path)
+	if err != nil || st.Mode().Perm() != 0o600 {
+		t.Fatalf("mode %v %v", st.Mode(), err)
+	}
+	cfg, err := clientcmd.LoadFromFile(path)
+	if err != nil || cfg.Clusters[kubeconfigCluster].Server != "https://127.0.0.1:2" {
+		t.Fatalf("kubeconfig %+v %v", cfg, err)
+	}
+}

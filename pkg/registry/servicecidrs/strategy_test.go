@@ -1,0 +1,57 @@
+package servicecidrs
+
+import (
+	"context"
+	"strings"
+	"testing"
+
+	networkingv1 "k8s.io/api/networking/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+)
+
+func TestValidateCIDRs(t *testing.T) {
+	tests := []struct {
+		cidrs   []string
+		wantErr string
+	}{
+		{cidrs: []string{"10.0.0.0/24"}},
+		{cidrs: []string{"10.0.0.0/24", "fd00::/64"}},
+		{cidrs: nil, wantErr: "Required"},
+		{cidrs: []string{"10.0.0.0/24", "fd00::/64", "10.1.0.0/24"}, wantErr: "up to 2"},
+		{cidrs: []string{"10.0.0.0/24", "10.1.0.0/24"}, wantErr: "no more than one IP for each IP family"},
+		{cidrs: []string{"10.0.0.1/24"}, wantErr: "host bits"},
+		{cidrs: []string{"::ffff:10.0.0.0/120"}, wantErr: "IPv4-mapped"},
+		{cidrs: []string{"FD00::/64"}, wantErr: "canonical"},
+	}
+	for _, tt := range tests {
+		errs := ValidateCIDRs(tt.cidrs)
+		if tt.wantErr == "" {
+			if len(errs) != 0 {
+				t.Errorf("%v: %v", tt.cidrs, errs)
+			}
+			continue
+		}
+		if !strings.Contains(errs.ToAggregate().Error(), tt.wantErr) {
+			t.Errorf("%v: want %q, got %v", tt.cidrs, tt.wantErr, errs)
+		}
+	}
+}
+
+func TestUpdateOnlyGrows(t *testing.T) {
+	s := strategy{}
+	sc := func(cidrs ...string) *networkingv1.ServiceCIDR {
+		return &networkingv1.ServiceCIDR{ObjectMeta: metav1.ObjectMeta{Name: "x", ResourceVersion: "1"}, Spec: networkingv1.ServiceCIDRSpec{CIDRs: cidrs}}
+	}
+	ctx := context.Background()
+	if errs := s.ValidateUpdate(ctx, sc("10.0.0.0/24", "fd00::/64"), sc("10.0.0.0/24")); len(errs) != 0 {
+		t.Errorf("grow: %v", errs)
+	}
+	for _, bad := range [][]string{{"10.1.0.0/24"}, {"fd00::/64", "10.0.0.0/24"}} {
+		if errs := s.ValidateUpdate(ctx, sc(bad...), sc("10.0.0.0/24")); len(errs) == 0 {
+			t.Errorf("%v accepted", bad)
+		}
+	}
+	if errs := s.ValidateUpdate(ctx, sc("10.0.0.0/24"), sc("10.0.0.0/24", "fd00::/64")); len(errs) == 0 {
+		t.Errorf("shrink accepted")
+	}
+}
