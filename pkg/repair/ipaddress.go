@@ -22,6 +22,7 @@ import (
 	"k8s.io/client-go/util/workqueue"
 	"k8s.io/klog/v2"
 
+	"github.com/allocator/allocator/pkg/allocation"
 	"github.com/allocator/allocator/pkg/ipaddress"
 )
 
@@ -541,7 +542,7 @@ func (r *IPAddressRepair) reconcileHeld(ctx context.Context, view ipView, ip net
 	}
 	reportDuplicates()
 
-	if !managed(ipa) {
+	if !ipaddress.IsManaged(ipa) {
 		if references(ipa, owner) {
 			out.report(nil, Problem{Type: TypeRepair, IP: ip.String(), Service: key(owner),
 				Message: fmt.Sprintf("IPAddress %s of Service %s has the labels %v, not the ones of %s; it is not managed by the repair and left as it is", ip, key(owner), ipa.Labels, ipaddress.ManagedBy)})
@@ -682,7 +683,7 @@ func (r *IPAddressRepair) reconcileOrphan(ctx context.Context, view ipView, ip n
 	if ipa == nil {
 		return nil
 	}
-	if !managed(ipa) {
+	if !ipaddress.IsManaged(ipa) {
 		if isServiceRef(ipa) {
 			// Reported because it blocks the address; written by someone
 			// else, so only they (or a person) may remove it.
@@ -730,7 +731,7 @@ func (r *IPAddressRepair) reconcileOrphan(ctx context.Context, view ipView, ip n
 	if err != nil {
 		return fmt.Errorf("get ipaddress %s: %w", ip, err)
 	}
-	if !managed(cur) || r.pendingOrphan(ip, cur, out) {
+	if !ipaddress.IsManaged(cur) || r.pendingOrphan(ip, cur, out) {
 		return nil
 	}
 	parentExists = false
@@ -811,25 +812,9 @@ func (r *IPAddressRepair) getService(ctx context.Context, namespace, name string
 
 // create claims ip for svc, as the allocator would.
 func (r *IPAddressRepair) create(ctx context.Context, ip netip.Addr, svc *corev1.Service) error {
-	obj := &networkingv1.IPAddress{
-		ObjectMeta: metav1.ObjectMeta{
-			Name: ip.String(),
-			Labels: map[string]string{
-				ipaddress.LabelIPFamily:  familyName(ip.Is6()),
-				ipaddress.LabelManagedBy: ipaddress.ManagedBy,
-			},
-		},
-		Spec: networkingv1.IPAddressSpec{
-			ParentRef: &networkingv1.ParentReference{Group: "", Resource: "services", Namespace: svc.Namespace, Name: svc.Name},
-		},
-	}
+	obj := ipaddress.NewObject(ip, allocation.Owner{Namespace: svc.Namespace, Name: svc.Name})
 	_, err := r.cfg.Client.NetworkingV1().IPAddresses().Create(ctx, obj, metav1.CreateOptions{})
 	return err
-}
-
-// managed reports whether the IPAddress is labelled as the allocator's.
-func managed(ipa *networkingv1.IPAddress) bool {
-	return ipa.Labels[ipaddress.LabelManagedBy] == ipaddress.ManagedBy
 }
 
 // isServiceRef reports whether the IPAddress's parent is a core Service.
@@ -840,7 +825,7 @@ func isServiceRef(ipa *networkingv1.IPAddress) bool {
 
 // references reports whether the IPAddress's parent is svc.
 func references(ipa *networkingv1.IPAddress, svc *corev1.Service) bool {
-	return isServiceRef(ipa) && ipa.Spec.ParentRef.Namespace == svc.Namespace && ipa.Spec.ParentRef.Name == svc.Name
+	return ipaddress.OwnedBy(ipa, allocation.Owner{Namespace: svc.Namespace, Name: svc.Name})
 }
 
 // parentString spells the parent as "namespace/name" for a Service, as
