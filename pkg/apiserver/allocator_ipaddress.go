@@ -5,6 +5,7 @@ import (
 	"fmt"
 
 	"k8s.io/client-go/kubernetes"
+	restclient "k8s.io/client-go/rest"
 
 	"github.com/allocator/allocator/pkg/allocation"
 	"github.com/allocator/allocator/pkg/ipaddress"
@@ -19,7 +20,12 @@ func IPAddressFactory(ctx context.Context, spec AllocatorSpec) (allocation.Inter
 	if spec.Loopback == nil {
 		return nil, fmt.Errorf("ipaddress allocator for %s: no loopback client config", spec.Prefix)
 	}
-	client, err := kubernetes.NewForConfig(spec.Loopback)
+	cfg := restclient.CopyConfig(spec.Loopback)
+	// Protobuf: every dynamic allocation is one IPAddress create through this
+	// client, and the informers list and watch through it.
+	cfg.ContentType = "application/vnd.kubernetes.protobuf"
+	cfg.AcceptContentTypes = "application/vnd.kubernetes.protobuf,application/json"
+	client, err := kubernetes.NewForConfig(cfg)
 	if err != nil {
 		return nil, fmt.Errorf("ipaddress allocator for %s: %w", spec.Prefix, err)
 	}
