@@ -174,7 +174,7 @@ func (a *Allocator) validate(svc, old *corev1.Service) field.ErrorList {
 	if old == nil {
 		errs = ValidateService(svc)
 	} else {
-		errs = ValidateServiceUpdate(svc, old)
+		errs = append(ValidateService(svc), validateIPFieldsUpdate(svc, old)...)
 	}
 	if !a.allowNodePorts && (svc.Spec.Type == corev1.ServiceTypeNodePort || svc.Spec.Type == corev1.ServiceTypeLoadBalancer) {
 		errs = append(errs, field.Invalid(typePath, svc.Spec.Type,

@@ -218,7 +218,15 @@ func ValidateClusterIPFields(svc *corev1.Service) field.ErrorList {
 func ValidateServiceUpdate(svc, old *corev1.Service) field.ErrorList {
 	allErrs := apimachineryvalidation.ValidateObjectMetaUpdate(&svc.ObjectMeta, &old.ObjectMeta, field.NewPath("metadata"))
 	allErrs = append(allErrs, ValidateService(svc)...)
+	return append(allErrs, validateIPFieldsUpdate(svc, old)...)
+}
 
+// validateIPFieldsUpdate is the IP part of ValidateServiceUpdate. It leaves
+// metadata alone: the store's update hooks run before the store fills in
+// system fields (uid, creationTimestamp) a client may omit, and the
+// strategy checks metadata afterwards.
+func validateIPFieldsUpdate(svc, old *corev1.Service) field.ErrorList {
+	var allErrs field.ErrorList
 	// Changing to or from ExternalName is how a cluster IP is dropped or
 	// first obtained; every other change must keep it.
 	if svc.Spec.Type == corev1.ServiceTypeExternalName || old.Spec.Type == corev1.ServiceTypeExternalName {

@@ -236,6 +236,14 @@ func testSingleStack(t *testing.T, model string) {
 			t.Fatalf("update without IP: %v %v", got, err)
 		}
 
+		// A replace with a fresh object (no uid, creationTimestamp or
+		// resourceVersion, as kubectl replace of a manifest) keeps the IP.
+		fresh := newService("upd")
+		got, err = c.CoreV1().Services("default").Update(ctx, fresh, metav1.UpdateOptions{})
+		if err != nil || got.Spec.ClusterIP != "10.96.0.50" || got.UID != svc.UID {
+			t.Fatalf("replace without system fields: %v %v", got, err)
+		}
+
 		// type → ExternalName releases on success.
 		ext := got.DeepCopy()
 		ext.Spec.Type = corev1.ServiceTypeExternalName
