@@ -299,6 +299,7 @@ func (r *IPAddressRepair) Run(ctx context.Context, firstPass chan<- struct{}) er
 		return wait.Backoff{Duration: time.Second, Factor: 2, Jitter: 0.2, Steps: 8, Cap: r.cfg.Interval}
 	}
 	backoff := newBackoff()
+	started := false
 	for {
 		delay := r.cfg.Interval
 		report, err := r.pass(ctx, view)
@@ -309,10 +310,13 @@ func (r *IPAddressRepair) Run(ctx context.Context, firstPass chan<- struct{}) er
 		} else {
 			backoff = newBackoff()
 			logger.V(2).Info("IPAddress repair pass done", "report", report.String())
+			if !started {
+				started = true
+				startWorkers()
+			}
 			if firstPass != nil {
 				close(firstPass)
 				firstPass = nil
-				startWorkers()
 			}
 		}
 		timer := time.NewTimer(delay)
