@@ -270,6 +270,26 @@ func testSingleStack(t *testing.T, model string) {
 		expectFree(t, ctx, c, got.Spec.ClusterIP)
 	})
 
+	t.Run("delete finished by removing a finalizer releases", func(t *testing.T) {
+		mustCreate(t, ctx, c, newService("fin", withIP("10.96.0.55"), func(s *corev1.Service) {
+			s.Finalizers = []string{"example.com/hold"}
+		}))
+		mustDelete(t, ctx, c, "fin")
+		held, err := c.CoreV1().Services("default").Get(ctx, "fin", metav1.GetOptions{})
+		if err != nil || held.DeletionTimestamp == nil {
+			t.Fatalf("held by finalizer: %v %v", held, err)
+		}
+		expectTaken(t, ctx, c, "10.96.0.55")
+		patch := []byte(`{"metadata":{"finalizers":null}}`)
+		if _, err := c.CoreV1().Services("default").Patch(ctx, "fin", types.MergePatchType, patch, metav1.PatchOptions{}); err != nil {
+			t.Fatalf("remove finalizer: %v", err)
+		}
+		if _, err := c.CoreV1().Services("default").Get(ctx, "fin", metav1.GetOptions{}); !apierrors.IsNotFound(err) {
+			t.Fatalf("still there: %v", err)
+		}
+		expectFree(t, ctx, c, "10.96.0.55")
+	})
+
 	t.Run("dry-run reserves nothing", func(t *testing.T) {
 		svc, err := c.CoreV1().Services("default").Create(ctx, newService("dry", withIP("10.96.0.60")), metav1.CreateOptions{DryRun: []string{metav1.DryRunAll}})
 		if err != nil || svc.Spec.ClusterIP != "10.96.0.60" {
