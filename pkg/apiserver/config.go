@@ -144,6 +144,8 @@ func (o *Options) Config(etcdServers []string) (*Config, error) {
 		return nil, fmt.Errorf("secure serving: %w", err)
 	}
 	serverURL := "https://" + net.JoinHostPort(host, strconv.Itoa(port))
+	gc.PublicAddress = net.ParseIP(host)
+	gc.ExternalAddress = net.JoinHostPort(host, strconv.Itoa(port))
 
 	kubeconfig := filepath.Join(o.DataDir, "admin.kubeconfig")
 	caFile := filepath.Join(o.certDir(), "apiserver.crt")
