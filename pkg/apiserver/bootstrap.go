@@ -189,6 +189,12 @@ func (s *Server) ensureKubernetesService(ctx context.Context, client kubernetes.
 	if err == nil {
 		return nil
 	}
+	if apierrors.IsInvalid(err) {
+		// E.g. its address went to another Service while it was gone. Do
+		// not hold readiness hostage to it; log and try again later.
+		logger(ctx).Info("Cannot create the default/kubernetes Service", "err", err)
+		return nil
+	}
 	if !apierrors.IsAlreadyExists(err) {
 		return fmt.Errorf("create default/kubernetes Service: %w", err)
 	}
@@ -209,11 +215,15 @@ func (s *Server) ensureKubernetesService(ctx context.Context, client kubernetes.
 	return nil
 }
 
-// keepDefaultServiceCIDR re-creates the default ServiceCIDR if it is deleted.
+// keepDefaultServiceCIDR re-creates the default ServiceCIDR and the
+// kubernetes Service if they are deleted, as kube-apiserver's controllers do.
 func (s *Server) keepDefaultServiceCIDR(ctx context.Context, client kubernetes.Interface) {
 	wait.UntilWithContext(ctx, func(ctx context.Context) {
 		if err := s.ensureDefaultServiceCIDR(ctx, client); err != nil && ctx.Err() == nil {
 			logger(ctx).Info("Default ServiceCIDR check failed", "err", err)
+		}
+		if err := s.ensureKubernetesService(ctx, client); err != nil && ctx.Err() == nil {
+			logger(ctx).Info("kubernetes Service check failed", "err", err)
 		}
 	}, defaultServiceCIDRInterval)
 }
