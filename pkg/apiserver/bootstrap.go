@@ -76,7 +76,7 @@ func (s *Server) bootstrapOnce(ctx context.Context, client kubernetes.Interface,
 	if err := s.ensureDefaultServiceCIDR(ctx, client); err != nil {
 		return err
 	}
-	return s.ensureKubernetesService(ctx, client)
+	return s.ensureKubernetesService(ctx, client, true)
 }
 
 // rebuildAllocations marks the cluster IPs of every stored Service in the
@@ -165,7 +165,11 @@ func (s *Server) ensureDefaultServiceCIDR(ctx context.Context, client kubernetes
 
 // ensureKubernetesService creates default/kubernetes with the first address
 // of the primary range, as kube-apiserver does.
-func (s *Server) ensureKubernetesService(ctx context.Context, client kubernetes.Interface) error {
+//
+// With fixPort an existing Service's target port is set to this server's
+// port (bootstrap only: replicas on different ports would otherwise take
+// turns rewriting it).
+func (s *Server) ensureKubernetesService(ctx context.Context, client kubernetes.Interface, fixPort bool) error {
 	ip := s.cfg.ServiceCIDRs[0].Addr().Next().String()
 	policy := corev1.IPFamilyPolicySingleStack
 	svc := &corev1.Service{
@@ -198,6 +202,9 @@ func (s *Server) ensureKubernetesService(ctx context.Context, client kubernetes.
 	if !apierrors.IsAlreadyExists(err) {
 		return fmt.Errorf("create default/kubernetes Service: %w", err)
 	}
+	if !fixPort {
+		return nil
+	}
 	// It exists: keep its port pointing at this server's port (it changes
 	// across restarts with --secure-port 0).
 	existing, err := client.CoreV1().Services(metav1.NamespaceDefault).Get(ctx, "kubernetes", metav1.GetOptions{})
@@ -222,7 +229,7 @@ func (s *Server) keepDefaultServiceCIDR(ctx context.Context, client kubernetes.I
 		if err := s.ensureDefaultServiceCIDR(ctx, client); err != nil && ctx.Err() == nil {
 			logger(ctx).Info("Default ServiceCIDR check failed", "err", err)
 		}
-		if err := s.ensureKubernetesService(ctx, client); err != nil && ctx.Err() == nil {
+		if err := s.ensureKubernetesService(ctx, client, false); err != nil && ctx.Err() == nil {
 			logger(ctx).Info("kubernetes Service check failed", "err", err)
 		}
 	}, defaultServiceCIDRInterval)
