@@ -4,6 +4,7 @@ package app
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 
@@ -23,6 +24,10 @@ func Run(ctx context.Context, args []string, streams Streams) int {
 	root.SetArgs(args)
 	if err := root.ExecuteContext(ctx); err != nil {
 		fmt.Fprintf(streams.Err, "error: %v\n", err)
+		var exit *exitError
+		if errors.As(err, &exit) {
+			return exit.code
+		}
 		return 1
 	}
 	return 0
@@ -41,5 +46,7 @@ func NewRootCommand(streams Streams) *cobra.Command {
 	root.SetErr(streams.Err)
 	root.AddCommand(newVersionCommand(streams))
 	root.AddCommand(newServeCommand(streams))
+	root.AddCommand(newRepairCommand(streams))
+	root.AddCommand(newMigrateCommand(streams))
 	return root
 }

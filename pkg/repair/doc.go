@@ -30,4 +30,28 @@
 //     decide which Service to recreate.
 //   - Dry-run reads, reports and changes nothing: no write, no event, no leak
 //     counting.
+//
+// # IPAddress repair
+//
+// IPAddressRepair makes every ClusterIP inside some ServiceCIDR have an
+// IPAddress with parentRef {"" services ns name} and the family and
+// managed-by labels (creating missing ones is the bitmap → IPAddress
+// migration). The unit of work is one address. Reads come from a snapshot
+// and never justify a write alone: creates are preceded by a fresh read of
+// the Service and are create-if-absent; deletes need an IPAddress older than
+// OrphanGrace (60 s, the request timeout, because the allocator claims
+// before the Service is stored), fresh reads that still find no owner, and
+// UID+resourceVersion preconditions. parentRef is immutable, so a wrong one
+// is fixed by conditional delete + create only under the same rules, and a
+// lost race is reported, never overwritten. IPAddresses managed by others
+// are never written. Shared, out-of-range and invalid ClusterIPs are
+// reported on the Service and never changed.
+//
+// # Migration
+//
+// MigrateToIPAddress and MigrateToBitmap carry allocations between the
+// models. Both are idempotent and resumable (create-if-absent claims; a CAS
+// union into the bitmap), change no owner, verify at the end, and refuse
+// rather than drop: an address the target cannot hold is reported and, for
+// the bitmap, nothing is written.
 package repair

@@ -1,0 +1,152 @@
+package app
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"strings"
+	"time"
+
+	"github.com/spf13/pflag"
+	"go.etcd.io/etcd/client/pkg/v3/transport"
+	clientv3 "go.etcd.io/etcd/client/v3"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/clientcmd"
+
+	"github.com/allocator/allocator/pkg/bitmap"
+	"github.com/allocator/allocator/pkg/etcdlayout"
+	"github.com/allocator/allocator/pkg/repair"
+	"github.com/allocator/allocator/pkg/subrange"
+)
+
+// clusterFlags say how the standalone job reaches a cluster: Services,
+// IPAddresses and ServiceCIDRs through the Kubernetes API, the bitmap model's
+// RangeAllocations through etcd. They work unchanged against a real
+// kube-apiserver cluster, whose etcd layout is the same (design.md §5).
+type clusterFlags struct {
+	kubeconfig   string
+	etcdServers  []string
+	etcdPrefix   string
+	etcdCAFile   string
+	etcdCertFile string
+	etcdKeyFile  string
+	serviceRange string
+}
+
+func (f *clusterFlags) addFlags(fs *pflag.FlagSet) {
+	fs.StringVar(&f.kubeconfig, "kubeconfig", "", "kubeconfig of the cluster (default: $KUBECONFIG, else the in-cluster config)")
+	fs.StringSliceVar(&f.etcdServers, "etcd-servers", nil, "etcd client URLs holding the bitmap model's RangeAllocations")
+	fs.StringVar(&f.etcdPrefix, "etcd-prefix", etcdlayout.DefaultPrefix, "etcd key prefix of the cluster's data")
+	fs.StringVar(&f.etcdCAFile, "etcd-cafile", "", "CA bundle to verify the etcd servers")
+	fs.StringVar(&f.etcdCertFile, "etcd-certfile", "", "client certificate for etcd")
+	fs.StringVar(&f.etcdKeyFile, "etcd-keyfile", "", "client key for etcd")
+	fs.StringVar(&f.serviceRange, "service-cluster-ip-range", "", "the bitmap ranges, primary family first (default: read from the stored maps, or from the ServiceCIDR \"kubernetes\")")
+}
+
+// kubeClient builds a clientset from --kubeconfig, $KUBECONFIG or the
+// in-cluster config.
+func (f *clusterFlags) kubeClient() (kubernetes.Interface, error) {
+	var cfg *rest.Config
+	var err error
+	switch path := f.kubeconfigPath(); {
+	case path != "":
+		cfg, err = clientcmd.BuildConfigFromFlags("", path)
+	default:
+		cfg, err = rest.InClusterConfig()
+	}
+	if err != nil {
+		return nil, fmt.Errorf("kubernetes client config: %w", err)
+	}
+	cfg.QPS, cfg.Burst = 200, 400
+	cfg.UserAgent = "allocator-repair"
+	client, err := kubernetes.NewForConfig(cfg)
+	if err != nil {
+		return nil, fmt.Errorf("kubernetes client: %w", err)
+	}
+	return client, nil
+}
+
+func (f *clusterFlags) kubeconfigPath() string {
+	if f.kubeconfig != "" {
+		return f.kubeconfig
+	}
+	return os.Getenv("KUBECONFIG")
+}
+
+// etcdClient connects to --etcd-servers, with TLS when certificates are given.
+func (f *clusterFlags) etcdClient() (*clientv3.Client, error) {
+	if len(f.etcdServers) == 0 {
+		return nil, errors.New("--etcd-servers is required for the bitmap model")
+	}
+	cfg := clientv3.Config{Endpoints: f.etcdServers, DialTimeout: 10 * time.Second}
+	if f.etcdCAFile != "" || f.etcdCertFile != "" || f.etcdKeyFile != "" {
+		tlsInfo := transport.TLSInfo{CertFile: f.etcdCertFile, KeyFile: f.etcdKeyFile, TrustedCAFile: f.etcdCAFile}
+		tlsConfig, err := tlsInfo.ClientConfig()
+		if err != nil {
+			return nil, fmt.Errorf("etcd TLS: %w", err)
+		}
+		cfg.TLS = tlsConfig
+	}
+	client, err := clientv3.New(cfg)
+	if err != nil {
+		return nil, fmt.Errorf("connect to etcd %v: %w", f.etcdServers, err)
+	}
+	return client, nil
+}
+
+// bitmapStores returns one store per family, primary first: from
+// --service-cluster-ip-range, else from the ranges the stored maps record,
+// else from fallback (the default ServiceCIDR's CIDRs). It returns no stores,
+// and no error, when nothing says which ranges to use.
+func (f *clusterFlags) bitmapStores(ctx context.Context, etcd *clientv3.Client, fallback []string) ([]repair.BitmapStore, error) {
+	layout := etcdlayout.Layout{Prefix: f.etcdPrefix}
+	keys := []string{layout.PrimaryServiceIPRange(), layout.SecondaryServiceIPRange()}
+	var ranges []string
+	switch {
+	case f.serviceRange != "":
+		ranges = strings.Split(f.serviceRange, ",")
+	default:
+		for _, key := range keys {
+			resp, err := etcd.Get(ctx, key)
+			if err != nil {
+				return nil, fmt.Errorf("read %s: %w", key, err)
+			}
+			if len(resp.Kvs) == 0 {
+				break
+			}
+			ra, err := etcdlayout.DecodeRangeAllocation(resp.Kvs[0].Value)
+			if err != nil {
+				return nil, etcdlayout.WithKey(key, err)
+			}
+			ranges = append(ranges, ra.Range)
+		}
+		if len(ranges) == 0 {
+			ranges = fallback
+		}
+	}
+	if len(ranges) > len(keys) {
+		return nil, fmt.Errorf("at most two service ranges (one per family), got %v", ranges)
+	}
+	var stores []repair.BitmapStore
+	for i, text := range ranges {
+		prefix, err := subrange.ParsePrefix(strings.TrimSpace(text))
+		if err != nil {
+			return nil, fmt.Errorf("service range: %w", err)
+		}
+		rng, err := subrange.New(prefix, subrange.ModelBitmap)
+		if err != nil {
+			return nil, fmt.Errorf("service range %s: %w", prefix, err)
+		}
+		store, err := bitmap.NewEtcdAllocator(etcd, keys[i], rng, bitmap.EtcdOptions{})
+		if err != nil {
+			return nil, err
+		}
+		stores = append(stores, store)
+	}
+	if len(stores) == 2 && stores[0].Range().IPv6() == stores[1].Range().IPv6() {
+		return nil, fmt.Errorf("the two service ranges must be of different families: %s, %s", stores[0].Range().Prefix(), stores[1].Range().Prefix())
+	}
+	return stores, nil
+}

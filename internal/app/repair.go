@@ -1,0 +1,207 @@
+package app
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"time"
+
+	"github.com/spf13/cobra"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/tools/record"
+
+	"github.com/allocator/allocator/pkg/repair"
+)
+
+type repairOptions struct {
+	cluster     clusterFlags
+	model       string
+	dryRun      bool
+	output      string
+	interval    time.Duration
+	leakGrace   time.Duration
+	orphanGrace time.Duration
+}
+
+func newRepairCommand(streams Streams) *cobra.Command {
+	o := &repairOptions{}
+	cmd := &cobra.Command{
+		Use:   "repair",
+		Short: "Find and fix ClusterIP allocations that disagree with the Services",
+		Long: `Repair compares the Services with the allocations of the cluster's ClusterIP
+allocator model and fixes what it safely can: addresses allocated with no
+Service are freed, addresses Services hold that are not allocated are marked.
+Duplicates, out-of-range and invalid addresses are reported (as events on the
+Service, too) and never changed.
+
+It reads Services, IPAddresses and ServiceCIDRs through the Kubernetes API
+(--kubeconfig, or the in-cluster config) and the bitmap model's RangeAllocations
+through etcd (--etcd-servers). It works the same against a real kube-apiserver.
+
+By default it makes one pass and exits: 0 when the cluster is consistent or was
+fixed, 2 when problems are left, 1 on errors. In the bitmap model a suspected
+leak is freed only after three passes --leak-grace apart agree, so a one-shot
+run that finds one takes that long. --interval keeps it running.`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			return runRepair(cmd.Context(), o, streams)
+		},
+	}
+	fs := cmd.Flags()
+	o.cluster.addFlags(fs)
+	fs.StringVar(&o.model, "model", "auto", "allocator model to repair: bitmap, ipaddress, or auto (bitmap when its maps exist in etcd, else ipaddress)")
+	fs.BoolVar(&o.dryRun, "dry-run", false, "report what would change and change nothing")
+	fs.StringVarP(&o.output, "output", "o", "table", "output format: table or json")
+	fs.DurationVar(&o.interval, "interval", 0, "keep running, one pass every interval (0: one pass and exit)")
+	fs.DurationVar(&o.leakGrace, "leak-grace", 10*time.Second, "bitmap model: least time between the first pass that sees a leak and the one that frees it")
+	fs.DurationVar(&o.orphanGrace, "orphan-grace", repair.DefaultOrphanGrace, "ipaddress model: least age of an IPAddress with no Service before it is deleted")
+	return cmd
+}
+
+// passRunner is one model's repair pass.
+type passRunner interface {
+	RunOnce(ctx context.Context) (*repair.Report, error)
+}
+
+func runRepair(ctx context.Context, o *repairOptions, streams Streams) error {
+	if err := checkOutputFormat(o.output); err != nil {
+		return err
+	}
+	client, err := o.cluster.kubeClient()
+	if err != nil {
+		return err
+	}
+	var recorder record.EventRecorder
+	if !o.dryRun {
+		recorder = repair.NewSyncEventRecorder(client, func(err error) { fmt.Fprintf(streams.Err, "warning: %v\n", err) })
+	}
+	runner, model, err := o.runner(ctx, client, recorder)
+	if err != nil {
+		return err
+	}
+	if o.interval > 0 {
+		for {
+			report, err := runner.RunOnce(ctx)
+			if err != nil {
+				fmt.Fprintf(streams.Err, "repair pass failed: %v\n", err)
+			} else if err := printRepair(streams, o.output, report); err != nil {
+				return err
+			}
+			select {
+			case <-ctx.Done():
+				return nil
+			case <-time.After(o.interval):
+			}
+		}
+	}
+	report, err := runOneShot(ctx, runner, model, o)
+	if err != nil {
+		return err
+	}
+	if err := printRepair(streams, o.output, report); err != nil {
+		return err
+	}
+	if n := report.Unresolved(); n > 0 {
+		return errProblemsLeft(n)
+	}
+	return nil
+}
+
+// runner builds the repair controller of the chosen model.
+func (o *repairOptions) runner(ctx context.Context, client kubernetes.Interface, recorder record.EventRecorder) (passRunner, string, error) {
+	model := o.model
+	var stores []repair.BitmapStore
+	if model == "bitmap" || (model == "auto" && len(o.cluster.etcdServers) > 0) {
+		etcd, err := o.cluster.etcdClient()
+		if err != nil {
+			return nil, "", err
+		}
+		context.AfterFunc(ctx, func() { etcd.Close() })
+		if stores, err = o.cluster.bitmapStores(ctx, etcd, nil); err != nil {
+			return nil, "", err
+		}
+		if model == "auto" {
+			model = "ipaddress"
+			if len(stores) > 0 {
+				model = "bitmap"
+			}
+		}
+	}
+	if model == "auto" {
+		model = "ipaddress"
+	}
+	switch model {
+	case "bitmap":
+		if len(stores) == 0 {
+			return nil, "", fmt.Errorf("no bitmap map found under %s/ranges: give --service-cluster-ip-range to create it", o.cluster.etcdPrefix)
+		}
+		r, err := repair.NewBitmapRepair(repair.BitmapConfig{
+			Client: client, Stores: stores, Recorder: recorder, DryRun: o.dryRun, LeakGrace: o.leakGrace, Interval: o.interval,
+		})
+		return r, model, err
+	case "ipaddress":
+		r, err := repair.NewIPAddressRepair(repair.IPAddressConfig{
+			Client: client, Recorder: recorder, DryRun: o.dryRun, OrphanGrace: o.orphanGrace, Interval: o.interval,
+		})
+		return r, model, err
+	default:
+		return nil, "", fmt.Errorf("unknown model %q: use bitmap, ipaddress or auto", o.model)
+	}
+}
+
+// runOneShot makes one pass, and in the bitmap model up to two more,
+// --leak-grace/2 apart, while suspected leaks are pending, so a one-shot job
+// can free a leak the three-pass rule has confirmed. The reports are merged.
+func runOneShot(ctx context.Context, runner passRunner, model string, o *repairOptions) (*repair.Report, error) {
+	var reports []*repair.Report
+	for pass := 1; ; pass++ {
+		report, err := runner.RunOnce(ctx)
+		if err != nil {
+			return nil, err
+		}
+		reports = append(reports, report)
+		pending := slices.ContainsFunc(report.Problems, func(p repair.Problem) bool { return p.Type == repair.TypeLeak && !p.Fixed })
+		if model != "bitmap" || o.dryRun || !pending || pass == 3 {
+			break
+		}
+		select {
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		case <-time.After(o.leakGrace / 2):
+		}
+	}
+	return mergeReports(reports), nil
+}
+
+// mergeReports folds consecutive passes into one report: a problem fixed by
+// any pass is fixed; counts are the last pass's; writes and time add up.
+func mergeReports(reports []*repair.Report) *repair.Report {
+	last := reports[len(reports)-1]
+	merged := *last
+	merged.Problems = nil
+	merged.Writes, merged.Duration = 0, 0
+	index := map[[3]string]int{}
+	for _, r := range reports {
+		merged.Writes += r.Writes
+		merged.Duration += r.Duration
+		for _, p := range r.Problems {
+			k := [3]string{p.Type, p.IP, p.Service}
+			if i, ok := index[k]; ok {
+				fixed := merged.Problems[i].Fixed || p.Fixed
+				merged.Problems[i] = p
+				merged.Problems[i].Fixed = fixed
+				continue
+			}
+			index[k] = len(merged.Problems)
+			merged.Problems = append(merged.Problems, p)
+		}
+	}
+	return &merged
+}
+
+func printRepair(streams Streams, format string, report *repair.Report) error {
+	if format == "json" {
+		return writeJSON(streams.Out, report)
+	}
+	return writeProblems(streams.Out, report.Problems, report.String())
+}
