@@ -114,6 +114,10 @@ func TestPrepareCreate(t *testing.T) {
 		{name: "duplicate port", ranges: single, svc: svc(func(s *corev1.Service) {
 			s.Spec.Ports = []corev1.ServicePort{{Name: "a", Port: 80, Protocol: "TCP"}, {Name: "b", Port: 80, Protocol: "TCP"}}
 		}), wantErr: "spec.ports[1]: Duplicate value"},
+		{name: "bad selector", ranges: single, svc: svc(func(s *corev1.Service) { s.Spec.Selector = map[string]string{"a b": "c"} }),
+			wantErr: "spec.selector"},
+		{name: "bad external IP", ranges: single, svc: svc(func(s *corev1.Service) { s.Spec.ExternalIPs = []string{"1.2.3"} }),
+			wantErr: "spec.externalIPs[0]"},
 		{name: "bad protocol", ranges: single, svc: svc(func(s *corev1.Service) { s.Spec.Ports[0].Protocol = "ICMP" }),
 			wantErr: "spec.ports[0].protocol: Unsupported value"},
 	}

@@ -7,6 +7,7 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	apimachineryvalidation "k8s.io/apimachinery/pkg/api/validation"
+	metav1validation "k8s.io/apimachinery/pkg/apis/meta/v1/validation"
 	"k8s.io/apimachinery/pkg/util/intstr"
 	"k8s.io/apimachinery/pkg/util/sets"
 	utilvalidation "k8s.io/apimachinery/pkg/util/validation"
@@ -65,6 +66,13 @@ func ValidateService(svc *corev1.Service) field.ErrorList {
 	headless := svc.Spec.ClusterIP == corev1.ClusterIPNone
 	if len(svc.Spec.Ports) == 0 && !headless && svc.Spec.Type != corev1.ServiceTypeExternalName {
 		allErrs = append(allErrs, field.Required(specPath.Child("ports"), ""))
+	}
+	allErrs = append(allErrs, metav1validation.ValidateLabels(svc.Spec.Selector, specPath.Child("selector"))...)
+	for i, ip := range svc.Spec.ExternalIPs {
+		if _, err := netip.ParseAddr(ip); err != nil {
+			allErrs = append(allErrs, field.Invalid(specPath.Child("externalIPs").Index(i), ip,
+				"must be a valid IP address, (e.g. 10.9.8.7 or 2001:db8::ffff)"))
+		}
 	}
 	allErrs = append(allErrs, validatePorts(svc)...)
 	allErrs = append(allErrs, ValidateClusterIPFields(svc)...)
