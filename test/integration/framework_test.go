@@ -31,6 +31,10 @@ type serverOptions struct {
 	etcd         *etcdtest.Etcd // nil: a new one
 	dataDir      string         // "": a new temp dir
 	model        string         // --allocator; "": bitmap
+	// newAllocator overrides the allocator factory.
+	newAllocator apiserver.AllocatorFactory
+	// noWait returns before the server is ready.
+	noWait bool
 }
 
 // models are the allocator models every allocation test runs with.
@@ -67,6 +71,9 @@ func startServer(t *testing.T, so serverOptions) *server {
 	if err != nil {
 		t.Fatalf("config: %v", err)
 	}
+	if so.newAllocator != nil {
+		cfg.NewAllocator = so.newAllocator
+	}
 	ctx, cancel := context.WithCancel(context.Background())
 	srv, err := cfg.Complete().New(ctx)
 	if err != nil {
@@ -102,7 +109,9 @@ func startServer(t *testing.T, so serverOptions) *server {
 	if err != nil {
 		t.Fatalf("client: %v", err)
 	}
-	waitReady(t, client)
+	if !so.noWait {
+		waitReady(t, client)
+	}
 	return &server{client: client, restConfig: restConfig, etcd: so.etcd, dataDir: so.dataDir, stop: stop}
 }
 
