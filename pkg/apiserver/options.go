@@ -68,8 +68,10 @@ func (o *Options) AddFlags(fs *pflag.FlagSet) {
 // Validate checks the options.
 func (o *Options) Validate() error {
 	var errs []error
-	if _, err := ParseServiceCIDRs(o.ServiceClusterIPRange); err != nil {
+	if cidrs, err := ParseServiceCIDRs(o.ServiceClusterIPRange); err != nil {
 		errs = append(errs, err)
+	} else {
+		errs = append(errs, checkRangeForModel(cidrs, o.Allocator)...)
 	}
 	if o.SecurePort < 0 || o.SecurePort > 65535 {
 		errs = append(errs, fmt.Errorf("--secure-port %d must be between 0 and 65535", o.SecurePort))
@@ -118,4 +120,34 @@ func ParseServiceCIDRs(value string) ([]netip.Prefix, error) {
 		return nil, fmt.Errorf("--service-cluster-ip-range %q: a dual-stack range needs one IPv4 and one IPv6 CIDR", value)
 	}
 	return out, nil
+}
+
+// bitmapMinIPv6Bits is kube-apiserver's limit on an IPv6 service range in the
+// bitmap model.
+const bitmapMinIPv6Bits = 108
+
+// checkRangeForModel refuses ranges the allocator model cannot serve: too
+// large for the model (as kube-apiserver's flag checks) or without any
+// usable address.
+func checkRangeForModel(cidrs []netip.Prefix, model string) []error {
+	var errs []error
+	m := subrange.ModelBitmap
+	if model == ModelIPAddress {
+		m = subrange.ModelIPAddress
+	}
+	for _, prefix := range cidrs {
+		if model == ModelBitmap && prefix.Addr().Is6() && prefix.Bits() < bitmapMinIPv6Bits {
+			errs = append(errs, fmt.Errorf("--service-cluster-ip-range %s: the bitmap model needs an IPv6 prefix of /%d or longer",
+				prefix, bitmapMinIPv6Bits))
+			continue
+		}
+		r, err := subrange.New(prefix, m)
+		switch {
+		case err != nil:
+			errs = append(errs, fmt.Errorf("--service-cluster-ip-range: %w", err))
+		case r.Size() == 0:
+			errs = append(errs, fmt.Errorf("--service-cluster-ip-range %s has no usable address", prefix))
+		}
+	}
+	return errs
 }

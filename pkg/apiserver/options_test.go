@@ -56,6 +56,28 @@ func TestOptionsValidate(t *testing.T) {
 	}
 }
 
+func TestRangeForModel(t *testing.T) {
+	for _, tt := range []struct {
+		rng, model, wantErr string
+	}{
+		{"10.0.0.0/12", ModelBitmap, ""},
+		{"10.0.0.0/8", ModelBitmap, "/12 or longer"},
+		{"fd00::/108", ModelBitmap, ""},
+		{"fd00::/64", ModelBitmap, "/108 or longer"},
+		{"fd00::/64", ModelIPAddress, ""},
+		{"fd00::/48", ModelIPAddress, "shortest allowed prefix length for service CIDR is 64, got 48"},
+		{"10.0.0.0/8", ModelIPAddress, ""},
+		{"10.0.0.0/32", ModelBitmap, "no usable address"},
+	} {
+		o := NewOptions()
+		o.ServiceClusterIPRange, o.Allocator = tt.rng, tt.model
+		err := o.Validate()
+		if (tt.wantErr == "") != (err == nil) || (err != nil && !strings.Contains(err.Error(), tt.wantErr)) {
+			t.Errorf("%s %s: want %q, got %v", tt.rng, tt.model, tt.wantErr, err)
+		}
+	}
+}
+
 func TestAdminKubeconfigReusesToken(t *testing.T) {
 	dir := t.TempDir()
 	ca := filepath.Join(dir, "ca.crt")
