@@ -33,6 +33,8 @@ type serverOptions struct {
 	model        string         // --allocator; "": bitmap
 	// newAllocator overrides the allocator factory.
 	newAllocator apiserver.AllocatorFactory
+	// rebuild sets Config.RebuildAllocations.
+	rebuild bool
 	// noWait returns before the server is ready.
 	noWait bool
 }
@@ -74,6 +76,7 @@ func startServer(t *testing.T, so serverOptions) *server {
 	if so.newAllocator != nil {
 		cfg.NewAllocator = so.newAllocator
 	}
+	cfg.RebuildAllocations = so.rebuild
 	ctx, cancel := context.WithCancel(context.Background())
 	srv, err := cfg.Complete().New(ctx)
 	if err != nil {

@@ -531,3 +531,24 @@ func testRestartKeepsAllocations(t *testing.T, model string) {
 	_, err := create(ctx, c, newService("full"))
 	expectStatus(t, err, 500, "range is full")
 }
+
+// TestMemoryAllocatorRebuilt: with in-memory allocators the server re-marks
+// every stored Service's IP before it opens, so a restart hands out no IP
+// twice.
+func TestMemoryAllocatorRebuilt(t *testing.T) {
+	opts := serverOptions{serviceRange: "10.0.0.0/28", newAllocator: apiserver.MemoryBitmapFactory, rebuild: true}
+	s := startServer(t, opts)
+	ctx := testContext(t)
+	// 14 usable, the kubernetes Service has one.
+	for i := 0; i < 6; i++ {
+		mustCreate(t, ctx, s.client, newService(fmt.Sprintf("mem-%d", i)))
+	}
+	s.stop()
+	opts.etcd, opts.dataDir = s.etcd, s.dataDir
+	s2 := startServer(t, opts)
+	for i := 0; i < 7; i++ {
+		mustCreate(t, ctx, s2.client, newService(fmt.Sprintf("more-%d", i)))
+	}
+	_, err := create(ctx, s2.client, newService("full"))
+	expectStatus(t, err, 500, "range is full")
+}
