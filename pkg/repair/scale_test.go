@@ -1,6 +1,7 @@
 package repair
 
 import (
+	"context"
 	"os"
 	"strconv"
 	"testing"
@@ -20,7 +21,8 @@ func TestScaleTimings(t *testing.T) {
 	if err != nil || n <= 0 {
 		t.Skip("set ALLOCATOR_SCALE=N to measure repair and migration on N Services")
 	}
-	ctx := testContext(t)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Hour)
+	defer cancel()
 	etcd := etcdtest.New(t)
 	srv := testserver.Start(t, testserver.Options{ServiceRange: "10.0.0.0/16,fd00::/112", Model: "bitmap", Etcd: etcd})
 	start := time.Now()
