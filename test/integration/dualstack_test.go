@@ -1,9 +1,12 @@
 package integration
 
 import (
+	"context"
 	"crypto/tls"
 	"net/netip"
+	"slices"
 	"testing"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -85,5 +88,32 @@ func testDualStack(t *testing.T, model string) {
 	h := mustCreate(t, ctx, c, newService("headless", withIP("None"), func(s *corev1.Service) { s.Spec.Selector = nil }))
 	if len(h.Spec.IPFamilies) != 2 {
 		t.Errorf("selectorless headless families: %v", h.Spec.IPFamilies)
+	}
+}
+
+// TestGrowToDualStack restarts a single-stack server with a dual-stack range:
+// the default ServiceCIDR grows, old Services keep their IPs and new ones may
+// be dual-stack.
+func TestGrowToDualStack(t *testing.T) { forEachModel(t, testGrowToDualStack) }
+
+func testGrowToDualStack(t *testing.T, model string) {
+	s := startServer(t, serverOptions{model: model, serviceRange: "10.96.0.0/16"})
+	ctx := testContext(t)
+	old := mustCreate(t, ctx, s.client, newService("old"))
+	s.stop()
+
+	s2 := startServer(t, serverOptions{model: model, serviceRange: "10.96.0.0/16,fd00:10:96::/112", etcd: s.etcd, dataDir: s.dataDir})
+	c := s2.client
+	eventually(t, 30*time.Second, "default ServiceCIDR grown", func(ctx context.Context) (bool, error) {
+		sc, err := c.NetworkingV1().ServiceCIDRs().Get(ctx, "kubernetes", metav1.GetOptions{})
+		return err == nil && slices.Equal(sc.Spec.CIDRs, []string{"10.96.0.0/16", "fd00:10:96::/112"}), err
+	})
+	got, err := c.CoreV1().Services("default").Get(ctx, "old", metav1.GetOptions{})
+	if err != nil || got.Spec.ClusterIP != old.Spec.ClusterIP {
+		t.Fatalf("old Service after restart: %v %v", got, err)
+	}
+	dual := mustCreate(t, ctx, c, newService("dual", withPolicy(corev1.IPFamilyPolicyRequireDualStack)))
+	if len(dual.Spec.ClusterIPs) != 2 {
+		t.Fatalf("dual-stack after growth: %v", dual.Spec.ClusterIPs)
 	}
 }
