@@ -451,61 +451,13 @@ func TestIPAddressRepairRaceWithCreates(t *testing.T) {
 		}
 	}()
 
-	const rounds, writers, perWriter = 3, 4, 20
-	for round := range rounds {
-		stop := make(chan struct{})
-		passes := make(chan error, 1)
-		go func() {
-			for {
-				select {
-				case <-stop:
-					passes <- nil
-					return
-				default:
-				}
-				if _, err := repair.RunOnce(ctx); err != nil {
-					passes <- err
-					return
-				}
-			}
-		}()
-		var wg sync.WaitGroup
-		errs := make(chan error, writers*perWriter)
-		for w := range writers {
-			wg.Go(func() {
-				for i := range perWriter {
-					if _, err := createService(ctx, srv, fmt.Sprintf("r%d-w%d-%d", round, w, i), ""); err != nil {
-						errs <- err
-						return
-					}
-				}
-			})
-		}
-		wg.Wait()
-		close(stop)
-		if err := <-passes; err != nil {
-			t.Fatal(err)
-		}
-		close(errs)
-		for err := range errs {
-			t.Fatal(err)
-		}
-	}
-	services, err := srv.Client.CoreV1().Services("").List(ctx, metav1.ListOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	seen := map[string]string{}
-	for _, svc := range services.Items {
-		ip := svc.Spec.ClusterIP
-		if other, dup := seen[ip]; dup {
-			t.Fatalf("%s held by %s and %s", ip, other, svc.Name)
-		}
-		seen[ip] = svc.Name
-		checkClaim(t, srv, ip, svc.Namespace, svc.Name)
-	}
-	if len(seen) != rounds*writers*perWriter+1 {
-		t.Fatalf("%d services, want %d", len(seen), rounds*writers*perWriter+1)
+	seen := raceCreatesWithPasses(t, ctx, srv, func(ctx context.Context) error {
+		_, err := repair.RunOnce(ctx)
+		return err
+	}, 3, 4, 20)
+	for ip, svc := range seen {
+		namespace, name, _ := strings.Cut(svc, "/")
+		checkClaim(t, srv, ip, namespace, name)
 	}
 	ips, err := srv.Client.NetworkingV1().IPAddresses().List(ctx, metav1.ListOptions{})
 	if err != nil {
