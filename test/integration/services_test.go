@@ -441,6 +441,11 @@ func testSingleStack(t *testing.T, model string) {
 		waitReady(t, c)
 	})
 
+	t.Run("system namespaces may not be deleted", func(t *testing.T) {
+		err := c.CoreV1().Namespaces().Delete(ctx, "kube-system", metav1.DeleteOptions{})
+		expectStatus(t, err, 403, "this namespace may not be deleted")
+	})
+
 	t.Run("anonymous requests are refused", func(t *testing.T) {
 		anon := &http.Client{Transport: &http.Transport{TLSClientConfig: insecureTLS()}}
 		resp, err := anon.Get(s.restConfig.Host + "/api/v1/services")

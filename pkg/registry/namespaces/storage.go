@@ -41,6 +41,18 @@ func NewREST(scheme *runtime.Scheme, optsGetter generic.RESTOptionsGetter) (*RES
 	return &REST{Store: store}, nil
 }
 
+// immortal are the namespaces a control plane needs; as upstream, they may
+// not be deleted.
+var immortal = map[string]bool{metav1.NamespaceDefault: true, metav1.NamespaceSystem: true, metav1.NamespacePublic: true}
+
+// Delete refuses to delete default, kube-system and kube-public.
+func (r *REST) Delete(ctx context.Context, name string, deleteValidation rest.ValidateObjectFunc, options *metav1.DeleteOptions) (runtime.Object, bool, error) {
+	if immortal[name] {
+		return nil, false, apierrors.NewForbidden(corev1.Resource("namespaces"), name, fmt.Errorf("this namespace may not be deleted"))
+	}
+	return r.Store.Delete(ctx, name, deleteValidation, options)
+}
+
 // ShortNames implements rest.ShortNamesProvider (kubectl get ns).
 func (r *REST) ShortNames() []string { return []string{"ns"} }
 
