@@ -10,7 +10,10 @@ import (
 
 	clientv3 "go.etcd.io/etcd/client/v3"
 	networkingv1 "k8s.io/api/networking/v1"
+	metainternalversion "k8s.io/apimachinery/pkg/apis/meta/internalversion"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apiserver/pkg/endpoints/request"
 	"k8s.io/apiserver/pkg/registry/rest"
 	genericapiserver "k8s.io/apiserver/pkg/server"
 	"k8s.io/apiserver/pkg/server/healthz"
@@ -105,6 +108,16 @@ func (c CompletedConfig) New(ctx context.Context) (*Server, error) {
 	if err != nil {
 		return nil, err
 	}
+
+	nsREST.OnDelete(func(ctx context.Context, namespace string) error {
+		ctx = request.WithNamespace(ctx, namespace)
+		for _, store := range []rest.CollectionDeleter{svcREST, evREST} {
+			if _, err := store.DeleteCollection(ctx, rest.ValidateAllObjectFunc, &metav1.DeleteOptions{}, &metainternalversion.ListOptions{}); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
 
 	core := genericapiserver.NewDefaultAPIGroupInfo("", Scheme, runtime.NewParameterCodec(Scheme), Codecs)
 	core.VersionedResourcesStorageMap["v1"] = map[string]rest.Storage{

@@ -441,6 +441,23 @@ func testSingleStack(t *testing.T, model string) {
 		waitReady(t, c)
 	})
 
+	t.Run("deleting a namespace deletes its Services and releases their IPs", func(t *testing.T) {
+		if _, err := c.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "tmp"}}, metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := c.CoreV1().Services("tmp").Create(ctx, newService("gone", withIP("10.96.0.95")), metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		if err := c.CoreV1().Namespaces().Delete(ctx, "tmp", metav1.DeleteOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		list, err := c.CoreV1().Services("tmp").List(ctx, metav1.ListOptions{})
+		if err != nil || len(list.Items) != 0 {
+			t.Fatalf("Services left in the deleted namespace: %v %v", list, err)
+		}
+		expectFree(t, ctx, c, "10.96.0.95")
+	})
+
 	t.Run("system namespaces may not be deleted", func(t *testing.T) {
 		err := c.CoreV1().Namespaces().Delete(ctx, "kube-system", metav1.DeleteOptions{})
 		expectStatus(t, err, 403, "this namespace may not be deleted")

@@ -19,7 +19,12 @@ import (
 // REST is the Namespace storage served as "namespaces".
 type REST struct {
 	*genericregistry.Store
+	deleteContents func(ctx context.Context, namespace string) error
 }
+
+// OnDelete sets what deletes a namespace's contents once the namespace is
+// gone (this server has no namespace controller). Call it before serving.
+func (r *REST) OnDelete(fn func(ctx context.Context, namespace string) error) { r.deleteContents = fn }
 
 // NewREST builds the Namespace storage.
 func NewREST(scheme *runtime.Scheme, optsGetter generic.RESTOptionsGetter) (*REST, error) {
@@ -50,7 +55,16 @@ func (r *REST) Delete(ctx context.Context, name string, deleteValidation rest.Va
 	if immortal[name] {
 		return nil, false, apierrors.NewForbidden(corev1.Resource("namespaces"), name, fmt.Errorf("this namespace may not be deleted"))
 	}
-	return r.Store.Delete(ctx, name, deleteValidation, options)
+	out, deleted, err := r.Store.Delete(ctx, name, deleteValidation, options)
+	if err != nil || !deleted || r.deleteContents == nil || (options != nil && len(options.DryRun) > 0) {
+		return out, deleted, err
+	}
+	// The namespace is gone, so nothing new can be created in it; now
+	// delete what is left (Services release their IPs on the way).
+	if err := r.deleteContents(ctx, name); err != nil {
+		return nil, false, apierrors.NewInternalError(fmt.Errorf("namespace %s deleted, but deleting its contents failed: %w", name, err))
+	}
+	return out, deleted, nil
 }
 
 // ShortNames implements rest.ShortNamesProvider (kubectl get ns).

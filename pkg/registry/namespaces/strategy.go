@@ -1,7 +1,10 @@
 // Package namespaces is the storage of core/v1 Namespaces. There is no
 // namespace controller in this server: deleting a Namespace removes it at
-// once (no spec.finalizers are added), and objects inside it stay stored;
-// new ones are refused because Check fails for a missing namespace.
+// once (no spec.finalizers are added, so it is never Terminating), from then
+// on Check refuses new objects in it, and then the function set with
+// OnDelete deletes what is left inside (the server deletes Services, which
+// releases their IPs, and Events). default, kube-system and kube-public may
+// not be deleted.
 package namespaces
 
 import (
