@@ -530,6 +530,24 @@ func (a *Allocator) ForEach(ctx context.Context, fn func(netip.Addr)) error {
 // Usage sums the maximal ranges (those inside no other served range), so
 // overlapping ServiceCIDRs are counted once. Addresses being claimed count as
 // used.
+// UsageByCIDR reports each served range's own fill level (an address in two
+// overlapping ranges counts in both), for per-CIDR metrics. It does no I/O.
+func (a *Allocator) UsageByCIDR(context.Context) (map[netip.Prefix]allocation.Usage, error) {
+	if !a.ready.Load() {
+		return nil, allocation.ErrNotReady
+	}
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	out := make(map[netip.Prefix]allocation.Usage, len(a.ranges))
+	for _, r := range a.ranges {
+		out[r.rng.Prefix()] = allocation.Usage{
+			Size: r.rng.Size(), StaticSize: r.rng.StaticSize(),
+			Used: r.index.Used(), StaticUsed: r.index.UsedStatic(),
+		}
+	}
+	return out, nil
+}
+
 func (a *Allocator) Usage(context.Context) (allocation.Usage, error) {
 	if !a.ready.Load() {
 		return allocation.Usage{}, allocation.ErrNotReady

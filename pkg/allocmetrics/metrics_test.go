@@ -1,0 +1,79 @@
+package allocmetrics
+
+import (
+	"context"
+	"net/netip"
+	"strings"
+	"testing"
+
+	"k8s.io/component-base/metrics"
+	"k8s.io/component-base/metrics/testutil"
+
+	"github.com/allocator/allocator/pkg/allocation"
+	"github.com/allocator/allocator/pkg/bitmap"
+	"github.com/allocator/allocator/pkg/subrange"
+)
+
+func TestMetrics(t *testing.T) {
+	ctx := context.Background()
+	registry := metrics.NewKubeRegistry()
+	m := New()
+	m.Register(registry)
+	inner, err := bitmap.NewAllocator(subrange.MustNew(netip.MustParsePrefix("10.0.0.0/28"), subrange.ModelBitmap))
+	if err != nil {
+		t.Fatal(err)
+	}
+	a := m.Wrap(inner)
+
+	// Present from the start, before any allocation.
+	if err := testutil.GatherAndCompare(registry, strings.NewReader(`
+# HELP kube_apiserver_clusterip_allocator_allocated_ips [ALPHA] Gauge measuring the number of allocated IPs for Services
+# TYPE kube_apiserver_clusterip_allocator_allocated_ips gauge
+kube_apiserver_clusterip_allocator_allocated_ips{cidr="10.0.0.0/28"} 0
+# HELP kube_apiserver_clusterip_allocator_available_ips [ALPHA] Gauge measuring the number of available IPs for Services
+# TYPE kube_apiserver_clusterip_allocator_available_ips gauge
+kube_apiserver_clusterip_allocator_available_ips{cidr="10.0.0.0/28"} 14
+`), "kube_apiserver_clusterip_allocator_allocated_ips", "kube_apiserver_clusterip_allocator_available_ips"); err != nil {
+		t.Fatal(err)
+	}
+
+	owner := allocation.Owner{Namespace: "default", Name: "a"}
+	if _, err := a.AllocateNext(ctx, owner); err != nil {
+		t.Fatal(err)
+	}
+	if err := a.Allocate(ctx, netip.MustParseAddr("10.0.0.5"), owner); err != nil && err != allocation.ErrAllocated {
+		t.Fatal(err)
+	}
+	_ = a.Allocate(ctx, netip.MustParseAddr("10.9.0.5"), owner) // out of range: an error
+	if _, err := a.DryRun().AllocateNext(ctx, owner); err != nil {
+		t.Fatal(err)
+	}
+	used := inner.Used()
+	want := `
+# HELP kube_apiserver_clusterip_allocator_allocation_errors_total [ALPHA] Number of errors trying to allocate Cluster IPs
+# TYPE kube_apiserver_clusterip_allocator_allocation_errors_total counter
+kube_apiserver_clusterip_allocator_allocation_errors_total{cidr="10.0.0.0/28",scope="static"} 1
+# HELP kube_apiserver_clusterip_allocator_allocation_total [ALPHA] Number of Cluster IPs allocations
+# TYPE kube_apiserver_clusterip_allocator_allocation_total counter
+kube_apiserver_clusterip_allocator_allocation_total{cidr="10.0.0.0/28",scope="dynamic"} 1
+kube_apiserver_clusterip_allocator_allocation_total{cidr="10.0.0.0/28",scope="static"} 1
+`
+	if used != 2 {
+		t.Fatalf("inner allocator used %d, want 2 (the dry run must not allocate)", used)
+	}
+	if err := testutil.GatherAndCompare(registry, strings.NewReader(want),
+		"kube_apiserver_clusterip_allocator_allocation_total", "kube_apiserver_clusterip_allocator_allocation_errors_total"); err != nil {
+		t.Fatal(err)
+	}
+	if err := testutil.GatherAndCompare(registry, strings.NewReader(`
+# HELP kube_apiserver_clusterip_allocator_allocated_ips [ALPHA] Gauge measuring the number of allocated IPs for Services
+# TYPE kube_apiserver_clusterip_allocator_allocated_ips gauge
+kube_apiserver_clusterip_allocator_allocated_ips{cidr="10.0.0.0/28"} 2
+`), "kube_apiserver_clusterip_allocator_allocated_ips"); err != nil {
+		t.Fatal(err)
+	}
+	count, err := testutil.GetHistogramMetricCount(m.duration.WithLabelValues("10.0.0.0/28").(metrics.ObserverMetric))
+	if err != nil || count != 2 {
+		t.Fatalf("duration histogram count = %d, %v; want 2", count, err)
+	}
+}
