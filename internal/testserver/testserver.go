@@ -32,6 +32,9 @@ type Options struct {
 	Etcd *etcdtest.Etcd
 	// EtcdPrefix is --etcd-prefix ("" keeps the default).
 	EtcdPrefix string
+	// WithRepair runs the server's own repair controller and start-up
+	// carry-over; by default they are off so tests of those drive them.
+	WithRepair bool
 }
 
 // Server is one running API server.
@@ -69,6 +72,7 @@ func Start(t testing.TB, o Options) *Server {
 	if err != nil {
 		t.Fatalf("server config: %v", err)
 	}
+	cfg.ManualRepair = !o.WithRepair
 	ctx, cancel := context.WithCancel(context.Background())
 	srv, err := cfg.Complete().New(ctx)
 	if err != nil {

@@ -66,6 +66,17 @@ func (s *Server) bootstrapOnce(ctx context.Context, client kubernetes.Interface,
 			return fmt.Errorf("create namespace %s: %w", name, err)
 		}
 	}
+	// The default ServiceCIDR comes first: the IPAddress model serves only
+	// addresses inside a ServiceCIDR, the carry-over below included.
+	if err := s.ensureDefaultServiceCIDR(ctx, client); err != nil {
+		return err
+	}
+	if !s.migrated && !s.cfg.ManualRepair {
+		if err := s.migrateFromOtherModel(ctx, client); err != nil {
+			return err
+		}
+		s.migrated = true
+	}
 	if !*rebuilt {
 		if err := s.rebuildAllocations(ctx, client); err != nil {
 			return err
@@ -73,9 +84,6 @@ func (s *Server) bootstrapOnce(ctx context.Context, client kubernetes.Interface,
 		*rebuilt = true
 	}
 	s.open.Store(true)
-	if err := s.ensureDefaultServiceCIDR(ctx, client); err != nil {
-		return err
-	}
 	return s.ensureKubernetesService(ctx, client, true)
 }
 

@@ -8,6 +8,7 @@ import (
 	"os"
 	"path/filepath"
 	"strconv"
+	"time"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"k8s.io/apiserver/pkg/authentication/authenticatorfactory"
@@ -21,6 +22,7 @@ import (
 	"github.com/allocator/allocator/pkg/allocation"
 	"github.com/allocator/allocator/pkg/bitmap"
 	generatedopenapi "github.com/allocator/allocator/pkg/generated/openapi"
+	"github.com/allocator/allocator/pkg/repair"
 	"github.com/allocator/allocator/pkg/subrange"
 )
 
@@ -92,6 +94,11 @@ type Config struct {
 	ServerURL string
 	// KubeconfigPath is where the admin kubeconfig was written.
 	KubeconfigPath string
+	// RepairInterval is the period of the repair controller's full pass.
+	RepairInterval time.Duration
+	// ManualRepair keeps the repair controller and the start-up carry-over
+	// from the other model from running, for tests that drive them.
+	ManualRepair bool
 	// KubernetesServicePort is the target port of the default/kubernetes Service.
 	KubernetesServicePort int
 }
@@ -116,6 +123,10 @@ func (o *Options) Config(etcdServers []string) (*Config, error) {
 	}
 
 	gc := genericapiserver.NewConfig(Codecs)
+	// /metrics is served by the server itself, from the global registry plus
+	// its own (allocator and repair metrics; several servers may share a
+	// process in tests).
+	gc.EnableMetrics = false
 	gc.EffectiveVersion = newEffectiveVersion()
 
 	serving := genericoptions.NewSecureServingOptions().WithLoopback()
@@ -175,6 +186,7 @@ func (o *Options) Config(etcdServers []string) (*Config, error) {
 		EtcdServers:           etcdServers,
 		EtcdPrefix:            o.EtcdPrefix,
 		Model:                 o.Allocator,
+		RepairInterval:        o.RepairInterval,
 		ServerURL:             serverURL,
 		KubeconfigPath:        kubeconfig,
 		KubernetesServicePort: port,
@@ -197,7 +209,10 @@ type CompletedConfig struct {
 // Complete fills in defaults.
 func (c *Config) Complete() CompletedConfig {
 	if c.Model == "" {
-		c.Model = ModelBitmap
+		c.Model = ModelIPAddress
+	}
+	if c.RepairInterval <= 0 {
+		c.RepairInterval = repair.DefaultInterval
 	}
 	if c.NewAllocator == nil {
 		switch c.Model {

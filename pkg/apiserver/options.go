@@ -7,9 +7,11 @@ import (
 	"net/netip"
 	"path/filepath"
 	"strings"
+	"time"
 
 	"github.com/spf13/pflag"
 
+	"github.com/allocator/allocator/pkg/repair"
 	"github.com/allocator/allocator/pkg/subrange"
 )
 
@@ -36,6 +38,8 @@ type Options struct {
 	DataDir string
 	// Allocator is the ClusterIP allocator model: bitmap or ipaddress.
 	Allocator string
+	// RepairInterval is the period of the repair controller's full pass.
+	RepairInterval time.Duration
 }
 
 // NewOptions returns the defaults.
@@ -46,7 +50,8 @@ func NewOptions() *Options {
 		BindAddress:           "127.0.0.1",
 		EtcdPrefix:            "/registry",
 		DataDir:               "./allocator-data",
-		Allocator:             ModelBitmap,
+		Allocator:             ModelIPAddress,
+		RepairInterval:        repair.DefaultInterval,
 	}
 }
 
@@ -62,7 +67,8 @@ func (o *Options) AddFlags(fs *pflag.FlagSet) {
 	fs.StringVar(&o.CertDir, "cert-dir", o.CertDir,
 		"The directory where the self-signed TLS certificate is kept (default <data-dir>/certs).")
 	fs.StringVar(&o.DataDir, "data-dir", o.DataDir, "Directory for the embedded etcd, certificates and admin.kubeconfig.")
-	fs.StringVar(&o.Allocator, "allocator", o.Allocator, "ClusterIP allocator model: bitmap or ipaddress.")
+	fs.StringVar(&o.Allocator, "allocator", o.Allocator, "ClusterIP allocator model: ipaddress (IPAddress objects over ServiceCIDRs) or bitmap (one RangeAllocation per family). Data written under the other model is carried over at start.")
+	fs.DurationVar(&o.RepairInterval, "repair-interval", o.RepairInterval, "Period of the ClusterIP repair controller's full pass.")
 }
 
 // Validate checks the options.

@@ -8,6 +8,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	clientv3 "go.etcd.io/etcd/client/v3"
 	networkingv1 "k8s.io/api/networking/v1"
 	metainternalversion "k8s.io/apimachinery/pkg/apis/meta/internalversion"
@@ -21,15 +22,19 @@ import (
 	"k8s.io/client-go/informers"
 	"k8s.io/client-go/kubernetes"
 	restclient "k8s.io/client-go/rest"
+	"k8s.io/component-base/metrics"
+	"k8s.io/component-base/metrics/legacyregistry"
 	"k8s.io/klog/v2"
 
 	"github.com/allocator/allocator/pkg/allocation"
+	"github.com/allocator/allocator/pkg/allocmetrics"
 	"github.com/allocator/allocator/pkg/registry/events"
 	"github.com/allocator/allocator/pkg/registry/ipaddresses"
 	"github.com/allocator/allocator/pkg/registry/namespaces"
 	"github.com/allocator/allocator/pkg/registry/servicecidrs"
 	"github.com/allocator/allocator/pkg/registry/services"
 	"github.com/allocator/allocator/pkg/servicealloc"
+	"github.com/allocator/allocator/pkg/repair"
 	"github.com/allocator/allocator/pkg/servicecidr"
 )
 
@@ -42,6 +47,17 @@ type Server struct {
 	allocators []allocation.Interface // ungated, primary first
 	open       *atomic.Bool
 	bootstrap  atomic.Bool
+
+	// registry holds this server's own metrics (allocators, repair), served
+	// on /metrics together with the process-wide ones.
+	registry      metrics.KubeRegistry
+	allocMetrics  *allocmetrics.Metrics
+	repairMetrics *repair.Metrics
+	// repairFirstPass is closed once the repair controller's first full
+	// pass succeeded; /readyz waits for it.
+	repairFirstPass chan struct{}
+	// migrated is set once the start-up carry-over from the other model ran.
+	migrated bool
 }
 
 // New builds the server: stores for every resource, the Service allocator
@@ -63,7 +79,15 @@ func (c CompletedConfig) New(ctx context.Context) (*Server, error) {
 	if err != nil {
 		return nil, fmt.Errorf("connect to etcd %v: %w", c.EtcdServers, err)
 	}
-	s := &Server{cfg: c.Config, generic: generic, etcd: etcdClient, open: &atomic.Bool{}}
+	s := &Server{
+		cfg: c.Config, generic: generic, etcd: etcdClient, open: &atomic.Bool{},
+		registry: metrics.NewKubeRegistry(), allocMetrics: allocmetrics.New(), repairMetrics: repair.NewMetrics(),
+		repairFirstPass: make(chan struct{}),
+	}
+	s.allocMetrics.Register(s.registry)
+	s.repairMetrics.Register(s.registry)
+	generic.Handler.NonGoRestfulMux.Handle("/metrics", metrics.HandlerFor(
+		prometheus.Gatherers{legacyregistry.DefaultGatherer, s.registry}, metrics.HandlerOpts{}))
 	ok := false
 	defer func() {
 		if !ok {
@@ -81,7 +105,7 @@ func (c CompletedConfig) New(ctx context.Context) (*Server, error) {
 			return nil, fmt.Errorf("allocator for %s: %w", prefix, err)
 		}
 		s.allocators = append(s.allocators, a)
-		gated = append(gated, gatedAllocator{Interface: a, open: s.open})
+		gated = append(gated, gatedAllocator{Interface: s.allocMetrics.Wrap(a), open: s.open})
 	}
 	if s.alloc, err = servicealloc.New(servicealloc.Config{Allocators: gated}); err != nil {
 		return nil, err
@@ -147,6 +171,9 @@ func (c CompletedConfig) New(ctx context.Context) (*Server, error) {
 	if err := generic.AddPostStartHook("allocator-servicecidr-controller", s.startServiceCIDRController); err != nil {
 		return nil, err
 	}
+	if err := generic.AddPostStartHook("allocator-repair-controller", s.startRepairController); err != nil {
+		return nil, err
+	}
 	if err := s.addHealthChecks(ctx, getter); err != nil {
 		return nil, err
 	}
@@ -175,6 +202,14 @@ func (s *Server) addHealthChecks(ctx context.Context, getter *restOptionsGetter)
 	}
 	return s.generic.AddReadyzChecks(
 		healthz.NamedCheck("etcd-readiness", func(*http.Request) error { return etcdReady() }),
+		healthz.NamedCheck("clusterip-repair", func(*http.Request) error {
+			select {
+			case <-s.repairFirstPass:
+				return nil
+			default:
+				return errors.New("the ClusterIP repair controller has not completed a pass yet")
+			}
+		}),
 		healthz.NamedCheck("allocators", func(*http.Request) error {
 			if !s.open.Load() {
 				return errors.New("allocations not rebuilt yet")

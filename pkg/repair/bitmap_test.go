@@ -1,8 +1,9 @@
-package repair
+package repair_test
 
 import (
 	"context"
 	"fmt"
+	"github.com/allocator/allocator/pkg/repair"
 	"net/netip"
 	"slices"
 	"strings"
@@ -105,13 +106,13 @@ func storedHas(t *testing.T, store *bitmap.EtcdAllocator, ip string) bool {
 	return has
 }
 
-func findProblem(r *Report, typ, ip string) (Problem, bool) {
+func findProblem(r *repair.Report, typ, ip string) (repair.Problem, bool) {
 	for _, p := range r.Problems {
 		if p.Type == typ && p.IP == ip {
 			return p, true
 		}
 	}
-	return Problem{}, false
+	return repair.Problem{}, false
 }
 
 func createService(ctx context.Context, srv *testserver.Server, name, clusterIP string) (*corev1.Service, error) {
@@ -149,8 +150,8 @@ func TestBitmapRepairPlantedFaults(t *testing.T) {
 		waitListed(t, srv, "default", name, true)
 	}
 
-	repair, err := NewBitmapRepair(BitmapConfig{
-		Client: srv.Client, Stores: []BitmapStore{store}, Recorder: NewEventRecorder(ctx, srv.Client),
+	ctrl, err := repair.NewBitmapRepair(repair.BitmapConfig{
+		Client: srv.Client, Stores: []repair.BitmapStore{store}, Recorder: repair.NewEventRecorder(ctx, srv.Client),
 		LeakGrace: time.Nanosecond,
 	})
 	if err != nil {
@@ -158,7 +159,7 @@ func TestBitmapRepairPlantedFaults(t *testing.T) {
 	}
 
 	// A dry run reports everything and changes nothing.
-	dry, err := NewBitmapRepair(BitmapConfig{Client: srv.Client, Stores: []BitmapStore{store}, DryRun: true})
+	dry, err := repair.NewBitmapRepair(repair.BitmapConfig{Client: srv.Client, Stores: []repair.BitmapStore{store}, DryRun: true})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -170,20 +171,20 @@ func TestBitmapRepairPlantedFaults(t *testing.T) {
 	if after, _ := store.ReadStored(ctx); after.Revision != before.Revision || report.Writes != 0 {
 		t.Fatalf("dry run wrote: revision %d → %d, writes %d", before.Revision, after.Revision, report.Writes)
 	}
-	if p, ok := findProblem(report, TypeRepair, "10.0.0.50"); !ok || p.Fixed {
+	if p, ok := findProblem(report, repair.TypeRepair, "10.0.0.50"); !ok || p.Fixed {
 		t.Fatalf("dry run: repair problem %+v %v", p, ok)
 	}
 
-	report, err = repair.RunOnce(ctx)
+	report, err = ctrl.RunOnce(ctx)
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Log(report)
 	want := []struct{ typ, ip, service, reason, message string }{
-		{TypeRepair, "10.0.0.50", "default/no-bit", ReasonNotAllocated, "Cluster IP [IPv4]:10.0.0.50 is not allocated; repairing"},
-		{TypeDuplicate, goodIP, "default/dup", ReasonAlreadyAllocated, fmt.Sprintf("Cluster IP [IPv4]:%s was assigned to multiple services; please recreate service", goodIP)},
-		{TypeOutOfRange, "10.9.9.9", "default/outside", ReasonOutOfRange, "Cluster IP [IPv4]:10.9.9.9 is not within the service CIDR 10.0.0.0/24; please recreate service"},
-		{TypeInvalid, "not-an-ip", "default/garbage", ReasonNotValid, "Cluster IP not-an-ip is not a valid IP; please recreate service"},
+		{repair.TypeRepair, "10.0.0.50", "default/no-bit", repair.ReasonNotAllocated, "Cluster IP [IPv4]:10.0.0.50 is not allocated; repairing"},
+		{repair.TypeDuplicate, goodIP, "default/dup", repair.ReasonAlreadyAllocated, fmt.Sprintf("Cluster IP [IPv4]:%s was assigned to multiple services; please recreate service", goodIP)},
+		{repair.TypeOutOfRange, "10.9.9.9", "default/outside", repair.ReasonOutOfRange, "Cluster IP [IPv4]:10.9.9.9 is not within the service CIDR 10.0.0.0/24; please recreate service"},
+		{repair.TypeInvalid, "not-an-ip", "default/garbage", repair.ReasonNotValid, "Cluster IP not-an-ip is not a valid IP; please recreate service"},
 	}
 	for _, w := range want {
 		p, ok := findProblem(report, w.typ, w.ip)
@@ -204,11 +205,11 @@ func TestBitmapRepairPlantedFaults(t *testing.T) {
 	// The leak is freed on the 3rd pass that sees it, not earlier.
 	for pass := 1; pass <= 3; pass++ {
 		if pass > 1 {
-			if report, err = repair.RunOnce(ctx); err != nil {
+			if report, err = ctrl.RunOnce(ctx); err != nil {
 				t.Fatal(err)
 			}
 		}
-		p, ok := findProblem(report, TypeLeak, "10.0.0.200")
+		p, ok := findProblem(report, repair.TypeLeak, "10.0.0.200")
 		if !ok || p.Fixed != (pass == 3) {
 			t.Fatalf("pass %d: leak problem %+v (found %v)", pass, p, ok)
 		}
@@ -222,7 +223,7 @@ func TestBitmapRepairPlantedFaults(t *testing.T) {
 		t.Fatalf("duplicate Service changed: %v %v", dup, err)
 	}
 	// What is left is what only a person can fix.
-	if report, err = repair.RunOnce(ctx); err != nil {
+	if report, err = ctrl.RunOnce(ctx); err != nil {
 		t.Fatal(err)
 	}
 	if report.Unresolved() != 3 || report.Writes != 0 {
@@ -237,7 +238,7 @@ func TestBitmapRepairLeakCountForgotten(t *testing.T) {
 	srv := testserver.Start(t, testserver.Options{ServiceRange: "10.0.0.0/24", Model: "bitmap"})
 	etcd := srv.Etcd.Client()
 	store := bitmapStore(t, etcd, "10.0.0.0/24")
-	repair, err := NewBitmapRepair(BitmapConfig{Client: srv.Client, Stores: []BitmapStore{store}, LeakGrace: time.Nanosecond})
+	ctrl, err := repair.NewBitmapRepair(repair.BitmapConfig{Client: srv.Client, Stores: []repair.BitmapStore{store}, LeakGrace: time.Nanosecond})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -245,9 +246,9 @@ func TestBitmapRepairLeakCountForgotten(t *testing.T) {
 	if err := store.Allocate(ctx, netip.MustParseAddr(ip), allocation.Owner{}); err != nil {
 		t.Fatal(err)
 	}
-	pass := func() *Report {
+	pass := func() *repair.Report {
 		t.Helper()
-		r, err := repair.RunOnce(ctx)
+		r, err := ctrl.RunOnce(ctx)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -257,17 +258,17 @@ func TestBitmapRepairLeakCountForgotten(t *testing.T) {
 	pass() // two passes: one more would free it
 	plantService(t, etcd, "default", "holder", []string{ip}, time.Now())
 	waitListed(t, srv, "default", "holder", true)
-	if _, leaked := findProblem(pass(), TypeLeak, ip); leaked {
+	if _, leaked := findProblem(pass(), repair.TypeLeak, ip); leaked {
 		t.Fatalf("%s reported leaked while a Service holds it", ip)
 	}
 	deletePlanted(t, etcd, "default", "holder")
 	waitListed(t, srv, "default", "holder", false)
 	for n := 1; n <= 2; n++ {
-		if p, ok := findProblem(pass(), TypeLeak, ip); !ok || p.Fixed {
+		if p, ok := findProblem(pass(), repair.TypeLeak, ip); !ok || p.Fixed {
 			t.Fatalf("pass %d after the holder left: %+v %v; want a pending leak", n, p, ok)
 		}
 	}
-	if p, ok := findProblem(pass(), TypeLeak, ip); !ok || !p.Fixed || storedHas(t, store, ip) {
+	if p, ok := findProblem(pass(), repair.TypeLeak, ip); !ok || !p.Fixed || storedHas(t, store, ip) {
 		t.Fatalf("3rd pass after the holder left: %+v %v; want freed", p, ok)
 	}
 }
@@ -277,7 +278,7 @@ func TestBitmapRepairGrace(t *testing.T) {
 	srv := testserver.Start(t, testserver.Options{ServiceRange: "10.0.0.0/24", Model: "bitmap"})
 	store := bitmapStore(t, srv.Etcd.Client(), "10.0.0.0/24")
 	now := time.Now()
-	repair, err := NewBitmapRepair(BitmapConfig{Client: srv.Client, Stores: []BitmapStore{store},
+	ctrl, err := repair.NewBitmapRepair(repair.BitmapConfig{Client: srv.Client, Stores: []repair.BitmapStore{store},
 		LeakGrace: time.Minute, Now: func() time.Time { return now }})
 	if err != nil {
 		t.Fatal(err)
@@ -286,7 +287,7 @@ func TestBitmapRepairGrace(t *testing.T) {
 		t.Fatal(err)
 	}
 	for range 5 {
-		if _, err := repair.RunOnce(ctx); err != nil {
+		if _, err := ctrl.RunOnce(ctx); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -294,7 +295,7 @@ func TestBitmapRepairGrace(t *testing.T) {
 		t.Fatalf("leak freed by back-to-back passes inside the grace period")
 	}
 	now = now.Add(time.Minute)
-	if _, err := repair.RunOnce(ctx); err != nil {
+	if _, err := ctrl.RunOnce(ctx); err != nil {
 		t.Fatal(err)
 	}
 	if storedHas(t, store, "10.0.0.99") {
@@ -311,18 +312,18 @@ func TestBitmapRepairCreatesMissingMapAndIsQuietWhenConsistent(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	repair, err := NewBitmapRepair(BitmapConfig{Client: srv.Client, Stores: []BitmapStore{store}})
+	ctrl, err := repair.NewBitmapRepair(repair.BitmapConfig{Client: srv.Client, Stores: []repair.BitmapStore{store}})
 	if err != nil {
 		t.Fatal(err)
 	}
-	report, err := repair.RunOnce(ctx)
+	report, err := ctrl.RunOnce(ctx)
 	if err != nil || !report.Consistent() || report.Writes != 0 {
 		t.Fatalf("pass on a consistent cluster: %v, %v %+v", err, report, report.Problems)
 	}
 	if _, err := etcd.Delete(ctx, primaryKey); err != nil {
 		t.Fatal(err)
 	}
-	report, err = repair.RunOnce(ctx)
+	report, err = ctrl.RunOnce(ctx)
 	if err != nil || report.Writes != 1 {
 		t.Fatalf("pass on a missing map: %v, %v", err, report)
 	}
@@ -339,12 +340,12 @@ func TestBitmapRepairRaceWithCreates(t *testing.T) {
 	ctx := testContext(t)
 	srv := testserver.Start(t, testserver.Options{ServiceRange: "10.0.0.0/22", Model: "bitmap"})
 	store := bitmapStore(t, srv.Etcd.Client(), "10.0.0.0/22")
-	repair, err := NewBitmapRepair(BitmapConfig{Client: srv.Client, Stores: []BitmapStore{store}, LeakGrace: 5 * time.Second})
+	ctrl, err := repair.NewBitmapRepair(repair.BitmapConfig{Client: srv.Client, Stores: []repair.BitmapStore{store}, LeakGrace: 5 * time.Second})
 	if err != nil {
 		t.Fatal(err)
 	}
 	seen := raceCreatesWithPasses(t, ctx, srv, func(ctx context.Context) error {
-		_, err := repair.RunOnce(ctx)
+		_, err := ctrl.RunOnce(ctx)
 		return err
 	}, 3, 4, 20)
 	for ip, svc := range seen {
@@ -352,7 +353,7 @@ func TestBitmapRepairRaceWithCreates(t *testing.T) {
 			t.Fatalf("%s of %s is not allocated after the race", ip, svc)
 		}
 	}
-	report, err := repair.RunOnce(ctx)
+	report, err := ctrl.RunOnce(ctx)
 	if err != nil || !report.Consistent() {
 		t.Fatalf("final pass: %v %v %+v", err, report, report.Problems)
 	}
@@ -369,11 +370,11 @@ func TestBitmapRepairKubeAPIServer132(t *testing.T) {
 	}
 	srv := testserver.Start(t, testserver.Options{ServiceRange: "10.96.0.0/16", Model: "bitmap", Etcd: etcd})
 	store := bitmapStore(t, etcd.Client(), "10.96.0.0/16")
-	repair, err := NewBitmapRepair(BitmapConfig{Client: srv.Client, Stores: []BitmapStore{store}})
+	ctrl, err := repair.NewBitmapRepair(repair.BitmapConfig{Client: srv.Client, Stores: []repair.BitmapStore{store}})
 	if err != nil {
 		t.Fatal(err)
 	}
-	report, err := repair.RunOnce(ctx)
+	report, err := ctrl.RunOnce(ctx)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -1,9 +1,10 @@
-package repair
+package repair_test
 
 import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/allocator/allocator/pkg/repair"
 	"slices"
 	"strings"
 	"sync"
@@ -122,7 +123,7 @@ func waitObjectEvent(t *testing.T, srv *testserver.Server, kind, namespace, name
 		for _, e := range events.Items {
 			seen = append(seen, e.InvolvedObject.Kind+"/"+e.InvolvedObject.Name+" "+e.Reason+": "+e.Message)
 			if e.InvolvedObject.Kind == kind && e.InvolvedObject.Name == name && e.Reason == reason &&
-				e.Message == message && e.Type == corev1.EventTypeWarning && e.Source.Component == Component {
+				e.Message == message && e.Type == corev1.EventTypeWarning && e.Source.Component == repair.Component {
 				return true, nil
 			}
 		}
@@ -151,7 +152,7 @@ func (c *fakeClock) Set(t time.Time) {
 	c.now = t
 }
 
-func runOnce(t *testing.T, ctx context.Context, r *IPAddressRepair) *Report {
+func runOnce(t *testing.T, ctx context.Context, r *repair.IPAddressRepair) *repair.Report {
 	t.Helper()
 	report, err := r.RunOnce(ctx)
 	if err != nil {
@@ -172,14 +173,14 @@ func TestIPAddressRepairOrphanGrace(t *testing.T) {
 	plantIPAddress(t, srv, "10.0.0.200", serviceRef("default", "ghost"), ourLabels("IPv4"), created)
 
 	clock := &fakeClock{now: created.Add(10 * time.Second)}
-	repair, err := NewIPAddressRepair(IPAddressConfig{Client: srv.Client, Recorder: NewEventRecorder(ctx, srv.Client),
+	ctrl, err := repair.NewIPAddressRepair(repair.IPAddressConfig{Client: srv.Client, Recorder: repair.NewEventRecorder(ctx, srv.Client),
 		OrphanGrace: 30 * time.Second, Now: clock.Now})
 	if err != nil {
 		t.Fatal(err)
 	}
 	for range 3 { // back-to-back passes inside the grace period delete nothing
-		report := runOnce(t, ctx, repair)
-		if p, ok := findProblem(report, TypeLeak, "10.0.0.200"); !ok || p.Fixed || report.Writes != 0 {
+		report := runOnce(t, ctx, ctrl)
+		if p, ok := findProblem(report, repair.TypeLeak, "10.0.0.200"); !ok || p.Fixed || report.Writes != 0 {
 			t.Fatalf("inside the grace period: %+v %v, %s", p, ok, report)
 		}
 		if getIPAddress(t, srv, "10.0.0.200") == nil {
@@ -188,17 +189,17 @@ func TestIPAddressRepairOrphanGrace(t *testing.T) {
 	}
 
 	clock.Set(created.Add(31 * time.Second))
-	report := runOnce(t, ctx, repair)
+	report := runOnce(t, ctx, ctrl)
 	const msg = "IPAddress: 10.0.0.200 for Service default/ghost appears to have leaked: cleaning up"
-	p, ok := findProblem(report, TypeLeak, "10.0.0.200")
-	if !ok || !p.Fixed || p.Reason != ReasonIPNotAllocated || p.Message != msg || report.Writes != 1 {
+	p, ok := findProblem(report, repair.TypeLeak, "10.0.0.200")
+	if !ok || !p.Fixed || p.Reason != repair.ReasonIPNotAllocated || p.Message != msg || report.Writes != 1 {
 		t.Fatalf("after the grace period: %+v %v, %s", p, ok, report)
 	}
 	if getIPAddress(t, srv, "10.0.0.200") != nil {
 		t.Fatalf("orphan not deleted after the grace period")
 	}
-	waitObjectEvent(t, srv, "IPAddress", "", "10.0.0.200", ReasonIPNotAllocated, msg)
-	if report := runOnce(t, ctx, repair); !report.Consistent() {
+	waitObjectEvent(t, srv, "IPAddress", "", "10.0.0.200", repair.ReasonIPNotAllocated, msg)
+	if report := runOnce(t, ctx, ctrl); !report.Consistent() {
 		t.Fatalf("after the delete: %+v", report.Problems)
 	}
 }
@@ -216,19 +217,13 @@ func TestIPAddressRepairOrphanRecheck(t *testing.T) {
 	}
 	checkClaim(t, srv, "10.0.0.77", "default", "late")
 	clock := &fakeClock{now: time.Now().Add(time.Hour)} // everything is past its grace
-	repair, err := NewIPAddressRepair(IPAddressConfig{Client: srv.Client, Now: clock.Now})
+	ctrl, err := repair.NewIPAddressRepair(repair.IPAddressConfig{Client: srv.Client, Now: clock.Now})
 	if err != nil {
 		t.Fatal(err)
 	}
-	stale := &listView{
-		byKey:    map[string][]*corev1.Service{}, // no Service holds it
-		services: map[string]*corev1.Service{},
-		ips:      map[string]*networkingv1.IPAddress{"10.0.0.77": getIPAddress(t, srv, "10.0.0.77")},
-		ranges:   newServiceCIDRs([]*networkingv1.ServiceCIDR{{Spec: networkingv1.ServiceCIDRSpec{CIDRs: []string{"10.0.0.0/24"}}}}),
-	}
-	out, err := repair.reconcile(ctx, stale, "10.0.0.77")
-	if err != nil || out.writes != 0 {
-		t.Fatalf("reconcile on a stale snapshot: %v, %+v", err, out)
+	writes, err := ctrl.ReconcileOnStaleSnapshot(ctx, "10.0.0.77", getIPAddress(t, srv, "10.0.0.77"), "10.0.0.0/24")
+	if err != nil || writes != 0 {
+		t.Fatalf("reconcile on a stale snapshot: %v, %d writes", err, writes)
 	}
 	checkClaim(t, srv, "10.0.0.77", svc.Namespace, svc.Name)
 
@@ -239,7 +234,7 @@ func TestIPAddressRepairOrphanRecheck(t *testing.T) {
 	if _, err := srv.Client.NetworkingV1().IPAddresses().Update(ctx, changed, metav1.UpdateOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	if err := repair.deleteIfUnchanged(ctx, old); !errors.Is(err, errChanged) {
+	if err := ctrl.DeleteIfUnchanged(ctx, old); !errors.Is(err, repair.ErrChanged) {
 		t.Fatalf("conditional delete of a changed object: %v, want errChanged", err)
 	}
 	checkClaim(t, srv, "10.0.0.77", svc.Namespace, svc.Name)
@@ -283,7 +278,7 @@ func TestIPAddressRepairPlantedFaults(t *testing.T) {
 	foreignBefore := map[string]*networkingv1.IPAddress{"10.0.0.80": getIPAddress(t, srv, "10.0.0.80"), "10.0.0.81": getIPAddress(t, srv, "10.0.0.81")}
 
 	// A dry run reports and writes nothing.
-	dry, err := NewIPAddressRepair(IPAddressConfig{Client: srv.Client, DryRun: true})
+	dry, err := repair.NewIPAddressRepair(repair.IPAddressConfig{Client: srv.Client, DryRun: true})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -293,32 +288,32 @@ func TestIPAddressRepairPlantedFaults(t *testing.T) {
 	if report.Writes != 0 || before.ResourceVersion != after.ResourceVersion || len(before.Items) != len(after.Items) {
 		t.Fatalf("dry run wrote: %s; list RV %s → %s", report, before.ResourceVersion, after.ResourceVersion)
 	}
-	if p, ok := findProblem(report, TypeRepair, "10.0.0.50"); !ok || p.Fixed {
+	if p, ok := findProblem(report, repair.TypeRepair, "10.0.0.50"); !ok || p.Fixed {
 		t.Fatalf("dry run: %+v %v", p, ok)
 	}
 
-	repair, err := NewIPAddressRepair(IPAddressConfig{Client: srv.Client, Recorder: NewEventRecorder(ctx, srv.Client)})
+	ctrl, err := repair.NewIPAddressRepair(repair.IPAddressConfig{Client: srv.Client, Recorder: repair.NewEventRecorder(ctx, srv.Client)})
 	if err != nil {
 		t.Fatal(err)
 	}
-	report = runOnce(t, ctx, repair)
+	report = runOnce(t, ctx, ctrl)
 	type want struct {
 		typ, ip, service, reason, message string
 		fixed                             bool
 		kind, on                          string // the event's object
 	}
 	wants := []want{
-		{TypeRepair, "10.0.0.50", "default/no-ip", ReasonNotAllocated, "Cluster IP [IPv4]: 10.0.0.50 is not allocated; repairing", true, "Service", "no-ip"},
-		{TypeDuplicate, goodIP, "default/dup", ReasonAlreadyAllocated, fmt.Sprintf("Cluster IP [IPv4]:%s was assigned to multiple services; please recreate service", goodIP), false, "Service", "dup"},
-		{TypeRepair, "10.0.0.60", "default/pair-a", ReasonNotAllocated, "Cluster IP [IPv4]: 10.0.0.60 is not allocated; repairing", true, "Service", "pair-a"},
-		{TypeDuplicate, "10.0.0.60", "default/pair-b", ReasonAlreadyAllocated, "Cluster IP [IPv4]:10.0.0.60 was assigned to multiple services; please recreate service", false, "Service", "pair-b"},
-		{TypeOutOfRange, "10.9.9.9", "default/outside", ReasonOutOfRange, "Cluster IP [IPv4]: 10.9.9.9 is not within any configured Service CIDR; please recreate service", false, "Service", "outside"},
-		{TypeInvalid, "not-an-ip", "default/garbage", ReasonNotValid, "Cluster IP not-an-ip is not a valid IP; please recreate Service", false, "Service", "garbage"},
-		{TypeRepair, "10.0.0.70", "default/wr", ReasonNotAllocated, "the ClusterIP [IPv4]: 10.0.0.70 for Service default/wr has a wrong reference; repairing", true, "Service", "wr"},
-		{TypeRepair, "10.0.0.71", "default/wr2", ReasonWrongReference, "IPAddress: 10.0.0.71 for Service default/good has a wrong reference; cleaning up", true, "IPAddress", "10.0.0.71"},
-		{TypeDuplicate, "10.0.0.81", "default/blocked", ReasonAlreadyAllocated, "Cluster IP [IPv4]:10.0.0.81 was assigned to multiple services; please recreate service", false, "Service", "blocked"},
-		{TypeLeak, "10.0.0.80", "default/ghost2", "", "", false, "", ""},
-		{TypeRepair, "10.0.0.90", "default/lbl", "", `IPAddress 10.0.0.90 has the label ipaddress.kubernetes.io/ip-family="IPv6"; repairing`, true, "", ""},
+		{repair.TypeRepair, "10.0.0.50", "default/no-ip", repair.ReasonNotAllocated, "Cluster IP [IPv4]: 10.0.0.50 is not allocated; repairing", true, "Service", "no-ip"},
+		{repair.TypeDuplicate, goodIP, "default/dup", repair.ReasonAlreadyAllocated, fmt.Sprintf("Cluster IP [IPv4]:%s was assigned to multiple services; please recreate service", goodIP), false, "Service", "dup"},
+		{repair.TypeRepair, "10.0.0.60", "default/pair-a", repair.ReasonNotAllocated, "Cluster IP [IPv4]: 10.0.0.60 is not allocated; repairing", true, "Service", "pair-a"},
+		{repair.TypeDuplicate, "10.0.0.60", "default/pair-b", repair.ReasonAlreadyAllocated, "Cluster IP [IPv4]:10.0.0.60 was assigned to multiple services; please recreate service", false, "Service", "pair-b"},
+		{repair.TypeOutOfRange, "10.9.9.9", "default/outside", repair.ReasonOutOfRange, "Cluster IP [IPv4]: 10.9.9.9 is not within any configured Service CIDR; please recreate service", false, "Service", "outside"},
+		{repair.TypeInvalid, "not-an-ip", "default/garbage", repair.ReasonNotValid, "Cluster IP not-an-ip is not a valid IP; please recreate Service", false, "Service", "garbage"},
+		{repair.TypeRepair, "10.0.0.70", "default/wr", repair.ReasonNotAllocated, "the ClusterIP [IPv4]: 10.0.0.70 for Service default/wr has a wrong reference; repairing", true, "Service", "wr"},
+		{repair.TypeRepair, "10.0.0.71", "default/wr2", repair.ReasonWrongReference, "IPAddress: 10.0.0.71 for Service default/good has a wrong reference; cleaning up", true, "IPAddress", "10.0.0.71"},
+		{repair.TypeDuplicate, "10.0.0.81", "default/blocked", repair.ReasonAlreadyAllocated, "Cluster IP [IPv4]:10.0.0.81 was assigned to multiple services; please recreate service", false, "Service", "blocked"},
+		{repair.TypeLeak, "10.0.0.80", "default/ghost2", "", "", false, "", ""},
+		{repair.TypeRepair, "10.0.0.90", "default/lbl", "", `IPAddress 10.0.0.90 has the label ipaddress.kubernetes.io/ip-family="IPv6"; repairing`, true, "", ""},
 	}
 	for _, w := range wants {
 		p, ok := findProblem(report, w.typ, w.ip)
@@ -356,7 +351,7 @@ func TestIPAddressRepairPlantedFaults(t *testing.T) {
 	}
 
 	// What is left is what only a person (or its owner) can fix.
-	report = runOnce(t, ctx, repair)
+	report = runOnce(t, ctx, ctrl)
 	if report.Unresolved() != 6 || len(report.Problems) != 6 || report.Writes != 0 {
 		t.Fatalf("second pass: %s %+v", report, report.Problems)
 	}
@@ -372,11 +367,11 @@ func TestIPAddressRepairKubeAPIServer136(t *testing.T) {
 		t.Fatal(err)
 	}
 	srv := testserver.Start(t, testserver.Options{ServiceRange: "10.96.0.0/16", Model: "ipaddress", Etcd: etcd})
-	repair, err := NewIPAddressRepair(IPAddressConfig{Client: srv.Client})
+	ctrl, err := repair.NewIPAddressRepair(repair.IPAddressConfig{Client: srv.Client})
 	if err != nil {
 		t.Fatal(err)
 	}
-	report := runOnce(t, ctx, repair)
+	report := runOnce(t, ctx, ctrl)
 	if !report.Consistent() || report.Writes != 0 || report.Allocated != len(fx.Expect.IPAddresses) {
 		t.Fatalf("repair on kube-apiserver 1.36 data: %s %+v", report, report.Problems)
 	}
@@ -393,11 +388,11 @@ func TestIPAddressRepairMigratesKubeAPIServer132(t *testing.T) {
 		t.Fatal(err)
 	}
 	srv := testserver.Start(t, testserver.Options{ServiceRange: "10.96.0.0/16", Model: "ipaddress", Etcd: etcd})
-	repair, err := NewIPAddressRepair(IPAddressConfig{Client: srv.Client, Recorder: NewEventRecorder(ctx, srv.Client)})
+	ctrl, err := repair.NewIPAddressRepair(repair.IPAddressConfig{Client: srv.Client, Recorder: repair.NewEventRecorder(ctx, srv.Client)})
 	if err != nil {
 		t.Fatal(err)
 	}
-	report := runOnce(t, ctx, repair)
+	report := runOnce(t, ctx, ctrl)
 	if report.Unresolved() != 0 {
 		t.Fatalf("migration pass left problems: %+v", report.Problems)
 	}
@@ -426,7 +421,7 @@ func TestIPAddressRepairMigratesKubeAPIServer132(t *testing.T) {
 	if report.Allocated != len(want) {
 		t.Errorf("report says %d allocated, want %d", report.Allocated, len(want))
 	}
-	if report = runOnce(t, ctx, repair); !report.Consistent() || report.Writes != 0 {
+	if report = runOnce(t, ctx, ctrl); !report.Consistent() || report.Writes != 0 {
 		t.Fatalf("second pass: %s %+v", report, report.Problems)
 	}
 }
@@ -437,13 +432,13 @@ func TestIPAddressRepairMigratesKubeAPIServer132(t *testing.T) {
 func TestIPAddressRepairRaceWithCreates(t *testing.T) {
 	ctx := testContext(t)
 	srv := ipaddressServer(t, "10.0.0.0/22")
-	repair, err := NewIPAddressRepair(IPAddressConfig{Client: srv.Client, OrphanGrace: 5 * time.Second})
+	ctrl, err := repair.NewIPAddressRepair(repair.IPAddressConfig{Client: srv.Client, OrphanGrace: 5 * time.Second})
 	if err != nil {
 		t.Fatal(err)
 	}
 	runCtx, stopRun := context.WithCancel(ctx)
 	runDone := make(chan error, 1)
-	go func() { runDone <- repair.Run(runCtx, nil) }()
+	go func() { runDone <- ctrl.Run(runCtx, nil) }()
 	defer func() {
 		stopRun()
 		if err := <-runDone; err != nil {
@@ -452,7 +447,7 @@ func TestIPAddressRepairRaceWithCreates(t *testing.T) {
 	}()
 
 	seen := raceCreatesWithPasses(t, ctx, srv, func(ctx context.Context) error {
-		_, err := repair.RunOnce(ctx)
+		_, err := ctrl.RunOnce(ctx)
 		return err
 	}, 3, 4, 20)
 	for ip, svc := range seen {
@@ -466,7 +461,7 @@ func TestIPAddressRepairRaceWithCreates(t *testing.T) {
 	if len(ips.Items) != len(seen) {
 		t.Fatalf("%d IPAddresses for %d services", len(ips.Items), len(seen))
 	}
-	if report := runOnce(t, ctx, repair); !report.Consistent() {
+	if report := runOnce(t, ctx, ctrl); !report.Consistent() {
 		t.Fatalf("final pass: %+v", report.Problems)
 	}
 }
@@ -477,7 +472,7 @@ func TestIPAddressRepairRaceWithCreates(t *testing.T) {
 func TestIPAddressRepairRun(t *testing.T) {
 	ctx := testContext(t)
 	srv := ipaddressServer(t, "10.0.0.0/24")
-	repair, err := NewIPAddressRepair(IPAddressConfig{Client: srv.Client, Recorder: NewEventRecorder(ctx, srv.Client),
+	ctrl, err := repair.NewIPAddressRepair(repair.IPAddressConfig{Client: srv.Client, Recorder: repair.NewEventRecorder(ctx, srv.Client),
 		Interval: time.Hour, OrphanGrace: 2 * time.Second})
 	if err != nil {
 		t.Fatal(err)
@@ -485,7 +480,7 @@ func TestIPAddressRepairRun(t *testing.T) {
 	runCtx, stopRun := context.WithCancel(ctx)
 	runDone := make(chan error, 1)
 	firstPass := make(chan struct{})
-	go func() { runDone <- repair.Run(runCtx, firstPass) }()
+	go func() { runDone <- ctrl.Run(runCtx, firstPass) }()
 	select {
 	case <-firstPass:
 	case <-ctx.Done():
@@ -495,11 +490,11 @@ func TestIPAddressRepairRun(t *testing.T) {
 	plantService(t, srv.Etcd.Client(), "default", "planted", []string{"10.0.0.33"}, time.Now())
 	plantIPAddress(t, srv, "10.0.0.34", serviceRef("default", "ghost"), ourLabels("IPv4"), time.Now())
 	waitIPAddress(t, srv, "10.0.0.34", false)
-	waitObjectEvent(t, srv, "IPAddress", "", "10.0.0.34", ReasonIPNotAllocated,
+	waitObjectEvent(t, srv, "IPAddress", "", "10.0.0.34", repair.ReasonIPNotAllocated,
 		"IPAddress: 10.0.0.34 for Service default/ghost appears to have leaked: cleaning up")
 	waitIPAddress(t, srv, "10.0.0.33", true)
 	checkClaim(t, srv, "10.0.0.33", "default", "planted")
-	waitObjectEvent(t, srv, "Service", "default", "planted", ReasonNotAllocated, "Cluster IP [IPv4]: 10.0.0.33 is not allocated; repairing")
+	waitObjectEvent(t, srv, "Service", "default", "planted", repair.ReasonNotAllocated, "Cluster IP [IPv4]: 10.0.0.33 is not allocated; repairing")
 
 	stopRun()
 	select {
@@ -509,54 +504,5 @@ func TestIPAddressRepairRun(t *testing.T) {
 		}
 	case <-time.After(30 * time.Second):
 		t.Fatal("Run did not stop")
-	}
-}
-
-func TestIPAddressServiceCIDRsContains(t *testing.T) {
-	cidrs := newServiceCIDRs([]*networkingv1.ServiceCIDR{
-		{Spec: networkingv1.ServiceCIDRSpec{CIDRs: []string{"10.0.0.0/24", "fd00::/120"}}},
-		{Spec: networkingv1.ServiceCIDRSpec{CIDRs: []string{"fd01::/48", "10.1.0.0/32", "not-a-cidr"}}},
-	})
-	for _, tc := range []struct {
-		ip   string
-		want bool
-	}{
-		{"10.0.0.1", true},
-		{"10.0.0.254", true},
-		{"10.0.0.0", false},   // network address
-		{"10.0.0.255", false}, // IPv4 broadcast
-		{"10.0.1.1", false},
-		{"10.1.0.0", false}, // a /32 has no usable address
-		{"fd00::ff", true},  // the IPv6 last address is usable
-		{"fd00::", false},
-		{"fd01::1:2:3", true}, // a prefix the allocator refuses still covers its addresses
-		{"fd01::", false},
-	} {
-		ip, ok := parseServiceIP(tc.ip)
-		if !ok {
-			t.Fatalf("parse %s", tc.ip)
-		}
-		if got := cidrs.contains(ip); got != tc.want {
-			t.Errorf("contains(%s) = %v, want %v", tc.ip, got, tc.want)
-		}
-	}
-}
-
-func TestIPAddressKeys(t *testing.T) {
-	svc := &corev1.Service{Spec: corev1.ServiceSpec{
-		Type:       corev1.ServiceTypeClusterIP,
-		ClusterIPs: []string{"::ffff:10.0.0.1", "FD00::0001", "bad", "10.0.0.1"},
-	}}
-	if diff := cmp.Diff([]string{"10.0.0.1", "fd00::1", "!bad"}, addressKeys(svc)); diff != "" {
-		t.Errorf("addressKeys (-want +got):\n%s", diff)
-	}
-	keys := []string{"!bad", "fd00::1", "10.0.0.10", "10.0.0.9", "weird"}
-	sortKeys(keys)
-	if diff := cmp.Diff([]string{"10.0.0.9", "10.0.0.10", "fd00::1", "!bad", "weird"}, keys); diff != "" {
-		t.Errorf("sortKeys (-want +got):\n%s", diff)
-	}
-	headless := &corev1.Service{Spec: corev1.ServiceSpec{ClusterIP: corev1.ClusterIPNone, ClusterIPs: []string{corev1.ClusterIPNone}}}
-	if keys := addressKeys(headless); len(keys) != 0 {
-		t.Errorf("headless Service keys %q", keys)
 	}
 }

@@ -42,6 +42,11 @@ type MigrateConfig struct {
 	Workers int
 	// Progress receives a progress line about once a second; nil prints none.
 	Progress io.Writer
+	// SkipUnrepresentable (ToBitmap) writes what the bitmap can hold even when
+	// some addresses cannot be represented; they are still reported. A server
+	// switching models at start uses it: refusing would leave it unable to
+	// start over one bad Service, while the bitmap repair reports it anyway.
+	SkipUnrepresentable bool
 }
 
 // MigrationReport is the outcome of a migration.
@@ -344,7 +349,7 @@ func MigrateToBitmap(ctx context.Context, cfg MigrateConfig) (*MigrationReport, 
 		perStore[i] = append(perStore[i], ip)
 	}
 	sortProblems(report.Problems)
-	if len(report.Problems) > 0 {
+	if len(report.Problems) > 0 && !cfg.SkipUnrepresentable {
 		report.Duration = time.Since(start)
 		return report, nil // refused: nothing written
 	}

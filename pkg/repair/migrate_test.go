@@ -1,8 +1,9 @@
-package repair
+package repair_test
 
 import (
 	"context"
 	"fmt"
+	"github.com/allocator/allocator/pkg/repair"
 	"net/http"
 	"net/netip"
 	"os"
@@ -57,10 +58,10 @@ type roundTripFunc func(*http.Request) (*http.Response, error)
 
 func (f roundTripFunc) RoundTrip(r *http.Request) (*http.Response, error) { return f(r) }
 
-func familyStores(t *testing.T, etcd *etcdtest.Etcd, cidrs ...string) []BitmapStore {
+func familyStores(t *testing.T, etcd *etcdtest.Etcd, cidrs ...string) []repair.BitmapStore {
 	t.Helper()
 	keys := []string{"/registry/ranges/serviceips", "/registry/ranges/secondaryserviceips"}
-	var stores []BitmapStore
+	var stores []repair.BitmapStore
 	for i, cidr := range cidrs {
 		rng, err := subrange.New(netip.MustParsePrefix(cidr), subrange.ModelBitmap)
 		if err != nil {
@@ -78,13 +79,13 @@ func familyStores(t *testing.T, etcd *etcdtest.Etcd, cidrs ...string) []BitmapSt
 // serviceIPsByName returns every Service's clusterIPs.
 func serviceIPsByName(t *testing.T, client kubernetes.Interface) map[string][]string {
 	t.Helper()
-	services, err := listServices(context.Background(), client)
+	services, err := repair.ListServices(context.Background(), client)
 	if err != nil {
 		t.Fatal(err)
 	}
 	out := map[string][]string{}
 	for _, s := range services {
-		out[key(&s)] = s.Spec.ClusterIPs
+		out[s.Namespace+"/"+s.Name] = s.Spec.ClusterIPs
 	}
 	return out
 }
@@ -130,14 +131,14 @@ func TestMigrateKubeAPIServer132(t *testing.T) {
 		t.Fatal(err)
 	}
 	srv := testserver.Start(t, testserver.Options{ServiceRange: "10.96.0.0/16", Model: "bitmap", Etcd: etcd})
-	report, err := MigrateToIPAddress(ctx, MigrateConfig{Client: srv.Client, DryRun: true})
+	report, err := repair.MigrateToIPAddress(ctx, repair.MigrateConfig{Client: srv.Client, DryRun: true})
 	if err != nil || report.Created != 23 || report.Present != 0 {
 		t.Fatalf("dry run: %v %v", err, report)
 	}
 	if list, _ := srv.Client.NetworkingV1().IPAddresses().List(ctx, metav1.ListOptions{}); len(list.Items) != 0 {
 		t.Fatalf("dry run created %d IPAddresses", len(list.Items))
 	}
-	report, err = MigrateToIPAddress(ctx, MigrateConfig{Client: srv.Client})
+	report, err = repair.MigrateToIPAddress(ctx, repair.MigrateConfig{Client: srv.Client})
 	if err != nil || !report.Verified || report.Created != 23 || len(report.Problems) != 0 {
 		t.Fatalf("migrate: %v %v %+v", err, report, report)
 	}
@@ -146,7 +147,7 @@ func TestMigrateKubeAPIServer132(t *testing.T) {
 		want[svc] = ips
 	}
 	checkIPAddressesMatch(t, srv.Client, want)
-	report, err = MigrateToIPAddress(ctx, MigrateConfig{Client: srv.Client})
+	report, err = repair.MigrateToIPAddress(ctx, repair.MigrateConfig{Client: srv.Client})
 	if err != nil || report.Created != 0 || report.Present != 23 || !report.Verified {
 		t.Fatalf("rerun: %v %v", err, report)
 	}
@@ -171,7 +172,7 @@ func TestMigrateBothWaysWithKill(t *testing.T) {
 
 	// bitmap → IPAddress, killed after a third of the creates.
 	killed, killCtx := killAfter(t, srv.RESTConfig, int64(count/3))
-	if _, err := MigrateToIPAddress(killCtx, MigrateConfig{Client: killed}); err == nil {
+	if _, err := repair.MigrateToIPAddress(killCtx, repair.MigrateConfig{Client: killed}); err == nil {
 		t.Fatalf("the killed migration reported success")
 	}
 	partial, _ := srv.Client.NetworkingV1().IPAddresses().List(ctx, metav1.ListOptions{})
@@ -179,7 +180,7 @@ func TestMigrateBothWaysWithKill(t *testing.T) {
 		t.Fatalf("kill did not stop the migration half-way: %d IPAddresses", n)
 	}
 	start := time.Now()
-	report, err := MigrateToIPAddress(ctx, MigrateConfig{Client: srv.Client})
+	report, err := repair.MigrateToIPAddress(ctx, repair.MigrateConfig{Client: srv.Client})
 	if err != nil || !report.Verified || len(report.Problems) != 0 || report.Present == 0 {
 		t.Fatalf("rerun: %v %v %+v", err, report, report.Problems)
 	}
@@ -193,11 +194,11 @@ func TestMigrateBothWaysWithKill(t *testing.T) {
 		}
 	}
 	// Killed after the first family's write: the second family is missing.
-	if _, err := MigrateToBitmap(ctx, MigrateConfig{Client: srv.Client, Stores: stores[:1]}); err != nil {
+	if _, err := repair.MigrateToBitmap(ctx, repair.MigrateConfig{Client: srv.Client, Stores: stores[:1]}); err != nil {
 		t.Fatal(err)
 	}
 	start = time.Now()
-	report, err = MigrateToBitmap(ctx, MigrateConfig{Client: srv.Client, Stores: stores})
+	report, err = repair.MigrateToBitmap(ctx, repair.MigrateConfig{Client: srv.Client, Stores: stores})
 	if err != nil || !report.Verified || len(report.Problems) != 0 {
 		t.Fatalf("to bitmap: %v %v %+v", err, report, report.Problems)
 	}
@@ -232,11 +233,11 @@ func TestMigrateBothWaysWithKill(t *testing.T) {
 		}
 	}
 	// And the bitmap repair agrees.
-	repair, err := NewBitmapRepair(BitmapConfig{Client: srv.Client, Stores: stores})
+	ctrl, err := repair.NewBitmapRepair(repair.BitmapConfig{Client: srv.Client, Stores: stores})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if r, err := repair.RunOnce(ctx); err != nil || !r.Consistent() {
+	if r, err := ctrl.RunOnce(ctx); err != nil || !r.Consistent() {
 		t.Fatalf("repair after migration: %v %v %+v", err, r, r.Problems)
 	}
 }
@@ -259,7 +260,7 @@ func TestMigrateToBitmapRefusesUnrepresentable(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	report, err := MigrateToBitmap(ctx, MigrateConfig{Client: srv.Client, Stores: stores})
+	report, err := repair.MigrateToBitmap(ctx, repair.MigrateConfig{Client: srv.Client, Stores: stores})
 	if err != nil || len(report.Problems) != 1 || report.Problems[0].IP != "10.1.0.5" || report.Verified {
 		t.Fatalf("migrate: %v %v %+v", err, report, report)
 	}

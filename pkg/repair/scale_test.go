@@ -1,7 +1,8 @@
-package repair
+package repair_test
 
 import (
 	"context"
+	"github.com/allocator/allocator/pkg/repair"
 	"os"
 	"strconv"
 	"testing"
@@ -30,7 +31,7 @@ func TestScaleTimings(t *testing.T) {
 	t.Logf("created %d Services in %v", n, time.Since(start))
 	stores := familyStores(t, etcd, "10.0.0.0/16", "fd00::/112")
 
-	bitmapRepair, err := NewBitmapRepair(BitmapConfig{Client: srv.Client, Stores: stores})
+	bitmapRepair, err := repair.NewBitmapRepair(repair.BitmapConfig{Client: srv.Client, Stores: stores})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -42,13 +43,13 @@ func TestScaleTimings(t *testing.T) {
 	t.Logf("bitmap repair pass, %d Services: %v", n, time.Since(start))
 
 	start = time.Now()
-	migration, err := MigrateToIPAddress(ctx, MigrateConfig{Client: srv.Client, Workers: 32})
+	migration, err := repair.MigrateToIPAddress(ctx, repair.MigrateConfig{Client: srv.Client, Workers: 32})
 	if err != nil || !migration.Verified {
 		t.Fatalf("migrate to ipaddress: %v %v", err, migration)
 	}
 	t.Logf("bitmap → IPAddress migration, %d Services: %v (%s)", n, time.Since(start), migration)
 
-	ipRepair, err := NewIPAddressRepair(IPAddressConfig{Client: srv.Client})
+	ipRepair, err := repair.NewIPAddressRepair(repair.IPAddressConfig{Client: srv.Client})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -60,7 +61,7 @@ func TestScaleTimings(t *testing.T) {
 	t.Logf("IPAddress repair pass, %d Services: %v", n, time.Since(start))
 
 	start = time.Now()
-	migration, err = MigrateToBitmap(ctx, MigrateConfig{Client: srv.Client, Stores: stores})
+	migration, err = repair.MigrateToBitmap(ctx, repair.MigrateConfig{Client: srv.Client, Stores: stores})
 	if err != nil || !migration.Verified {
 		t.Fatalf("migrate to bitmap: %v %v", err, migration)
 	}

@@ -1,0 +1,169 @@
+package integration
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"net/netip"
+	"strings"
+	"testing"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
+
+	"github.com/allocator/allocator/internal/etcdtest"
+	"github.com/allocator/allocator/internal/fixtures"
+	"github.com/allocator/allocator/pkg/allocation"
+	"github.com/allocator/allocator/pkg/apiserver"
+	"github.com/allocator/allocator/pkg/bitmap"
+	"github.com/allocator/allocator/pkg/ipaddress"
+	"github.com/allocator/allocator/pkg/subrange"
+)
+
+// claimsMatch checks that every Service IP has an IPAddress referencing its
+// Service, and returns the number of Service IPs.
+func claimsMatch(t *testing.T, ctx context.Context, c kubernetes.Interface) int {
+	t.Helper()
+	services, err := c.CoreV1().Services("").List(ctx, metav1.ListOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	n := 0
+	for _, svc := range services.Items {
+		for _, ip := range svc.Spec.ClusterIPs {
+			if ip == corev1.ClusterIPNone {
+				continue
+			}
+			n++
+			obj, err := c.NetworkingV1().IPAddresses().Get(ctx, ip, metav1.GetOptions{})
+			if err != nil || !ipaddress.OwnedBy(obj, allocation.Owner{Namespace: svc.Namespace, Name: svc.Name}) || !ipaddress.IsManaged(obj) {
+				t.Fatalf("IPAddress of %s/%s (%s): %v %+v", svc.Namespace, svc.Name, ip, err, obj)
+			}
+		}
+	}
+	return n
+}
+
+// TestModelSwitch starts a bitmap-model server, switches the same data to the
+// IPAddress model and back: each switch carries the allocations over at
+// start, so no address is ever handed out twice.
+func TestModelSwitch(t *testing.T) {
+	ctx := testContext(t)
+	etcd := etcdtest.New(t)
+	const cidr = "10.0.0.0/26"
+	used := map[string]string{}
+	createSome := func(c kubernetes.Interface, prefix string, n int) {
+		t.Helper()
+		for i := range n {
+			svc := mustCreate(t, ctx, c, newService(fmt.Sprintf("%s-%02d", prefix, i)))
+			if other, dup := used[svc.Spec.ClusterIP]; dup {
+				t.Fatalf("%s handed out to %s and %s", svc.Spec.ClusterIP, other, svc.Name)
+			}
+			used[svc.Spec.ClusterIP] = svc.Name
+		}
+	}
+
+	s := startServer(t, serverOptions{model: apiserver.ModelBitmap, serviceRange: cidr, etcd: etcd})
+	used["10.0.0.1"] = "kubernetes"
+	createSome(s.client, "bitmap", 20)
+	mustCreate(t, ctx, s.client, newService("static", withIP("10.0.0.5")))
+	used["10.0.0.5"] = "static"
+	s.stop()
+
+	s = startServer(t, serverOptions{model: apiserver.ModelIPAddress, serviceRange: cidr, etcd: etcd})
+	if n := claimsMatch(t, ctx, s.client); n != 22 {
+		t.Fatalf("%d Service IPs after the switch, want 22", n)
+	}
+	createSome(s.client, "ipaddress", 20)
+	s.stop()
+
+	s = startServer(t, serverOptions{model: apiserver.ModelBitmap, serviceRange: cidr, etcd: etcd})
+	store, err := bitmap.NewEtcdAllocator(etcd.Client(), "/registry/ranges/serviceips",
+		subrange.MustNew(netip.MustParsePrefix(cidr), subrange.ModelBitmap), bitmap.EtcdOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for ip, name := range used {
+		if has, err := store.Has(ctx, netip.MustParseAddr(ip)); err != nil || !has {
+			t.Fatalf("%s of %s is not in the bitmap after switching back (%v)", ip, name, err)
+		}
+	}
+	// The 62 usable addresses minus the 42 in use: exactly 20 more, all new.
+	createSome(s.client, "back", 20)
+	if _, err := create(ctx, s.client, newService("one-too-many")); err == nil || !strings.Contains(err.Error(), "range is full") {
+		t.Fatalf("create in a full range: %v", err)
+	}
+}
+
+// TestModelSwitchKubeAPIServer132 starts the IPAddress model on what
+// kube-apiserver 1.32 wrote with the bitmap model: one IPAddress per Service
+// IP appears, with the right parentRef.
+func TestModelSwitchKubeAPIServer132(t *testing.T) {
+	ctx := testContext(t)
+	f := fixtures.Load(t, fixtures.Bitmap132)
+	etcd := etcdtest.New(t)
+	if _, err := fixtures.Put(ctx, etcd.Client(), f); err != nil {
+		t.Fatal(err)
+	}
+	s := startServer(t, serverOptions{model: apiserver.ModelIPAddress, serviceRange: "10.96.0.0/16", etcd: etcd})
+	want := 0
+	for _, ips := range f.Expect.Services {
+		for _, ip := range ips {
+			if ip != corev1.ClusterIPNone {
+				want++
+			}
+		}
+	}
+	if n := claimsMatch(t, ctx, s.client); n != want {
+		t.Fatalf("%d Service IPs, want %d", n, want)
+	}
+	list, err := s.client.NetworkingV1().IPAddresses().List(ctx, metav1.ListOptions{})
+	if err != nil || len(list.Items) != want {
+		t.Fatalf("%d IPAddresses (%v), want exactly %d", len(list.Items), err, want)
+	}
+}
+
+// TestMetricsEndpoint checks /metrics carries the allocator gauges from the
+// start and counts allocations, with upstream's names.
+func TestMetricsEndpoint(t *testing.T) { forEachModel(t, testMetricsEndpoint) }
+
+func testMetricsEndpoint(t *testing.T, model string) {
+	ctx := testContext(t)
+	s := startServer(t, serverOptions{model: model, serviceRange: "10.0.0.0/24"})
+	scrape := func() string {
+		t.Helper()
+		body, err := s.client.CoreV1().RESTClient().Get().AbsPath("/metrics").Stream(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer body.Close()
+		out, err := io.ReadAll(body)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return string(out)
+	}
+	text := scrape()
+	for _, want := range []string{
+		`kube_apiserver_clusterip_allocator_available_ips{cidr="10.0.0.0/24"}`,
+		`kube_apiserver_clusterip_allocator_allocated_ips{cidr="10.0.0.0/24"} 1`, // the kubernetes Service
+		`allocator_clusterip_band_available_ips{band="static",cidr="10.0.0.0/24"}`,
+		`apiserver_clusterip_repair_reconcile_errors_total`,
+	} {
+		if !strings.Contains(text, want) {
+			t.Errorf("/metrics lacks %s", want)
+		}
+	}
+	mustCreate(t, ctx, s.client, newService("counted"))
+	text = scrape()
+	for _, want := range []string{
+		`kube_apiserver_clusterip_allocator_allocation_total{cidr="10.0.0.0/24",scope="dynamic"}`,
+		`kube_apiserver_clusterip_allocator_allocated_ips{cidr="10.0.0.0/24"} 2`,
+		`kube_apiserver_clusterip_allocator_allocation_duration_seconds_count{cidr="10.0.0.0/24"}`,
+	} {
+		if !strings.Contains(text, want) {
+			t.Errorf("/metrics after a create lacks %s", want)
+		}
+	}
+}
