@@ -33,8 +33,8 @@ import (
 	"github.com/allocator/allocator/pkg/registry/namespaces"
 	"github.com/allocator/allocator/pkg/registry/servicecidrs"
 	"github.com/allocator/allocator/pkg/registry/services"
-	"github.com/allocator/allocator/pkg/servicealloc"
 	"github.com/allocator/allocator/pkg/repair"
+	"github.com/allocator/allocator/pkg/servicealloc"
 	"github.com/allocator/allocator/pkg/servicecidr"
 )
 
