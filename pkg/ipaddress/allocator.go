@@ -85,6 +85,11 @@ type Allocator struct {
 	// inflight are the addresses this process is claiming right now; they
 	// are marked used in every index that contains them.
 	inflight map[netip.Addr]*reservation
+	// unobserved are addresses this process claimed whose add event the
+	// informer has not delivered yet. A range index built from the cache in
+	// that window (a ServiceCIDR added) marks them too, or it would offer
+	// an address that is taken.
+	unobserved map[netip.Addr]bool
 	// refused are the CIDRs of ready ServiceCIDRs that are not served.
 	refused []RefusedCIDR
 }
@@ -123,6 +128,7 @@ func New(ctx context.Context, cfg Config) (*Allocator, error) {
 		logger:        klog.FromContext(ctx).WithValues("allocator", "ipaddress", "family", familyOf(cfg.IPv6)),
 		readyCh:       make(chan struct{}),
 		inflight:      map[netip.Addr]*reservation{},
+		unobserved:    map[netip.Addr]bool{},
 	}
 	if a.maxCollisions <= 0 {
 		a.maxCollisions = DefaultMaxCollisions
@@ -230,6 +236,7 @@ func (a *Allocator) observe(obj any, exists bool) {
 		r.seen, r.exists = true, exists
 		return
 	}
+	delete(a.unobserved, ip)
 	a.markLocked(ip, exists)
 }
 
@@ -284,6 +291,9 @@ func (a *Allocator) rebuildLocked() []RefusedCIDR {
 				idx.Set(ip)
 			}
 			for ip := range a.inflight {
+				idx.Set(ip)
+			}
+			for ip := range a.unobserved {
 				idx.Set(ip)
 			}
 		}
@@ -369,6 +379,8 @@ func (a *Allocator) finish(ip netip.Addr, createErr error) {
 	exists := createErr == nil || apierrors.IsAlreadyExists(createErr)
 	if r != nil && r.seen {
 		exists = r.exists
+	} else if exists {
+		a.unobserved[ip] = true
 	}
 	a.markLocked(ip, exists)
 }
@@ -478,6 +490,7 @@ func (a *Allocator) Release(ctx context.Context, ip netip.Addr, owner allocation
 		case err == nil, apierrors.IsNotFound(err):
 			a.mu.Lock()
 			if a.inflight[ip] == nil {
+				delete(a.unobserved, ip)
 				a.markLocked(ip, false) // free for reuse before the watch event arrives
 			}
 			a.mu.Unlock()
@@ -527,9 +540,6 @@ func (a *Allocator) ForEach(ctx context.Context, fn func(netip.Addr)) error {
 	return nil
 }
 
-// Usage sums the maximal ranges (those inside no other served range), so
-// overlapping ServiceCIDRs are counted once. Addresses being claimed count as
-// used.
 // UsageByCIDR reports each served range's own fill level (an address in two
 // overlapping ranges counts in both), for per-CIDR metrics. It does no I/O.
 func (a *Allocator) UsageByCIDR(context.Context) (map[netip.Prefix]allocation.Usage, error) {
@@ -548,6 +558,9 @@ func (a *Allocator) UsageByCIDR(context.Context) (map[netip.Prefix]allocation.Us
 	return out, nil
 }
 
+// Usage sums the maximal ranges (those inside no other served range), so
+// overlapping ServiceCIDRs are counted once. Addresses being claimed count as
+// used.
 func (a *Allocator) Usage(context.Context) (allocation.Usage, error) {
 	if !a.ready.Load() {
 		return allocation.Usage{}, allocation.ErrNotReady

@@ -12,10 +12,13 @@ import (
 	"sync"
 	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/google/go-cmp/cmp"
 	networkingv1 "k8s.io/api/networking/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 
 	"github.com/allocator/allocator/pkg/allocation"
@@ -137,21 +140,58 @@ func TestDrainIPv4AndIPv6(t *testing.T) {
 // TestSlash64 allocates through the server in an IPv6 /64 and takes the last
 // address of the prefix statically. (10,000 picks run in the FreeIndex unit
 // test; through the server 1,000 keep the suite short.)
+// TestSlash64 makes 10,000 dynamic allocations from an IPv6 /64 through the
+// server: all inside the prefix and distinct, and the last address of the
+// /64 is allocatable statically.
 func TestSlash64(t *testing.T) {
-	cfg := startServer(t, "10.0.0.0/24,2001:db8:1:2::/64")
+	cfg := startServer(t, "10.0.0.0/24")
 	ctx := testContext(t)
 	a := newAllocator(t, cfg, true)
+	if _, err := newClient(t, cfg).NetworkingV1().ServiceCIDRs().Create(ctx, &networkingv1.ServiceCIDR{
+		ObjectMeta: metav1.ObjectMeta{Name: "v6"}, Spec: networkingv1.ServiceCIDRSpec{CIDRs: []string{"2001:db8:1:2::/64"}},
+	}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	poll(t, ctx, "the /64 to be served", func() bool { return len(a.Ranges()) == 1 })
 	prefix := netip.MustParsePrefix("2001:db8:1:2::/64")
-	seen := map[netip.Addr]bool{}
-	for i := range 1000 {
-		ip, err := a.AllocateNext(ctx, owner(i))
-		if err != nil {
-			t.Fatal(err)
-		}
-		if !prefix.Contains(ip) || ip == prefix.Addr() || seen[ip] {
-			t.Fatalf("bad address %s", ip)
-		}
-		seen[ip] = true
+	const total, workers = 10000, 16
+	var (
+		mu   sync.Mutex
+		seen = make(map[netip.Addr]bool, total)
+		next atomic.Int64
+		wg   sync.WaitGroup
+		errs = make(chan error, workers)
+	)
+	for range workers {
+		wg.Go(func() {
+			for {
+				i := int(next.Add(1))
+				if i > total {
+					return
+				}
+				ip, err := a.AllocateNext(ctx, owner(i))
+				if err != nil {
+					errs <- err
+					return
+				}
+				mu.Lock()
+				dup := seen[ip]
+				seen[ip] = true
+				mu.Unlock()
+				if !prefix.Contains(ip) || ip == prefix.Addr() || dup {
+					errs <- fmt.Errorf("bad address %s (duplicate %v)", ip, dup)
+					return
+				}
+			}
+		})
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Fatal(err)
+	}
+	if len(seen) != total {
+		t.Fatalf("%d distinct addresses, want %d", len(seen), total)
 	}
 	last := netip.MustParseAddr("2001:db8:1:2:ffff:ffff:ffff:ffff")
 	if err := a.Allocate(ctx, last, owner(-1)); err != nil {
@@ -160,6 +200,77 @@ func TestSlash64(t *testing.T) {
 	if err := a.Allocate(ctx, netip.MustParseAddr("2001:db8:1:3::1"), owner(-2)); !errors.Is(err, allocation.ErrMismatchedNetwork) {
 		t.Fatalf("static outside every ServiceCIDR: %v", err)
 	}
+}
+
+// TestShrink deletes the bigger of two overlapping ServiceCIDRs: it stops
+// serving at once, its deletion waits while it holds addresses no other
+// ServiceCIDR covers, and once they are released it goes and only the small
+// one serves.
+func TestShrink(t *testing.T) {
+	cfg := startServer(t, "10.0.0.0/28")
+	ctx := testContext(t)
+	client := newClient(t, cfg)
+	a := newAllocator(t, cfg, false)
+	small := netip.MustParsePrefix("10.0.0.0/28")
+	if _, err := client.NetworkingV1().ServiceCIDRs().Create(ctx, &networkingv1.ServiceCIDR{
+		ObjectMeta: metav1.ObjectMeta{Name: "big"}, Spec: networkingv1.ServiceCIDRSpec{CIDRs: []string{"10.0.0.0/24"}},
+	}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	poll(t, ctx, "the /24 to be served", func() bool { return len(a.Ranges()) == 2 })
+	var outside []netip.Addr
+	for i := 0; len(outside) < 5; i++ {
+		if i > 100 {
+			t.Fatalf("no addresses outside the /28 after %d allocations", i)
+		}
+		ip, err := a.AllocateNext(ctx, owner(i))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !small.Contains(ip) {
+			outside = append(outside, ip)
+		}
+	}
+	if err := client.NetworkingV1().ServiceCIDRs().Delete(ctx, "big", metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	poll(t, ctx, "the terminating /24 to stop serving", func() bool { return len(a.Ranges()) == 1 })
+	for i := range 20 {
+		ip, err := a.AllocateNext(ctx, owner(1000+i))
+		if errors.Is(err, allocation.ErrFull) {
+			break
+		}
+		if err != nil || !small.Contains(ip) {
+			t.Fatalf("allocation while the /24 terminates: %s %v", ip, err)
+		}
+	}
+	// Still there: it holds addresses only it covers.
+	time.Sleep(time.Second) // give the ServiceCIDR controller a chance to get it wrong
+	if _, err := client.NetworkingV1().ServiceCIDRs().Get(ctx, "big", metav1.GetOptions{}); err != nil {
+		t.Fatalf("the /24 went while holding addresses: %v", err)
+	}
+	for _, ip := range outside {
+		if err := a.Release(ctx, ip, findOwner(t, ctx, client, ip)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	poll(t, ctx, "the /24 to go once empty", func() bool {
+		_, err := client.NetworkingV1().ServiceCIDRs().Get(ctx, "big", metav1.GetOptions{})
+		return apierrors.IsNotFound(err)
+	})
+	if got := a.Ranges(); len(got) != 1 || got[0] != small {
+		t.Fatalf("served ranges after the shrink: %v", got)
+	}
+}
+
+// findOwner reads the owner of ip from its IPAddress.
+func findOwner(t *testing.T, ctx context.Context, client kubernetes.Interface, ip netip.Addr) allocation.Owner {
+	t.Helper()
+	obj, err := client.NetworkingV1().IPAddresses().Get(ctx, ip.String(), metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return allocation.Owner{Namespace: obj.Spec.ParentRef.Namespace, Name: obj.Spec.ParentRef.Name}
 }
 
 func TestMultiCIDR(t *testing.T) {
@@ -223,21 +334,22 @@ func TestMultiCIDR(t *testing.T) {
 	}
 	drainAndCheck(t, ctx, a6, "fd00:1::/124")
 
-	// A ServiceCIDR that is not ready is skipped.
+	// A ServiceCIDR that is not ready is skipped: one being deleted while it
+	// still holds an address (the ServiceCIDR controller keeps it, Ready
+	// False, reason Terminating).
 	create("notready", "10.2.0.0/28")
 	poll(t, ctx, "the new ServiceCIDR", func() bool { return len(a.Ranges()) == 4 })
+	if err := a.Allocate(ctx, netip.MustParseAddr("10.2.0.4"), owner(2999)); err != nil {
+		t.Fatal(err)
+	}
+	if err := client.NetworkingV1().ServiceCIDRs().Delete(ctx, "notready", metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	poll(t, ctx, "the terminating ServiceCIDR to be dropped", func() bool { return len(a.Ranges()) == 3 })
 	sc, err := client.NetworkingV1().ServiceCIDRs().Get(ctx, "notready", metav1.GetOptions{})
-	if err != nil {
-		t.Fatal(err)
+	if err != nil || ipaddress.IsReady(sc) {
+		t.Fatalf("the ServiceCIDR holding 10.2.0.4 should still exist, not ready: %v %+v", err, sc)
 	}
-	sc.Status.Conditions = []metav1.Condition{{
-		Type: networkingv1.ServiceCIDRConditionReady, Status: metav1.ConditionFalse, Reason: "Terminating",
-		Message: "test", LastTransitionTime: metav1.Now(),
-	}}
-	if _, err := client.NetworkingV1().ServiceCIDRs().UpdateStatus(ctx, sc, metav1.UpdateOptions{}); err != nil {
-		t.Fatal(err)
-	}
-	poll(t, ctx, "the not-ready ServiceCIDR to be dropped", func() bool { return len(a.Ranges()) == 3 })
 	if _, err := a.AllocateNext(ctx, owner(3000)); !errors.Is(err, allocation.ErrFull) {
 		t.Fatalf("a not-ready ServiceCIDR served an address: %v", err)
 	}

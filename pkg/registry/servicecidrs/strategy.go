@@ -6,6 +6,7 @@ package servicecidrs
 import (
 	"context"
 	"fmt"
+	"slices"
 
 	networkingv1 "k8s.io/api/networking/v1"
 	apimachineryvalidation "k8s.io/apimachinery/pkg/api/validation"
@@ -17,6 +18,7 @@ import (
 	"k8s.io/apiserver/pkg/storage/names"
 	"sigs.k8s.io/structured-merge-diff/v6/fieldpath"
 
+	"github.com/allocator/allocator/pkg/servicecidr"
 	"github.com/allocator/allocator/pkg/subrange"
 )
 
@@ -29,8 +31,16 @@ type statusStrategy struct{ strategy }
 
 func (strategy) NamespaceScoped() bool { return false }
 
+// PrepareForCreate clears the status and adds the ServiceCIDR finalizer
+// right away, instead of waiting for the ServiceCIDR controller to add it:
+// otherwise a ServiceCIDR deleted before the controller got to it would go
+// at once, stranding the addresses allocated from it in the meantime.
 func (strategy) PrepareForCreate(ctx context.Context, obj runtime.Object) {
-	obj.(*networkingv1.ServiceCIDR).Status = networkingv1.ServiceCIDRStatus{}
+	sc := obj.(*networkingv1.ServiceCIDR)
+	sc.Status = networkingv1.ServiceCIDRStatus{}
+	if !slices.Contains(sc.Finalizers, servicecidr.Finalizer) {
+		sc.Finalizers = append(sc.Finalizers, servicecidr.Finalizer)
+	}
 }
 
 func (strategy) PrepareForUpdate(ctx context.Context, obj, old runtime.Object) {
