@@ -35,6 +35,14 @@ type Options struct {
 	// WithRepair runs the server's own repair controller and start-up
 	// carry-over; by default they are off so tests of those drive them.
 	WithRepair bool
+	// DataDir is the server's data directory; "" is a new temporary one.
+	// Reuse a stopped server's DataDir to restart it on the same data.
+	DataDir string
+	// Configure adjusts the server's Config before it is completed (an
+	// allocator factory, rebuild on start, ...).
+	Configure func(*apiserver.Config)
+	// NoWait returns as soon as the server runs, before it is ready.
+	NoWait bool
 }
 
 // Server is one running API server.
@@ -42,6 +50,7 @@ type Server struct {
 	Client         kubernetes.Interface
 	RESTConfig     *rest.Config
 	Etcd           *etcdtest.Etcd
+	DataDir        string
 	KubeconfigPath string
 	stop           func()
 }
@@ -55,9 +64,12 @@ func Start(t testing.TB, o Options) *Server {
 	if o.Etcd == nil {
 		o.Etcd = etcdtest.New(t)
 	}
+	if o.DataDir == "" {
+		o.DataDir = filepath.Join(t.TempDir(), "data")
+	}
 	opts := apiserver.NewOptions()
 	opts.SecurePort = 0
-	opts.DataDir = filepath.Join(t.TempDir(), "data")
+	opts.DataDir = o.DataDir
 	opts.EtcdServers = o.Etcd.Endpoints()
 	if o.ServiceRange != "" {
 		opts.ServiceClusterIPRange = o.ServiceRange
@@ -73,6 +85,9 @@ func Start(t testing.TB, o Options) *Server {
 		t.Fatalf("server config: %v", err)
 	}
 	cfg.ManualRepair = !o.WithRepair
+	if o.Configure != nil {
+		o.Configure(cfg)
+	}
 	ctx, cancel := context.WithCancel(context.Background())
 	srv, err := cfg.Complete().New(ctx)
 	if err != nil {
@@ -108,11 +123,14 @@ func Start(t testing.TB, o Options) *Server {
 	if err != nil {
 		t.Fatalf("client: %v", err)
 	}
-	waitReady(t, client)
-	return &Server{Client: client, RESTConfig: restConfig, Etcd: o.Etcd, KubeconfigPath: cfg.KubeconfigPath, stop: stop}
+	if !o.NoWait {
+		WaitReady(t, client)
+	}
+	return &Server{Client: client, RESTConfig: restConfig, Etcd: o.Etcd, DataDir: o.DataDir, KubeconfigPath: cfg.KubeconfigPath, stop: stop}
 }
 
-func waitReady(t testing.TB, client kubernetes.Interface) {
+// WaitReady waits until /readyz is ok and the kubernetes Service exists.
+func WaitReady(t testing.TB, client kubernetes.Interface) {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
