@@ -3,13 +3,12 @@ package events
 import (
 	"context"
 	"fmt"
+	"github.com/allocator/allocator/pkg/registry/table"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
-	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
-	"k8s.io/apimachinery/pkg/util/duration"
 	"k8s.io/apiserver/pkg/endpoints/request"
 	"k8s.io/apiserver/pkg/registry/generic"
 	genericregistry "k8s.io/apiserver/pkg/registry/generic/registry"
@@ -44,7 +43,7 @@ func NewREST(scheme *runtime.Scheme, optsGetter generic.RESTOptionsGetter, check
 		CreateStrategy: s,
 		UpdateStrategy: s,
 		DeleteStrategy: s,
-		TableConvertor: tableConvertor{},
+		TableConvertor: table.Convertor[*corev1.Event]{Kind: "Event", Columns: columns, Cells: eventRow},
 	}
 	if err := store.CompleteWithOptions(&generic.StoreOptions{RESTOptions: optsGetter, AttrFunc: GetAttrs}); err != nil {
 		return nil, fmt.Errorf("complete events store: %w", err)
@@ -65,8 +64,6 @@ func (r *REST) Create(ctx context.Context, obj runtime.Object, createValidation 
 // ShortNames implements rest.ShortNamesProvider.
 func (r *REST) ShortNames() []string { return []string{"ev"} }
 
-type tableConvertor struct{}
-
 var columns = []metav1.TableColumnDefinition{
 	{Name: "Last Seen", Type: "string", Description: "Time of the last occurrence"},
 	{Name: "Type", Type: "string", Description: "Type of this event (Normal, Warning)"},
@@ -76,42 +73,15 @@ var columns = []metav1.TableColumnDefinition{
 	{Name: "Name", Type: "string", Format: "name", Priority: 1, Description: metav1.ObjectMeta{}.SwaggerDoc()["name"]},
 }
 
-func (tableConvertor) ConvertToTable(ctx context.Context, object runtime.Object, tableOptions runtime.Object) (*metav1.Table, error) {
-	table := &metav1.Table{ColumnDefinitions: columns}
-	add := func(ev *corev1.Event) {
-		last := ev.LastTimestamp.Time
-		if last.IsZero() {
-			last = ev.EventTime.Time
-		}
-		if last.IsZero() {
-			last = ev.CreationTimestamp.Time
-		}
-		seen := "<unknown>"
-		if !last.IsZero() {
-			seen = duration.HumanDuration(time.Since(last))
-		}
-		object := fmt.Sprintf("%s/%s", ev.InvolvedObject.Kind, ev.InvolvedObject.Name)
-		table.Rows = append(table.Rows, metav1.TableRow{
-			Cells:  []interface{}{seen, ev.Type, ev.Reason, object, ev.Message, ev.Name},
-			Object: runtime.RawExtension{Object: ev},
-		})
+// eventRow is an Event's row: LAST SEEN is the latest of its timestamps.
+func eventRow(ev *corev1.Event) []any {
+	last := ev.LastTimestamp
+	if last.IsZero() {
+		last = metav1.Time{Time: ev.EventTime.Time}
 	}
-	switch t := object.(type) {
-	case *corev1.Event:
-		add(t)
-		table.ResourceVersion = t.ResourceVersion
-	case *corev1.EventList:
-		for i := range t.Items {
-			add(&t.Items[i])
-		}
-		if l, err := meta.ListAccessor(t); err == nil {
-			table.ResourceVersion, table.Continue, table.RemainingItemCount = l.GetResourceVersion(), l.GetContinue(), l.GetRemainingItemCount()
-		}
-	default:
-		return nil, fmt.Errorf("cannot print %T as an Event table", object)
+	if last.IsZero() {
+		last = ev.CreationTimestamp
 	}
-	if opts, ok := tableOptions.(*metav1.TableOptions); ok && opts != nil && opts.NoHeaders {
-		table.ColumnDefinitions = nil
-	}
-	return table, nil
+	object := fmt.Sprintf("%s/%s", ev.InvolvedObject.Kind, ev.InvolvedObject.Name)
+	return []any{table.Age(last), ev.Type, ev.Reason, object, ev.Message, ev.Name}
 }

@@ -1,12 +1,11 @@
 package ipaddresses
 
 import (
-	"context"
 	"fmt"
+	"github.com/allocator/allocator/pkg/registry/table"
 	"strings"
 
 	networkingv1 "k8s.io/api/networking/v1"
-	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
@@ -32,7 +31,9 @@ func NewREST(scheme *runtime.Scheme, optsGetter generic.RESTOptionsGetter) (*RES
 		CreateStrategy:            s,
 		UpdateStrategy:            s,
 		DeleteStrategy:            s,
-		TableConvertor:            tableConvertor{},
+		TableConvertor: table.Convertor[*networkingv1.IPAddress]{Kind: "IPAddress", Columns: columns, Cells: func(ip *networkingv1.IPAddress) []any {
+			return []any{ip.Name, ParentRef(ip.Spec.ParentRef)}
+		}},
 	}
 	if err := store.CompleteWithOptions(&generic.StoreOptions{RESTOptions: optsGetter, AttrFunc: GetAttrs}); err != nil {
 		return nil, fmt.Errorf("complete ipaddresses store: %w", err)
@@ -42,8 +43,6 @@ func NewREST(scheme *runtime.Scheme, optsGetter generic.RESTOptionsGetter) (*RES
 
 // ShortNames implements rest.ShortNamesProvider (kubectl get ip).
 func (r *REST) ShortNames() []string { return []string{"ip"} }
-
-type tableConvertor struct{}
 
 var columns = []metav1.TableColumnDefinition{
 	{Name: "Name", Type: "string", Format: "name", Description: metav1.ObjectMeta{}.SwaggerDoc()["name"]},
@@ -61,34 +60,6 @@ func ParentRef(ref *networkingv1.ParentReference) string {
 		out += "/" + ref.Namespace
 	}
 	return out + "/" + ref.Name
-}
-
-func (tableConvertor) ConvertToTable(ctx context.Context, object runtime.Object, tableOptions runtime.Object) (*metav1.Table, error) {
-	table := &metav1.Table{ColumnDefinitions: columns}
-	add := func(ip *networkingv1.IPAddress) {
-		table.Rows = append(table.Rows, metav1.TableRow{
-			Cells:  []interface{}{ip.Name, ParentRef(ip.Spec.ParentRef)},
-			Object: runtime.RawExtension{Object: ip},
-		})
-	}
-	switch t := object.(type) {
-	case *networkingv1.IPAddress:
-		add(t)
-		table.ResourceVersion = t.ResourceVersion
-	case *networkingv1.IPAddressList:
-		for i := range t.Items {
-			add(&t.Items[i])
-		}
-		if l, err := meta.ListAccessor(t); err == nil {
-			table.ResourceVersion, table.Continue, table.RemainingItemCount = l.GetResourceVersion(), l.GetContinue(), l.GetRemainingItemCount()
-		}
-	default:
-		return nil, fmt.Errorf("cannot print %T as an IPAddress table", object)
-	}
-	if opts, ok := tableOptions.(*metav1.TableOptions); ok && opts != nil && opts.NoHeaders {
-		table.ColumnDefinitions = nil
-	}
-	return table, nil
 }
 
 var _ rest.ShortNamesProvider = &REST{}

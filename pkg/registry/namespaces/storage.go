@@ -3,13 +3,12 @@ package namespaces
 import (
 	"context"
 	"fmt"
+	"github.com/allocator/allocator/pkg/registry/table"
 
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
-	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
-	"k8s.io/apimachinery/pkg/util/duration"
 	"k8s.io/apiserver/pkg/registry/generic"
 	genericregistry "k8s.io/apiserver/pkg/registry/generic/registry"
 	"k8s.io/apiserver/pkg/registry/rest"
@@ -38,7 +37,9 @@ func NewREST(scheme *runtime.Scheme, optsGetter generic.RESTOptionsGetter) (*RES
 		UpdateStrategy:            s,
 		DeleteStrategy:            s,
 		ResetFieldsStrategy:       s,
-		TableConvertor:            tableConvertor{},
+		TableConvertor: table.Convertor[*corev1.Namespace]{Kind: "Namespace", Columns: columns, Cells: func(ns *corev1.Namespace) []any {
+			return []any{ns.Name, string(ns.Status.Phase), table.Age(ns.CreationTimestamp)}
+		}},
 	}
 	if err := store.CompleteWithOptions(&generic.StoreOptions{RESTOptions: optsGetter, AttrFunc: GetAttrs}); err != nil {
 		return nil, fmt.Errorf("complete namespaces store: %w", err)
@@ -92,47 +93,10 @@ func (r *REST) Check(ctx context.Context, namespace string) error {
 	return nil
 }
 
-type tableConvertor struct{}
-
 var columns = []metav1.TableColumnDefinition{
 	{Name: "Name", Type: "string", Format: "name", Description: metav1.ObjectMeta{}.SwaggerDoc()["name"]},
 	{Name: "Status", Type: "string", Description: "The status of the namespace"},
 	{Name: "Age", Type: "string", Description: metav1.ObjectMeta{}.SwaggerDoc()["creationTimestamp"]},
-}
-
-func (tableConvertor) ConvertToTable(ctx context.Context, object runtime.Object, tableOptions runtime.Object) (*metav1.Table, error) {
-	table := &metav1.Table{ColumnDefinitions: columns}
-	add := func(ns *corev1.Namespace) {
-		table.Rows = append(table.Rows, metav1.TableRow{
-			Cells:  []interface{}{ns.Name, string(ns.Status.Phase), age(ns.CreationTimestamp)},
-			Object: runtime.RawExtension{Object: ns},
-		})
-	}
-	switch t := object.(type) {
-	case *corev1.Namespace:
-		add(t)
-		table.ResourceVersion = t.ResourceVersion
-	case *corev1.NamespaceList:
-		for i := range t.Items {
-			add(&t.Items[i])
-		}
-		if l, err := meta.ListAccessor(t); err == nil {
-			table.ResourceVersion, table.Continue, table.RemainingItemCount = l.GetResourceVersion(), l.GetContinue(), l.GetRemainingItemCount()
-		}
-	default:
-		return nil, fmt.Errorf("cannot print %T as a Namespace table", object)
-	}
-	if opts, ok := tableOptions.(*metav1.TableOptions); ok && opts != nil && opts.NoHeaders {
-		table.ColumnDefinitions = nil
-	}
-	return table, nil
-}
-
-func age(t metav1.Time) string {
-	if t.IsZero() {
-		return "<unknown>"
-	}
-	return duration.HumanDuration(metav1.Now().Sub(t.Time))
 }
 
 var _ rest.ShortNamesProvider = &REST{}

@@ -3,13 +3,12 @@ package servicecidrs
 import (
 	"context"
 	"fmt"
+	"github.com/allocator/allocator/pkg/registry/table"
 	"strings"
 
 	networkingv1 "k8s.io/api/networking/v1"
-	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
-	"k8s.io/apimachinery/pkg/util/duration"
 	"k8s.io/apiserver/pkg/registry/generic"
 	genericregistry "k8s.io/apiserver/pkg/registry/generic/registry"
 	"k8s.io/apiserver/pkg/registry/rest"
@@ -39,7 +38,9 @@ func NewREST(scheme *runtime.Scheme, optsGetter generic.RESTOptionsGetter) (*RES
 		UpdateStrategy:            s,
 		DeleteStrategy:            s,
 		ResetFieldsStrategy:       s,
-		TableConvertor:            tableConvertor{},
+		TableConvertor: table.Convertor[*networkingv1.ServiceCIDR]{Kind: "ServiceCIDR", Columns: columns, Cells: func(sc *networkingv1.ServiceCIDR) []any {
+			return []any{sc.Name, strings.Join(sc.Spec.CIDRs, ","), table.Age(sc.CreationTimestamp)}
+		}},
 	}
 	if err := store.CompleteWithOptions(&generic.StoreOptions{RESTOptions: optsGetter, AttrFunc: GetAttrs}); err != nil {
 		return nil, nil, fmt.Errorf("complete servicecidrs store: %w", err)
@@ -77,44 +78,10 @@ func (r *StatusREST) ConvertToTable(ctx context.Context, object runtime.Object, 
 	return r.store.ConvertToTable(ctx, object, tableOptions)
 }
 
-type tableConvertor struct{}
-
 var columns = []metav1.TableColumnDefinition{
 	{Name: "Name", Type: "string", Format: "name", Description: metav1.ObjectMeta{}.SwaggerDoc()["name"]},
 	{Name: "CIDRs", Type: "string", Description: "The CIDRs of the ServiceCIDR"},
 	{Name: "Age", Type: "string", Description: metav1.ObjectMeta{}.SwaggerDoc()["creationTimestamp"]},
-}
-
-func (tableConvertor) ConvertToTable(ctx context.Context, object runtime.Object, tableOptions runtime.Object) (*metav1.Table, error) {
-	table := &metav1.Table{ColumnDefinitions: columns}
-	add := func(sc *networkingv1.ServiceCIDR) {
-		age := "<unknown>"
-		if !sc.CreationTimestamp.IsZero() {
-			age = duration.HumanDuration(metav1.Now().Sub(sc.CreationTimestamp.Time))
-		}
-		table.Rows = append(table.Rows, metav1.TableRow{
-			Cells:  []interface{}{sc.Name, strings.Join(sc.Spec.CIDRs, ","), age},
-			Object: runtime.RawExtension{Object: sc},
-		})
-	}
-	switch t := object.(type) {
-	case *networkingv1.ServiceCIDR:
-		add(t)
-		table.ResourceVersion = t.ResourceVersion
-	case *networkingv1.ServiceCIDRList:
-		for i := range t.Items {
-			add(&t.Items[i])
-		}
-		if l, err := meta.ListAccessor(t); err == nil {
-			table.ResourceVersion, table.Continue, table.RemainingItemCount = l.GetResourceVersion(), l.GetContinue(), l.GetRemainingItemCount()
-		}
-	default:
-		return nil, fmt.Errorf("cannot print %T as a ServiceCIDR table", object)
-	}
-	if opts, ok := tableOptions.(*metav1.TableOptions); ok && opts != nil && opts.NoHeaders {
-		table.ColumnDefinitions = nil
-	}
-	return table, nil
 }
 
 var _ rest.Patcher = &StatusREST{}

@@ -45,7 +45,7 @@ func NewREST(scheme *runtime.Scheme, optsGetter generic.RESTOptionsGetter, alloc
 		UpdateStrategy:            main,
 		DeleteStrategy:            main,
 		ResetFieldsStrategy:       main,
-		TableConvertor:            tableConvertor{},
+		TableConvertor:            tableConvertor,
 	}
 	if err := store.CompleteWithOptions(&generic.StoreOptions{RESTOptions: optsGetter, AttrFunc: GetAttrs}); err != nil {
 		return nil, nil, fmt.Errorf("complete services store: %w", err)

@@ -1,21 +1,18 @@
 package services
 
 import (
-	"context"
 	"fmt"
+	"github.com/allocator/allocator/pkg/registry/table"
 	"strings"
 
 	corev1 "k8s.io/api/core/v1"
-	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
-	"k8s.io/apimachinery/pkg/runtime"
-	"k8s.io/apimachinery/pkg/util/duration"
 )
 
 // tableConvertor prints Services as kubectl does for a kube-apiserver:
 // NAME TYPE CLUSTER-IP EXTERNAL-IP PORT(S) AGE, and SELECTOR with -o wide.
-type tableConvertor struct{}
+var tableConvertor = table.Convertor[*corev1.Service]{Kind: "Service", Columns: columns, Cells: serviceRow}
 
 var columns = []metav1.TableColumnDefinition{
 	{Name: "Name", Type: "string", Format: "name", Description: metav1.ObjectMeta{}.SwaggerDoc()["name"]},
@@ -27,36 +24,9 @@ var columns = []metav1.TableColumnDefinition{
 	{Name: "Selector", Type: "string", Priority: 1, Description: "The label selector of the Service."},
 }
 
-func (tableConvertor) ConvertToTable(ctx context.Context, object runtime.Object, tableOptions runtime.Object) (*metav1.Table, error) {
-	table := &metav1.Table{ColumnDefinitions: columns}
-	add := func(svc *corev1.Service) {
-		table.Rows = append(table.Rows, metav1.TableRow{
-			Cells: []interface{}{svc.Name, string(svc.Spec.Type), clusterIPs(svc), externalIPs(svc),
-				ports(svc), age(svc.CreationTimestamp), selector(svc)},
-			Object: runtime.RawExtension{Object: svc},
-		})
-	}
-	switch t := object.(type) {
-	case *corev1.Service:
-		add(t)
-	case *corev1.ServiceList:
-		for i := range t.Items {
-			add(&t.Items[i])
-		}
-	default:
-		return nil, fmt.Errorf("cannot print %T as a Service table", object)
-	}
-	if l, err := meta.ListAccessor(object); err == nil {
-		table.ResourceVersion = l.GetResourceVersion()
-		table.Continue = l.GetContinue()
-		table.RemainingItemCount = l.GetRemainingItemCount()
-	} else if m, err := meta.Accessor(object); err == nil {
-		table.ResourceVersion = m.GetResourceVersion()
-	}
-	if opts, ok := tableOptions.(*metav1.TableOptions); ok && opts != nil && opts.NoHeaders {
-		table.ColumnDefinitions = nil
-	}
-	return table, nil
+// serviceRow is a Service's row.
+func serviceRow(svc *corev1.Service) []any {
+	return []any{svc.Name, string(svc.Spec.Type), clusterIPs(svc), externalIPs(svc), ports(svc), table.Age(svc.CreationTimestamp), selector(svc)}
 }
 
 func clusterIPs(svc *corev1.Service) string {
@@ -114,11 +84,4 @@ func selector(svc *corev1.Service) string {
 		return "<none>"
 	}
 	return labels.FormatLabels(svc.Spec.Selector)
-}
-
-func age(t metav1.Time) string {
-	if t.IsZero() {
-		return "<unknown>"
-	}
-	return duration.HumanDuration(metav1.Now().Sub(t.Time))
 }

@@ -17,7 +17,7 @@ func TestTable(t *testing.T) {
 		{ObjectMeta: metav1.ObjectMeta{Name: "ext"}, Spec: corev1.ServiceSpec{Type: corev1.ServiceTypeExternalName, ExternalName: "example.com"}},
 		{ObjectMeta: metav1.ObjectMeta{Name: "headless"}, Spec: corev1.ServiceSpec{Type: corev1.ServiceTypeClusterIP, ClusterIP: "None", ClusterIPs: []string{"None"}}},
 	}}
-	table, err := tableConvertor{}.ConvertToTable(context.Background(), list, nil)
+	table, err := tableConvertor.ConvertToTable(context.Background(), list, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
