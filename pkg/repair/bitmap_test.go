@@ -132,7 +132,7 @@ func TestBitmapRepairPlantedFaults(t *testing.T) {
 	etcd := srv.Etcd.Client()
 	store := bitmapStore(t, etcd, "10.0.0.0/24")
 
-	good, err := createService(ctx, srv, "good", "")
+	good, err := createService(ctx, srv, "good", "10.0.0.30") // static: a dynamic pick could land on a planted address
 	if err != nil {
 		t.Fatal(err)
 	}

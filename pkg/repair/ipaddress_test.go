@@ -244,7 +244,7 @@ func TestIPAddressRepairPlantedFaults(t *testing.T) {
 	ctx := testContext(t)
 	srv := ipaddressServer(t, "10.0.0.0/24")
 	etcd := srv.Etcd.Client()
-	good, err := createService(ctx, srv, "good", "")
+	good, err := createService(ctx, srv, "good", "10.0.0.30") // static: a dynamic pick could land on a planted address
 	if err != nil {
 		t.Fatal(err)
 	}
