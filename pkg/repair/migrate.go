@@ -151,13 +151,37 @@ func MigrateToIPAddress(ctx context.Context, cfg MigrateConfig) (*MigrationRepor
 		todo = append(todo, c)
 	}
 
+	// One list finds what earlier runs (or the servers) already claimed, so a
+	// rerun, or a server's check at every start, costs two lists and no
+	// write when there is nothing to carry over.
+	existing, err := listIPAddressObjects(ctx, cfg.Client)
+	if err != nil {
+		return nil, fmt.Errorf("migrate: %w", err)
+	}
+	var missing []claim
+	for _, c := range todo {
+		obj, ok := existing[c.ip.String()]
+		switch {
+		case !ok:
+			missing = append(missing, c)
+		case checkOwner(obj, c) != nil:
+			report.Problems = append(report.Problems, *checkOwner(obj, c))
+		default:
+			report.Present++
+		}
+	}
+	if cfg.DryRun {
+		report.Created = len(missing)
+		missing = nil
+	}
+
 	var (
 		mu       sync.Mutex
 		created  atomic.Int64
 		present  atomic.Int64
 		firstErr error
 	)
-	progress := newProgress(cfg.Progress, "IPAddresses", len(todo))
+	progress := newProgress(cfg.Progress, "IPAddresses", len(missing))
 	defer progress.stop()
 	work := make(chan claim)
 	var wg sync.WaitGroup
@@ -187,7 +211,7 @@ func MigrateToIPAddress(ctx context.Context, cfg MigrateConfig) (*MigrationRepor
 			}
 		})
 	}
-	for _, c := range todo {
+	for _, c := range missing {
 		mu.Lock()
 		failed := firstErr != nil
 		mu.Unlock()
@@ -204,7 +228,8 @@ func MigrateToIPAddress(ctx context.Context, cfg MigrateConfig) (*MigrationRepor
 	if err := ctx.Err(); err != nil {
 		return nil, fmt.Errorf("migrate (resumable: rerun to continue): %w", err)
 	}
-	report.Created, report.Present = int(created.Load()), int(present.Load())
+	report.Created += int(created.Load())
+	report.Present += int(present.Load())
 	report.Addresses = report.Created + report.Present
 	sortProblems(report.Problems)
 
@@ -223,19 +248,8 @@ func MigrateToIPAddress(ctx context.Context, cfg MigrateConfig) (*MigrationRepor
 // another Service holds the address, isNew when it created the object.
 func carryOver(ctx context.Context, cfg MigrateConfig, c claim) (*Problem, bool, error) {
 	api := cfg.Client.NetworkingV1().IPAddresses()
-	if cfg.DryRun {
-		existing, err := api.Get(ctx, c.ip.String(), metav1.GetOptions{})
-		switch {
-		case err == nil:
-			return checkOwner(existing, c), false, nil
-		case apierrors.IsNotFound(err):
-			return nil, true, nil
-		default:
-			return nil, false, fmt.Errorf("get IPAddress %s: %w", c.ip, err)
-		}
-	}
-	// Create first: on a fresh migration nearly every claim is new, and the
-	// create is the atomic claim anyway.
+	// The create is the atomic claim: AlreadyExists means a server or another
+	// run claimed the address since the list.
 	_, err := api.Create(ctx, ipaddress.NewObject(c.ip, c.owner), metav1.CreateOptions{})
 	switch {
 	case err == nil:
@@ -272,20 +286,9 @@ func checkOwner(obj *networkingv1.IPAddress, c claim) *Problem {
 // verifyIPAddresses lists the IPAddresses and checks every claim has one
 // referencing its Service.
 func verifyIPAddresses(ctx context.Context, client kubernetes.Interface, claims []claim) (bool, error) {
-	byName := map[string]*networkingv1.IPAddress{}
-	opts := metav1.ListOptions{Limit: 500}
-	for {
-		list, err := client.NetworkingV1().IPAddresses().List(ctx, opts)
-		if err != nil {
-			return false, fmt.Errorf("verify: list ipaddresses: %w", err)
-		}
-		for i := range list.Items {
-			byName[list.Items[i].Name] = &list.Items[i]
-		}
-		if list.Continue == "" {
-			break
-		}
-		opts.Continue = list.Continue
+	byName, err := listIPAddressObjects(ctx, client)
+	if err != nil {
+		return false, fmt.Errorf("verify: %w", err)
 	}
 	for _, c := range claims {
 		obj, ok := byName[c.ip.String()]
@@ -437,25 +440,38 @@ func bitmapHolds(ctx context.Context, store BitmapStore, ips []netip.Addr) (bool
 	return true, nil
 }
 
-// listIPAddresses lists every IPAddress name that is an address.
-func listIPAddresses(ctx context.Context, client kubernetes.Interface) ([]netip.Addr, error) {
-	var addrs []netip.Addr
+// listIPAddressObjects lists every IPAddress, in pages, by name.
+func listIPAddressObjects(ctx context.Context, client kubernetes.Interface) (map[string]*networkingv1.IPAddress, error) {
+	byName := map[string]*networkingv1.IPAddress{}
 	opts := metav1.ListOptions{Limit: 500}
 	for {
 		list, err := client.NetworkingV1().IPAddresses().List(ctx, opts)
 		if err != nil {
 			return nil, fmt.Errorf("list ipaddresses: %w", err)
 		}
-		for _, obj := range list.Items {
-			if ip, err := subrange.ParseAddr(obj.Name); err == nil {
-				addrs = append(addrs, ip)
-			}
+		for i := range list.Items {
+			byName[list.Items[i].Name] = &list.Items[i]
 		}
 		if list.Continue == "" {
-			return addrs, nil
+			return byName, nil
 		}
 		opts.Continue = list.Continue
 	}
+}
+
+// listIPAddresses lists every IPAddress name that is an address.
+func listIPAddresses(ctx context.Context, client kubernetes.Interface) ([]netip.Addr, error) {
+	objs, err := listIPAddressObjects(ctx, client)
+	if err != nil {
+		return nil, err
+	}
+	var addrs []netip.Addr
+	for name := range objs {
+		if ip, err := subrange.ParseAddr(name); err == nil {
+			addrs = append(addrs, ip)
+		}
+	}
+	return addrs, nil
 }
 
 func storeRanges(stores []BitmapStore) string {
