@@ -4,11 +4,15 @@ import (
 	"context"
 	"fmt"
 
+	corev1 "k8s.io/api/core/v1"
+	networkingv1 "k8s.io/api/networking/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
 	restclient "k8s.io/client-go/rest"
 
 	"github.com/allocator/allocator/pkg/allocation"
 	"github.com/allocator/allocator/pkg/ipaddress"
+	"github.com/allocator/allocator/pkg/repair"
 )
 
 // IPAddressFactory builds the IPAddress model: one meta-allocator per family
@@ -29,5 +33,17 @@ func IPAddressFactory(ctx context.Context, spec AllocatorSpec) (allocation.Inter
 	if err != nil {
 		return nil, fmt.Errorf("ipaddress allocator for %s: %w", spec.Prefix, err)
 	}
-	return ipaddress.New(ctx, ipaddress.Config{Client: client, IPv6: spec.Prefix.Addr().Is6()})
+	// A ServiceCIDR the allocator cannot serve (an IPv6 prefix shorter than
+	// /64) is accepted by the API like upstream's, so the refusal is made
+	// visible as a Warning event on it, with upstream's message.
+	recorder := repair.NewEventRecorder(ctx, client)
+	onRefused := func(r ipaddress.RefusedCIDR) {
+		obj := &networkingv1.ServiceCIDR{ObjectMeta: metav1.ObjectMeta{Name: r.ServiceCIDR}}
+		recorder.Eventf(obj, corev1.EventTypeWarning, ReasonServiceCIDRNotServed, "CIDR %s is not served: %v", r.CIDR, r.Err)
+	}
+	return ipaddress.New(ctx, ipaddress.Config{Client: client, IPv6: spec.Prefix.Addr().Is6(), OnRefused: onRefused})
 }
+
+// ReasonServiceCIDRNotServed is the reason of the event on a ServiceCIDR the
+// IPAddress allocator refuses to serve.
+const ReasonServiceCIDRNotServed = "ServiceCIDRNotServed"

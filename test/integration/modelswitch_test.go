@@ -7,8 +7,10 @@ import (
 	"net/netip"
 	"strings"
 	"testing"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	networkingv1 "k8s.io/api/networking/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
 
@@ -166,4 +168,29 @@ func testMetricsEndpoint(t *testing.T, model string) {
 			t.Errorf("/metrics after a create lacks %s", want)
 		}
 	}
+}
+
+// TestRefusedServiceCIDRIsVisible: an IPv6 ServiceCIDR shorter than /64 is
+// stored (as upstream does) but not served, and says so in an event.
+func TestRefusedServiceCIDRIsVisible(t *testing.T) {
+	ctx := testContext(t)
+	s := startServer(t, serverOptions{model: apiserver.ModelIPAddress, serviceRange: "10.0.0.0/24,fd00::/112"})
+	wide := &networkingv1.ServiceCIDR{ObjectMeta: metav1.ObjectMeta{Name: "wide"}, Spec: networkingv1.ServiceCIDRSpec{CIDRs: []string{"fd01::/48"}}}
+	if _, err := s.client.NetworkingV1().ServiceCIDRs().Create(ctx, wide, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	want := "shortest allowed prefix length for service CIDR is 64, got 48"
+	eventually(t, 30*time.Second, "the refusal event", func(ctx context.Context) (bool, error) {
+		events, err := s.client.CoreV1().Events("default").List(ctx, metav1.ListOptions{})
+		if err != nil {
+			return false, nil
+		}
+		for _, e := range events.Items {
+			if e.InvolvedObject.Kind == "ServiceCIDR" && e.InvolvedObject.Name == "wide" &&
+				e.Reason == apiserver.ReasonServiceCIDRNotServed && strings.Contains(e.Message, want) && strings.Contains(e.Message, "fd01::/48") {
+				return true, nil
+			}
+		}
+		return false, nil
+	})
 }
