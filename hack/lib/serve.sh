@@ -1,0 +1,32 @@
+# Shared by the hack/ scripts that run `allocator serve` as a process:
+# a temporary work dir, the binary, a server on a free port, and cleanup on
+# exit. Source it, then call serve_start ARGS...; $work, $kc and
+# $server_pid are set for the caller.
+
+work=$(mktemp -d)
+server_pid=""
+kc="$work/data/admin.kubeconfig"
+
+serve_cleanup() {
+  if [ -n "$server_pid" ] && kill -0 "$server_pid" 2>/dev/null; then
+    kill -TERM "$server_pid" 2>/dev/null || true
+    for _ in $(seq 1 100); do kill -0 "$server_pid" 2>/dev/null || break; sleep 0.1; done
+    kill -KILL "$server_pid" 2>/dev/null || true
+  fi
+  rm -rf "$work"
+}
+trap serve_cleanup EXIT
+
+# serve_start builds cmd/allocator, starts `allocator serve ARGS...` on a
+# fresh data dir and a free port, and waits until /readyz is ok.
+serve_start() {
+  go build -o "$work/allocator" ./cmd/allocator
+  "$work/allocator" serve --data-dir "$work/data" --secure-port 0 "$@" >"$work/server.log" 2>&1 &
+  server_pid=$!
+  for _ in $(seq 1 300); do
+    if [ -f "$kc" ] && kubectl --kubeconfig "$kc" get --raw /readyz >/dev/null 2>&1; then return 0; fi
+    kill -0 "$server_pid" 2>/dev/null || { tail -20 "$work/server.log"; echo "server exited" >&2; exit 1; }
+    sleep 0.2
+  done
+  tail -20 "$work/server.log"; echo "server not ready after 60s" >&2; exit 1
+}
