@@ -21,6 +21,7 @@ import (
 	"k8s.io/component-base/metrics"
 
 	"github.com/allocator/allocator/pkg/allocation"
+	"github.com/allocator/allocator/pkg/bitmap"
 	"github.com/allocator/allocator/pkg/subrange"
 )
 
@@ -77,6 +78,17 @@ type cidrLister interface {
 // ranged is implemented by allocators over one range (the bitmap model).
 type ranged interface {
 	Range() subrange.Range
+}
+
+// collider is implemented by the IPAddress model: how many claims lost to an
+// IPAddress created meanwhile (a stale cache, another replica).
+type collider interface {
+	Collisions() uint64
+}
+
+// casStats is implemented by the bitmap model on etcd.
+type casStats interface {
+	Stats() bitmap.EtcdStats
 }
 
 // byCIDR is implemented by allocators that report usage per CIDR.
@@ -143,7 +155,8 @@ func cidrOf(a allocation.Interface, ip netip.Addr) string {
 type usageCollector struct {
 	metrics.BaseStableCollector
 
-	allocated, available, bandAvailable *metrics.Desc
+	allocated, available, bandAvailable             *metrics.Desc
+	collisions, casConflicts, batches, batchedCalls *metrics.Desc
 
 	mu         sync.Mutex
 	allocators []allocation.Interface // guarded by mu
@@ -157,6 +170,14 @@ func newUsageCollector() *usageCollector {
 			"Gauge measuring the number of available IPs for Services", []string{"cidr"}, nil, metrics.ALPHA, ""),
 		bandAvailable: metrics.NewDesc("allocator_clusterip_band_available_ips",
 			"Available ClusterIPs per band: static (lower, for user-chosen IPs) and dynamic (upper)", []string{"cidr", "band"}, nil, metrics.ALPHA, ""),
+		collisions: metrics.NewDesc("allocator_clusterip_allocation_collisions_total",
+			"IPAddress claims that found the address taken (stale cache or another replica) and moved on to another candidate", []string{"family"}, nil, metrics.ALPHA, ""),
+		casConflicts: metrics.NewDesc("allocator_clusterip_bitmap_cas_conflicts_total",
+			"Bitmap writes that lost the compare-and-swap to another writer and were retried", []string{"cidr"}, nil, metrics.ALPHA, ""),
+		batches: metrics.NewDesc("allocator_clusterip_bitmap_batches_total",
+			"Group-commit batches committed on the bitmap (each is one etcd transaction)", []string{"cidr"}, nil, metrics.ALPHA, ""),
+		batchedCalls: metrics.NewDesc("allocator_clusterip_bitmap_batched_calls_total",
+			"Bitmap calls carried by group-commit batches; divided by batches_total it is the mean batch size", []string{"cidr"}, nil, metrics.ALPHA, ""),
 	}
 }
 
@@ -170,6 +191,10 @@ func (c *usageCollector) DescribeWithStability(ch chan<- *metrics.Desc) {
 	ch <- c.allocated
 	ch <- c.available
 	ch <- c.bandAvailable
+	ch <- c.collisions
+	ch <- c.casConflicts
+	ch <- c.batches
+	ch <- c.batchedCalls
 }
 
 func (c *usageCollector) CollectWithStability(ch chan<- metrics.Metric) {
@@ -182,6 +207,20 @@ func (c *usageCollector) CollectWithStability(ch chan<- metrics.Metric) {
 			ch <- metrics.NewLazyConstMetric(c.available, metrics.GaugeValue, float64(u.Free()), cidr)
 			ch <- metrics.NewLazyConstMetric(c.bandAvailable, metrics.GaugeValue, float64(u.StaticSize-u.StaticUsed), cidr, "static")
 			ch <- metrics.NewLazyConstMetric(c.bandAvailable, metrics.GaugeValue, float64(u.DynamicSize()-u.DynamicUsed()), cidr, "dynamic")
+		}
+		switch a := a.(type) {
+		case collider:
+			family := "IPv4"
+			if a.(allocation.Interface).IPv6() {
+				family = "IPv6"
+			}
+			ch <- metrics.NewLazyConstMetric(c.collisions, metrics.CounterValue, float64(a.Collisions()), family)
+		case casStats:
+			cidr := cidrOf(a.(allocation.Interface), netip.Addr{})
+			st := a.Stats()
+			ch <- metrics.NewLazyConstMetric(c.casConflicts, metrics.CounterValue, float64(st.Conflicts), cidr)
+			ch <- metrics.NewLazyConstMetric(c.batches, metrics.CounterValue, float64(st.Batches), cidr)
+			ch <- metrics.NewLazyConstMetric(c.batchedCalls, metrics.CounterValue, float64(st.Requests), cidr)
 		}
 	}
 }

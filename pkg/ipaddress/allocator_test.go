@@ -20,8 +20,10 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
+	"k8s.io/component-base/metrics"
 
 	"github.com/allocator/allocator/pkg/allocation"
+	"github.com/allocator/allocator/pkg/allocmetrics"
 	"github.com/allocator/allocator/pkg/ipaddress"
 	"github.com/allocator/allocator/pkg/subrange"
 )
@@ -415,11 +417,32 @@ func TestRaces(t *testing.T) {
 	if err != nil || uint64(len(list.Items)) != rng.Size() {
 		t.Errorf("%d IPAddress objects (err %v), want %d", len(list.Items), err, rng.Size())
 	}
+	// Collisions are counted, and exported as a metric (one registry per
+	// instance: each would be its own server).
 	var collisions uint64
+	var exported float64
 	for _, a := range allocators {
 		collisions += a.Collisions()
+		registry := metrics.NewKubeRegistry()
+		m := allocmetrics.New()
+		m.Register(registry)
+		m.Wrap(a)
+		families, err := registry.Gather()
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, f := range families {
+			if f.GetName() == "allocator_clusterip_allocation_collisions_total" {
+				for _, metric := range f.GetMetric() {
+					exported += metric.GetCounter().GetValue()
+				}
+			}
+		}
 	}
 	t.Logf("drained %d addresses with 3×16 workers, %d collisions", len(got), collisions)
+	if collisions == 0 || exported != float64(collisions) {
+		t.Errorf("collisions: %d counted, %v exported as a metric; want the same, above 0 (3 instances raced for a /22)", collisions, exported)
+	}
 }
 
 // TestFaults: a server error aborts AllocateNext after one create; before the

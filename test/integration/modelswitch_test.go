@@ -159,6 +159,15 @@ func testMetricsEndpoint(t *testing.T, model string) {
 	}
 	mustCreate(t, ctx, s.client, newService("counted"))
 	text = scrape()
+	modelMetrics := map[string][]string{
+		apiserver.ModelBitmap:    {`allocator_clusterip_bitmap_batches_total{cidr="10.0.0.0/24"}`, `allocator_clusterip_bitmap_cas_conflicts_total{cidr="10.0.0.0/24"}`},
+		apiserver.ModelIPAddress: {`allocator_clusterip_allocation_collisions_total{family="IPv4"}`},
+	}
+	for _, want := range modelMetrics[model] {
+		if !strings.Contains(text, want) {
+			t.Errorf("/metrics lacks %s", want)
+		}
+	}
 	for _, want := range []string{
 		`kube_apiserver_clusterip_allocator_allocation_total{cidr="10.0.0.0/24",scope="dynamic"}`,
 		`kube_apiserver_clusterip_allocator_allocated_ips{cidr="10.0.0.0/24"} 2`,
