@@ -1,8 +1,8 @@
 package servicecidrs
 
 import (
-	"context"
 	"fmt"
+	statusrest "github.com/allocator/allocator/pkg/registry/status"
 	"github.com/allocator/allocator/pkg/registry/table"
 	"strings"
 
@@ -11,9 +11,7 @@ import (
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apiserver/pkg/registry/generic"
 	genericregistry "k8s.io/apiserver/pkg/registry/generic/registry"
-	"k8s.io/apiserver/pkg/registry/rest"
 	"k8s.io/apiserver/pkg/storage/names"
-	"sigs.k8s.io/structured-merge-diff/v6/fieldpath"
 )
 
 // REST is the ServiceCIDR storage served as "servicecidrs".
@@ -21,13 +19,8 @@ type REST struct {
 	*genericregistry.Store
 }
 
-// StatusREST is the storage of "servicecidrs/status".
-type StatusREST struct {
-	store *genericregistry.Store
-}
-
 // NewREST builds the ServiceCIDR storages.
-func NewREST(scheme *runtime.Scheme, optsGetter generic.RESTOptionsGetter) (*REST, *StatusREST, error) {
+func NewREST(scheme *runtime.Scheme, optsGetter generic.RESTOptionsGetter) (*REST, *statusrest.REST, error) {
 	s := strategy{ObjectTyper: scheme, NameGenerator: names.SimpleNameGenerator}
 	store := &genericregistry.Store{
 		NewFunc:                   func() runtime.Object { return &networkingv1.ServiceCIDR{} },
@@ -48,34 +41,7 @@ func NewREST(scheme *runtime.Scheme, optsGetter generic.RESTOptionsGetter) (*RES
 	statusStore := *store
 	statusStore.UpdateStrategy = statusStrategy{s}
 	statusStore.ResetFieldsStrategy = statusStrategy{s}
-	return &REST{Store: store}, &StatusREST{store: &statusStore}, nil
-}
-
-// New returns an empty ServiceCIDR.
-func (r *StatusREST) New() runtime.Object { return &networkingv1.ServiceCIDR{} }
-
-// Destroy does nothing: the main store owns the shared storage.
-func (r *StatusREST) Destroy() {}
-
-// Get retrieves the ServiceCIDR, for status updates.
-func (r *StatusREST) Get(ctx context.Context, name string, options *metav1.GetOptions) (runtime.Object, error) {
-	return r.store.Get(ctx, name, options)
-}
-
-// Update changes only the status.
-func (r *StatusREST) Update(ctx context.Context, name string, objInfo rest.UpdatedObjectInfo, createValidation rest.ValidateObjectFunc,
-	updateValidation rest.ValidateObjectUpdateFunc, forceAllowCreate bool, options *metav1.UpdateOptions) (runtime.Object, bool, error) {
-	return r.store.Update(ctx, name, objInfo, createValidation, updateValidation, false, options)
-}
-
-// GetResetFields implements rest.ResetFieldsStrategy.
-func (r *StatusREST) GetResetFields() map[fieldpath.APIVersion]*fieldpath.Set {
-	return r.store.GetResetFields()
-}
-
-// ConvertToTable prints like the main resource.
-func (r *StatusREST) ConvertToTable(ctx context.Context, object runtime.Object, tableOptions runtime.Object) (*metav1.Table, error) {
-	return r.store.ConvertToTable(ctx, object, tableOptions)
+	return &REST{Store: store}, statusrest.NewREST(&statusStore), nil
 }
 
 var columns = []metav1.TableColumnDefinition{
@@ -83,5 +49,3 @@ var columns = []metav1.TableColumnDefinition{
 	{Name: "CIDRs", Type: "string", Description: "The CIDRs of the ServiceCIDR"},
 	{Name: "Age", Type: "string", Description: metav1.ObjectMeta{}.SwaggerDoc()["creationTimestamp"]},
 }
-
-var _ rest.Patcher = &StatusREST{}

@@ -3,6 +3,7 @@ package services
 import (
 	"context"
 	"fmt"
+	statusrest "github.com/allocator/allocator/pkg/registry/status"
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -11,7 +12,6 @@ import (
 	"k8s.io/apiserver/pkg/registry/generic"
 	genericregistry "k8s.io/apiserver/pkg/registry/generic/registry"
 	"k8s.io/apiserver/pkg/registry/rest"
-	"sigs.k8s.io/structured-merge-diff/v6/fieldpath"
 
 	"github.com/allocator/allocator/pkg/servicealloc"
 )
@@ -26,14 +26,9 @@ type REST struct {
 	namespaceCheck NamespaceCheck
 }
 
-// StatusREST is the storage of "services/status".
-type StatusREST struct {
-	store *genericregistry.Store
-}
-
 // NewREST builds the Service storages. alloc reserves and releases cluster
 // IPs; check refuses Services in namespaces that do not exist.
-func NewREST(scheme *runtime.Scheme, optsGetter generic.RESTOptionsGetter, alloc *servicealloc.Allocator, check NamespaceCheck) (*REST, *StatusREST, error) {
+func NewREST(scheme *runtime.Scheme, optsGetter generic.RESTOptionsGetter, alloc *servicealloc.Allocator, check NamespaceCheck) (*REST, *statusrest.REST, error) {
 	main, status := NewStrategies(scheme)
 	store := &genericregistry.Store{
 		NewFunc:                   func() runtime.Object { return &corev1.Service{} },
@@ -53,7 +48,7 @@ func NewREST(scheme *runtime.Scheme, optsGetter generic.RESTOptionsGetter, alloc
 	statusStore := *store
 	statusStore.UpdateStrategy = status
 	statusStore.ResetFieldsStrategy = status
-	return &REST{REST: servicealloc.NewREST(store, alloc), namespaceCheck: check}, &StatusREST{store: &statusStore}, nil
+	return &REST{REST: servicealloc.NewREST(store, alloc), namespaceCheck: check}, statusrest.NewREST(&statusStore), nil
 }
 
 // Create refuses Services in namespaces that do not exist before anything
@@ -91,36 +86,7 @@ func (r *REST) ShortNames() []string { return []string{"svc"} }
 // Categories implements rest.CategoriesProvider (kubectl get all).
 func (r *REST) Categories() []string { return []string{"all"} }
 
-// New returns an empty Service.
-func (r *StatusREST) New() runtime.Object { return &corev1.Service{} }
-
-// Destroy does nothing: the main store owns the shared storage.
-func (r *StatusREST) Destroy() {}
-
-// Get retrieves the Service, for status updates.
-func (r *StatusREST) Get(ctx context.Context, name string, options *metav1.GetOptions) (runtime.Object, error) {
-	return r.store.Get(ctx, name, options)
-}
-
-// Update changes only the status of a Service.
-func (r *StatusREST) Update(ctx context.Context, name string, objInfo rest.UpdatedObjectInfo, createValidation rest.ValidateObjectFunc,
-	updateValidation rest.ValidateObjectUpdateFunc, forceAllowCreate bool, options *metav1.UpdateOptions) (runtime.Object, bool, error) {
-	// Status updates never create.
-	return r.store.Update(ctx, name, objInfo, createValidation, updateValidation, false, options)
-}
-
-// GetResetFields implements rest.ResetFieldsStrategy.
-func (r *StatusREST) GetResetFields() map[fieldpath.APIVersion]*fieldpath.Set {
-	return r.store.GetResetFields()
-}
-
-// ConvertToTable prints like the main resource.
-func (r *StatusREST) ConvertToTable(ctx context.Context, object runtime.Object, tableOptions runtime.Object) (*metav1.Table, error) {
-	return r.store.ConvertToTable(ctx, object, tableOptions)
-}
-
 var (
 	_ rest.ShortNamesProvider = &REST{}
 	_ rest.CategoriesProvider = &REST{}
-	_ rest.Patcher            = &StatusREST{}
 )
