@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 
+	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
 	networkingv1 "k8s.io/api/networking/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
@@ -78,6 +79,9 @@ func newCodec() *codec {
 	}
 	if err := networkingv1.AddToScheme(scheme); err != nil {
 		panic(fmt.Sprintf("etcdlayout: register networking.k8s.io/v1: %v", err))
+	}
+	if err := coordinationv1.AddToScheme(scheme); err != nil {
+		panic(fmt.Sprintf("etcdlayout: register coordination.k8s.io/v1: %v", err))
 	}
 	return &codec{
 		scheme: scheme,
@@ -227,6 +231,12 @@ func DecodeNamespace(data []byte) (*corev1.Namespace, error) {
 // DecodeIPAddress decodes a networking.k8s.io/v1 IPAddress.
 func DecodeIPAddress(data []byte) (*networkingv1.IPAddress, error) {
 	return decodeAs[*networkingv1.IPAddress](data, KindIPAddress)
+}
+
+// DecodeLease decodes a coordination.k8s.io/v1 Lease (kube-apiserver's
+// identity leases live at <prefix>/leases/kube-system/apiserver-<hash>).
+func DecodeLease(data []byte) (*coordinationv1.Lease, error) {
+	return decodeAs[*coordinationv1.Lease](data, coordinationv1.SchemeGroupVersion.WithKind("Lease"))
 }
 
 // DecodeServiceCIDR decodes a networking.k8s.io/v1 ServiceCIDR.

@@ -81,3 +81,23 @@ func (l Layout) Namespace(name string) string { return l.key("namespaces", name)
 
 // NamespacesPrefix is the list prefix of all Namespaces: <prefix>/namespaces/.
 func (l Layout) NamespacesPrefix() string { return l.key("namespaces", "") }
+
+// LeasesInNamespacePrefix is the prefix of the Leases of one namespace
+// (kube-apiserver's identity leases are in kube-system).
+func (l Layout) LeasesInNamespacePrefix(namespace string) string {
+	return l.key("leases", namespace, "")
+}
+
+// AllocatorState is this project's own key holding the cluster-wide
+// ClusterIP allocator transition state (no kube-apiserver resource lives
+// under "clusterip-allocator").
+func (l Layout) AllocatorState() string { return l.key("clusterip-allocator", "state") }
+
+// AllocatorReplicasPrefix is the prefix of the replica records of one
+// allocator model (empty model: of every model).
+func (l Layout) AllocatorReplicasPrefix(model string) string {
+	if model == "" {
+		return l.key("clusterip-allocator", "replicas", "")
+	}
+	return l.key("clusterip-allocator", "replicas", model, "")
+}

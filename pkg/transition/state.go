@@ -1,0 +1,329 @@
+package transition
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+
+	clientv3 "go.etcd.io/etcd/client/v3"
+
+	"github.com/allocator/allocator/pkg/etcdlayout"
+)
+
+// Models, as --allocator spells them.
+const (
+	ModelBitmap    = "bitmap"
+	ModelIPAddress = "ipaddress"
+)
+
+// State is the cluster-wide transition state.
+type State struct {
+	// DualWrite is true while bitmap-model writers may be live: IPAddress-model
+	// replicas then claim the bit as well as the IPAddress.
+	DualWrite bool `json:"dualWrite"`
+	// Changed is when the state was last written, By and Reason who wrote it
+	// and why.
+	Changed time.Time `json:"changed"`
+	By      string    `json:"by"`
+	Reason  string    `json:"reason,omitempty"`
+	// Revision is the etcd ModRevision of the state key (not stored).
+	Revision int64 `json:"-"`
+}
+
+func (s State) String() string {
+	mode := "off (IPAddress objects only; the bitmap is retired)"
+	if s.DualWrite {
+		mode = "on (bitmap and IPAddress objects)"
+	}
+	return fmt.Sprintf("dual write %s since %s, set by %s", mode, s.Changed.UTC().Format(time.RFC3339), s.By)
+}
+
+// Record is one replica's entry under the replicas prefix.
+type Record struct {
+	ID    string `json:"id"`
+	Model string `json:"model"`
+	// DualWrite and StateRevision are what the replica acts on: it has
+	// applied the state written at StateRevision, and every allocation it
+	// began before writing this record has finished.
+	DualWrite     bool      `json:"dualWrite"`
+	StateRevision int64     `json:"stateRevision"`
+	Host          string    `json:"host,omitempty"`
+	PID           int       `json:"pid,omitempty"`
+	Version       string    `json:"version,omitempty"`
+	Started       time.Time `json:"started"`
+}
+
+// ErrRetired is returned to a bitmap-model replica when the transition was
+// ended: the bitmap is no longer kept up to date, so allocating from it
+// would hand out addresses the IPAddress-model replicas hold.
+var ErrRetired = errors.New("the ClusterIP bitmap is retired: dual write was turned off by `allocator transition finish`; " +
+	"run `allocator transition resume` before starting a bitmap-model replica (or run it with --allocator=ipaddress)")
+
+// ReadState returns the stored state; ok is false when none is stored yet.
+func ReadState(ctx context.Context, client *clientv3.Client, prefix string) (state State, ok bool, err error) {
+	key := etcdlayout.Layout{Prefix: prefix}.AllocatorState()
+	resp, err := client.Get(ctx, key)
+	if err != nil {
+		return State{}, false, fmt.Errorf("read transition state %s: %w", key, err)
+	}
+	if len(resp.Kvs) == 0 {
+		return State{}, false, nil
+	}
+	state, err = decodeState(resp.Kvs[0].Value, resp.Kvs[0].ModRevision)
+	return state, err == nil, err
+}
+
+func decodeState(value []byte, rev int64) (State, error) {
+	var s State
+	if err := json.Unmarshal(value, &s); err != nil {
+		return State{}, fmt.Errorf("decode transition state: %w", err)
+	}
+	s.Revision = rev
+	return s, nil
+}
+
+// ensureState returns the stored state, creating it with initial if none is
+// stored. Concurrent callers agree: the create is create-if-absent.
+func ensureState(ctx context.Context, client *clientv3.Client, prefix string, initial State) (State, error) {
+	key := etcdlayout.Layout{Prefix: prefix}.AllocatorState()
+	value, err := json.Marshal(initial)
+	if err != nil {
+		return State{}, fmt.Errorf("encode transition state: %w", err)
+	}
+	resp, err := client.Txn(ctx).
+		If(clientv3.Compare(clientv3.CreateRevision(key), "=", 0)).
+		Then(clientv3.OpPut(key, string(value))).
+		Else(clientv3.OpGet(key)).
+		Commit()
+	if err != nil {
+		return State{}, fmt.Errorf("create transition state %s: %w", key, err)
+	}
+	if resp.Succeeded {
+		initial.Revision = resp.Header.Revision
+		return initial, nil
+	}
+	kvs := resp.Responses[0].GetResponseRange().Kvs
+	if len(kvs) == 0 {
+		return State{}, fmt.Errorf("transition state %s: deleted while being read", key)
+	}
+	return decodeState(kvs[0].Value, kvs[0].ModRevision)
+}
+
+// ListRecords returns the live replica records of model ("" for every model).
+func ListRecords(ctx context.Context, client *clientv3.Client, prefix, model string) ([]Record, error) {
+	p := etcdlayout.Layout{Prefix: prefix}.AllocatorReplicasPrefix(model)
+	resp, err := client.Get(ctx, p, clientv3.WithPrefix())
+	if err != nil {
+		return nil, fmt.Errorf("list replica records %s: %w", p, err)
+	}
+	out := make([]Record, 0, len(resp.Kvs))
+	for _, kv := range resp.Kvs {
+		var r Record
+		if err := json.Unmarshal(kv.Value, &r); err != nil {
+			return nil, fmt.Errorf("decode replica record %s: %w", kv.Key, err)
+		}
+		out = append(out, r)
+	}
+	return out, nil
+}
+
+// bitmapExists reports whether either RangeAllocation key of the service IP
+// ranges exists.
+func bitmapExists(ctx context.Context, client *clientv3.Client, prefix string) (bool, error) {
+	l := etcdlayout.Layout{Prefix: prefix}
+	for _, key := range []string{l.PrimaryServiceIPRange(), l.SecondaryServiceIPRange()} {
+		resp, err := client.Get(ctx, key, clientv3.WithCountOnly())
+		if err != nil {
+			return false, fmt.Errorf("look for bitmap %s: %w", key, err)
+		}
+		if resp.Count > 0 {
+			return true, nil
+		}
+	}
+	return false, nil
+}
+
+// APIServer is a live kube-apiserver identity lease: a writer this program
+// cannot see the model of.
+type APIServer struct {
+	Name    string    `json:"name"`
+	Holder  string    `json:"holder"`
+	Renewed time.Time `json:"renewed"`
+}
+
+// LiveAPIServers returns the kube-apiserver identity leases in kube-system
+// that are still within their lease duration at now.
+func LiveAPIServers(ctx context.Context, client *clientv3.Client, prefix string, now time.Time) ([]APIServer, error) {
+	p := etcdlayout.Layout{Prefix: prefix}.LeasesInNamespacePrefix("kube-system")
+	resp, err := client.Get(ctx, p+"apiserver-", clientv3.WithPrefix())
+	if err != nil {
+		return nil, fmt.Errorf("list kube-apiserver identity leases: %w", err)
+	}
+	var out []APIServer
+	for _, kv := range resp.Kvs {
+		lease, err := etcdlayout.DecodeLease(kv.Value)
+		if err != nil {
+			continue // not a lease we can read: not evidence of a live writer
+		}
+		if lease.Labels["apiserver.kubernetes.io/identity"] != "kube-apiserver" {
+			continue
+		}
+		if lease.Spec.RenewTime == nil || lease.Spec.LeaseDurationSeconds == nil {
+			continue
+		}
+		expires := lease.Spec.RenewTime.Add(time.Duration(*lease.Spec.LeaseDurationSeconds) * time.Second)
+		if expires.Before(now) {
+			continue
+		}
+		holder := ""
+		if lease.Spec.HolderIdentity != nil {
+			holder = *lease.Spec.HolderIdentity
+		}
+		out = append(out, APIServer{Name: strings.TrimPrefix(string(kv.Key), p), Holder: holder, Renewed: lease.Spec.RenewTime.Time})
+	}
+	return out, nil
+}
+
+// Status is what `allocator transition status` shows.
+type Status struct {
+	State      State       `json:"state"`
+	Stored     bool        `json:"stored"`
+	Replicas   []Record    `json:"replicas"`
+	APIServers []APIServer `json:"kubeAPIServers"`
+}
+
+// ReadStatus reads the state, the live replica records and the live
+// kube-apiserver identity leases.
+func ReadStatus(ctx context.Context, client *clientv3.Client, prefix string) (*Status, error) {
+	state, ok, err := ReadState(ctx, client, prefix)
+	if err != nil {
+		return nil, err
+	}
+	records, err := ListRecords(ctx, client, prefix, "")
+	if err != nil {
+		return nil, err
+	}
+	servers, err := LiveAPIServers(ctx, client, prefix, time.Now())
+	if err != nil {
+		return nil, err
+	}
+	return &Status{State: state, Stored: ok, Replicas: records, APIServers: servers}, nil
+}
+
+// FinishOptions tune Finish.
+type FinishOptions struct {
+	// By names who ends the transition (stored in the state).
+	By string
+	// Force ends it although kube-apiserver identity leases are live.
+	Force bool
+}
+
+// ErrBitmapWritersLive is returned by Finish while a bitmap-model writer may
+// still be live.
+var ErrBitmapWritersLive = errors.New("bitmap-model writers may still be live")
+
+// Finish turns dual write off cluster-wide: the bitmap is retired (left in
+// place, no longer written). It refuses while a bitmap-model replica record
+// is live — in the same transaction that writes the state, so a bitmap
+// replica starting at the same moment either blocks Finish or refuses to
+// start — and, unless forced, while a kube-apiserver identity lease is live
+// (its model cannot be seen). It returns the new state.
+func Finish(ctx context.Context, client *clientv3.Client, prefix string, opts FinishOptions) (State, error) {
+	if !opts.Force {
+		servers, err := LiveAPIServers(ctx, client, prefix, time.Now())
+		if err != nil {
+			return State{}, err
+		}
+		if len(servers) > 0 {
+			names := make([]string, len(servers))
+			for i, s := range servers {
+				names[i] = s.Name
+			}
+			return State{}, fmt.Errorf("%w: kube-apiserver identity leases are live (%s); a kube-apiserver ≤ 1.33 writes the bitmap only. "+
+				"Stop them first, or pass --force if they all run 1.34 or later", ErrBitmapWritersLive, strings.Join(names, ", "))
+		}
+	}
+	l := etcdlayout.Layout{Prefix: prefix}
+	state := State{DualWrite: false, Changed: time.Now().UTC(), By: opts.By, Reason: "transition finished"}
+	value, err := json.Marshal(state)
+	if err != nil {
+		return State{}, fmt.Errorf("encode transition state: %w", err)
+	}
+	bitmapReplicas := l.AllocatorReplicasPrefix(ModelBitmap)
+	resp, err := client.Txn(ctx).
+		If(clientv3.Compare(clientv3.CreateRevision(bitmapReplicas), "=", 0).WithPrefix()).
+		Then(clientv3.OpPut(l.AllocatorState(), string(value))).
+		Else(clientv3.OpGet(bitmapReplicas, clientv3.WithPrefix(), clientv3.WithKeysOnly())).
+		Commit()
+	if err != nil {
+		return State{}, fmt.Errorf("finish transition: %w", err)
+	}
+	if !resp.Succeeded {
+		var ids []string
+		for _, kv := range resp.Responses[0].GetResponseRange().Kvs {
+			ids = append(ids, strings.TrimPrefix(string(kv.Key), bitmapReplicas))
+		}
+		return State{}, fmt.Errorf("%w: bitmap-model replicas are live (%s); switch them to --allocator=ipaddress first",
+			ErrBitmapWritersLive, strings.Join(ids, ", "))
+	}
+	state.Revision = resp.Header.Revision
+	return state, nil
+}
+
+// Resume turns dual write on again. It returns the new state; callers then
+// wait for the IPAddress-model replicas (WaitForDualWriters) and carry the
+// IPAddresses made while dual write was off into the bitmap.
+func Resume(ctx context.Context, client *clientv3.Client, prefix, by string) (State, error) {
+	l := etcdlayout.Layout{Prefix: prefix}
+	state := State{DualWrite: true, Changed: time.Now().UTC(), By: by, Reason: "transition resumed"}
+	value, err := json.Marshal(state)
+	if err != nil {
+		return State{}, fmt.Errorf("encode transition state: %w", err)
+	}
+	resp, err := client.Put(ctx, l.AllocatorState(), string(value))
+	if err != nil {
+		return State{}, fmt.Errorf("resume transition: %w", err)
+	}
+	state.Revision = resp.Header.Revision
+	return state, nil
+}
+
+// WaitForDualWriters blocks until every live IPAddress-model replica record
+// reports dual write at the current state revision (or later), polling
+// every interval, until ctx ends. It fails at once if dual write is off.
+func WaitForDualWriters(ctx context.Context, client *clientv3.Client, prefix string, interval time.Duration) error {
+	if interval <= 0 {
+		interval = 200 * time.Millisecond
+	}
+	for {
+		state, ok, err := ReadState(ctx, client, prefix)
+		if err != nil {
+			return err
+		}
+		if ok && !state.DualWrite {
+			return ErrRetired
+		}
+		records, err := ListRecords(ctx, client, prefix, ModelIPAddress)
+		if err != nil {
+			return err
+		}
+		var lagging []string
+		for _, r := range records {
+			if !r.DualWrite || r.StateRevision < state.Revision {
+				lagging = append(lagging, r.ID)
+			}
+		}
+		if len(lagging) == 0 {
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("wait for IPAddress-model replicas to dual-write (%s have not acknowledged state revision %d): %w",
+				strings.Join(lagging, ", "), state.Revision, ctx.Err())
+		case <-time.After(interval):
+		}
+	}
+}

@@ -1,0 +1,240 @@
+package transition
+
+import (
+	"context"
+	"errors"
+	"sync"
+	"testing"
+	"time"
+
+	clientv3 "go.etcd.io/etcd/client/v3"
+
+	"github.com/allocator/allocator/internal/etcdtest"
+	"github.com/allocator/allocator/pkg/etcdlayout"
+)
+
+const prefix = "/registry"
+
+func join(t *testing.T, ctx context.Context, client *clientv3.Client, model, id string) *Coordinator {
+	t.Helper()
+	c, err := Join(ctx, Config{Client: client, Prefix: prefix, Model: model, ID: id, TTL: 2 * time.Second})
+	if err != nil {
+		t.Fatalf("join %s %s: %v", model, id, err)
+	}
+	t.Cleanup(func() { _ = c.Close(context.Background()) })
+	return c
+}
+
+func TestInitialState(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	for _, tc := range []struct {
+		name     string
+		bitmap   bool
+		model    string
+		wantDual bool
+	}{
+		{"fresh IPAddress cluster", false, ModelIPAddress, false},
+		{"IPAddress replica on a bitmap cluster", true, ModelIPAddress, true},
+		{"fresh bitmap cluster", false, ModelBitmap, true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			client := etcdtest.New(t).Client()
+			if tc.bitmap {
+				if _, err := client.Put(ctx, etcdlayout.Layout{}.PrimaryServiceIPRange(), "x"); err != nil {
+					t.Fatal(err)
+				}
+			}
+			c := join(t, ctx, client, tc.model, "r1")
+			if got := c.DualWrite(); got != tc.wantDual {
+				t.Fatalf("DualWrite = %v, want %v", got, tc.wantDual)
+			}
+			// A second replica of the other model agrees: the state is stored once.
+			other := ModelIPAddress
+			if tc.model == ModelIPAddress {
+				other = ModelBitmap
+			}
+			c2, err := Join(ctx, Config{Client: client, Prefix: prefix, Model: other, ID: "r2", TTL: 2 * time.Second})
+			switch {
+			case other == ModelBitmap && !tc.wantDual:
+				if !errors.Is(err, ErrRetired) {
+					t.Fatalf("bitmap replica on a cluster without dual write: err = %v, want ErrRetired", err)
+				}
+				recs, err := ListRecords(ctx, client, prefix, ModelBitmap)
+				if err != nil || len(recs) != 0 {
+					t.Fatalf("refused bitmap replica left records %v (err %v)", recs, err)
+				}
+			case err != nil:
+				t.Fatal(err)
+			default:
+				defer c2.Close(ctx)
+				if c2.DualWrite() != tc.wantDual {
+					t.Fatalf("second replica DualWrite = %v, want %v", c2.DualWrite(), tc.wantDual)
+				}
+			}
+		})
+	}
+}
+
+func waitFor(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(20 * time.Second)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out waiting for %s", what)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+func TestFinishRefusesWhileBitmapReplicaLive(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	client := etcdtest.New(t).Client()
+	if _, err := client.Put(ctx, etcdlayout.Layout{}.PrimaryServiceIPRange(), "x"); err != nil {
+		t.Fatal(err)
+	}
+	ipr := join(t, ctx, client, ModelIPAddress, "ip-1")
+	bm := join(t, ctx, client, ModelBitmap, "bm-1")
+	waitFor(t, "the IPAddress replica to dual-write", ipr.DualWrite)
+
+	if _, err := Finish(ctx, client, prefix, FinishOptions{By: "test"}); !errors.Is(err, ErrBitmapWritersLive) {
+		t.Fatalf("Finish with a bitmap replica live: err = %v, want ErrBitmapWritersLive", err)
+	}
+	if err := bm.Close(ctx); err != nil {
+		t.Fatal(err)
+	}
+	st, err := Finish(ctx, client, prefix, FinishOptions{By: "test"})
+	if err != nil {
+		t.Fatalf("Finish: %v", err)
+	}
+	waitFor(t, "the IPAddress replica to stop dual-writing", func() bool { return !ipr.DualWrite() })
+	waitFor(t, "the acknowledgement", func() bool {
+		recs, _ := ListRecords(ctx, client, prefix, ModelIPAddress)
+		return len(recs) == 1 && !recs[0].DualWrite && recs[0].StateRevision >= st.Revision
+	})
+	// A bitmap replica started now refuses, and leaves no record behind.
+	if _, err := Join(ctx, Config{Client: client, Prefix: prefix, Model: ModelBitmap, ID: "bm-2", TTL: 2 * time.Second}); !errors.Is(err, ErrRetired) {
+		t.Fatalf("bitmap replica after Finish: err = %v, want ErrRetired", err)
+	}
+	// Reversible: Resume, the IPAddress replica acknowledges, a bitmap replica may start.
+	if _, err := Resume(ctx, client, prefix, "test"); err != nil {
+		t.Fatal(err)
+	}
+	wctx, wcancel := context.WithTimeout(ctx, 20*time.Second)
+	defer wcancel()
+	if err := WaitForDualWriters(wctx, client, prefix, 50*time.Millisecond); err != nil {
+		t.Fatal(err)
+	}
+	if !ipr.DualWrite() {
+		t.Fatal("acknowledged dual write but does not dual-write")
+	}
+	join(t, ctx, client, ModelBitmap, "bm-3")
+}
+
+// A kill leaves the record until the lease expires; Finish succeeds after.
+func TestKilledBitmapReplicaExpires(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	e := etcdtest.New(t)
+	victimClient := e.NewClient(t)
+	_, err := Join(ctx, Config{Client: victimClient, Prefix: prefix, Model: ModelBitmap, ID: "victim", TTL: 2 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	victimClient.Close() // no Close of the coordinator: like SIGKILL, keep-alives stop
+	client := e.Client()
+	if _, err := Finish(ctx, client, prefix, FinishOptions{By: "test"}); !errors.Is(err, ErrBitmapWritersLive) {
+		t.Fatalf("Finish right after the kill: err = %v, want ErrBitmapWritersLive", err)
+	}
+	start := time.Now()
+	waitFor(t, "the killed replica's record to expire", func() bool {
+		_, err := Finish(ctx, client, prefix, FinishOptions{By: "test"})
+		return err == nil
+	})
+	if waited := time.Since(start); waited < time.Second {
+		t.Fatalf("Finish succeeded %v after the kill, before the 2 s lease could expire", waited)
+	}
+}
+
+// Begin holds off a switch until allocations in flight are done, and the
+// acknowledgement is written only after them.
+func TestSwitchWaitsForAllocationsInFlight(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	client := etcdtest.New(t).Client()
+	ipr := join(t, ctx, client, ModelIPAddress, "ip-1") // fresh cluster: dual write off
+	dual, done, err := ipr.Begin(ctx)
+	if err != nil || dual {
+		t.Fatalf("Begin = %v, %v; want false, nil", dual, err)
+	}
+	st, err := Resume(ctx, client, prefix, "test")
+	if err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(500 * time.Millisecond) // the watch has delivered the change by now
+	recs, err := ListRecords(ctx, client, prefix, ModelIPAddress)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(recs) != 1 || recs[0].StateRevision >= st.Revision {
+		t.Fatalf("acknowledged %+v while an allocation begun under the old state is in flight", recs)
+	}
+	done()
+	waitFor(t, "the acknowledgement", func() bool {
+		recs, _ := ListRecords(ctx, client, prefix, ModelIPAddress)
+		return len(recs) == 1 && recs[0].DualWrite && recs[0].StateRevision >= st.Revision
+	})
+	dual, done, err = ipr.Begin(ctx)
+	if err != nil || !dual {
+		t.Fatalf("Begin after the switch = %v, %v; want true, nil", dual, err)
+	}
+	done()
+}
+
+// A replica frozen past its lease registers again before it allocates, and
+// a bitmap replica that finds the transition finished meanwhile stops.
+func TestStaleLeaseReRegisters(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	client := etcdtest.New(t).Client()
+	bm := join(t, ctx, client, ModelBitmap, "bm-1")
+	// Simulate a freeze: the lease is revoked behind the replica's back, as
+	// the server would after the TTL, and its freshness has run out.
+	bm.mu.Lock()
+	lease := bm.leaseID
+	bm.freshUntil = time.Time{}
+	bm.mu.Unlock()
+	if _, err := client.Revoke(ctx, lease); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := Finish(ctx, client, prefix, FinishOptions{By: "test"}); err != nil {
+		t.Fatalf("Finish once the frozen replica's record expired: %v", err)
+	}
+	if _, _, err := bm.Begin(ctx); !errors.Is(err, ErrRetired) {
+		t.Fatalf("Begin of the thawed bitmap replica: err = %v, want ErrRetired", err)
+	}
+	// An IPAddress replica in the same situation re-registers and goes on.
+	ipr := join(t, ctx, client, ModelIPAddress, "ip-1")
+	ipr.mu.Lock()
+	ipr.freshUntil = time.Time{}
+	ipr.mu.Unlock()
+	var wg sync.WaitGroup
+	for range 4 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			_, done, err := ipr.Begin(ctx)
+			if err != nil {
+				t.Errorf("Begin: %v", err)
+				return
+			}
+			done()
+		}()
+	}
+	wg.Wait()
+	recs, err := ListRecords(ctx, client, prefix, ModelIPAddress)
+	if err != nil || len(recs) != 1 {
+		t.Fatalf("records after re-registration: %v (err %v)", recs, err)
+	}
+}
