@@ -6,6 +6,7 @@ import (
 
 	"github.com/allocator/allocator/pkg/allocation"
 	"github.com/allocator/allocator/pkg/bitmap"
+	"github.com/allocator/allocator/pkg/dualwrite"
 	"github.com/allocator/allocator/pkg/subrange"
 )
 
@@ -26,5 +27,12 @@ func EtcdBitmapFactory(ctx context.Context, spec AllocatorSpec) (allocation.Inte
 	if _, err := a.Initialize(ctx); err != nil {
 		return nil, fmt.Errorf("service range %s: %w", spec.Prefix, err)
 	}
-	return a, nil
+	if spec.Transition == nil {
+		return a, nil
+	}
+	client, err := loopbackClient(spec)
+	if err != nil {
+		return nil, err
+	}
+	return dualwrite.NewBitmapReplica(a, spec.Transition, client), nil
 }

@@ -11,8 +11,11 @@ import (
 	restclient "k8s.io/client-go/rest"
 
 	"github.com/allocator/allocator/pkg/allocation"
+	"github.com/allocator/allocator/pkg/bitmap"
+	"github.com/allocator/allocator/pkg/dualwrite"
 	"github.com/allocator/allocator/pkg/ipaddress"
 	"github.com/allocator/allocator/pkg/repair"
+	"github.com/allocator/allocator/pkg/subrange"
 )
 
 // IPAddressFactory builds the IPAddress model: one meta-allocator per family
@@ -21,17 +24,9 @@ import (
 // once and sync once the server serves; until then it answers ErrNotReady
 // (503 with Retry-After). The informers stop when ctx ends.
 func IPAddressFactory(ctx context.Context, spec AllocatorSpec) (allocation.Interface, error) {
-	if spec.Loopback == nil {
-		return nil, fmt.Errorf("ipaddress allocator for %s: no loopback client config", spec.Prefix)
-	}
-	cfg := restclient.CopyConfig(spec.Loopback)
-	// Protobuf: every dynamic allocation is one IPAddress create through this
-	// client, and the informers list and watch through it.
-	cfg.ContentType = "application/vnd.kubernetes.protobuf"
-	cfg.AcceptContentTypes = "application/vnd.kubernetes.protobuf,application/json"
-	client, err := kubernetes.NewForConfig(cfg)
+	client, err := loopbackClient(spec)
 	if err != nil {
-		return nil, fmt.Errorf("ipaddress allocator for %s: %w", spec.Prefix, err)
+		return nil, err
 	}
 	// A ServiceCIDR the allocator cannot serve (an IPv6 prefix shorter than
 	// /64) is accepted by the API like upstream's, so the refusal is made
@@ -41,7 +36,44 @@ func IPAddressFactory(ctx context.Context, spec AllocatorSpec) (allocation.Inter
 		obj := &networkingv1.ServiceCIDR{ObjectMeta: metav1.ObjectMeta{Name: r.ServiceCIDR}}
 		recorder.Eventf(obj, corev1.EventTypeWarning, ReasonServiceCIDRNotServed, "CIDR %s is not served: %v", r.CIDR, r.Err)
 	}
-	return ipaddress.New(ctx, ipaddress.Config{Client: client, IPv6: spec.Prefix.Addr().Is6(), OnRefused: onRefused})
+	ipa, err := ipaddress.New(ctx, ipaddress.Config{Client: client, IPv6: spec.Prefix.Addr().Is6(), OnRefused: onRefused})
+	if err != nil || spec.Transition == nil {
+		return ipa, err
+	}
+	// Dual write (pkg/dualwrite) over the bitmap of the flag's range, which
+	// a bitmap-model replica of this cluster would use.
+	rng, err := subrange.New(spec.Prefix, subrange.ModelBitmap)
+	if err != nil {
+		logger(ctx).Info("The service range cannot have a bitmap; its family is never dual-written", "range", spec.Prefix, "err", err)
+		return ipa, nil
+	}
+	bits, err := bitmap.NewEtcdAllocator(spec.Etcd, spec.RangeKey(), rng, bitmap.EtcdOptions{})
+	if err != nil {
+		return nil, fmt.Errorf("dual-write bitmap for %s: %w", spec.Prefix, err)
+	}
+	if spec.Transition.DualWrite() {
+		if _, err := bits.Initialize(ctx); err != nil {
+			return nil, fmt.Errorf("dual-write bitmap for %s: %w", spec.Prefix, err)
+		}
+	}
+	return dualwrite.New(ipa, bits, spec.Transition)
+}
+
+// loopbackClient is a protobuf client on the server's loopback config: every
+// dynamic allocation is one IPAddress create through it, and the informers
+// list and watch through it.
+func loopbackClient(spec AllocatorSpec) (kubernetes.Interface, error) {
+	if spec.Loopback == nil {
+		return nil, fmt.Errorf("allocator for %s: no loopback client config", spec.Prefix)
+	}
+	cfg := restclient.CopyConfig(spec.Loopback)
+	cfg.ContentType = "application/vnd.kubernetes.protobuf"
+	cfg.AcceptContentTypes = "application/vnd.kubernetes.protobuf,application/json"
+	client, err := kubernetes.NewForConfig(cfg)
+	if err != nil {
+		return nil, fmt.Errorf("allocator for %s: %w", spec.Prefix, err)
+	}
+	return client, nil
 }
 
 // ReasonServiceCIDRNotServed is the reason of the event on a ServiceCIDR the

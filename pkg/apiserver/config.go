@@ -24,6 +24,7 @@ import (
 	generatedopenapi "github.com/allocator/allocator/pkg/generated/openapi"
 	"github.com/allocator/allocator/pkg/repair"
 	"github.com/allocator/allocator/pkg/subrange"
+	"github.com/allocator/allocator/pkg/transition"
 )
 
 // AllocatorSpec describes the allocator the server needs for one IP family.
@@ -44,6 +45,9 @@ type AllocatorSpec struct {
 	// IPAddress model creates IPAddress objects through it). The server is
 	// not serving yet when the factory runs.
 	Loopback *restclient.Config
+	// Transition is the replica's membership in the model transition
+	// (pkg/transition); nil for allocators that keep no stored state.
+	Transition *transition.Coordinator
 }
 
 // RangeKey returns the bitmap model's etcd key for spec's family.
@@ -101,6 +105,13 @@ type Config struct {
 	ManualRepair bool
 	// KubernetesServicePort is the target port of the default/kubernetes Service.
 	KubernetesServicePort int
+	// joinTransition is set by Complete when the allocators are the default,
+	// etcd-backed ones.
+	joinTransition bool
+	// TransitionTTL is the lease TTL of this replica's transition record
+	// (default transition.DefaultTTL). The transition is joined only with
+	// the default allocator factories (NewAllocator nil).
+	TransitionTTL time.Duration
 }
 
 // Config turns the options into a Config: it creates the data directory,
@@ -214,6 +225,7 @@ func (c *Config) Complete() CompletedConfig {
 	if c.RepairInterval <= 0 {
 		c.RepairInterval = repair.DefaultInterval
 	}
+	c.joinTransition = c.NewAllocator == nil
 	if c.NewAllocator == nil {
 		switch c.Model {
 		case ModelIPAddress:

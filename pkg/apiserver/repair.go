@@ -4,12 +4,19 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"time"
 
 	genericapiserver "k8s.io/apiserver/pkg/server"
 	"k8s.io/client-go/kubernetes"
 
+	"github.com/allocator/allocator/pkg/dualwrite"
 	"github.com/allocator/allocator/pkg/repair"
+	"github.com/allocator/allocator/pkg/transition"
 )
+
+// waitForDualWriters bounds one bootstrap attempt's wait for the
+// IPAddress-model replicas to acknowledge dual write; bootstrap retries.
+const waitForDualWriters = 30 * time.Second
 
 // startRepairController runs the repair controller of the server's model
 // until the server stops: the bitmap repair over the RangeAllocations, or the
@@ -40,7 +47,81 @@ func (s *Server) startRepairController(hc genericapiserver.PostStartHookContext)
 			logger(ctx).Error(err, "ClusterIP repair controller stopped")
 		}
 	}()
+	return s.startTransitionRepair(ctx, client)
+}
+
+// startTransitionRepair runs, while dual write is on, the repair of the
+// other model's records too, so both stay true (kubernetes#136475: a
+// dual-written bitmap that nobody repairs drifts, and static creates are
+// refused for free addresses): the bitmap repair in the IPAddress model, the
+// IPAddress repair (carrying bitmap-model allocations over, quietly) in the
+// bitmap model. Neither gates readiness.
+func (s *Server) startTransitionRepair(ctx context.Context, client kubernetes.Interface) error {
+	if s.transition == nil {
+		return nil
+	}
+	recorder := repair.NewEventRecorder(ctx, client)
+	var runner repairRunner
+	switch s.cfg.Model {
+	case ModelIPAddress:
+		stores, ok := s.bitmapStores()
+		if !ok || len(stores) == 0 {
+			return nil
+		}
+		r, err := repair.NewBitmapRepair(repair.BitmapConfig{
+			Client: client, Stores: stores, Recorder: recorder, Metrics: s.repairMetrics, Interval: s.cfg.RepairInterval,
+			Companion: true,
+		})
+		if err != nil {
+			return err
+		}
+		runner = r
+	case ModelBitmap:
+		r, err := repair.NewIPAddressRepair(repair.IPAddressConfig{
+			Client: client, Recorder: recorder, Metrics: s.repairMetrics, Interval: s.cfg.RepairInterval,
+			CarryOver: func() bool { return true },
+		})
+		if err != nil {
+			return err
+		}
+		runner = r
+	default:
+		return nil
+	}
+	go s.whileDualWrite(ctx, func(ctx context.Context) {
+		if err := runner.Run(ctx, nil); err != nil && ctx.Err() == nil {
+			logger(ctx).Error(err, "Transition repair controller stopped")
+		}
+	})
 	return nil
+}
+
+// whileDualWrite runs fn whenever dual write is on, cancelling it when dual
+// write turns off, until ctx ends.
+func (s *Server) whileDualWrite(ctx context.Context, fn func(context.Context)) {
+	const poll = time.Second
+	for ctx.Err() == nil {
+		if !s.transition.DualWrite() {
+			select {
+			case <-ctx.Done():
+				return
+			case <-time.After(poll):
+				continue
+			}
+		}
+		runCtx, cancel := context.WithCancel(ctx)
+		go func() {
+			defer cancel()
+			for runCtx.Err() == nil && s.transition.DualWrite() {
+				select {
+				case <-runCtx.Done():
+				case <-time.After(poll):
+				}
+			}
+		}()
+		fn(runCtx)
+		cancel()
+	}
 }
 
 type repairRunner interface {
@@ -60,18 +141,30 @@ func (s *Server) newRepairController(ctx context.Context, client kubernetes.Inte
 			Client: client, Stores: stores, Recorder: recorder, Metrics: s.repairMetrics, Interval: s.cfg.RepairInterval,
 		})
 	case ModelIPAddress:
-		return repair.NewIPAddressRepair(repair.IPAddressConfig{
+		cfg := repair.IPAddressConfig{
 			Client: client, Recorder: recorder, Metrics: s.repairMetrics, Interval: s.cfg.RepairInterval,
-		})
+		}
+		if s.transition != nil {
+			// Bitmap-model replicas record their allocations in the
+			// bitmap only: their Services' missing IPAddresses are created
+			// without an event.
+			cfg.CarryOver = s.transition.DualWrite
+		}
+		return repair.NewIPAddressRepair(cfg)
 	default:
 		return nil, fmt.Errorf("repair controller: unknown model %q", s.cfg.Model)
 	}
 }
 
-// bitmapStores returns the allocators as stored maps, if they all are.
+// bitmapStores returns the allocators' stored maps (the dual-written ones in
+// the IPAddress model), if every allocator has one.
 func (s *Server) bitmapStores() ([]repair.BitmapStore, bool) {
 	var stores []repair.BitmapStore
 	for _, a := range s.allocators {
+		if d, ok := a.(*dualwrite.Allocator); ok {
+			stores = append(stores, d.Bitmap())
+			continue
+		}
 		store, ok := a.(repair.BitmapStore)
 		if !ok {
 			return nil, false
@@ -97,10 +190,31 @@ func (s *Server) migrateFromOtherModel(ctx context.Context, client kubernetes.In
 	switch s.cfg.Model {
 	case ModelIPAddress:
 		report, err = repair.MigrateToIPAddress(ctx, repair.MigrateConfig{Client: client})
+		if err == nil && s.transition != nil && s.transition.DualWrite() {
+			// A rolled-back replica must find every address in the bitmap,
+			// also those allocated while dual write was off.
+			if stores, ok := s.bitmapStores(); ok && len(stores) > 0 {
+				var toBitmap *repair.MigrationReport
+				toBitmap, err = repair.MigrateToBitmap(ctx, repair.MigrateConfig{Client: client, Stores: stores, SkipUnrepresentable: true})
+				if err == nil {
+					report.Problems = append(report.Problems, toBitmap.Problems...)
+				}
+			}
+		}
 	case ModelBitmap:
 		stores, ok := s.bitmapStores()
 		if !ok {
 			return nil
+		}
+		if s.transition != nil {
+			// Every IPAddress-model replica must dual-write before this
+			// replica trusts the bitmap (see pkg/transition).
+			wctx, cancel := context.WithTimeout(ctx, waitForDualWriters)
+			err := transition.WaitForDualWriters(wctx, s.etcd, s.cfg.EtcdPrefix, 0)
+			cancel()
+			if err != nil {
+				return fmt.Errorf("bitmap model: %w", err)
+			}
 		}
 		report, err = repair.MigrateToBitmap(ctx, repair.MigrateConfig{Client: client, Stores: stores, SkipUnrepresentable: true})
 	default:

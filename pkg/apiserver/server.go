@@ -36,6 +36,7 @@ import (
 	"github.com/allocator/allocator/pkg/repair"
 	"github.com/allocator/allocator/pkg/servicealloc"
 	"github.com/allocator/allocator/pkg/servicecidr"
+	"github.com/allocator/allocator/pkg/transition"
 )
 
 // Server is the allocator API server.
@@ -58,6 +59,9 @@ type Server struct {
 	repairFirstPass chan struct{}
 	// migrated is set once the start-up carry-over from the other model ran.
 	migrated bool
+	// transition is this replica's membership in the model transition; nil
+	// when the allocators keep no stored state.
+	transition *transition.Coordinator
 }
 
 // New builds the server: stores for every resource, the Service allocator
@@ -95,11 +99,24 @@ func (c CompletedConfig) New(ctx context.Context) (*Server, error) {
 		}
 	}()
 
+	if c.joinTransition {
+		s.transition, err = transition.Join(ctx, transition.Config{
+			Client: etcdClient, Prefix: c.EtcdPrefix, Model: c.Model, TTL: c.TransitionTTL,
+		})
+		if err != nil {
+			return nil, fmt.Errorf("join the ClusterIP allocator model transition: %w", err)
+		}
+		defer func() {
+			if !ok {
+				_ = s.transition.Close(context.WithoutCancel(ctx))
+			}
+		}()
+	}
 	var gated []allocation.Interface
 	for i, prefix := range c.ServiceCIDRs {
 		a, err := c.NewAllocator(ctx, AllocatorSpec{
 			Prefix: prefix, Primary: i == 0, Model: c.Model, Etcd: etcdClient, EtcdPrefix: c.EtcdPrefix,
-			Loopback: restclient.CopyConfig(c.Generic.LoopbackClientConfig),
+			Loopback: restclient.CopyConfig(c.Generic.LoopbackClientConfig), Transition: s.transition,
 		})
 		if err != nil {
 			return nil, fmt.Errorf("allocator for %s: %w", prefix, err)
@@ -252,6 +269,15 @@ func (s *Server) startServiceCIDRController(hc genericapiserver.PostStartHookCon
 // Run serves until ctx is cancelled, then shuts down cleanly.
 func (s *Server) Run(ctx context.Context) error {
 	defer s.etcd.Close()
+	if s.transition != nil {
+		defer func() {
+			cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+			defer cancel()
+			if err := s.transition.Close(cctx); err != nil {
+				logger(ctx).Info("Removing this replica's transition record failed; it expires with its lease", "err", err)
+			}
+		}()
+	}
 	return s.generic.PrepareRun().RunWithContext(ctx)
 }
 

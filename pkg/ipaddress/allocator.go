@@ -343,8 +343,11 @@ func (a *Allocator) markLocked(ip netip.Addr, used bool) {
 
 // pickLocked returns the first candidate of the first range, in allocation
 // order, that has a free address.
-func (a *Allocator) pickLocked() (netip.Addr, bool) {
+func (a *Allocator) pickLocked(excluded Excluded) (netip.Addr, bool) {
 	for _, r := range a.ranges {
+		if excluded != nil && excluded.ContainsPrefix(r.rng.Prefix()) {
+			continue
+		}
 		if ip, ok := r.index.Next(); ok {
 			return ip, true
 		}
@@ -425,12 +428,40 @@ func (a *Allocator) Allocate(ctx context.Context, ip netip.Addr, owner allocatio
 // meanwhile (AlreadyExists) is skipped, at most MaxCollisions times; any
 // other API error aborts at once.
 func (a *Allocator) AllocateNext(ctx context.Context, owner allocation.Owner) (netip.Addr, error) {
+	return a.allocateNext(ctx, owner, nil)
+}
+
+// AllocateNextOutside is AllocateNext restricted to addresses that excluded
+// does not contain: a served range lying wholly inside excluded is passed
+// over, and a candidate inside it counts as a collision. The dual write uses
+// it once the bitmap's window is full, so that an address the bitmap
+// governs is never claimed without its bit.
+func (a *Allocator) AllocateNextOutside(ctx context.Context, owner allocation.Owner, excluded Excluded) (netip.Addr, error) {
+	return a.allocateNext(ctx, owner, excluded)
+}
+
+// Excluded is a set of addresses AllocateNextOutside must not hand out.
+type Excluded interface {
+	Contains(netip.Addr) bool
+	// ContainsPrefix reports whether every usable address of p is in the set.
+	ContainsPrefix(p netip.Prefix) bool
+}
+
+func (a *Allocator) allocateNext(ctx context.Context, owner allocation.Owner, excluded Excluded) (netip.Addr, error) {
 	if !a.ready.Load() {
 		return netip.Addr{}, allocation.ErrNotReady
 	}
 	for collisions := 0; ; {
 		a.mu.Lock()
-		ip, ok := a.pickLocked()
+		ip, ok := a.pickLocked(excluded)
+		if ok && excluded != nil && excluded.Contains(ip) {
+			a.mu.Unlock()
+			if collisions++; collisions > a.maxCollisions {
+				return netip.Addr{}, fmt.Errorf("allocate next for service %s: %d candidates excluded: %w",
+					owner, collisions, ErrTooManyCollisions)
+			}
+			continue
+		}
 		if ok {
 			a.reserveLocked(ip)
 		}
@@ -467,41 +498,74 @@ func (a *Allocator) create(ctx context.Context, ip netip.Addr, owner allocation.
 // address that is not allocated, belongs to another Service or is of the
 // other family is a silent no-op. Release does not need the caches.
 func (a *Allocator) Release(ctx context.Context, ip netip.Addr, owner allocation.Owner) error {
+	_, err := a.ReleaseOwned(ctx, ip, owner)
+	return err
+}
+
+// ReleaseOutcome says what ReleaseOwned found.
+type ReleaseOutcome int
+
+const (
+	// Released: the IPAddress belonged to the owner and was deleted.
+	Released ReleaseOutcome = iota
+	// Absent: no IPAddress exists for the address (or it is of the other
+	// family).
+	Absent
+	// OtherOwner: the IPAddress belongs to someone else and was kept.
+	OtherOwner
+)
+
+// ReleaseOwned is Release reporting what it found, so that a caller keeping
+// a second record of the address (the dual-written bitmap) frees that one
+// only when the address was the owner's.
+func (a *Allocator) ReleaseOwned(ctx context.Context, ip netip.Addr, owner allocation.Owner) (ReleaseOutcome, error) {
 	if !ip.IsValid() || ip.Is6() != a.ipv6 {
-		return nil
+		return Absent, nil
 	}
-	api := a.client.NetworkingV1().IPAddresses()
+	outcome, err := DeleteOwned(ctx, a.client, ip, owner)
+	if err == nil && outcome == Released {
+		a.mu.Lock()
+		if a.inflight[ip] == nil {
+			delete(a.unobserved, ip)
+			a.markLocked(ip, false) // free for reuse before the watch event arrives
+		}
+		a.mu.Unlock()
+	}
+	return outcome, err
+}
+
+// DeleteOwned deletes ip's IPAddress if it belongs to owner. The delete is
+// conditional on the UID and resourceVersion just read, so an object that
+// was re-created or re-assigned in between is never removed. It needs no
+// allocator: the bitmap model uses it to keep IPAddresses true during a
+// transition.
+func DeleteOwned(ctx context.Context, client kubernetes.Interface, ip netip.Addr, owner allocation.Owner) (ReleaseOutcome, error) {
+	api := client.NetworkingV1().IPAddresses()
 	for range releaseAttempts {
 		obj, err := api.Get(ctx, ip.String(), metav1.GetOptions{})
 		if apierrors.IsNotFound(err) {
-			return nil
+			return Absent, nil
 		}
 		if err != nil {
-			return fmt.Errorf("release %s of service %s: %w", ip, owner, err)
+			return Absent, fmt.Errorf("release %s of service %s: %w", ip, owner, err)
 		}
 		if !OwnedBy(obj, owner) {
-			a.logger.V(2).Info("not releasing an IPAddress owned by another parent", "ip", ip, "service", owner.String(), "parentRef", obj.Spec.ParentRef)
-			return nil
+			klog.FromContext(ctx).V(2).Info("Not releasing an IPAddress owned by another parent", "ip", ip, "service", owner.String(), "parentRef", obj.Spec.ParentRef)
+			return OtherOwner, nil
 		}
 		err = api.Delete(ctx, obj.Name, metav1.DeleteOptions{Preconditions: &metav1.Preconditions{
 			UID: &obj.UID, ResourceVersion: &obj.ResourceVersion,
 		}})
 		switch {
 		case err == nil, apierrors.IsNotFound(err):
-			a.mu.Lock()
-			if a.inflight[ip] == nil {
-				delete(a.unobserved, ip)
-				a.markLocked(ip, false) // free for reuse before the watch event arrives
-			}
-			a.mu.Unlock()
-			return nil
+			return Released, nil
 		case apierrors.IsConflict(err):
 			continue // changed since the read: look again
 		default:
-			return fmt.Errorf("release %s of service %s: %w", ip, owner, err)
+			return Absent, fmt.Errorf("release %s of service %s: %w", ip, owner, err)
 		}
 	}
-	return fmt.Errorf("release %s of service %s: the IPAddress kept changing", ip, owner)
+	return Absent, fmt.Errorf("release %s of service %s: the IPAddress kept changing", ip, owner)
 }
 
 // Has reports whether ip's IPAddress exists, asking the API server.
@@ -622,7 +686,7 @@ func (d dryRun) AllocateNext(context.Context, allocation.Owner) (netip.Addr, err
 	}
 	a.mu.Lock()
 	defer a.mu.Unlock()
-	if ip, ok := a.pickLocked(); ok {
+	if ip, ok := a.pickLocked(nil); ok {
 		return ip, nil
 	}
 	return netip.Addr{}, allocation.ErrFull

@@ -68,6 +68,12 @@ type BitmapConfig struct {
 	LeakGrace time.Duration
 	// Now is the clock (default time.Now).
 	Now func() time.Time
+	// Companion says the maps are dual-written beside the IPAddress model
+	// (pkg/dualwrite), whose repair reports on the Services: addresses
+	// outside a map belong to other ServiceCIDRs, and duplicates and missing
+	// bits are that repair's to report. The pass still sets missing bits
+	// and frees leaks; it reports only what is the map's own.
+	Companion bool
 }
 
 // DefaultLeakGrace is the default BitmapConfig.LeakGrace.
@@ -214,6 +220,9 @@ func (r *BitmapRepair) repairFamily(ctx context.Context, store BitmapStore, stor
 	}
 	var events []eventFor
 	report := func(svc *corev1.Service, p Problem) {
+		if r.cfg.Companion && (p.Type == TypeOutOfRange || p.Type == TypeDuplicate || p.Reason == ReasonNotAllocated) {
+			return
+		}
 		problems = append(problems, p)
 		if svc != nil && p.Reason != "" {
 			events = append(events, eventFor{svc, p})

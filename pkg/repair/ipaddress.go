@@ -7,6 +7,7 @@ import (
 	"net/netip"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -69,6 +70,13 @@ type IPAddressConfig struct {
 	DryRun bool
 	// Now is the clock the grace period is measured with (default time.Now).
 	Now func() time.Time
+	// CarryOver, if set and true, says that bitmap-model writers may be
+	// live (a transition is on, see pkg/transition): they record their
+	// allocations in the bitmap only, so a Service address without an
+	// IPAddress is their normal state, not a fault. Its IPAddress is then
+	// created without a ClusterIPNotAllocated event or problem, and counted
+	// as carried over (CarriedOver).
+	CarryOver func() bool
 }
 
 // IPAddressRepair keeps the IPAddress model consistent with the Services
@@ -143,8 +151,13 @@ type IPAddressConfig struct {
 //     read saw, so the loser of a race fails and re-reads, and nothing is
 //     lost or duplicated.
 type IPAddressRepair struct {
-	cfg IPAddressConfig
+	cfg     IPAddressConfig
+	carried atomic.Uint64
 }
+
+// CarriedOver is how many IPAddresses the repair created, while CarryOver
+// was true, for addresses a bitmap-model writer had allocated.
+func (r *IPAddressRepair) CarriedOver() uint64 { return r.carried.Load() }
 
 // NewIPAddressRepair checks cfg and returns a repair controller.
 func NewIPAddressRepair(cfg IPAddressConfig) (*IPAddressRepair, error) {
@@ -405,6 +418,7 @@ type outcome struct {
 	writes   int
 	created  int
 	deleted  int
+	carried  int // created for a bitmap-model allocation (CarryOver)
 	// retryAfter asks Run to look at the address again then (an orphan
 	// still inside its grace period).
 	retryAfter time.Duration
@@ -432,6 +446,7 @@ func (r *IPAddressRepair) commit(o outcome) {
 	for _, p := range o.problems {
 		r.cfg.Metrics.problem(p)
 	}
+	r.carried.Add(uint64(o.carried))
 	if r.cfg.Recorder != nil {
 		for _, e := range o.events {
 			r.cfg.Recorder.Event(e.obj, corev1.EventTypeWarning, e.reason, e.message)
@@ -520,6 +535,13 @@ func (r *IPAddressRepair) reconcileHeld(ctx context.Context, view ipView, ip net
 		}
 		err = r.create(ctx, ip, fresh)
 		switch {
+		case err == nil && r.cfg.CarryOver != nil && r.cfg.CarryOver():
+			out.writes++
+			out.created++
+			out.carried++
+			klog.FromContext(ctx).V(4).Info("Carried a bitmap-model allocation over to an IPAddress", "ip", ip, "service", key(fresh))
+			reportDuplicates()
+			return nil
 		case err == nil:
 			out.writes++
 			out.created++
