@@ -48,5 +48,6 @@ func NewRootCommand(streams Streams) *cobra.Command {
 	root.AddCommand(newServeCommand(streams))
 	root.AddCommand(newRepairCommand(streams))
 	root.AddCommand(newMigrateCommand(streams))
+	root.AddCommand(newTransitionCommand(streams))
 	return root
 }

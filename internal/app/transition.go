@@ -1,0 +1,208 @@
+package app
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net/netip"
+	"slices"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	"github.com/spf13/cobra"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
+
+	"github.com/allocator/allocator/pkg/repair"
+	"github.com/allocator/allocator/pkg/transition"
+)
+
+type transitionOptions struct {
+	cluster clusterFlags
+	output  string
+	force   bool
+	wait    time.Duration
+}
+
+func newTransitionCommand(streams Streams) *cobra.Command {
+	o := &transitionOptions{}
+	cmd := &cobra.Command{
+		Use:   "transition status|finish|resume",
+		Short: "Show, end or resume the switch between the bitmap and the IPAddress model",
+		Long: `While bitmap-model writers may be live (bitmap-model replicas of this server, or a
+kube-apiserver up to 1.33), IPAddress-model replicas dual-write: every address is
+claimed in the bitmap as well as by its IPAddress object. The state is stored in
+etcd and read by every replica.
+
+  status   the state, the live replicas of each model and the live kube-apiserver
+           identity leases (read-only)
+  finish   ends the transition: dual write off, the bitmap retired (kept, no
+           longer written). Refused while a bitmap-model replica is live, while a
+           kube-apiserver identity lease is live (unless --force), or while a
+           Service address has no IPAddress yet (unless --force). A bitmap-model
+           replica started afterwards refuses to start.
+  resume   turns dual write on again, waits until every live IPAddress-model
+           replica dual-writes, then writes every IPAddress and Service address
+           into the bitmap. Run it before starting a bitmap-model replica or a
+           kube-apiserver up to 1.33 on a cluster whose transition was finished.`,
+		Args:      cobra.ExactArgs(1),
+		ValidArgs: []string{"status", "finish", "resume"},
+		RunE: func(cmd *cobra.Command, args []string) error {
+			return runTransition(cmd.Context(), o, args[0], streams)
+		},
+	}
+	fs := cmd.Flags()
+	o.cluster.addFlags(fs)
+	fs.StringVarP(&o.output, "output", "o", "table", "output format: table or json")
+	fs.BoolVar(&o.force, "force", false, "finish although kube-apiserver identity leases are live or Service addresses lack IPAddresses")
+	fs.DurationVar(&o.wait, "wait", 2*time.Minute, "resume: how long to wait for the IPAddress-model replicas to dual-write")
+	return cmd
+}
+
+func runTransition(ctx context.Context, o *transitionOptions, verb string, streams Streams) error {
+	if err := checkOutputFormat(o.output); err != nil {
+		return err
+	}
+	switch verb {
+	case "status", "finish", "resume":
+	default:
+		return fmt.Errorf("unknown transition command %q: use status, finish or resume", verb)
+	}
+	etcd, err := o.cluster.etcdClient()
+	if err != nil {
+		return err
+	}
+	defer etcd.Close()
+	prefix := o.cluster.etcdPrefix
+	switch verb {
+	case "finish":
+		if !o.force {
+			client, err := o.cluster.kubeClient()
+			if err != nil {
+				return err
+			}
+			missing, err := addressesWithoutIPAddress(ctx, client)
+			if err != nil {
+				return err
+			}
+			if len(missing) > 0 {
+				return fmt.Errorf("%d Service addresses have no IPAddress yet (%s): finishing now would let an IPAddress-model replica hand them out again; "+
+					"run `allocator migrate --to ipaddress --dry-run=false` (or wait for the repair controller) and try again",
+					len(missing), strings.Join(missing[:min(len(missing), 5)], ", "))
+			}
+		}
+		state, err := transition.Finish(ctx, etcd, prefix, transition.FinishOptions{By: "allocator transition finish", Force: o.force})
+		if err != nil {
+			return err
+		}
+		fmt.Fprintf(streams.Out, "Transition finished: %s.\n", state)
+	case "resume":
+		client, err := o.cluster.kubeClient()
+		if err != nil {
+			return err
+		}
+		state, err := transition.Resume(ctx, etcd, prefix, "allocator transition resume")
+		if err != nil {
+			return err
+		}
+		fmt.Fprintf(streams.Out, "Dual write turned on (state revision %d); waiting for the IPAddress-model replicas...\n", state.Revision)
+		wctx, cancel := context.WithTimeout(ctx, o.wait)
+		err = transition.WaitForDualWriters(wctx, etcd, prefix, 0)
+		cancel()
+		if err != nil {
+			return err
+		}
+		fallback, err := defaultServiceCIDRs(ctx, client)
+		if err != nil {
+			return err
+		}
+		stores, err := o.cluster.bitmapStores(ctx, etcd, fallback)
+		if err != nil {
+			return err
+		}
+		if len(stores) == 0 {
+			return errors.New("no service range known: pass --service-cluster-ip-range")
+		}
+		for _, s := range stores {
+			if init, ok := s.(interface {
+				Initialize(context.Context) (bool, error)
+			}); ok {
+				if _, err := init.Initialize(ctx); err != nil {
+					return fmt.Errorf("create the bitmap: %w", err)
+				}
+			}
+		}
+		report, err := repair.MigrateToBitmap(ctx, repair.MigrateConfig{Client: client, Stores: stores, SkipUnrepresentable: true})
+		if err != nil {
+			return fmt.Errorf("carry the IPAddresses into the bitmap: %w", err)
+		}
+		fmt.Fprintf(streams.Out, "Every IPAddress-model replica dual-writes; bitmap brought up to date: %s\n", report.String())
+	}
+	status, err := transition.ReadStatus(ctx, etcd, prefix)
+	if err != nil {
+		return err
+	}
+	if o.output == "json" {
+		return writeJSON(streams.Out, status)
+	}
+	return writeTransitionStatus(streams.Out, status)
+}
+
+func writeTransitionStatus(w io.Writer, st *transition.Status) error {
+	switch {
+	case !st.Stored:
+		fmt.Fprintln(w, "State: none stored yet (the first replica to start decides)")
+	default:
+		fmt.Fprintf(w, "State: %s\n", st.State)
+	}
+	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "REPLICA\tMODEL\tDUAL-WRITE\tSTATE-REVISION\tHOST\tPID\tSTARTED")
+	recs := slices.Clone(st.Replicas)
+	slices.SortFunc(recs, func(a, b transition.Record) int { return strings.Compare(a.ID, b.ID) })
+	for _, r := range recs {
+		fmt.Fprintf(tw, "%s\t%s\t%v\t%d\t%s\t%d\t%s\n", r.ID, r.Model, r.DualWrite, r.StateRevision, r.Host, r.PID, r.Started.Format(time.RFC3339))
+	}
+	if err := tw.Flush(); err != nil {
+		return err
+	}
+	for _, a := range st.APIServers {
+		fmt.Fprintf(w, "Live kube-apiserver identity lease: %s (holder %s, renewed %s)\n", a.Name, a.Holder, a.Renewed.Format(time.RFC3339))
+	}
+	return nil
+}
+
+// addressesWithoutIPAddress lists "ip (namespace/name)" for every Service
+// address that has no IPAddress object.
+func addressesWithoutIPAddress(ctx context.Context, client kubernetes.Interface) ([]string, error) {
+	ips, err := client.NetworkingV1().IPAddresses().List(ctx, metav1.ListOptions{})
+	if err != nil {
+		return nil, fmt.Errorf("list IPAddresses: %w", err)
+	}
+	have := make(map[netip.Addr]bool, len(ips.Items))
+	for _, o := range ips.Items {
+		if ip, err := netip.ParseAddr(o.Name); err == nil {
+			have[ip] = true
+		}
+	}
+	services, err := client.CoreV1().Services(metav1.NamespaceAll).List(ctx, metav1.ListOptions{})
+	if err != nil {
+		return nil, fmt.Errorf("list Services: %w", err)
+	}
+	var missing []string
+	for _, svc := range services.Items {
+		if svc.Spec.Type == corev1.ServiceTypeExternalName {
+			continue
+		}
+		for _, text := range svc.Spec.ClusterIPs {
+			ip, err := netip.ParseAddr(text)
+			if err != nil || have[ip] {
+				continue
+			}
+			missing = append(missing, fmt.Sprintf("%s (%s/%s)", ip, svc.Namespace, svc.Name))
+		}
+	}
+	return missing, nil
+}
