@@ -179,3 +179,32 @@ func TestMixedModels(t *testing.T) {
 	}
 	checkConsistent(t, ctx, ipr.client, bm.etcd, cidr, res, true)
 }
+
+// TestBitmapModelKeepsIPAddressesTrue: in the bitmap model the IPAddress
+// objects (created by the repair, deleted on release) follow the Services,
+// so an address re-used by another Service never shows the old one.
+func TestBitmapModelKeepsIPAddressesTrue(t *testing.T) {
+	ctx := testContext(t)
+	s := startServer(t, serverOptions{model: apiserver.ModelBitmap, serviceRange: "10.0.0.0/24"})
+	owner := func(ctx context.Context, ip string) (string, error) {
+		obj, err := s.client.NetworkingV1().IPAddresses().Get(ctx, ip, metav1.GetOptions{})
+		if err != nil {
+			return "", err
+		}
+		return obj.Spec.ParentRef.Namespace + "/" + obj.Spec.ParentRef.Name, nil
+	}
+	mustCreate(t, ctx, s.client, newService("first", withIP("10.0.0.50")))
+	eventually(t, 30*time.Second, "IPAddress 10.0.0.50 of default/first", func(ctx context.Context) (bool, error) {
+		o, err := owner(ctx, "10.0.0.50")
+		return o == "default/first", err
+	})
+	mustDelete(t, ctx, s.client, "first")
+	mustCreate(t, ctx, s.client, newService("second", withIP("10.0.0.50")))
+	eventually(t, 30*time.Second, "IPAddress 10.0.0.50 of default/second", func(ctx context.Context) (bool, error) {
+		o, err := owner(ctx, "10.0.0.50")
+		if o == "default/first" {
+			return false, nil
+		}
+		return o == "default/second", err
+	})
+}
