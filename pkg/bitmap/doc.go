@@ -72,7 +72,9 @@
 //     never answers "taken" for an address another replica has freed.
 //   - A missing key fails with allocation.ErrAllocationDisabled; Initialize
 //     creates it with create-if-absent, so two initialisers cannot both win. A
-//     stored map for another range is ErrStoredRangeMismatch, never overwritten.
+//     stored map for another range is ErrStoredRangeMismatch for every call;
+//     only Initialize (at open) re-ranges it, with one CAS write that keeps
+//     every in-range allocation (rerange.go).
 //   - Group commit: concurrent calls on one instance are queued; the first
 //     caller that finds no batch in flight leads: it applies every queued call
 //     to the cache and commits them in one transaction, then hands leadership

@@ -31,6 +31,10 @@ type EtcdOptions struct {
 	// RequestTimeout bounds one batch when no caller has an earlier deadline
 	// (default 15s).
 	RequestTimeout time.Duration
+	// ServicesPrefix is where Initialize reads the Services when it re-ranges
+	// the stored map (default: <prefix>/services/specs/ for a key
+	// <prefix>/ranges/<name>).
+	ServicesPrefix string
 }
 
 func (o EtcdOptions) withDefaults() EtcdOptions {
@@ -50,7 +54,9 @@ func (o EtcdOptions) withDefaults() EtcdOptions {
 }
 
 // ErrStoredRangeMismatch is returned when the RangeAllocation in etcd is for a
-// different range than the one configured: the allocator never overwrites it.
+// different range than the one configured. Only Initialize rewrites such a map
+// (re-ranges it, see rerange.go); allocations never do, so a replica still on
+// the old range fails its writes instead of overwriting the new map.
 var ErrStoredRangeMismatch = errors.New("stored range does not match the configured range")
 
 // EtcdStats are counters for metrics and benchmarks.
@@ -87,6 +93,10 @@ type EtcdAllocator struct {
 	rev    int64 // ModRevision bits were loaded from
 	loaded bool  // bits and rev reflect a value read from etcd
 	random *rand.Rand
+
+	// rerangeBeforeWrite, when set (tests only), runs between the re-range's
+	// read and its CAS write, so a test can slip a concurrent write in.
+	rerangeBeforeWrite func()
 
 	stats struct {
 		writes, conflicts, batches, requests, bytesWritten atomic.Uint64
@@ -137,12 +147,31 @@ func (a *EtcdAllocator) Stats() EtcdStats {
 
 // Initialize creates the empty RangeAllocation if the key is absent, in one
 // create-if-absent transaction, so two initialisers cannot both win. It
-// reports whether this call created it. An existing map for another range is
-// an error (ErrStoredRangeMismatch), never overwritten.
+// reports whether this call created it. A stored map for another range of the
+// same family is re-ranged (see Open); one of the other family is an error
+// (ErrStoredRangeMismatch), never overwritten.
 func (a *EtcdAllocator) Initialize(ctx context.Context) (bool, error) {
+	res, err := a.Open(ctx)
+	return res.Created, err
+}
+
+// OpenResult is what Open did to the stored map.
+type OpenResult struct {
+	// Created reports that the key was absent and Open created it empty.
+	Created bool
+	// Rerange is set when the stored map was for another range and Open
+	// rewrote it for the configured one.
+	Rerange *Rerange
+}
+
+// Open is Initialize with a report: it creates the empty map if the key is
+// absent, or re-ranges a stored map of another range of the same family in
+// one CAS transaction (keeping every allocation inside the configured range,
+// adding the Service IPs it contains, dropping and logging the rest).
+func (a *EtcdAllocator) Open(ctx context.Context) (OpenResult, error) {
 	value, err := etcdlayout.EncodeRangeAllocation(a.rng.Prefix().String(), nil)
 	if err != nil {
-		return false, fmt.Errorf("initialize %s: %w", a.key, err)
+		return OpenResult{}, fmt.Errorf("initialize %s: %w", a.key, err)
 	}
 	resp, err := a.client.Txn(ctx).
 		If(clientv3.Compare(clientv3.CreateRevision(a.key), "=", 0)).
@@ -150,19 +179,27 @@ func (a *EtcdAllocator) Initialize(ctx context.Context) (bool, error) {
 		Else(clientv3.OpGet(a.key)).
 		Commit()
 	if err != nil {
-		return false, fmt.Errorf("initialize %s: %w", a.key, err)
+		return OpenResult{}, fmt.Errorf("initialize %s: %w", a.key, err)
 	}
 	if resp.Succeeded {
-		return true, nil
+		return OpenResult{Created: true}, nil
 	}
 	kvs := resp.Responses[0].GetResponseRange().GetKvs()
 	if len(kvs) == 0 {
-		return false, fmt.Errorf("initialize %s: key vanished during the transaction", a.key)
+		return OpenResult{}, fmt.Errorf("initialize %s: key vanished during the transaction", a.key)
 	}
-	if _, _, err := a.decode(kvs[0].Value); err != nil {
-		return false, fmt.Errorf("initialize: %w", err)
+	_, _, err = a.decode(kvs[0].Value)
+	if err == nil {
+		return OpenResult{}, nil
 	}
-	return false, nil
+	if !errors.Is(err, ErrStoredRangeMismatch) {
+		return OpenResult{}, fmt.Errorf("initialize: %w", err)
+	}
+	rr, err := a.rerange(ctx)
+	if err != nil {
+		return OpenResult{}, fmt.Errorf("initialize: %w", err)
+	}
+	return OpenResult{Rerange: rr}, nil
 }
 
 // decode reads a stored value and checks its range.

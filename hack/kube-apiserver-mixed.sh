@@ -1,0 +1,134 @@
+#!/usr/bin/env bash
+# Runs a REAL kube-apiserver beside `allocator serve` on one etcd, loads both
+# with Service creates at the same time, and checks the invariants
+# (test/mixed): no duplicate ClusterIP, every acknowledged create stored, and
+# after one repair pass every Service IP held by its own IPAddress and, when
+# a bitmap exists, by its bit. One JSON line per scenario; exit 1 when any
+# scenario violates an invariant.
+#
+#   hack/kube-apiserver-mixed.sh                     all four scenarios
+#   SCENARIOS="1.32:ipaddress" CREATES=600 hack/kube-apiserver-mixed.sh
+#
+# A scenario is KUBE_MINOR:OUR_MODEL: 1.32:ipaddress (kube-apiserver bitmap +
+# ours IPAddress), 1.33:bitmap (kube-apiserver IPAddress model with its bitmap
+# dual write + ours bitmap), and the same-model baselines 1.32:bitmap and
+# 1.33:ipaddress. kube-apiserver is built once from the published
+# k8s.io/kubernetes module (hack/lib/kube-apiserver-build.sh) and cached under
+# ${XDG_CACHE_HOME:-~/.cache}/allocator/kube-apiserver; CI does not run this.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+SCENARIOS=${SCENARIOS:-1.32:ipaddress 1.33:bitmap 1.32:bitmap 1.33:ipaddress}
+CREATES=${CREATES:-1200}          # creates through each server
+CLIENTS=${CLIENTS:-32}            # split evenly across the two servers
+RANGE=${RANGE:-10.96.0.0/20}      # 4,094 addresses: 2,400 creates fill most of it
+KUBE_132=${KUBE_132:-v1.32.13}
+KUBE_133=${KUBE_133:-v1.33.13}
+RESULTS=${RESULTS:-}              # also append the JSON lines to this file
+
+work=$(mktemp -d)
+pids=()
+cleanup() {
+  for pid in "${pids[@]}"; do
+    kill -TERM "$pid" 2>/dev/null || true
+  done
+  for pid in "${pids[@]}"; do
+    for _ in $(seq 1 100); do kill -0 "$pid" 2>/dev/null || break; sleep 0.1; done
+    kill -KILL "$pid" 2>/dev/null || true
+  done
+  pids=()
+}
+trap 'cleanup; rm -rf "$work"' EXIT
+
+free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1]); s.close()'; }
+
+# wait_for CMD... : retry CMD for up to 120s, or fail with the logs of $1's scenario.
+wait_for() {
+  local what=$1; shift
+  for _ in $(seq 1 600); do
+    if "$@" >/dev/null 2>&1; then return 0; fi
+    sleep 0.2
+  done
+  echo "$what not ready after 120s" >&2
+  tail -30 "$dir"/*.log >&2
+  return 1
+}
+
+echo "building: allocator, etcdserver, mixed, kube-apiserver $KUBE_132 and $KUBE_133 (cached)" >&2
+go build -o "$work/allocator" ./cmd/allocator
+go build -o "$work/etcdserver" ./test/tools/etcdserver
+go build -o "$work/mixed" ./test/mixed
+kas_132=$(hack/lib/kube-apiserver-build.sh "$KUBE_132")
+kas_133=$(hack/lib/kube-apiserver-build.sh "$KUBE_133")
+
+# Credentials shared by every kube-apiserver run.
+token=$(head -c 16 /dev/urandom | od -An -tx1 | tr -d ' \n')
+echo "$token,admin,admin,system:masters" >"$work/tokens.csv"
+openssl genrsa -out "$work/sa.key" 2048 2>/dev/null
+openssl rsa -in "$work/sa.key" -pubout -out "$work/sa.pub" 2>/dev/null
+
+failed=0
+for scenario in $SCENARIOS; do
+  minor=${scenario%%:*}
+  model=${scenario##*:}
+  case $minor in
+    1.32) kas=$kas_132 ;;
+    1.33) kas=$kas_133 ;;
+    *) echo "unknown kube-apiserver minor $minor" >&2; exit 2 ;;
+  esac
+  dir="$work/$minor-$model"
+  mkdir -p "$dir"
+  started=$(date +%s)
+
+  "$work/etcdserver" >"$dir/etcd.out" 2>"$dir/etcd.log" &
+  pids+=($!)
+  wait_for etcd grep -q '^ready ' "$dir/etcd.out"
+  etcd_url=$(sed -n 's/^ready //p' "$dir/etcd.out")
+
+  kport=$(free_port)
+  "$kas" --etcd-servers "$etcd_url" --authorization-mode AlwaysAllow --token-auth-file "$work/tokens.csv" \
+    --bind-address 127.0.0.1 --advertise-address 127.0.0.1 --endpoint-reconciler-type none \
+    --secure-port "$kport" --cert-dir "$dir/kas-certs" --service-cluster-ip-range "$RANGE" \
+    --service-account-issuer https://kubernetes.default.svc --service-account-key-file "$work/sa.pub" \
+    --service-account-signing-key-file "$work/sa.key" >"$dir/kube-apiserver.log" 2>&1 &
+  pids+=($!)
+  cat >"$dir/kas.kubeconfig" <<KC
+apiVersion: v1
+kind: Config
+clusters: [{name: kas, cluster: {server: "https://127.0.0.1:$kport", insecure-skip-tls-verify: true}}]
+users: [{name: admin, user: {token: "$token"}}]
+contexts: [{name: kas, context: {cluster: kas, user: admin}}]
+current-context: kas
+KC
+  wait_for kube-apiserver kubectl --kubeconfig "$dir/kas.kubeconfig" get --raw /readyz
+
+  "$work/allocator" serve --etcd-servers "$etcd_url" --data-dir "$dir/ours" --secure-port 0 \
+    --allocator "$model" --service-cluster-ip-range "$RANGE" >"$dir/ours.log" 2>&1 &
+  pids+=($!)
+  ours_kc="$dir/ours/admin.kubeconfig"
+  wait_for "allocator serve" kubectl --kubeconfig "$ours_kc" get --raw /readyz
+
+  servers="kas=$dir/kas.kubeconfig,ours=$ours_kc"
+  "$work/mixed" load --scenario "kube-apiserver-$minor+ours-$model" --servers "$servers" \
+    --clients "$CLIENTS" --creates "$CREATES" --acks "$dir/acks.jsonl" | tee -a "$dir/summary.jsonl"
+
+  # One repair pass of each model (each fixes its own records; exit 2 means
+  # problems only a person can resolve, such as two Services on one IP).
+  repair_rc=""
+  for m in ipaddress bitmap; do
+    rc=0
+    "$work/allocator" repair --kubeconfig "$ours_kc" --etcd-servers "$etcd_url" --model "$m" -o json \
+      >"$dir/repair-$m.json" 2>"$dir/repair-$m.log" || rc=$?
+    repair_rc="$repair_rc$m=$rc "
+  done
+  echo "repair exit codes: $repair_rc" >&2
+
+  rc=0
+  "$work/mixed" check --scenario "kube-apiserver-$minor+ours-$model" --servers "$servers" \
+    --etcd-servers "$etcd_url" --acks "$dir/acks.jsonl" | tee -a "$dir/summary.jsonl" || rc=$?
+  [ "$rc" = 0 ] || failed=1
+  echo "scenario kube-apiserver-$minor+ours-$model: $(( $(date +%s) - started ))s" >&2
+  [ -z "$RESULTS" ] || cat "$dir/summary.jsonl" >>"$RESULTS"
+  cleanup
+done
+exit "$failed"

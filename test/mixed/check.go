@@ -1,0 +1,280 @@
+package main
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"flag"
+	"fmt"
+	"net/netip"
+	"os"
+	"slices"
+	"strings"
+	"time"
+
+	clientv3 "go.etcd.io/etcd/client/v3"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/allocator/allocator/pkg/bitmap"
+	"github.com/allocator/allocator/pkg/etcdlayout"
+	"github.com/allocator/allocator/pkg/subrange"
+)
+
+// findings counts every violated invariant; all must be zero.
+type findings struct {
+	// DuplicateIPs are ClusterIPs held by more than one Service.
+	DuplicateIPs int `json:"duplicate_ips"`
+	// SharingServices are the Services beyond the first on those IPs.
+	SharingServices int `json:"services_sharing_an_ip"`
+	// Lost are acknowledged creates that no server returns.
+	Lost int `json:"lost_acknowledged"`
+	// Changed are acknowledged creates stored with other IPs than acknowledged.
+	Changed int `json:"changed_ip"`
+	// ReadbackMismatch are Services that the servers list differently.
+	ReadbackMismatch int `json:"readback_mismatch"`
+	// IPAddressMissing are Service IPs with no IPAddress object.
+	IPAddressMissing int `json:"ipaddress_missing"`
+	// IPAddressWrongOwner are Service IPs whose IPAddress names another parent.
+	IPAddressWrongOwner int `json:"ipaddress_wrong_owner"`
+	// BitmapMissing are Service IPs inside a stored RangeAllocation whose bit is clear.
+	BitmapMissing int `json:"bitmap_missing"`
+}
+
+func (f findings) ok() bool { return f == findings{} }
+
+func runCheck(args []string) (bool, error) {
+	fs := flag.NewFlagSet("check", flag.ContinueOnError)
+	servers := fs.String("servers", "", "name=kubeconfig,... of the API servers to read back from")
+	acksFile := fs.String("acks", "", "the acknowledged creates written by `mixed load`")
+	etcdServers := fs.String("etcd-servers", "", "etcd the servers share (IPAddresses and bitmaps are read there)")
+	etcdPrefix := fs.String("etcd-prefix", etcdlayout.DefaultPrefix, "etcd prefix of the servers")
+	scenario := fs.String("scenario", "", "scenario name for the summary")
+	timeout := fs.Duration("timeout", 2*time.Minute, "time limit of the check")
+	if err := fs.Parse(args); err != nil {
+		return false, err
+	}
+	targets, err := parseTargets(*servers)
+	if err != nil {
+		return false, err
+	}
+	ctx, cancel := withTimeout(*timeout)
+	defer cancel()
+
+	// 1. Read every Service back from every server.
+	var lists []map[string][]string
+	for _, tg := range targets {
+		m, err := listServices(ctx, tg)
+		if err != nil {
+			return false, err
+		}
+		lists = append(lists, m)
+	}
+	var f findings
+	services := lists[0]
+	for _, other := range lists[1:] {
+		for key, ips := range services {
+			if !slices.Equal(other[key], ips) {
+				f.ReadbackMismatch++
+			}
+		}
+		for key := range other {
+			if _, ok := services[key]; !ok {
+				f.ReadbackMismatch++
+			}
+		}
+	}
+
+	// 2. No ClusterIP is held twice.
+	holders := map[string][]string{}
+	for key, ips := range services {
+		for _, ip := range ips {
+			if ip != corev1.ClusterIPNone {
+				holders[ip] = append(holders[ip], key)
+			}
+		}
+	}
+	var examples []string
+	for ip, keys := range holders {
+		if len(keys) > 1 {
+			f.DuplicateIPs++
+			f.SharingServices += len(keys) - 1
+			if len(examples) < 3 {
+				slices.Sort(keys)
+				examples = append(examples, ip+" "+strings.Join(keys, " "))
+			}
+		}
+	}
+
+	// 3. Every acknowledged create is stored, with its IPs.
+	acks, err := readAcks(*acksFile)
+	if err != nil {
+		return false, err
+	}
+	for _, a := range acks {
+		ips, ok := services[a.Namespace+"/"+a.Name]
+		switch {
+		case !ok:
+			f.Lost++
+		case !slices.Equal(ips, a.IPs):
+			f.Changed++
+		}
+	}
+
+	// 4. Allocation records in etcd: IPAddress (and bit, when a map exists).
+	etcd, err := clientv3.New(clientv3.Config{Endpoints: strings.Split(*etcdServers, ","), DialTimeout: 10 * time.Second})
+	if err != nil {
+		return false, fmt.Errorf("etcd client: %w", err)
+	}
+	defer etcd.Close()
+	layout := etcdlayout.Layout{Prefix: *etcdPrefix}
+	owners, err := ipAddressOwners(ctx, etcd, layout)
+	if err != nil {
+		return false, err
+	}
+	maps, err := storedMaps(ctx, etcd, layout)
+	if err != nil {
+		return false, err
+	}
+	for ip, keys := range holders {
+		owner, ok := owners[ip]
+		switch {
+		case !ok:
+			f.IPAddressMissing++
+		case !slices.Contains(keys, owner):
+			f.IPAddressWrongOwner++
+		}
+		addr, err := netip.ParseAddr(ip)
+		if err != nil {
+			continue
+		}
+		for _, m := range maps {
+			if m.rng.Contains(addr) {
+				if has, _ := m.alloc.Has(ctx, addr); !has {
+					f.BitmapMissing++
+				}
+			}
+		}
+	}
+	mapNames := []string{}
+	for key, m := range maps {
+		mapNames = append(mapNames, fmt.Sprintf("%s=%s", key, m.rng.Prefix()))
+	}
+	slices.Sort(mapNames)
+
+	summary := map[string]any{
+		"phase": "check", "scenario": *scenario, "ok": f.ok(), "findings": f,
+		"services": len(services), "acknowledged": len(acks), "ipaddresses": len(owners), "bitmaps": mapNames,
+	}
+	if len(examples) > 0 {
+		slices.Sort(examples)
+		summary["duplicate_examples"] = examples
+	}
+	if err := json.NewEncoder(os.Stdout).Encode(summary); err != nil {
+		return false, err
+	}
+	return f.ok(), nil
+}
+
+// listServices returns namespace/name → spec.clusterIPs of every Service.
+func listServices(ctx context.Context, tg target) (map[string][]string, error) {
+	out := map[string][]string{}
+	opts := metav1.ListOptions{Limit: 500}
+	for {
+		list, err := tg.client.CoreV1().Services("").List(ctx, opts)
+		if err != nil {
+			return nil, fmt.Errorf("list Services through %s: %w", tg.name, err)
+		}
+		for _, svc := range list.Items {
+			ips := svc.Spec.ClusterIPs
+			if len(ips) == 0 && svc.Spec.ClusterIP != "" {
+				ips = []string{svc.Spec.ClusterIP}
+			}
+			out[svc.Namespace+"/"+svc.Name] = ips
+		}
+		if list.Continue == "" {
+			return out, nil
+		}
+		opts.Continue = list.Continue
+	}
+}
+
+func readAcks(path string) ([]ack, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, fmt.Errorf("acks: %w", err)
+	}
+	defer f.Close()
+	var out []ack
+	sc := bufio.NewScanner(f)
+	for sc.Scan() {
+		var a ack
+		if err := json.Unmarshal(sc.Bytes(), &a); err != nil {
+			return nil, fmt.Errorf("acks %s: %w", path, err)
+		}
+		out = append(out, a)
+	}
+	return out, sc.Err()
+}
+
+// ipAddressOwners maps each IPAddress's name (the IP) to its parent Service
+// "namespace/name" ("" when the parent is not a Service).
+func ipAddressOwners(ctx context.Context, etcd *clientv3.Client, layout etcdlayout.Layout) (map[string]string, error) {
+	resp, err := etcd.Get(ctx, layout.IPAddressesPrefix(), clientv3.WithPrefix())
+	if err != nil {
+		return nil, fmt.Errorf("read IPAddresses: %w", err)
+	}
+	out := make(map[string]string, len(resp.Kvs))
+	for _, kv := range resp.Kvs {
+		obj, err := etcdlayout.DecodeIPAddress(kv.Value)
+		if err != nil {
+			return nil, etcdlayout.WithKey(string(kv.Key), err)
+		}
+		owner := ""
+		if p := obj.Spec.ParentRef; p != nil && p.Group == "" && p.Resource == "services" {
+			owner = p.Namespace + "/" + p.Name
+		}
+		out[obj.Name] = owner
+	}
+	return out, nil
+}
+
+type storedMap struct {
+	rng   subrange.Range
+	alloc *bitmap.Allocator
+}
+
+// storedMaps reads the ClusterIP RangeAllocations that exist.
+func storedMaps(ctx context.Context, etcd *clientv3.Client, layout etcdlayout.Layout) (map[string]storedMap, error) {
+	out := map[string]storedMap{}
+	for _, key := range []string{layout.PrimaryServiceIPRange(), layout.SecondaryServiceIPRange()} {
+		resp, err := etcd.Get(ctx, key)
+		if err != nil {
+			return nil, fmt.Errorf("read %s: %w", key, err)
+		}
+		if len(resp.Kvs) == 0 {
+			continue
+		}
+		ra, err := etcdlayout.DecodeRangeAllocation(resp.Kvs[0].Value)
+		if err != nil {
+			return nil, etcdlayout.WithKey(key, err)
+		}
+		prefix, err := netip.ParsePrefix(ra.Range)
+		if err != nil {
+			return nil, fmt.Errorf("%s: range %q: %w", key, ra.Range, err)
+		}
+		rng, err := subrange.New(prefix, subrange.ModelBitmap)
+		if err != nil {
+			return nil, fmt.Errorf("%s: %w", key, err)
+		}
+		alloc, err := bitmap.NewAllocator(rng)
+		if err != nil {
+			return nil, fmt.Errorf("%s: %w", key, err)
+		}
+		if err := alloc.Restore(ra.Range, ra.Data); err != nil {
+			return nil, fmt.Errorf("%s: %w", key, err)
+		}
+		out[key] = storedMap{rng: rng, alloc: alloc}
+	}
+	return out, nil
+}
