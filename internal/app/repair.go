@@ -40,8 +40,10 @@ through etcd (--etcd-servers). It works the same against a real kube-apiserver.
 
 By default it makes one pass and exits: 0 when the cluster is consistent or was
 fixed, 2 when problems are left, 1 on errors. In the bitmap model a suspected
-leak is freed only after three passes --leak-grace apart agree, so a one-shot
-run that finds one takes that long. --interval keeps it running.`,
+leak is freed only when three passes agree and the third runs at least
+--leak-grace (default 90 s: the 60 s request timeout plus a margin) after the
+first, so a one-shot run that finds one takes that long. --interval keeps it
+running.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			return runRepair(cmd.Context(), o, streams)
@@ -53,7 +55,9 @@ run that finds one takes that long. --interval keeps it running.`,
 	fs.BoolVar(&o.dryRun, "dry-run", false, "report what would change and change nothing")
 	fs.StringVarP(&o.output, "output", "o", "table", "output format: table or json")
 	fs.DurationVar(&o.interval, "interval", 0, "keep running, one pass every interval (0: one pass and exit)")
-	fs.DurationVar(&o.leakGrace, "leak-grace", 10*time.Second, "bitmap model: least time between the first pass that sees a leak and the one that frees it")
+	fs.DurationVar(&o.leakGrace, "leak-grace", repair.DefaultLeakGrace,
+		"bitmap model: least time between the first pass that sees a leak and the one that frees it; "+
+			"keep it above the API server's request timeout (60 s), or a slow create's address can be freed and handed out twice")
 	fs.DurationVar(&o.orphanGrace, "orphan-grace", repair.DefaultOrphanGrace, "ipaddress model: least age of an IPAddress with no Service before it is deleted")
 	return cmd
 }
@@ -150,8 +154,9 @@ func (o *repairOptions) runner(ctx context.Context, client kubernetes.Interface,
 }
 
 // runOneShot makes one pass, and in the bitmap model up to two more,
-// --leak-grace/2 apart, while suspected leaks are pending, so a one-shot job
-// can free a leak the three-pass rule has confirmed. The reports are merged.
+// --leak-grace/2 apart (so the third runs --leak-grace after the first, when
+// the repair may free it), while suspected leaks are pending, so a one-shot
+// job can free a leak the three-pass rule has confirmed. The reports are merged.
 func runOneShot(ctx context.Context, runner passRunner, model string, o *repairOptions) (*repair.Report, error) {
 	var reports []*repair.Report
 	for pass := 1; ; pass++ {

@@ -83,9 +83,18 @@
 //     throughput grows with concurrency (one CAS per batch) instead of
 //     collapsing into conflicts, with no background goroutine to own.
 //   - A call whose context ends while queued leaves the queue; once in a batch
-//     it waits for the batch (bounded by the latest member deadline), so an
-//     allocation is never applied without its caller learning the address. If
-//     etcd fails ambiguously (the write may have landed), the cache is dropped
-//     and reloaded: at worst an address leaks until repair frees it, it is never
-//     handed out twice.
+//     it waits for the batch (bounded by the latest member deadline, but never
+//     less than MinBatchTime, so callers with millisecond deadlines do not
+//     turn every write into a timeout that may have landed), so an
+//     allocation is never applied without its caller learning the address.
+//   - If etcd fails ambiguously (the write may have landed), the leader
+//     resolves it on a fresh context: a fence CAS on the base revision makes
+//     a write that did not land unable to land later; otherwise the first
+//     change after the base revision (from etcd's history) is ours iff its
+//     value is ours, since only one CAS on a revision can succeed. Members
+//     learn what really happened. A successful static allocation in a write
+//     identified only by its value is reported failed, because another
+//     instance may have written the identical map; if resolving fails, the
+//     members fail. Either way at worst an address leaks until repair frees
+//     it; it is never handed out twice.
 package bitmap

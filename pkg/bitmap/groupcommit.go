@@ -1,6 +1,7 @@
 package bitmap
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -133,9 +134,16 @@ func (r *request) batchErr() error {
 }
 
 // batchContext bounds a batch by the latest deadline of its members, capped by
-// RequestTimeout: a caller with a short deadline does not cut short the others.
+// RequestTimeout and never shorter than MinBatchTime: a caller with a short
+// deadline does not cut short the others, and a batch of callers with very
+// short deadlines still gets the time an etcd round trip needs. Without the
+// floor, callers with 0–3 ms deadlines made nearly every write time out after
+// it may have landed, and a /24 leaked in seconds (issue 11, defect 5). A
+// member whose own deadline passes meanwhile waits for the batch (see
+// submit), so it learns its real outcome instead of leaking it.
 func (a *EtcdAllocator) batchContext(batch []*request) (context.Context, context.CancelFunc) {
-	limit := time.Now().Add(a.opts.RequestTimeout)
+	now := time.Now()
+	limit := now.Add(a.opts.RequestTimeout)
 	var latest time.Time
 	for _, r := range batch {
 		if r.deadline.IsZero() {
@@ -146,6 +154,9 @@ func (a *EtcdAllocator) batchContext(batch []*request) (context.Context, context
 			latest = r.deadline
 		}
 	}
+	if floor := now.Add(a.opts.MinBatchTime); latest.Before(floor) {
+		latest = floor
+	}
 	if latest.After(limit) {
 		latest = limit
 	}
@@ -154,9 +165,9 @@ func (a *EtcdAllocator) batchContext(batch []*request) (context.Context, context
 
 // commit applies batch to the cached map and writes it with one CAS
 // transaction, retrying on conflicts from fresh state. It returns an error
-// only when the batch failed as a whole; then nothing of it is applied (or,
-// when etcd failed ambiguously, it may have been applied in etcd and the
-// allocations leak until repair frees them, never duplicate).
+// only when the batch failed as a whole; then nothing of it is applied. When
+// etcd fails ambiguously (the write may have landed), resolve finds out what
+// happened and each member is told its real outcome.
 func (a *EtcdAllocator) commit(batch []*request) error {
 	ctx, cancel := a.batchContext(batch)
 	defer cancel()
@@ -182,11 +193,26 @@ func (a *EtcdAllocator) commit(batch []*request) error {
 			}
 			txn = txn.Then(clientv3.OpPut(a.key, string(value)))
 		}
+		base := a.rev
 		resp, err := txn.Else(clientv3.OpGet(a.key)).Commit()
 		if err != nil {
-			a.revert(changed)
-			a.loaded = false // the write may or may not have landed
-			return fmt.Errorf("etcd transaction on %s: %w", a.key, err)
+			err = fmt.Errorf("etcd transaction on %s: %w", a.key, err)
+			if len(changed) == 0 {
+				a.loaded = false
+				return err
+			}
+			// The write may or may not have landed.
+			landed, rerr := a.resolve(base, changed, value)
+			if rerr != nil || !landed {
+				a.loaded = false
+				return errors.Join(err, rerr)
+			}
+			a.stats.writes.Add(1)
+			a.stats.bytesWritten.Add(uint64(len(value)))
+			a.stats.ambiguousLanded.Add(1)
+			a.settleAmbiguous(batch, err)
+			a.finish(batch)
+			return nil
 		}
 		if resp.Succeeded {
 			if len(changed) > 0 {
@@ -301,6 +327,81 @@ func (a *EtcdAllocator) finish(batch []*request) {
 	for _, r := range batch {
 		if r.kind == opRead {
 			r.read(a.bits)
+		}
+	}
+}
+
+// resolve finds out whether the write of value on top of revision base, whose
+// transaction failed ambiguously, landed. changed are the slots the write
+// changed; a.bits holds them applied. It runs on its own context, bounded by
+// MinBatchTime (the batch's may be spent, and its callers are waiting).
+//
+//   - If the key still has ModRevision base, a fence (the same CAS writing
+//     the base map back) makes sure the lost write can never land later; the
+//     cache is left at the base map, fenced revision.
+//   - Otherwise the first change after base is read from etcd's history (a
+//     watch from base+1). Only one CAS on base can succeed, and it is that
+//     first change: the write landed iff its value is ours. The cache keeps
+//     our map and is marked for reload.
+//
+// Any error (history compacted, etcd still down) counts as not landed: the
+// members fail, and what may have landed leaks until repair frees it. A leak,
+// never a duplicate.
+func (a *EtcdAllocator) resolve(base int64, changed []int, value []byte) (bool, error) {
+	ctx, cancel := context.WithTimeout(context.Background(), a.opts.MinBatchTime)
+	defer cancel()
+	a.revert(changed)
+	baseValue, err := etcdlayout.EncodeRangeAllocation(a.rng.Prefix().String(), a.bits.Bytes())
+	if err != nil {
+		return false, fmt.Errorf("encode %s: %w", a.key, err)
+	}
+	fence, err := a.client.Txn(ctx).
+		If(clientv3.Compare(clientv3.ModRevision(a.key), "=", base)).
+		Then(clientv3.OpPut(a.key, string(baseValue))).
+		Commit()
+	if err != nil {
+		return false, fmt.Errorf("resolve an ambiguous write to %s: fence: %w", a.key, err)
+	}
+	if fence.Succeeded {
+		a.rev, a.loaded = fence.Header.Revision, true
+		return false, nil
+	}
+	wctx, stop := context.WithCancel(clientv3.WithRequireLeader(ctx))
+	defer stop()
+	for resp := range a.client.Watch(wctx, a.key, clientv3.WithRev(base+1)) {
+		if err := resp.Err(); err != nil {
+			return false, fmt.Errorf("resolve an ambiguous write to %s: history: %w", a.key, err)
+		}
+		if len(resp.Events) == 0 {
+			continue
+		}
+		first := resp.Events[0]
+		if first.Type != clientv3.EventTypePut || !bytes.Equal(first.Kv.Value, value) {
+			return false, nil
+		}
+		for _, slot := range changed { // re-apply: the cache is our map again
+			if !a.bits.Clear(slot) {
+				a.bits.Set(slot)
+			}
+		}
+		a.loaded = false
+		return true, nil
+	}
+	return false, fmt.Errorf("resolve an ambiguous write to %s: %w", a.key, ctx.Err())
+}
+
+// settleAmbiguous adjusts the outcomes of a batch whose write resolve found
+// landed by comparing values. A byte-identical map written by another
+// instance from the same base is indistinguishable from ours; it can only
+// happen when both changed exactly the same slots, which random dynamic
+// picks make negligible but two static allocations of one address do not.
+// So a successful static allocation is reported failed (its address leaks
+// until repair frees it if the write was ours; it is never handed out
+// twice). Dynamic allocations and releases keep their outcome.
+func (a *EtcdAllocator) settleAmbiguous(batch []*request, cause error) {
+	for _, r := range batch {
+		if r.kind == opAllocate && r.err == nil {
+			r.err = fmt.Errorf("allocation outcome unknown after %w", cause)
 		}
 	}
 }

@@ -35,6 +35,11 @@ type EtcdOptions struct {
 	// the stored map (default: <prefix>/services/specs/ for a key
 	// <prefix>/ranges/<name>).
 	ServicesPrefix string
+	// MinBatchTime is the least time a batch gets, whatever its callers'
+	// deadlines (default 1s, capped by RequestTimeout): an etcd write cut
+	// short may still land, and its callers would never learn it. Resolving
+	// such an ambiguous write gets the same time again.
+	MinBatchTime time.Duration
 }
 
 func (o EtcdOptions) withDefaults() EtcdOptions {
@@ -50,6 +55,10 @@ func (o EtcdOptions) withDefaults() EtcdOptions {
 	if o.RequestTimeout <= 0 {
 		o.RequestTimeout = 15 * time.Second
 	}
+	if o.MinBatchTime <= 0 {
+		o.MinBatchTime = time.Second
+	}
+	o.MinBatchTime = min(o.MinBatchTime, o.RequestTimeout)
 	return o
 }
 
@@ -71,6 +80,9 @@ type EtcdStats struct {
 	Requests uint64
 	// BytesWritten is the total size of the values written.
 	BytesWritten uint64
+	// AmbiguousLanded counts writes whose transaction failed ambiguously and
+	// that resolve found landed.
+	AmbiguousLanded uint64
 }
 
 // EtcdAllocator is the bitmap model on etcd: the RangeAllocation at one key is
@@ -100,6 +112,7 @@ type EtcdAllocator struct {
 
 	stats struct {
 		writes, conflicts, batches, requests, bytesWritten atomic.Uint64
+		ambiguousLanded                                    atomic.Uint64
 	}
 }
 
@@ -137,11 +150,12 @@ func (a *EtcdAllocator) IPv6() bool { return a.rng.IPv6() }
 // Stats returns the allocator's counters.
 func (a *EtcdAllocator) Stats() EtcdStats {
 	return EtcdStats{
-		Writes:       a.stats.writes.Load(),
-		Conflicts:    a.stats.conflicts.Load(),
-		Batches:      a.stats.batches.Load(),
-		Requests:     a.stats.requests.Load(),
-		BytesWritten: a.stats.bytesWritten.Load(),
+		Writes:          a.stats.writes.Load(),
+		Conflicts:       a.stats.conflicts.Load(),
+		Batches:         a.stats.batches.Load(),
+		Requests:        a.stats.requests.Load(),
+		AmbiguousLanded: a.stats.ambiguousLanded.Load(),
+		BytesWritten:    a.stats.bytesWritten.Load(),
 	}
 }
 

@@ -303,6 +303,46 @@ func TestBitmapRepairGrace(t *testing.T) {
 	}
 }
 
+// TestBitmapRepairDefaultGraceOutlastsRequestTimeout: with the default
+// grace, a suspected leak survives every pass until the request timeout
+// (60 s, how long a create may hold a reserved address before its Service is
+// stored) plus a margin has passed since the first pass saw it. The old
+// default (1 min) freed it 61 s in, the one-shot job's (10 s) sooner still.
+func TestBitmapRepairDefaultGraceOutlastsRequestTimeout(t *testing.T) {
+	ctx := testContext(t)
+	srv := testserver.Start(t, testserver.Options{ServiceRange: "10.0.0.0/24", Model: "bitmap"})
+	store := bitmapStore(t, srv.Etcd.Client(), "10.0.0.0/24")
+	start := time.Now()
+	now := start
+	ctrl, err := repair.NewBitmapRepair(repair.BitmapConfig{Client: srv.Client, Stores: []repair.BitmapStore{store},
+		Now: func() time.Time { return now }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := store.Allocate(ctx, netip.MustParseAddr("10.0.0.99"), allocation.Owner{}); err != nil {
+		t.Fatal(err)
+	}
+	for _, at := range []time.Duration{0, 10 * time.Second, 30 * time.Second, 61 * time.Second, 75 * time.Second} {
+		now = start.Add(at)
+		if _, err := ctrl.RunOnce(ctx); err != nil {
+			t.Fatal(err)
+		}
+		if !storedHas(t, store, "10.0.0.99") {
+			t.Fatalf("suspected leak freed %v after it was first seen, within the request timeout plus margin", at)
+		}
+	}
+	now = start.Add(repair.DefaultLeakGrace)
+	if _, err := ctrl.RunOnce(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if storedHas(t, store, "10.0.0.99") {
+		t.Fatalf("leak not freed once the default grace (%v) passed", repair.DefaultLeakGrace)
+	}
+	if repair.DefaultLeakGrace <= repair.RequestTimeout {
+		t.Fatalf("DefaultLeakGrace %v does not exceed the request timeout %v", repair.DefaultLeakGrace, repair.RequestTimeout)
+	}
+}
+
 func TestBitmapRepairCreatesMissingMapAndIsQuietWhenConsistent(t *testing.T) {
 	ctx := testContext(t)
 	srv := testserver.Start(t, testserver.Options{ServiceRange: "10.0.0.0/24", Model: "bitmap"})

@@ -16,7 +16,10 @@
 //   - Hence a leaked address is freed only on the third consecutive pass that
 //     sees it, and no sooner than LeakGrace after the first such pass (passes
 //     can run back to back: reruns, a one-shot job run in a loop). A pass that
-//     finds it in use again forgets the count.
+//     finds it in use again forgets the count. LeakGrace defaults to
+//     DefaultLeakGrace (RequestTimeout 60 s + 30 s), because a create may hold
+//     a reserved address for up to the request timeout before its Service is
+//     stored (admission webhooks run in between on kube-apiserver).
 //   - The write is a compare-and-swap on the map's ModRevision. A concurrent
 //     allocation makes it fail; the family's pass is then rerun from fresh
 //     reads, and leak counts, events and metrics are committed only with a

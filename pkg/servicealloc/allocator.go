@@ -122,7 +122,19 @@ func (t *Transaction) Revert(ctx context.Context) {
 // Reserved returns the addresses the transaction reserved.
 func (t *Transaction) Reserved() []netip.Addr { return append([]netip.Addr(nil), t.reserved...) }
 
+// release frees addrs for owner on a context detached from ctx: the values
+// and logger of ctx are kept, its cancellation and deadline are not, and the
+// releases get releaseTimeout of their own. A release is the last step of a
+// request that has already decided its outcome (a failed create, a stored
+// update, a delete); running it on the request's context made every
+// cancelled or timed-out request leak what it reserved, because the bitmap
+// queue refuses a dead context at once (issue 11, defect 3).
 func (a *Allocator) release(ctx context.Context, owner allocation.Owner, addrs []netip.Addr) {
+	if len(addrs) == 0 {
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), releaseTimeout)
+	defer cancel()
 	for _, addr := range addrs {
 		alloc := a.byFamily[FamilyOf(addr)]
 		if alloc == nil {

@@ -26,7 +26,23 @@
 //     single-stack) are released only after the update is stored: releasing
 //     first could hand an address that is still published to a new Service.
 //   - A delete releases the Service's addresses after the Service is gone
-//     from storage, for the same reason.
+//     from storage, for the same reason, and exactly once: only the request
+//     whose storage delete removed the object releases. k8s.io/apiserver
+//     runs AfterDelete also for the losers of concurrent updates that each
+//     remove a deleting Service's last finalizer (their deletes find
+//     NotFound); releasing there freed the address again after another
+//     Service had taken it: a duplicate ClusterIP.
+//   - Every release (rollback, settlement of an update, delete) runs on a
+//     context detached from the request, with its own timeout: a cancelled
+//     or timed-out request still releases what it reserved instead of
+//     leaking it until repair.
+//   - Ownership is checked by namespace/name, not UID: neither record
+//     carries a UID (the bitmap records no owner; an IPAddress's
+//     spec.parentRef has group, resource, namespace and name only, and a
+//     Service's UID does not exist yet when its address is claimed, since
+//     the store sets it after BeginCreate). A Service re-created under the
+//     same name is indistinguishable from the old one in the record, which
+//     is why the exactly-once release above is what keeps it safe.
 //   - Dry-run asks the allocators' DryRun views: conflicts are reported,
 //     nothing changes.
 //

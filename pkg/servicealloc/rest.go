@@ -12,11 +12,14 @@ import (
 	"k8s.io/apimachinery/pkg/runtime"
 	genericregistry "k8s.io/apiserver/pkg/registry/generic/registry"
 	"k8s.io/apiserver/pkg/registry/rest"
+	"k8s.io/apiserver/pkg/storage"
 	"k8s.io/apiserver/pkg/util/dryrun"
+	"k8s.io/klog/v2"
 )
 
-// releaseTimeout bounds the releases run from the store's AfterDelete hook,
-// which gets no request context.
+// releaseTimeout bounds every release (rollback, settlement of an update,
+// delete). Releases run detached from the request's context, which may
+// already be cancelled; this is their own bound.
 const releaseTimeout = 30 * time.Second
 
 // REST is a Service storage with cluster IP allocation: a generic registry
@@ -29,15 +32,19 @@ const releaseTimeout = 30 * time.Second
 // addresses once it is gone from storage; dry-run reserves nothing.
 type REST struct {
 	*genericregistry.Store
-	alloc *Allocator
+	alloc   *Allocator
+	deletes *deleteLog
 }
 
 // NewREST installs the allocation hooks (BeginCreate, BeginUpdate,
 // AfterDelete) into store, which must be a completed store of
 // *corev1.Service, and returns the storage to serve. Serve the returned
 // REST, not store: its Create and Update add what the hooks cannot do alone.
+// It also wraps the store's storage to learn which deletes it performed
+// (see afterDelete); copies of store made earlier keep the plain storage.
 func NewREST(store *genericregistry.Store, alloc *Allocator) *REST {
-	r := &REST{Store: store, alloc: alloc}
+	r := &REST{Store: store, alloc: alloc, deletes: &deleteLog{objs: map[runtime.Object]struct{}{}}}
+	store.Storage.Storage = &deleteTracking{Interface: store.Storage.Storage, log: r.deletes}
 	store.BeginCreate = r.beginCreate
 	store.BeginUpdate = r.beginUpdate
 	store.AfterDelete = r.afterDelete
@@ -120,6 +127,20 @@ func finisher(ctx context.Context, txn *Transaction) genericregistry.FinishFunc 
 	}
 }
 
+// afterDelete releases the addresses of a deleted Service, exactly once: only
+// in the request whose storage delete removed the object.
+//
+// k8s.io/apiserver runs AfterDelete for more than that request. When several
+// updates race to remove a deleting Service's last finalizer, each ends in
+// the store's delete-without-finalizers path; the losers' storage deletes
+// fail with NotFound and the store still calls AfterDelete for them (with
+// the object of their request), and a delete whose storage delete found the
+// object gone after a graceful/finalizer update does the same with its last
+// read. Releasing there freed the address again, 2–4 times, and if another
+// Service had taken it meanwhile, a duplicate followed (issue 11, defect 1).
+// The store calls AfterDelete after a successful storage delete with the very
+// object that delete decoded into, so deleteTracking records those objects
+// and only they release.
 func (r *REST) afterDelete(obj runtime.Object, options *metav1.DeleteOptions) {
 	if options != nil && dryrun.IsDryRun(options.DryRun) {
 		return
@@ -130,7 +151,54 @@ func (r *REST) afterDelete(obj runtime.Object, options *metav1.DeleteOptions) {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), releaseTimeout)
 	defer cancel()
+	if !r.deletes.take(obj) {
+		klog.FromContext(ctx).V(2).Info("Not releasing cluster IPs: another request deleted the Service",
+			"service", klog.KObj(svc), "uid", svc.UID)
+		return
+	}
 	r.alloc.Release(ctx, svc)
+}
+
+// deleteLog holds the objects storage deletes have decoded the removed
+// Service into, until the store's AfterDelete hook takes them.
+type deleteLog struct {
+	mu   sync.Mutex
+	objs map[runtime.Object]struct{} // keyed by pointer identity; guarded by mu
+}
+
+func (l *deleteLog) add(obj runtime.Object) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.objs[obj] = struct{}{}
+}
+
+// take reports whether obj came from a successful storage delete, and
+// forgets it.
+func (l *deleteLog) take(obj runtime.Object) bool {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	_, ok := l.objs[obj]
+	delete(l.objs, obj)
+	return ok
+}
+
+// deleteTracking is the store's storage, recording the output object of
+// every delete that removed its key. Dry-run deletes never reach it (the
+// store's DryRunnableStorage answers them itself).
+type deleteTracking struct {
+	storage.Interface
+	log *deleteLog
+}
+
+func (d *deleteTracking) Delete(ctx context.Context, key string, out runtime.Object, preconditions *storage.Preconditions,
+	validateDeletion storage.ValidateObjectFunc, cachedExistingObject runtime.Object, opts storage.DeleteOptions) error {
+	if err := d.Interface.Delete(ctx, key, out, preconditions, validateDeletion, cachedExistingObject, opts); err != nil {
+		return err
+	}
+	if _, ok := out.(*corev1.Service); ok {
+		d.log.add(out)
+	}
+	return nil
 }
 
 // attemptLog records the transactions of the update attempts that passed.

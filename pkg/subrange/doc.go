@@ -19,8 +19,8 @@
 //     network+1 … network+Size(). IPv4 is not capped, but prefixes shorter than
 //     /12 are refused: their bitmap (2 MiB and more) would not fit in one etcd
 //     value. IPv6 is capped to the first 65,535 addresses after the network
-//     address, as upstream's bitmap allocator does; an IPv6 /127 has no usable
-//     address in this model.
+//     address, as upstream's bitmap allocator does (2^hostbits − 1 slots): an
+//     IPv6 /127 has one usable address, its last, in this model too.
 //   - ModelIPAddress (one IPAddress object per allocated IP) uses the whole
 //     prefix. IPv6 prefixes shorter than /64 are refused with upstream's message.
 //   - The static band is the first StaticBandSize(prefix) usable addresses

@@ -102,8 +102,10 @@ func MustNew(prefix netip.Prefix, model Model) Range {
 }
 
 // bitmapSize counts the bitmap window: IPv4 drops network and broadcast; IPv6
-// drops the network address and is capped to BitmapIPv6Cap. An IPv6 /127 has
-// none, as design.md §3 states for this model.
+// drops the network address and is capped to BitmapIPv6Cap: 2^hostBits − 1
+// slots, so an IPv6 /127 has one (its last address) and a /128 none, exactly
+// as kube-apiserver's bitmap (design.md §3). An earlier version gave a /127
+// zero slots, so a /127 that kube-apiserver served could not be served here.
 func bitmapSize(ipv4 bool, hostBits int) uint64 {
 	if ipv4 {
 		if hostBits < 2 {
@@ -111,7 +113,7 @@ func bitmapSize(ipv4 bool, hostBits int) uint64 {
 		}
 		return 1<<hostBits - 2
 	}
-	if hostBits < 2 {
+	if hostBits < 1 {
 		return 0
 	}
 	if hostBits >= 16 {

@@ -58,7 +58,7 @@ func TestNewUsableRange(t *testing.T) {
 		{"fd00:10:96::/112", ModelBitmap, "fd00:10:96::1", "fd00:10:96::ffff", 65535, 256},
 		{"fd00::/126", ModelIPAddress, "fd00::1", "fd00::3", 3, 0},
 		{"fd00::/127", ModelIPAddress, "fd00::1", "fd00::1", 1, 0},
-		{"fd00::/127", ModelBitmap, "", "", 0, 0},
+		{"fd00::/127", ModelBitmap, "fd00::1", "fd00::1", 1, 0}, // kube-apiserver: 2^1 − 1 slots
 		{"fd00::/128", ModelIPAddress, "", "", 0, 0},
 		{"fd00::/128", ModelBitmap, "", "", 0, 0},
 		// The bitmap model caps IPv6 to 65,535 addresses after the network address.
