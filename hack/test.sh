@@ -25,6 +25,9 @@ hack/fuzz.sh "${FUZZTIME:-10s}"
 echo "== verify generated code"
 hack/verify-codegen.sh
 
+echo "== fresh clone (unit tests in a clone with nothing beside it)"
+hack/fresh-clone.sh
+
 echo "== e2e (allocator serve + kubectl)"
 hack/e2e.sh
 

@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"strings"
 
 	"github.com/spf13/cobra"
 )
@@ -22,8 +23,11 @@ type Streams struct {
 func Run(ctx context.Context, args []string, streams Streams) int {
 	root := NewRootCommand(streams)
 	root.SetArgs(args)
-	if err := root.ExecuteContext(ctx); err != nil {
+	if cmd, err := root.ExecuteContextC(ctx); err != nil {
 		fmt.Fprintf(streams.Err, "error: %v\n", err)
+		if isUsageError(err) {
+			fmt.Fprintf(streams.Err, "Run '%s --help' for usage.\n", cmd.CommandPath())
+		}
 		var exit *exitError
 		if errors.As(err, &exit) {
 			return exit.code
@@ -44,10 +48,25 @@ func NewRootCommand(streams Streams) *cobra.Command {
 	root.SetIn(streams.In)
 	root.SetOut(streams.Out)
 	root.SetErr(streams.Err)
+	root.SetFlagErrorFunc(func(_ *cobra.Command, err error) error { return &usageError{err} })
 	root.AddCommand(newVersionCommand(streams))
 	root.AddCommand(newServeCommand(streams))
 	root.AddCommand(newRepairCommand(streams))
 	root.AddCommand(newMigrateCommand(streams))
 	root.AddCommand(newTransitionCommand(streams))
 	return root
+}
+
+// usageError is a command line the commands cannot parse (a bad flag).
+type usageError struct{ err error }
+
+func (e *usageError) Error() string { return e.err.Error() }
+func (e *usageError) Unwrap() error { return e.err }
+
+// isUsageError reports whether err means the command line was wrong, so the
+// user gets a pointer to --help: a bad flag, or an unknown command (cobra
+// reports those as plain errors starting "unknown command").
+func isUsageError(err error) bool {
+	var u *usageError
+	return errors.As(err, &u) || strings.HasPrefix(err.Error(), "unknown command")
 }

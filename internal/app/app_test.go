@@ -35,3 +35,35 @@ func TestUnknownCommand(t *testing.T) {
 		t.Fatalf("unknown command: code %d, stderr %q", code, errOut)
 	}
 }
+
+func TestUsageErrorsPointAtHelp(t *testing.T) {
+	tests := []struct {
+		args []string
+		want string
+	}{
+		{[]string{"frobnicate"}, "Run 'allocator --help' for usage."},
+		{[]string{"serve", "--no-such-flag"}, "Run 'allocator serve --help' for usage."},
+	}
+	for _, tt := range tests {
+		_, errOut, code := runApp(t, tt.args...)
+		if code != 1 || !strings.Contains(errOut, tt.want) {
+			t.Errorf("%v: code %d, stderr %q, want %q", tt.args, code, errOut, tt.want)
+		}
+	}
+	// Errors that are not about the command line get no hint.
+	if _, errOut, _ := runApp(t, "version", "-o", "yaml"); strings.Contains(errOut, "--help") {
+		t.Errorf("version -o yaml hints at --help: %q", errOut)
+	}
+}
+
+func TestRepairIntervalRejected(t *testing.T) {
+	for _, value := range []string{"0", "-5s"} {
+		_, errOut, code := runApp(t, "serve", "--repair-interval", value, "--data-dir", t.TempDir())
+		if code != 1 || !strings.Contains(errOut, "--repair-interval") || !strings.Contains(errOut, "must be a positive duration") {
+			t.Errorf("--repair-interval %s: code %d, stderr %q", value, code, errOut)
+		}
+	}
+	if _, errOut, code := runApp(t, "repair", "--interval", "-1m", "--kubeconfig", "/nonexistent"); code != 1 || !strings.Contains(errOut, "--interval -1m0s: must be positive") {
+		t.Errorf("repair --interval -1m: code %d, stderr %q", code, errOut)
+	}
+}

@@ -79,9 +79,9 @@ func runMigrate(ctx context.Context, o *migrateOptions, streams Streams) error {
 		return err
 	}
 	if o.output == "json" {
-		err = writeJSON(streams.Out, report)
+		err = writeJSON(streams.Out, newMigrationJSON(report))
 	} else {
-		err = writeProblems(streams.Out, report.Problems, report.String())
+		err = writeProblems(streams.Out, report.Problems, report.DryRun, migrationSummary(report))
 	}
 	if err != nil {
 		return err

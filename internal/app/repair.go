@@ -71,6 +71,9 @@ func runRepair(ctx context.Context, o *repairOptions, streams Streams) error {
 	if err := checkOutputFormat(o.output); err != nil {
 		return err
 	}
+	if o.interval < 0 {
+		return fmt.Errorf("--interval %v: must be positive, or 0 for one pass", o.interval)
+	}
 	client, err := o.cluster.kubeClient()
 	if err != nil {
 		return err
@@ -86,9 +89,10 @@ func runRepair(ctx context.Context, o *repairOptions, streams Streams) error {
 	if o.interval > 0 {
 		for {
 			report, err := runner.RunOnce(ctx)
+			now := time.Now().UTC()
 			if err != nil {
-				fmt.Fprintf(streams.Err, "repair pass failed: %v\n", err)
-			} else if err := printRepair(streams, o.output, report); err != nil {
+				fmt.Fprintf(streams.Err, "%s repair pass failed: %v\n", now.Format(time.RFC3339), err)
+			} else if err := printRepairPass(streams, o.output, report, now); err != nil {
 				return err
 			}
 			select {
@@ -206,7 +210,19 @@ func mergeReports(reports []*repair.Report) *repair.Report {
 
 func printRepair(streams Streams, format string, report *repair.Report) error {
 	if format == "json" {
-		return writeJSON(streams.Out, report)
+		return writeJSON(streams.Out, newRepairJSON(report))
 	}
-	return writeProblems(streams.Out, report.Problems, report.String())
+	return writeProblems(streams.Out, report.Problems, report.DryRun, repairSummary(report))
+}
+
+// printRepairPass prints one pass of repair --interval, stamped with the time
+// it ended, so a long-running job's output says when each pass happened.
+func printRepairPass(streams Streams, format string, report *repair.Report, at time.Time) error {
+	stamp := at.UTC().Format(time.RFC3339)
+	if format == "json" {
+		out := newRepairJSON(report)
+		out.Time = stamp
+		return writeJSON(streams.Out, out)
+	}
+	return writeProblems(streams.Out, report.Problems, report.DryRun, stamp+" "+repairSummary(report))
 }

@@ -4,7 +4,9 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"strings"
 	"text/tabwriter"
+	"time"
 
 	"github.com/allocator/allocator/pkg/repair"
 )
@@ -20,7 +22,15 @@ func (e *exitError) Error() string { return e.msg }
 // errProblemsLeft makes the process exit 2: the job ran, the cluster is not
 // consistent.
 func errProblemsLeft(n int) error {
-	return &exitError{code: 2, msg: fmt.Sprintf("%d problems left", n)}
+	return &exitError{code: 2, msg: plural(n, "problem", "problems") + " left"}
+}
+
+// plural returns "1 problem", "2 problems", "0 problems".
+func plural(n int, one, many string) string {
+	if n == 1 {
+		return "1 " + one
+	}
+	return fmt.Sprintf("%d %s", n, many)
 }
 
 func checkOutputFormat(format string) error {
@@ -38,12 +48,128 @@ func writeJSON(w io.Writer, v any) error {
 	return enc.Encode(v)
 }
 
+// dryRunWording turns the present tense of the repair messages (upstream's
+// event texts, written for a pass that acts) into what a dry run would do:
+// a dry run that printed "cleaning up" next to FIXED false read as if it had
+// changed the cluster.
+var dryRunWording = strings.NewReplacer(
+	"cleaning up", "would clean up",
+	"repairing", "would repair",
+	"it is freed", "it would be freed",
+	"it is deleted", "it would be deleted",
+	"it is re-created", "it would be re-created",
+)
+
+// problemsForOutput returns the problems as the report should show them:
+// never nil (JSON "problems": [] rather than null), and in dry-run wording
+// when dryRun is set. The input is not modified.
+func problemsForOutput(problems []repair.Problem, dryRun bool) []repair.Problem {
+	out := make([]repair.Problem, len(problems))
+	copy(out, problems)
+	if dryRun {
+		for i := range out {
+			out[i].Message = dryRunWording.Replace(out[i].Message)
+		}
+	}
+	return out
+}
+
+// seconds is a duration in seconds, rounded to the millisecond, for JSON
+// ("durationSeconds": 0.012): a bare time.Duration prints nanoseconds with no
+// unit.
+func seconds(d time.Duration) float64 {
+	return d.Round(time.Millisecond).Seconds()
+}
+
+// repairJSON is the JSON form of a repair report.
+type repairJSON struct {
+	Model           string           `json:"model"`
+	DryRun          bool             `json:"dryRun"`
+	Services        int              `json:"services"`
+	Allocated       int              `json:"allocated"`
+	Writes          int              `json:"writes"`
+	Problems        []repair.Problem `json:"problems"`
+	Unresolved      int              `json:"unresolved"`
+	DurationSeconds float64          `json:"durationSeconds"`
+	// Time is when the pass ended (RFC 3339), set by repair --interval.
+	Time string `json:"time,omitempty"`
+}
+
+func newRepairJSON(r *repair.Report) repairJSON {
+	return repairJSON{
+		Model: r.Model, DryRun: r.DryRun, Services: r.Services, Allocated: r.Allocated, Writes: r.Writes,
+		Problems: problemsForOutput(r.Problems, r.DryRun), Unresolved: r.Unresolved(), DurationSeconds: seconds(r.Duration),
+	}
+}
+
+// repairSummary is the closing line of a repair report in table form.
+func repairSummary(r *repair.Report) string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "%s repair", r.Model)
+	if r.DryRun {
+		b.WriteString(" (dry run, nothing changed)")
+	}
+	fmt.Fprintf(&b, ": %s, %d allocated, %s", plural(r.Services, "service", "services"), r.Allocated,
+		plural(len(r.Problems), "problem", "problems"))
+	if r.DryRun {
+		if n := r.Unresolved(); n > 0 {
+			fmt.Fprintf(&b, " (%d would need a fix)", n)
+		}
+	} else {
+		fmt.Fprintf(&b, " (%d unresolved), %s", r.Unresolved(), plural(r.Writes, "write", "writes"))
+	}
+	fmt.Fprintf(&b, ", %v", r.Duration.Round(time.Millisecond))
+	return b.String()
+}
+
+// migrationJSON is the JSON form of a migration report.
+type migrationJSON struct {
+	Direction       string           `json:"direction"`
+	DryRun          bool             `json:"dryRun"`
+	Services        int              `json:"services"`
+	Addresses       int              `json:"addresses"`
+	Created         int              `json:"created"`
+	Present         int              `json:"present"`
+	Problems        []repair.Problem `json:"problems"`
+	Verified        bool             `json:"verified"`
+	DurationSeconds float64          `json:"durationSeconds"`
+}
+
+func newMigrationJSON(r *repair.MigrationReport) migrationJSON {
+	return migrationJSON{
+		Direction: r.Direction, DryRun: r.DryRun, Services: r.Services, Addresses: r.Addresses,
+		Created: r.Created, Present: r.Present, Problems: problemsForOutput(r.Problems, r.DryRun),
+		Verified: r.Verified, DurationSeconds: seconds(r.Duration),
+	}
+}
+
+// migrationSummary is the closing line of a migration report in table form.
+func migrationSummary(r *repair.MigrationReport) string {
+	var b strings.Builder
+	b.WriteString(r.Direction)
+	if r.DryRun {
+		b.WriteString(" (dry run, nothing changed; pass --dry-run=false to migrate)")
+	}
+	fmt.Fprintf(&b, ": %s, %s (", plural(r.Services, "service", "services"), plural(r.Addresses, "address", "addresses"))
+	if r.DryRun {
+		fmt.Fprintf(&b, "would create %d", r.Created)
+	} else {
+		fmt.Fprintf(&b, "%d created", r.Created)
+	}
+	fmt.Fprintf(&b, ", %d already present), %s", r.Present, plural(len(r.Problems), "problem", "problems"))
+	if !r.DryRun {
+		fmt.Fprintf(&b, ", verified=%v", r.Verified)
+	}
+	fmt.Fprintf(&b, ", %v", r.Duration.Round(time.Millisecond))
+	return b.String()
+}
+
 // writeProblems prints problems as a table, then the summary line.
-func writeProblems(w io.Writer, problems []repair.Problem, summary string) error {
+func writeProblems(w io.Writer, problems []repair.Problem, dryRun bool, summary string) error {
 	if len(problems) > 0 {
 		tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
 		fmt.Fprintln(tw, "TYPE\tIP\tSERVICE\tFIXED\tMESSAGE")
-		for _, p := range problems {
+		for _, p := range problemsForOutput(problems, dryRun) {
 			svc := p.Service
 			if svc == "" {
 				svc = "<none>"

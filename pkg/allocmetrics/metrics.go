@@ -123,6 +123,15 @@ func (i *instrumented) AllocateNext(ctx context.Context, owner allocation.Owner)
 
 func (i *instrumented) record(ip netip.Addr, scope string, start time.Time, err error) {
 	cidr := cidrOf(i.Interface, ip)
+	if cidr == "" {
+		// No range to attribute the call to: the allocator serves no CIDR
+		// (yet). Counting it under cidr="" made every fresh install show
+		// allocation_errors_total{cidr="",scope="static"} 1, from the
+		// kubernetes Service created before the IPAddress model's informer
+		// had seen the default ServiceCIDR; upstream refuses such a request
+		// before any per-CIDR allocator (and its counters) is involved.
+		return
+	}
 	if err != nil {
 		i.m.errors.WithLabelValues(cidr, scope).Inc()
 		return
@@ -132,7 +141,8 @@ func (i *instrumented) record(ip netip.Addr, scope string, start time.Time, err 
 }
 
 // cidrOf names the CIDR ip belongs to (the first in allocation order), or the
-// allocator's first CIDR when ip is not in any (a failed allocation).
+// allocator's first CIDR when ip is not in any (a failed allocation), or ""
+// when the allocator serves no CIDR at all.
 func cidrOf(a allocation.Interface, ip netip.Addr) string {
 	switch a := a.(type) {
 	case ranged:

@@ -77,3 +77,42 @@ kube_apiserver_clusterip_allocator_allocated_ips{cidr="10.0.0.0/28"} 2
 		t.Fatalf("duration histogram count = %d, %v; want 2", count, err)
 	}
 }
+
+// noRanges is an IPAddress-model allocator that has not seen any ServiceCIDR
+// yet: it serves no CIDR and refuses every address.
+type noRanges struct{ allocation.Interface }
+
+func (noRanges) Ranges() []netip.Prefix { return nil }
+func (noRanges) Allocate(context.Context, netip.Addr, allocation.Owner) error {
+	return allocation.ErrMismatchedNetwork
+}
+
+// TestNoEmptyCIDRLabel: a call refused because the allocator serves no CIDR
+// yet is not counted under cidr="" (it once showed as
+// allocation_errors_total{cidr="",scope="static"} 1 on every fresh install).
+func TestNoEmptyCIDRLabel(t *testing.T) {
+	registry := metrics.NewKubeRegistry()
+	m := New()
+	m.Register(registry)
+	inner, err := bitmap.NewAllocator(subrange.MustNew(netip.MustParsePrefix("10.0.0.0/28"), subrange.ModelBitmap))
+	if err != nil {
+		t.Fatal(err)
+	}
+	a := m.Wrap(noRanges{inner})
+	if err := a.Allocate(context.Background(), netip.MustParseAddr("10.96.0.1"), allocation.Owner{Namespace: "default", Name: "kubernetes"}); err == nil {
+		t.Fatal("allocation succeeded")
+	}
+	families, err := registry.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, f := range families {
+		for _, metric := range f.GetMetric() {
+			for _, l := range metric.GetLabel() {
+				if l.GetName() == "cidr" && l.GetValue() == "" {
+					t.Errorf("%s has a series with an empty cidr label", f.GetName())
+				}
+			}
+		}
+	}
+}

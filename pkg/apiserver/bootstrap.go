@@ -86,6 +86,7 @@ func (s *Server) bootstrapOnce(ctx context.Context, client kubernetes.Interface,
 		*rebuilt = true
 	}
 	s.open.Store(true)
+	s.waitUntilServed(ctx, s.cfg.ServiceCIDRs[0].Addr().Next())
 	return s.ensureKubernetesService(ctx, client, true)
 }
 

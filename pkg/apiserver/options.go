@@ -68,7 +68,7 @@ func (o *Options) AddFlags(fs *pflag.FlagSet) {
 		"The directory where the self-signed TLS certificate is kept (default <data-dir>/certs).")
 	fs.StringVar(&o.DataDir, "data-dir", o.DataDir, "Directory for the embedded etcd, certificates and admin.kubeconfig.")
 	fs.StringVar(&o.Allocator, "allocator", o.Allocator, "ClusterIP allocator model: ipaddress (IPAddress objects over ServiceCIDRs) or bitmap (one RangeAllocation per family). Data written under the other model is carried over at start.")
-	fs.DurationVar(&o.RepairInterval, "repair-interval", o.RepairInterval, "Period of the ClusterIP repair controller's full pass.")
+	fs.DurationVar(&o.RepairInterval, "repair-interval", o.RepairInterval, "Period of the ClusterIP repair controller's full pass; must be positive.")
 }
 
 // Validate checks the options.
@@ -90,6 +90,9 @@ func (o *Options) Validate() error {
 	}
 	if o.DataDir == "" {
 		errs = append(errs, errors.New("--data-dir must not be empty"))
+	}
+	if o.RepairInterval <= 0 {
+		errs = append(errs, fmt.Errorf("--repair-interval %v: must be a positive duration such as 30s or 3m (the repair controller cannot be turned off)", o.RepairInterval))
 	}
 	switch o.Allocator {
 	case ModelBitmap, ModelIPAddress:

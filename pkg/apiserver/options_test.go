@@ -5,6 +5,7 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"k8s.io/client-go/tools/clientcmd"
 )
@@ -48,8 +49,9 @@ func TestOptionsValidate(t *testing.T) {
 		t.Fatalf("defaults: %v", err)
 	}
 	o.Allocator, o.SecurePort, o.BindAddress, o.EtcdPrefix = "magic", 70000, "localhost", "registry"
+	o.RepairInterval = -5 * time.Second
 	err := o.Validate()
-	for _, want := range []string{"--allocator", "--secure-port", "--bind-address", "--etcd-prefix"} {
+	for _, want := range []string{"--allocator", "--secure-port", "--bind-address", "--etcd-prefix", "--repair-interval -5s"} {
 		if err == nil || !strings.Contains(err.Error(), want) {
 			t.Errorf("want an error about %s, got %v", want, err)
 		}

@@ -2,15 +2,13 @@ package bitmap
 
 import (
 	"bytes"
-	"encoding/base64"
-	"encoding/json"
 	"errors"
-	"os"
-	"path/filepath"
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
 	"github.com/google/go-cmp/cmp/cmpopts"
+
+	"github.com/allocator/allocator/internal/fixtures"
 )
 
 func TestBytesGolden(t *testing.T) {
@@ -178,43 +176,14 @@ func TestSetBytesLeadingZeros(t *testing.T) {
 }
 
 // TestKubeAPIServerFixture loads the RangeAllocation that kube-apiserver
-// 1.32 wrote for 10.96.0.0/16 (../shared/fixtures, design.md §5) and checks
+// 1.32 wrote for 10.96.0.0/16 (testdata/, docs/design.md §5) and checks
 // we read the slots kubectl reported and write back the very same bytes.
 func TestKubeAPIServerFixture(t *testing.T) {
-	path := filepath.Join("..", "..", "..", "shared", "fixtures", "kube-apiserver-1.32-bitmap.json")
-	raw, err := os.ReadFile(path)
-	if errors.Is(err, os.ErrNotExist) {
-		t.Skipf("fixture %s not present", path)
-	}
-	if err != nil {
-		t.Fatal(err)
-	}
 	const key = "/registry/ranges/serviceips"
-	var fixture struct {
-		KVs []struct {
-			Key   string `json:"key"`
-			Value string `json:"value_b64"`
-		} `json:"kvs"`
-		Expect struct {
-			Bitmaps map[string]struct {
-				Range      string `json:"range"`
-				BitIndexes []int  `json:"bitIndexes"`
-			} `json:"bitmaps"`
-		} `json:"expect"`
-	}
-	if err := json.Unmarshal(raw, &fixture); err != nil {
-		t.Fatal(err)
-	}
-	var value []byte
-	for _, kv := range fixture.KVs {
-		if kv.Key == key {
-			if value, err = base64.StdEncoding.DecodeString(kv.Value); err != nil {
-				t.Fatal(err)
-			}
-		}
-	}
-	want, ok := fixture.Expect.Bitmaps[key]
-	if value == nil || !ok || want.Range != "10.96.0.0/16" {
+	fx := fixtures.Load(t, fixtures.Bitmap132)
+	value, ok := fx.Value(key)
+	want, okWant := fx.Expect.Bitmaps[key]
+	if !ok || !okWant || want.Range != "10.96.0.0/16" {
 		t.Fatalf("fixture has no %s for 10.96.0.0/16", key)
 	}
 	// The value is "k8s\x00" + runtime.Unknown{raw: 2} whose raw is

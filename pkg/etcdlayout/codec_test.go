@@ -14,7 +14,7 @@ import (
 )
 
 // The expected bytes below are written by hand from the protobuf field layout
-// in ../shared/fixtures/README.md, never produced by the code under test.
+// in testdata/README.md, never produced by the code under test.
 
 // pbVarint appends v as a protobuf varint.
 func pbVarint(b []byte, v uint64) []byte {
