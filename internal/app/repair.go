@@ -7,10 +7,12 @@ import (
 	"time"
 
 	"github.com/spf13/cobra"
+	clientv3 "go.etcd.io/etcd/client/v3"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/record"
 
 	"github.com/allocator/allocator/pkg/repair"
+	"github.com/allocator/allocator/pkg/transition"
 )
 
 type repairOptions struct {
@@ -21,6 +23,28 @@ type repairOptions struct {
 	interval    time.Duration
 	leakGrace   time.Duration
 	orphanGrace time.Duration
+
+	// etcd and stores are set by runner when the bitmap is reachable.
+	etcd   *clientv3.Client
+	stores []repair.BitmapStore
+}
+
+// compareModels reports where the bitmap and the IPAddress objects disagree
+// while both are kept: dual write on (pkg/transition). Without a stored
+// state (a kube-apiserver cluster) or after `allocator transition finish`
+// one of the two is not kept, and drift is expected.
+func (o *repairOptions) compareModels(ctx context.Context, client kubernetes.Interface) ([]repair.Problem, error) {
+	if o.etcd == nil || len(o.stores) == 0 {
+		return nil, nil
+	}
+	state, stored, err := transition.ReadState(ctx, o.etcd, o.cluster.etcdPrefix)
+	if err != nil {
+		return nil, err
+	}
+	if !stored || !state.DualWrite {
+		return nil, nil
+	}
+	return repair.CompareModels(ctx, client, o.stores)
 }
 
 func newRepairCommand(streams Streams) *cobra.Command {
@@ -106,6 +130,17 @@ func runRepair(ctx context.Context, o *repairOptions, streams Streams) error {
 	if err != nil {
 		return err
 	}
+	disagreements, err := o.compareModels(ctx, client)
+	if err != nil {
+		return err
+	}
+	for _, d := range disagreements {
+		// An address the pass already reports (a leak, a missing
+		// allocation) is not listed twice.
+		if !slices.ContainsFunc(report.Problems, func(p repair.Problem) bool { return p.IP == d.IP }) {
+			report.Problems = append(report.Problems, d)
+		}
+	}
 	if err := printRepair(streams, o.output, report); err != nil {
 		return err
 	}
@@ -128,6 +163,7 @@ func (o *repairOptions) runner(ctx context.Context, client kubernetes.Interface,
 		if stores, err = o.cluster.bitmapStores(ctx, etcd, nil); err != nil {
 			return nil, "", err
 		}
+		o.etcd, o.stores = etcd, stores
 		if model == "auto" {
 			model = "ipaddress"
 			if len(stores) > 0 {
