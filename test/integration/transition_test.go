@@ -18,6 +18,7 @@ import (
 	"github.com/allocator/allocator/pkg/apiserver"
 	"github.com/allocator/allocator/pkg/bitmap"
 	"github.com/allocator/allocator/pkg/ipaddress"
+	"github.com/allocator/allocator/pkg/repair"
 	"github.com/allocator/allocator/pkg/subrange"
 	"github.com/allocator/allocator/pkg/transition"
 )
@@ -178,6 +179,25 @@ func TestMixedModels(t *testing.T) {
 		t.Fatalf("only %d creates acknowledged (errors: %v)", len(res.acked), res.errs)
 	}
 	checkConsistent(t, ctx, ipr.client, bm.etcd, cidr, res, true)
+
+	// What `allocator repair` reports: nothing once consistent; a bit set
+	// behind everyone's back shows up as a disagreement.
+	store, err := bitmap.NewEtcdAllocator(bm.etcd.Client(), "/registry/ranges/serviceips",
+		subrange.MustNew(netip.MustParsePrefix(cidr), subrange.ModelBitmap), bitmap.EtcdOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if problems, err := repair.CompareModels(ctx, ipr.client, []repair.BitmapStore{store}); err != nil || len(problems) != 0 {
+		t.Fatalf("CompareModels after the repair = %v, %v; want none", problems, err)
+	}
+	planted := netip.MustParseAddr("10.0.0.31")
+	if err := store.Allocate(ctx, planted, allocation.Owner{}); err != nil {
+		t.Fatalf("plant a bit: %v", err)
+	}
+	problems, err := repair.CompareModels(ctx, ipr.client, []repair.BitmapStore{store})
+	if err != nil || len(problems) != 1 || problems[0].IP != planted.String() || problems[0].Type != repair.TypeDisagreement {
+		t.Fatalf("CompareModels with a planted bit = %+v, %v; want one disagreement on %s", problems, err, planted)
+	}
 }
 
 // TestBitmapModelKeepsIPAddressesTrue: in the bitmap model the IPAddress
