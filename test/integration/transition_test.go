@@ -190,7 +190,7 @@ func TestMixedModels(t *testing.T) {
 	if problems, err := repair.CompareModels(ctx, ipr.client, []repair.BitmapStore{store}); err != nil || len(problems) != 0 {
 		t.Fatalf("CompareModels after the repair = %v, %v; want none", problems, err)
 	}
-	planted := netip.MustParseAddr("10.0.0.31")
+	planted := netip.MustParseAddr("10.0.0.32") // static band, never requested by the load
 	if err := store.Allocate(ctx, planted, allocation.Owner{}); err != nil {
 		t.Fatalf("plant a bit: %v", err)
 	}
