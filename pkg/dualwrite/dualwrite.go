@@ -226,6 +226,10 @@ func (a *Allocator) UsageByCIDR(ctx context.Context) (map[netip.Prefix]allocatio
 	return a.ip.UsageByCIDR(ctx)
 }
 
+// Ranges returns the IPAddress model's served prefixes (for per-CIDR
+// metrics).
+func (a *Allocator) Ranges() []netip.Prefix { return a.ip.Ranges() }
+
 // Ready reports whether the IPAddress model's caches are synced.
 func (a *Allocator) Ready() bool { return a.ip.Ready() }
 
