@@ -6,6 +6,8 @@
 #
 #   hack/bench.sh                         bitmap model, 2000 Services, 1/8/32 clients
 #   ALLOCATOR=ipaddress COUNT=500 CONCURRENCY=8 hack/bench.sh
+#   ALLOCATOR=ipaddress DUAL_WRITE=1 hack/bench.sh    IPAddress model with dual write on: the data dir
+#                                                     is first served by a bitmap-model server, as in an upgrade
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -15,7 +17,11 @@ CONCURRENCY=${CONCURRENCY:-1,8,32}
 
 . hack/lib/serve.sh
 go build -o "$work/bench" ./test/bench
+if [ "${DUAL_WRITE:-0}" = 1 ]; then
+  serve_start --service-cluster-ip-range 10.96.0.0/16 --allocator bitmap
+  serve_stop
+fi
 serve_start --service-cluster-ip-range 10.96.0.0/16 --allocator "$ALLOCATOR"
 
-echo "allocator=$ALLOCATOR count=$COUNT concurrency=$CONCURRENCY ($(nproc) CPUs)"
+echo "allocator=$ALLOCATOR dual-write=${DUAL_WRITE:-0} count=$COUNT concurrency=$CONCURRENCY ($(nproc) CPUs)"
 "$work/bench" --kubeconfig "$kc" --count "$COUNT" --concurrency "$CONCURRENCY"

@@ -7,12 +7,19 @@ work=$(mktemp -d)
 server_pid=""
 kc="$work/data/admin.kubeconfig"
 
-serve_cleanup() {
+# serve_stop stops the server started by serve_start (SIGTERM, then SIGKILL
+# after 10 s); the data dir stays.
+serve_stop() {
   if [ -n "$server_pid" ] && kill -0 "$server_pid" 2>/dev/null; then
     kill -TERM "$server_pid" 2>/dev/null || true
     for _ in $(seq 1 100); do kill -0 "$server_pid" 2>/dev/null || break; sleep 0.1; done
     kill -KILL "$server_pid" 2>/dev/null || true
   fi
+  server_pid=""
+}
+
+serve_cleanup() {
+  serve_stop
   rm -rf "$work"
 }
 trap serve_cleanup EXIT
