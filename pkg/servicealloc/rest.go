@@ -10,10 +10,15 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apiserver/pkg/registry/generic"
 	genericregistry "k8s.io/apiserver/pkg/registry/generic/registry"
 	"k8s.io/apiserver/pkg/registry/rest"
 	"k8s.io/apiserver/pkg/storage"
+	"k8s.io/apiserver/pkg/storage/storagebackend"
+	"k8s.io/apiserver/pkg/storage/storagebackend/factory"
 	"k8s.io/apiserver/pkg/util/dryrun"
+	"k8s.io/client-go/tools/cache"
 	"k8s.io/klog/v2"
 )
 
@@ -42,9 +47,19 @@ type REST struct {
 // REST, not store: its Create and Update add what the hooks cannot do alone.
 // It also wraps the store's storage to learn which deletes it performed
 // (see afterDelete); copies of store made earlier keep the plain storage.
+//
+// Complete store with RESTOptions from TrackDeletes: the storage then records
+// deletes from its creation on. A store completed otherwise has its storage
+// wrapped here, which races with the store's own goroutines (the object
+// count poller) if it already runs them.
 func NewREST(store *genericregistry.Store, alloc *Allocator) *REST {
-	r := &REST{Store: store, alloc: alloc, deletes: &deleteLog{objs: map[runtime.Object]struct{}{}}}
-	store.Storage.Storage = &deleteTracking{Interface: store.Storage.Storage, log: r.deletes}
+	r := &REST{Store: store, alloc: alloc}
+	if tracking, ok := store.Storage.Storage.(*deleteTracking); ok {
+		r.deletes = tracking.log
+	} else {
+		r.deletes = newDeleteLog()
+		store.Storage.Storage = &deleteTracking{Interface: store.Storage.Storage, log: r.deletes}
+	}
 	store.BeginCreate = r.beginCreate
 	store.BeginUpdate = r.beginUpdate
 	store.AfterDelete = r.afterDelete
@@ -180,6 +195,37 @@ func (l *deleteLog) take(obj runtime.Object) bool {
 	_, ok := l.objs[obj]
 	delete(l.objs, obj)
 	return ok
+}
+
+func newDeleteLog() *deleteLog { return &deleteLog{objs: map[runtime.Object]struct{}{}} }
+
+// TrackDeletes wraps getter so that the storage it decorates records the
+// deletes NewREST's release relies on. Complete the Service store with it.
+func TrackDeletes(getter generic.RESTOptionsGetter) generic.RESTOptionsGetter {
+	return trackingGetter{getter}
+}
+
+type trackingGetter struct{ generic.RESTOptionsGetter }
+
+func (g trackingGetter) GetRESTOptions(resource schema.GroupResource, example runtime.Object) (generic.RESTOptions, error) {
+	opts, err := g.RESTOptionsGetter.GetRESTOptions(resource, example)
+	if err != nil {
+		return opts, err
+	}
+	inner := opts.Decorator
+	if inner == nil {
+		inner = generic.UndecoratedStorage
+	}
+	opts.Decorator = func(config *storagebackend.ConfigForResource, resourcePrefix string, keyFunc func(runtime.Object) (string, error),
+		newFunc, newListFunc func() runtime.Object, attrs storage.AttrFunc, trigger storage.IndexerFuncs, indexers *cache.Indexers,
+	) (storage.Interface, factory.DestroyFunc, error) {
+		s, destroy, err := inner(config, resourcePrefix, keyFunc, newFunc, newListFunc, attrs, trigger, indexers)
+		if err != nil {
+			return nil, nil, err
+		}
+		return &deleteTracking{Interface: s, log: newDeleteLog()}, destroy, nil
+	}
+	return opts, nil
 }
 
 // deleteTracking is the store's storage, recording the output object of

@@ -203,11 +203,16 @@ func TestStaleLeaseReRegisters(t *testing.T) {
 	// the server would after the TTL, and its freshness has run out.
 	bm.mu.Lock()
 	lease := bm.leaseID
-	bm.freshUntil = time.Time{}
 	bm.mu.Unlock()
 	if _, err := client.Revoke(ctx, lease); err != nil {
 		t.Fatal(err)
 	}
+	// Its keep-alive learns the lease is gone: the replica knows it is stale.
+	waitFor(t, "the keep-alive to report the lost lease", func() bool {
+		bm.mu.Lock()
+		defer bm.mu.Unlock()
+		return bm.freshUntil.IsZero()
+	})
 	if _, err := Finish(ctx, client, prefix, FinishOptions{By: "test"}); err != nil {
 		t.Fatalf("Finish once the frozen replica's record expired: %v", err)
 	}

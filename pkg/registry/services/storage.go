@@ -42,7 +42,7 @@ func NewREST(scheme *runtime.Scheme, optsGetter generic.RESTOptionsGetter, alloc
 		ResetFieldsStrategy:       main,
 		TableConvertor:            tableConvertor,
 	}
-	if err := store.CompleteWithOptions(&generic.StoreOptions{RESTOptions: optsGetter, AttrFunc: GetAttrs}); err != nil {
+	if err := store.CompleteWithOptions(&generic.StoreOptions{RESTOptions: servicealloc.TrackDeletes(optsGetter), AttrFunc: GetAttrs}); err != nil {
 		return nil, nil, fmt.Errorf("complete services store: %w", err)
 	}
 	statusStore := *store
