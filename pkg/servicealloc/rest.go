@@ -10,10 +10,15 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apiserver/pkg/registry/generic"
 	genericregistry "k8s.io/apiserver/pkg/registry/generic/registry"
 	"k8s.io/apiserver/pkg/registry/rest"
 	"k8s.io/apiserver/pkg/storage"
+	"k8s.io/apiserver/pkg/storage/storagebackend"
+	"k8s.io/apiserver/pkg/storage/storagebackend/factory"
 	"k8s.io/apiserver/pkg/util/dryrun"
+	"k8s.io/client-go/tools/cache"
 	"k8s.io/klog/v2"
 )
 
@@ -37,18 +42,50 @@ type REST struct {
 }
 
 // NewREST installs the allocation hooks (BeginCreate, BeginUpdate,
-// AfterDelete) into store, which must be a completed store of
-// *corev1.Service, and returns the storage to serve. Serve the returned
-// REST, not store: its Create and Update add what the hooks cannot do alone.
-// It also wraps the store's storage to learn which deletes it performed
-// (see afterDelete); copies of store made earlier keep the plain storage.
-func NewREST(store *genericregistry.Store, alloc *Allocator) *REST {
-	r := &REST{Store: store, alloc: alloc, deletes: &deleteLog{objs: map[runtime.Object]struct{}{}}}
-	store.Storage.Storage = &deleteTracking{Interface: store.Storage.Storage, log: r.deletes}
+// AfterDelete) into store, which must be a store of *corev1.Service
+// completed with options from TrackDeletes, and returns the storage to
+// serve. Serve the returned REST, not store: its Create and Update add what
+// the hooks cannot do alone.
+func NewREST(store *genericregistry.Store, alloc *Allocator) (*REST, error) {
+	tracking, ok := store.Storage.Storage.(*deleteTracking)
+	if !ok {
+		return nil, fmt.Errorf("servicealloc: the Service store must be completed with servicealloc.TrackDeletes options, its storage is %T", store.Storage.Storage)
+	}
+	r := &REST{Store: store, alloc: alloc, deletes: tracking.log}
 	store.BeginCreate = r.beginCreate
 	store.BeginUpdate = r.beginUpdate
 	store.AfterDelete = r.afterDelete
-	return r
+	return r, nil
+}
+
+// TrackDeletes returns options whose storage records the deletes it performs,
+// which NewREST needs (see afterDelete). The store must be completed with
+// them: the storage is built, and its statistics goroutine started, during
+// completion, so it cannot be swapped afterwards.
+func TrackDeletes(getter generic.RESTOptionsGetter) generic.RESTOptionsGetter {
+	return trackingOptions{getter}
+}
+
+type trackingOptions struct{ generic.RESTOptionsGetter }
+
+func (g trackingOptions) GetRESTOptions(resource schema.GroupResource, example runtime.Object) (generic.RESTOptions, error) {
+	opts, err := g.RESTOptionsGetter.GetRESTOptions(resource, example)
+	if err != nil {
+		return opts, err
+	}
+	decorate := opts.Decorator
+	if decorate == nil {
+		decorate = generic.UndecoratedStorage
+	}
+	opts.Decorator = func(config *storagebackend.ConfigForResource, resourcePrefix string, keyFunc func(obj runtime.Object) (string, error),
+		newFunc, newListFunc func() runtime.Object, getAttrs storage.AttrFunc, triggers storage.IndexerFuncs, indexers *cache.Indexers) (storage.Interface, factory.DestroyFunc, error) {
+		s, destroy, err := decorate(config, resourcePrefix, keyFunc, newFunc, newListFunc, getAttrs, triggers, indexers)
+		if err != nil {
+			return nil, nil, err
+		}
+		return &deleteTracking{Interface: s, log: &deleteLog{objs: map[runtime.Object]struct{}{}}}, destroy, nil
+	}
+	return opts, nil
 }
 
 // Allocator returns the allocator the hooks call.

@@ -42,13 +42,20 @@ func NewREST(scheme *runtime.Scheme, optsGetter generic.RESTOptionsGetter, alloc
 		ResetFieldsStrategy:       main,
 		TableConvertor:            tableConvertor,
 	}
-	if err := store.CompleteWithOptions(&generic.StoreOptions{RESTOptions: optsGetter, AttrFunc: GetAttrs}); err != nil {
+	if err := store.CompleteWithOptions(&generic.StoreOptions{RESTOptions: servicealloc.TrackDeletes(optsGetter), AttrFunc: GetAttrs}); err != nil {
 		return nil, nil, fmt.Errorf("complete services store: %w", err)
 	}
 	statusStore := *store
 	statusStore.UpdateStrategy = status
 	statusStore.ResetFieldsStrategy = status
-	return &REST{REST: servicealloc.NewREST(store, alloc), namespaceCheck: check}, statusrest.NewREST(&statusStore), nil
+	rest, err := servicealloc.NewREST(store, alloc)
+	if err != nil {
+		return nil, nil, err
+	}
+	// A status update that removes a deleting Service's last finalizer
+	// deletes it too: it must release (exactly once) like any other delete.
+	statusStore.AfterDelete = store.AfterDelete
+	return &REST{REST: rest, namespaceCheck: check}, statusrest.NewREST(&statusStore), nil
 }
 
 // Create refuses Services in namespaces that do not exist before anything
