@@ -32,8 +32,13 @@ const DefaultInterval = 3 * time.Minute
 const leakPasses = 3
 
 // maxConflictReruns bounds how often one pass reruns a family whose write
-// lost to a concurrent allocation.
+// lost to a concurrent allocation. With the merge below a rerun is rare: it
+// happens only when maxMergeAttempts merges in a row lost.
 const maxConflictReruns = 10
+
+// maxMergeAttempts bounds how often one family's changes are merged onto a
+// freshly read map after losing the compare-and-swap to an allocation.
+const maxMergeAttempts = 100
 
 // BitmapStore is what the bitmap repair needs of one family's stored map;
 // *bitmap.EtcdAllocator implements it.
@@ -247,6 +252,9 @@ func (r *BitmapRepair) repairFamily(ctx context.Context, store BitmapStore, stor
 	}
 	leaks := map[netip.Addr]leakState{}
 	now := r.cfg.Now()
+	// The changes this pass makes, merged onto a fresh map if the write
+	// loses to a concurrent allocation.
+	var toSet, toClear []netip.Addr
 
 	for i := range services {
 		svc := &services[i]
@@ -275,6 +283,7 @@ func (r *BitmapRepair) repairFamily(ctx context.Context, store BitmapStore, stor
 					// Take it out of the stored set: what remains are leaks.
 					_ = storedAlloc.Release(ctx, ip, allocation.Owner{})
 				} else {
+					toSet = append(toSet, ip)
 					report(svc, Problem{Type: TypeRepair, Reason: ReasonNotAllocated, IP: text, Service: key(svc), Fixed: !r.cfg.DryRun,
 						Message: fmt.Sprintf("Cluster IP [%s]:%s is not allocated; repairing", family, text)})
 				}
@@ -305,6 +314,7 @@ func (r *BitmapRepair) repairFamily(ctx context.Context, store BitmapStore, stor
 				Message: fmt.Sprintf("Cluster IP [%s]:%s is allocated but no Service uses it; it is freed on the %s pass that sees it", family, ip, ordinal(leakPasses))})
 			return
 		}
+		toClear = append(toClear, ip)
 		report(nil, Problem{Type: TypeLeak, IP: ip.String(), Fixed: !r.cfg.DryRun,
 			Message: fmt.Sprintf("Cluster IP [%s]:%s appears to have leaked: cleaning up", family, ip)})
 	})
@@ -315,10 +325,11 @@ func (r *BitmapRepair) repairFamily(ctx context.Context, store BitmapStore, stor
 		return outcome, nil
 	}
 	if !stored.Exists() || !bytes.Equal(data, stored.Data) {
-		if _, err := store.CompareAndWrite(ctx, data, stored.Revision); err != nil {
+		wrote, err := writeMerged(ctx, store, data, stored, toSet, toClear)
+		if err != nil {
 			return familyOutcome{}, err
 		}
-		outcome.wrote = true
+		outcome.wrote = wrote
 	}
 	// Committed: forget leaks of this family that are no longer leaked, keep
 	// the new counts, and tell the world.
@@ -339,6 +350,59 @@ func (r *BitmapRepair) repairFamily(ctx context.Context, store BitmapStore, stor
 		}
 	}
 	return outcome, nil
+}
+
+// writeMerged writes a family's repaired map. The first attempt writes data,
+// the map rebuilt from the read the pass started with, with a
+// compare-and-swap on that read's revision. When an allocation wins the race,
+// the pass's changes are merged onto a fresh read instead of rebuilding the
+// whole map (which lists every Service again and, under sustained creates,
+// lost every race: "gave up after 10 writes lost to concurrent allocations",
+// and /readyz waits for the first pass, issue 11 defect 6): addresses
+// Services hold are set if missing, and confirmed leaks are cleared only if
+// still set. That is safe on a fresh map because a bit set since the read
+// belongs to a create in flight and is left alone, and a confirmed leak has
+// been allocated with no Service for longer than LeakGrace, longer than any
+// create can hold it unstored, so nobody else can be about to use it. Each
+// attempt is one read and one compare-and-swap with nothing in between, so
+// the pass makes progress at any create rate.
+func writeMerged(ctx context.Context, store BitmapStore, data []byte, stored bitmap.StoredMap, toSet, toClear []netip.Addr) (bool, error) {
+	rev := stored.Revision
+	for attempt := 1; ; attempt++ {
+		_, err := store.CompareAndWrite(ctx, data, rev)
+		if err == nil {
+			return true, nil
+		}
+		if !errors.Is(err, bitmap.ErrConflict) || attempt >= maxMergeAttempts {
+			return false, err
+		}
+		fresh, err := store.ReadStored(ctx)
+		if err != nil {
+			return false, fmt.Errorf("bitmap repair: %w", err)
+		}
+		if !fresh.Exists() {
+			// Deleted meanwhile: rebuilding it is a decision for a new pass.
+			return false, fmt.Errorf("bitmap repair: %s map deleted during the pass: %w", store.Range().Prefix(), bitmap.ErrConflict)
+		}
+		merged, err := bitmap.NewAllocator(store.Range())
+		if err != nil {
+			return false, err
+		}
+		if err := merged.Restore(store.Range().Prefix().String(), fresh.Data); err != nil {
+			return false, fmt.Errorf("bitmap repair: restore stored map of %s: %w", store.Range().Prefix(), err)
+		}
+		for _, ip := range toSet {
+			_ = merged.Allocate(ctx, ip, allocation.Owner{}) // already set: nothing to do
+		}
+		for _, ip := range toClear {
+			_ = merged.Release(ctx, ip, allocation.Owner{}) // no longer set: nothing to do
+		}
+		_, data = merged.Snapshot()
+		if bytes.Equal(data, fresh.Data) {
+			return false, nil
+		}
+		rev = fresh.Revision
+	}
 }
 
 // servesFamily reports whether some store serves the family.

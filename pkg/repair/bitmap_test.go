@@ -376,29 +376,6 @@ func TestBitmapRepairCreatesMissingMapAndIsQuietWhenConsistent(t *testing.T) {
 
 // TestBitmapRepairRaceWithCreates runs repair passes back to back while
 // Services are created: no Service loses its IP, none is handed out twice.
-func TestBitmapRepairRaceWithCreates(t *testing.T) {
-	ctx := testContext(t)
-	srv := testserver.Start(t, testserver.Options{ServiceRange: "10.0.0.0/22", Model: "bitmap"})
-	store := bitmapStore(t, srv.Etcd.Client(), "10.0.0.0/22")
-	ctrl, err := repair.NewBitmapRepair(repair.BitmapConfig{Client: srv.Client, Stores: []repair.BitmapStore{store}, LeakGrace: 5 * time.Second})
-	if err != nil {
-		t.Fatal(err)
-	}
-	seen := raceCreatesWithPasses(t, ctx, srv, func(ctx context.Context) error {
-		_, err := ctrl.RunOnce(ctx)
-		return err
-	}, 3, 4, 20)
-	for ip, svc := range seen {
-		if !storedHas(t, store, ip) {
-			t.Fatalf("%s of %s is not allocated after the race", ip, svc)
-		}
-	}
-	report, err := ctrl.RunOnce(ctx)
-	if err != nil || !report.Consistent() {
-		t.Fatalf("final pass: %v %v %+v", err, report, report.Problems)
-	}
-}
-
 // TestBitmapRepairKubeAPIServer132 serves what kube-apiserver 1.32 wrote and
 // checks that a repair pass finds it consistent.
 func TestBitmapRepairKubeAPIServer132(t *testing.T) {

@@ -21,10 +21,15 @@
 //     a reserved address for up to the request timeout before its Service is
 //     stored (admission webhooks run in between on kube-apiserver).
 //   - The write is a compare-and-swap on the map's ModRevision. A concurrent
-//     allocation makes it fail; the family's pass is then rerun from fresh
-//     reads, and leak counts, events and metrics are committed only with a
-//     successful write, so a rerun counts nothing twice. An unchanged map is
-//     not rewritten. A missing map is created.
+//     allocation makes it fail; the pass's changes (addresses to set, confirmed
+//     leaks to clear) are then merged onto a fresh read and written with a new
+//     compare-and-swap, a read and a write with nothing in between, so the
+//     pass makes progress at any create rate (rebuilding from a new Service
+//     list every time lost every race under sustained creates). A bit set
+//     since the read is a create in flight and is kept; a confirmed leak is
+//     cleared only if still set. Leak counts, events and metrics are committed
+//     only with a successful write, so a rerun counts nothing twice. An
+//     unchanged map is not rewritten. A missing map is created.
 //   - Addresses Services hold but the map lacks are re-marked
 //     (ClusterIPNotAllocated). Duplicates (ClusterIPAlreadyAllocated: the
 //     older Service keeps the address), out-of-range (ClusterIPOutOfRange)

@@ -429,43 +429,6 @@ func TestIPAddressRepairMigratesKubeAPIServer132(t *testing.T) {
 // TestIPAddressRepairRaceWithCreates runs passes back to back, and the
 // event-driven controller, while Services are created: no Service loses its
 // IPAddress, none gets a duplicate.
-func TestIPAddressRepairRaceWithCreates(t *testing.T) {
-	ctx := testContext(t)
-	srv := ipaddressServer(t, "10.0.0.0/22")
-	ctrl, err := repair.NewIPAddressRepair(repair.IPAddressConfig{Client: srv.Client, OrphanGrace: 5 * time.Second})
-	if err != nil {
-		t.Fatal(err)
-	}
-	runCtx, stopRun := context.WithCancel(ctx)
-	runDone := make(chan error, 1)
-	go func() { runDone <- ctrl.Run(runCtx, nil) }()
-	defer func() {
-		stopRun()
-		if err := <-runDone; err != nil {
-			t.Errorf("Run: %v", err)
-		}
-	}()
-
-	seen := raceCreatesWithPasses(t, ctx, srv, func(ctx context.Context) error {
-		_, err := ctrl.RunOnce(ctx)
-		return err
-	}, 3, 4, 20)
-	for ip, svc := range seen {
-		namespace, name, _ := strings.Cut(svc, "/")
-		checkClaim(t, srv, ip, namespace, name)
-	}
-	ips, err := srv.Client.NetworkingV1().IPAddresses().List(ctx, metav1.ListOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if len(ips.Items) != len(seen) {
-		t.Fatalf("%d IPAddresses for %d services", len(ips.Items), len(seen))
-	}
-	if report := runOnce(t, ctx, ctrl); !report.Consistent() {
-		t.Fatalf("final pass: %+v", report.Problems)
-	}
-}
-
 // TestIPAddressRepairRun checks the event-driven controller: a Service
 // planted without an IPAddress gets one, an orphan goes after its grace
 // period, both without waiting for the periodic pass.

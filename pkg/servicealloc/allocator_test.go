@@ -186,8 +186,8 @@ func TestAllocateCreateCommitRevert(t *testing.T) {
 
 func TestAllocateErrors(t *testing.T) {
 	ctx := context.Background()
-	a, _ := newAlloc(t, "10.0.0.0/30") // .1 and .2 (and .3 in this toy allocator)
-	for i := 0; i < 3; i++ {
+	a, _ := newAlloc(t, "10.0.0.0/30") // .1 and .2; .3 is the broadcast address
+	for i := 0; i < 2; i++ {
 		s := svc()
 		if err := a.PrepareCreate(s); err != nil {
 			t.Fatal(err)
@@ -207,6 +207,12 @@ func TestAllocateErrors(t *testing.T) {
 	_, err = a.AllocateCreate(ctx, s, false)
 	if !apierrors.IsInvalid(err) || !strings.Contains(err.Error(), `spec.clusterIPs: Invalid value: ["10.0.0.1"]: failed to allocate IP 10.0.0.1: provided IP is already allocated`) {
 		t.Errorf("taken: %v", err)
+	}
+	s = svc(func(s *corev1.Service) { s.Spec.ClusterIP = "10.0.0.3" })
+	_ = a.PrepareCreate(s)
+	_, err = a.AllocateCreate(ctx, s, false)
+	if !apierrors.IsInvalid(err) || !strings.Contains(err.Error(), "is not in the valid range") {
+		t.Errorf("broadcast address: %v", err)
 	}
 	s = svc(func(s *corev1.Service) { s.Spec.ClusterIP = "10.9.0.1" })
 	_ = a.PrepareCreate(s)

@@ -6,12 +6,13 @@
 // through allocation.Interface, one allocator per IP family, so the bitmap
 // and the IPAddress model plug in alike.
 //
-// Wiring it into a generic registry store of *corev1.Service takes three
+// Wiring it into a generic registry store of *corev1.Service takes four
 // lines:
 //
 //	alloc, err := servicealloc.New(servicealloc.Config{Allocators: []allocation.Interface{v4, v6}})
 //	...
-//	storage := servicealloc.NewREST(store, alloc) // serve storage as "services"
+//	err = store.CompleteWithOptions(&generic.StoreOptions{RESTOptions: servicealloc.TrackDeletes(optsGetter)})
+//	storage, err := servicealloc.NewREST(store, alloc) // serve storage as "services"
 //
 // Invariants, each with the failure it prevents:
 //   - Validation (including the cluster-dependent family checks) and, for a

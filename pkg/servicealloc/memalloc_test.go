@@ -22,8 +22,21 @@ func newMem(prefix string) *memAllocator {
 	return &memAllocator{prefix: netip.MustParsePrefix(prefix), used: map[netip.Addr]bool{}}
 }
 
+// usable follows design.md §3: never the network address, never the IPv4
+// broadcast address (an earlier version accepted a /30's broadcast address,
+// so tests here checked behaviour upstream does not have).
 func (m *memAllocator) usable(ip netip.Addr) bool {
-	return m.prefix.Contains(ip) && ip != m.prefix.Addr()
+	return m.prefix.Contains(ip) && ip != m.prefix.Addr() && !(ip.Is4() && ip == lastOf(m.prefix))
+}
+
+// lastOf is the last address of p.
+func lastOf(p netip.Prefix) netip.Addr {
+	b := p.Addr().AsSlice()
+	for i := p.Bits(); i < len(b)*8; i++ {
+		b[i/8] |= 0x80 >> (i % 8)
+	}
+	last, _ := netip.AddrFromSlice(b)
+	return last
 }
 
 func (m *memAllocator) Allocate(_ context.Context, ip netip.Addr, _ allocation.Owner) error {
@@ -51,7 +64,7 @@ func (m *memAllocator) AllocateNext(_ context.Context, _ allocation.Owner) (neti
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	for ip := m.prefix.Addr().Next(); m.prefix.Contains(ip); ip = ip.Next() {
-		if !m.used[ip] {
+		if m.usable(ip) && !m.used[ip] {
 			if !m.dry {
 				m.used[ip] = true
 			}
@@ -119,7 +132,7 @@ func (d *dryMem) AllocateNext(context.Context, allocation.Owner) (netip.Addr, er
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	for ip := d.prefix.Addr().Next(); d.prefix.Contains(ip); ip = ip.Next() {
-		if !d.used[ip] {
+		if d.usable(ip) && !d.used[ip] {
 			return ip, nil
 		}
 	}

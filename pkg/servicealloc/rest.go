@@ -42,28 +42,50 @@ type REST struct {
 }
 
 // NewREST installs the allocation hooks (BeginCreate, BeginUpdate,
-// AfterDelete) into store, which must be a completed store of
-// *corev1.Service, and returns the storage to serve. Serve the returned
-// REST, not store: its Create and Update add what the hooks cannot do alone.
-// It also wraps the store's storage to learn which deletes it performed
-// (see afterDelete); copies of store made earlier keep the plain storage.
-//
-// Complete store with RESTOptions from TrackDeletes: the storage then records
-// deletes from its creation on. A store completed otherwise has its storage
-// wrapped here, which races with the store's own goroutines (the object
-// count poller) if it already runs them.
-func NewREST(store *genericregistry.Store, alloc *Allocator) *REST {
-	r := &REST{Store: store, alloc: alloc}
-	if tracking, ok := store.Storage.Storage.(*deleteTracking); ok {
-		r.deletes = tracking.log
-	} else {
-		r.deletes = newDeleteLog()
-		store.Storage.Storage = &deleteTracking{Interface: store.Storage.Storage, log: r.deletes}
+// AfterDelete) into store, which must be a store of *corev1.Service
+// completed with options from TrackDeletes, and returns the storage to
+// serve. Serve the returned REST, not store: its Create and Update add what
+// the hooks cannot do alone.
+func NewREST(store *genericregistry.Store, alloc *Allocator) (*REST, error) {
+	tracking, ok := store.Storage.Storage.(*deleteTracking)
+	if !ok {
+		return nil, fmt.Errorf("servicealloc: the Service store must be completed with servicealloc.TrackDeletes options, its storage is %T", store.Storage.Storage)
 	}
+	r := &REST{Store: store, alloc: alloc, deletes: tracking.log}
 	store.BeginCreate = r.beginCreate
 	store.BeginUpdate = r.beginUpdate
 	store.AfterDelete = r.afterDelete
-	return r
+	return r, nil
+}
+
+// TrackDeletes returns options whose storage records the deletes it performs,
+// which NewREST needs (see afterDelete). The store must be completed with
+// them: the storage is built, and its statistics goroutine started, during
+// completion, so it cannot be swapped afterwards.
+func TrackDeletes(getter generic.RESTOptionsGetter) generic.RESTOptionsGetter {
+	return trackingOptions{getter}
+}
+
+type trackingOptions struct{ generic.RESTOptionsGetter }
+
+func (g trackingOptions) GetRESTOptions(resource schema.GroupResource, example runtime.Object) (generic.RESTOptions, error) {
+	opts, err := g.RESTOptionsGetter.GetRESTOptions(resource, example)
+	if err != nil {
+		return opts, err
+	}
+	decorate := opts.Decorator
+	if decorate == nil {
+		decorate = generic.UndecoratedStorage
+	}
+	opts.Decorator = func(config *storagebackend.ConfigForResource, resourcePrefix string, keyFunc func(obj runtime.Object) (string, error),
+		newFunc, newListFunc func() runtime.Object, getAttrs storage.AttrFunc, triggers storage.IndexerFuncs, indexers *cache.Indexers) (storage.Interface, factory.DestroyFunc, error) {
+		s, destroy, err := decorate(config, resourcePrefix, keyFunc, newFunc, newListFunc, getAttrs, triggers, indexers)
+		if err != nil {
+			return nil, nil, err
+		}
+		return &deleteTracking{Interface: s, log: &deleteLog{objs: map[runtime.Object]struct{}{}}}, destroy, nil
+	}
+	return opts, nil
 }
 
 // Allocator returns the allocator the hooks call.
@@ -195,37 +217,6 @@ func (l *deleteLog) take(obj runtime.Object) bool {
 	_, ok := l.objs[obj]
 	delete(l.objs, obj)
 	return ok
-}
-
-func newDeleteLog() *deleteLog { return &deleteLog{objs: map[runtime.Object]struct{}{}} }
-
-// TrackDeletes wraps getter so that the storage it decorates records the
-// deletes NewREST's release relies on. Complete the Service store with it.
-func TrackDeletes(getter generic.RESTOptionsGetter) generic.RESTOptionsGetter {
-	return trackingGetter{getter}
-}
-
-type trackingGetter struct{ generic.RESTOptionsGetter }
-
-func (g trackingGetter) GetRESTOptions(resource schema.GroupResource, example runtime.Object) (generic.RESTOptions, error) {
-	opts, err := g.RESTOptionsGetter.GetRESTOptions(resource, example)
-	if err != nil {
-		return opts, err
-	}
-	inner := opts.Decorator
-	if inner == nil {
-		inner = generic.UndecoratedStorage
-	}
-	opts.Decorator = func(config *storagebackend.ConfigForResource, resourcePrefix string, keyFunc func(runtime.Object) (string, error),
-		newFunc, newListFunc func() runtime.Object, attrs storage.AttrFunc, trigger storage.IndexerFuncs, indexers *cache.Indexers,
-	) (storage.Interface, factory.DestroyFunc, error) {
-		s, destroy, err := inner(config, resourcePrefix, keyFunc, newFunc, newListFunc, attrs, trigger, indexers)
-		if err != nil {
-			return nil, nil, err
-		}
-		return &deleteTracking{Interface: s, log: newDeleteLog()}, destroy, nil
-	}
-	return opts, nil
 }
 
 // deleteTracking is the store's storage, recording the output object of

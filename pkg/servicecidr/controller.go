@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"net/netip"
 	"slices"
+	"sync/atomic"
 	"time"
 
 	networkingv1 "k8s.io/api/networking/v1"
@@ -34,38 +35,68 @@ const TerminatingMessage = "There are still IPAddresses referencing the ServiceC
 // readyMessage is the message of Ready=True.
 const readyMessage = "Kubernetes Service CIDR is ready"
 
-// resyncPeriod re-checks every ServiceCIDR even without events.
-const resyncPeriod = time.Minute
+// DefaultResyncPeriod is how often every ServiceCIDR is re-checked even
+// without events.
+const DefaultResyncPeriod = time.Minute
+
+// DefaultDeletionGrace is how long a deleted ServiceCIDR keeps its finalizer
+// at least, counted from its deletionTimestamp, as upstream (10 s).
+const DefaultDeletionGrace = 10 * time.Second
+
+// Option configures a Controller.
+type Option func(*Controller)
+
+// WithDeletionGrace sets the deletion grace period (default
+// DefaultDeletionGrace). Tests shorten it; a server should not.
+func WithDeletionGrace(d time.Duration) Option { return func(c *Controller) { c.deletionGrace = d } }
+
+// WithResyncPeriod sets the periodic re-check (default DefaultResyncPeriod).
+func WithResyncPeriod(d time.Duration) Option { return func(c *Controller) { c.resyncPeriod = d } }
 
 // Controller reconciles ServiceCIDRs. Build it with New, run it with Run.
 type Controller struct {
-	client     kubernetes.Interface
-	cidrLister networkinglisters.ServiceCIDRLister
-	ipLister   networkinglisters.IPAddressLister
-	synced     []cache.InformerSynced
-	queue      workqueue.TypedRateLimitingInterface[string]
-	now        func() time.Time
+	client        kubernetes.Interface
+	cidrLister    networkinglisters.ServiceCIDRLister
+	ipLister      networkinglisters.IPAddressLister
+	synced        []cache.InformerSynced
+	queue         workqueue.TypedRateLimitingInterface[string]
+	now           func() time.Time
+	deletionGrace time.Duration
+	resyncPeriod  time.Duration
+	syncs         atomic.Int64 // syncs run, for tests of the resync
 }
 
 // New builds a controller on the given informers (the caller starts them).
-func New(client kubernetes.Interface, cidrs networkinginformers.ServiceCIDRInformer, ips networkinginformers.IPAddressInformer) (*Controller, error) {
+func New(client kubernetes.Interface, cidrs networkinginformers.ServiceCIDRInformer, ips networkinginformers.IPAddressInformer, opts ...Option) (*Controller, error) {
 	c := &Controller{
 		client:     client,
 		cidrLister: cidrs.Lister(),
 		ipLister:   ips.Lister(),
 		queue: workqueue.NewTypedRateLimitingQueueWithConfig(workqueue.DefaultTypedControllerRateLimiter[string](),
 			workqueue.TypedRateLimitingQueueConfig[string]{Name: "servicecidrs"}),
-		now: time.Now,
+		now:           time.Now,
+		deletionGrace: DefaultDeletionGrace,
+		resyncPeriod:  DefaultResyncPeriod,
 	}
-	cidrReg, err := cidrs.Informer().AddEventHandlerWithResyncPeriod(cache.ResourceEventHandlerFuncs{
+	for _, opt := range opts {
+		opt(c)
+	}
+	if c.resyncPeriod <= 0 {
+		c.resyncPeriod = DefaultResyncPeriod
+	}
+	// No resync from the informer: a shared informer factory built with
+	// resync 0 ignores a handler's resync period ("resyncPeriod is invalid"),
+	// so a handler resync never ran. Run re-queues everything itself.
+	cidrReg, err := cidrs.Informer().AddEventHandler(cache.ResourceEventHandlerFuncs{
 		AddFunc:    func(obj any) { c.enqueueCIDR(obj); c.enqueueTerminating() },
 		UpdateFunc: func(_, obj any) { c.enqueueCIDR(obj); c.enqueueTerminating() },
 		DeleteFunc: func(any) { c.enqueueTerminating() },
-	}, resyncPeriod)
+	})
 	if err != nil {
 		return nil, fmt.Errorf("servicecidr controller: watch ServiceCIDRs: %w", err)
 	}
 	ipReg, err := ips.Informer().AddEventHandler(cache.ResourceEventHandlerFuncs{
+		AddFunc:    func(any) { c.enqueueTerminating() },
 		DeleteFunc: func(any) { c.enqueueTerminating() },
 		UpdateFunc: func(any, any) { c.enqueueTerminating() },
 	})
@@ -78,6 +109,17 @@ func New(client kubernetes.Interface, cidrs networkinginformers.ServiceCIDRInfor
 
 func (c *Controller) enqueueCIDR(obj any) {
 	if sc, ok := obj.(*networkingv1.ServiceCIDR); ok {
+		c.queue.Add(sc.Name)
+	}
+}
+
+// enqueueAll queues every ServiceCIDR: the periodic re-check.
+func (c *Controller) enqueueAll(context.Context) {
+	all, err := c.cidrLister.List(labels.Everything())
+	if err != nil {
+		return
+	}
+	for _, sc := range all {
 		c.queue.Add(sc.Name)
 	}
 }
@@ -109,6 +151,7 @@ func (c *Controller) Run(ctx context.Context, workers int) error {
 	for range workers {
 		go wait.UntilWithContext(ctx, c.worker, time.Second)
 	}
+	go wait.UntilWithContext(ctx, c.enqueueAll, c.resyncPeriod)
 	<-ctx.Done()
 	return nil
 }
@@ -124,13 +167,14 @@ func (c *Controller) next(ctx context.Context) bool {
 		return false
 	}
 	defer c.queue.Done(name)
+	c.syncs.Add(1)
 	requeue, err := c.sync(ctx, name)
 	switch {
 	case err != nil:
 		klog.FromContext(ctx).Info("Sync failed, retrying", "servicecidr", name, "err", err)
 		c.queue.AddRateLimited(name)
-	case requeue:
-		c.queue.AddAfter(name, 5*time.Second)
+	case requeue > 0:
+		c.queue.AddAfter(name, requeue)
 		c.queue.Forget(name)
 	default:
 		c.queue.Forget(name)
@@ -138,61 +182,74 @@ func (c *Controller) next(ctx context.Context) bool {
 	return true
 }
 
-// sync reconciles one ServiceCIDR; requeue asks for a later re-check.
-func (c *Controller) sync(ctx context.Context, name string) (requeue bool, err error) {
+// blockedRecheck is how soon a deletion blocked by IPAddresses is re-checked
+// without events.
+const blockedRecheck = 5 * time.Second
+
+// sync reconciles one ServiceCIDR; a positive requeue asks for a re-check
+// after that long.
+func (c *Controller) sync(ctx context.Context, name string) (requeue time.Duration, err error) {
 	sc, err := c.cidrLister.Get(name)
 	if apierrors.IsNotFound(err) {
-		return false, nil
+		return 0, nil
 	}
 	if err != nil {
-		return false, err
+		return 0, err
 	}
 	if sc.DeletionTimestamp == nil {
 		if !slices.Contains(sc.Finalizers, Finalizer) {
 			sc = sc.DeepCopy()
 			sc.Finalizers = append(sc.Finalizers, Finalizer)
 			if sc, err = c.client.NetworkingV1().ServiceCIDRs().Update(ctx, sc, metav1.UpdateOptions{}); err != nil {
-				return false, fmt.Errorf("add finalizer: %w", err)
+				return 0, fmt.Errorf("add finalizer: %w", err)
 			}
 		}
-		return false, c.setReady(ctx, sc, metav1.ConditionTrue, "", readyMessage)
+		return 0, c.setReady(ctx, sc, metav1.ConditionTrue, "", readyMessage)
 	}
 	if !slices.Contains(sc.Finalizers, Finalizer) {
-		return false, nil
+		return 0, nil
 	}
 	ips, err := c.ipLister.List(labels.Everything())
 	if err != nil {
-		return false, err
+		return 0, err
 	}
 	blocking, err := c.orphanedIPs(sc, ips)
 	if err != nil {
-		return false, err
+		return 0, err
 	}
 	if blocking == 0 {
 		// The cache may lag behind an IPAddress created a moment ago:
 		// confirm from the API before letting the ServiceCIDR go.
 		live, err := c.client.NetworkingV1().IPAddresses().List(ctx, metav1.ListOptions{})
 		if err != nil {
-			return false, fmt.Errorf("list IPAddresses: %w", err)
+			return 0, fmt.Errorf("list IPAddresses: %w", err)
 		}
 		ips = ips[:0]
 		for i := range live.Items {
 			ips = append(ips, &live.Items[i])
 		}
 		if blocking, err = c.orphanedIPs(sc, ips); err != nil {
-			return false, err
+			return 0, err
 		}
 	}
 	if blocking > 0 {
 		klog.FromContext(ctx).V(2).Info("ServiceCIDR deletion waits for IPAddresses", "servicecidr", name, "ipaddresses", blocking)
-		return true, c.setReady(ctx, sc, metav1.ConditionFalse, networkingv1.ServiceCIDRReasonTerminating, TerminatingMessage)
+		return blockedRecheck, c.setReady(ctx, sc, metav1.ConditionFalse, networkingv1.ServiceCIDRReasonTerminating, TerminatingMessage)
+	}
+	// Nothing depends on it, but allocators (every replica's, and this
+	// process's own through its informer) may not have seen the deletion
+	// yet and could still allocate from it: wait out the grace period from
+	// the deletionTimestamp before letting it go, or an allocation in flight
+	// lands in a CIDR that no longer exists.
+	if remaining := c.deletionGrace - c.now().Sub(sc.DeletionTimestamp.Time); remaining > 0 {
+		return remaining, nil
 	}
 	sc = sc.DeepCopy()
 	sc.Finalizers = slices.DeleteFunc(sc.Finalizers, func(f string) bool { return f == Finalizer })
 	if _, err := c.client.NetworkingV1().ServiceCIDRs().Update(ctx, sc, metav1.UpdateOptions{}); err != nil && !apierrors.IsNotFound(err) {
-		return false, fmt.Errorf("remove finalizer: %w", err)
+		return 0, fmt.Errorf("remove finalizer: %w", err)
 	}
-	return false, nil
+	return 0, nil
 }
 
 // orphanedIPs counts the IPAddresses in sc that no other ServiceCIDR (not
@@ -232,13 +289,28 @@ func prefixes(sc *networkingv1.ServiceCIDR) []netip.Prefix {
 	return out
 }
 
+// covered reports whether some prefix serves addr: contains it and it is
+// neither the prefix's network address nor, for IPv4, its broadcast address,
+// which no allocator hands out (upstream's rule). Counting them as covered
+// let a ServiceCIDR go while an IPAddress equal to the remaining CIDR's
+// network or broadcast address still depended on it.
 func covered(prefixes []netip.Prefix, addr netip.Addr) bool {
 	for _, p := range prefixes {
-		if p.Contains(addr) {
+		if p.Contains(addr) && addr != p.Addr() && !(addr.Is4() && addr == lastAddr(p)) {
 			return true
 		}
 	}
 	return false
+}
+
+// lastAddr is the last address of p.
+func lastAddr(p netip.Prefix) netip.Addr {
+	b := p.Addr().AsSlice()
+	for i := p.Bits(); i < len(b)*8; i++ {
+		b[i/8] |= 0x80 >> (i % 8)
+	}
+	last, _ := netip.AddrFromSlice(b)
+	return last
 }
 
 // setReady writes the Ready condition when it differs from what is stored.

@@ -16,8 +16,18 @@
 //     whenever an IPAddress or a ServiceCIDR changes, and periodically.
 //   - When the caches show no such IPAddress, a consistent list from the API
 //     confirms it before the finalizer is removed (a cache lagging behind an
-//     IPAddress created a moment ago let the ServiceCIDR go in a test); then
-//     the storage deletes the object.
+//     IPAddress created a moment ago let the ServiceCIDR go in a test), and
+//     the finalizer stays until DefaultDeletionGrace (10 s, as upstream) has
+//     passed since the deletionTimestamp, so every replica's allocator,
+//     including this process's own through its informer, has stopped
+//     allocating from it (without it the finalizer went ~130 ms after the
+//     delete, and an allocation in flight could land in a CIDR that no
+//     longer exists); then the storage deletes the object.
+//   - An IPAddress counts as covered by another CIDR only if that CIDR would
+//     hand it out: not its network address nor its IPv4 broadcast address.
+//   - Every ServiceCIDR is re-checked every DefaultResyncPeriod by Run itself:
+//     the server's shared informer factory has resync 0, which silently
+//     disabled a handler resync.
 //   - A ServiceCIDR that is not being deleted is Ready=True. A ServiceCIDR
 //     without a Ready condition also counts as ready for allocation (design
 //     §5), so a slow controller never blocks allocation.

@@ -48,7 +48,14 @@ func NewREST(scheme *runtime.Scheme, optsGetter generic.RESTOptionsGetter, alloc
 	statusStore := *store
 	statusStore.UpdateStrategy = status
 	statusStore.ResetFieldsStrategy = status
-	return &REST{REST: servicealloc.NewREST(store, alloc), namespaceCheck: check}, statusrest.NewREST(&statusStore), nil
+	rest, err := servicealloc.NewREST(store, alloc)
+	if err != nil {
+		return nil, nil, err
+	}
+	// A status update that removes a deleting Service's last finalizer
+	// deletes it too: it must release (exactly once) like any other delete.
+	statusStore.AfterDelete = store.AfterDelete
+	return &REST{REST: rest, namespaceCheck: check}, statusrest.NewREST(&statusStore), nil
 }
 
 // Create refuses Services in namespaces that do not exist before anything
