@@ -181,8 +181,11 @@ func TestMigrateBothWaysWithKill(t *testing.T) {
 	}
 	start := time.Now()
 	report, err := repair.MigrateToIPAddress(ctx, repair.MigrateConfig{Client: srv.Client})
-	if err != nil || !report.Verified || len(report.Problems) != 0 || report.Present == 0 {
-		t.Fatalf("rerun: %v %v %+v", err, report, report.Problems)
+	if err != nil {
+		t.Fatalf("rerun: %v", err)
+	}
+	if !report.Verified || len(report.Problems) != 0 || report.Present == 0 {
+		t.Fatalf("rerun: %v %+v", report, report.Problems)
 	}
 	t.Logf("bitmap → IPAddress rerun: %s (%v)", report, time.Since(start))
 	checkIPAddressesMatch(t, srv.Client, before)
