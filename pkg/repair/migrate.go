@@ -311,11 +311,21 @@ func verifyIPAddresses(ctx context.Context, client kubernetes.Interface, claims 
 // so concurrent bitmap allocations are never lost; rerunning is harmless.
 // Bits the union keeps that no Service holds are leaks, which the bitmap
 // repair frees safely.
-func MigrateToBitmap(ctx context.Context, cfg MigrateConfig) (*MigrationReport, error) {
+func MigrateToBitmap(ctx context.Context, cfg MigrateConfig) (_ *MigrationReport, err error) {
 	start := time.Now()
 	report := &MigrationReport{Direction: ToBitmap, DryRun: cfg.DryRun}
 	if len(cfg.Stores) == 0 {
 		return nil, errors.New("migrate: no bitmap range configured")
+	}
+	// The maps are read before the lists: an address whose bit was set then
+	// and is clear at the merge was released after the lists were taken (a
+	// Service deleted meanwhile), and must not be set again — it would be
+	// refused to the next static create until the repair frees it.
+	before := make([]*bitmap.Allocator, len(cfg.Stores))
+	for i, store := range cfg.Stores {
+		if before[i], err = readBits(ctx, store); err != nil {
+			return nil, err
+		}
 	}
 	addrs, err := listIPAddresses(ctx, cfg.Client)
 	if err != nil {
@@ -359,10 +369,11 @@ func MigrateToBitmap(ctx context.Context, cfg MigrateConfig) (*MigrationReport, 
 	progress := newProgress(cfg.Progress, "bits", len(want))
 	defer progress.stop()
 	for i, store := range cfg.Stores {
-		created, present, err := mergeIntoBitmap(ctx, store, perStore[i], cfg.DryRun)
+		created, present, kept, err := mergeIntoBitmap(ctx, store, perStore[i], before[i], cfg.DryRun)
 		if err != nil {
 			return nil, err
 		}
+		perStore[i] = kept
 		report.Created += created
 		report.Present += present
 		progress.add(created + present)
@@ -382,22 +393,50 @@ func MigrateToBitmap(ctx context.Context, cfg MigrateConfig) (*MigrationReport, 
 	return report, nil
 }
 
-// mergeIntoBitmap sets ips in store's map with a CAS write, rerun on conflict.
-func mergeIntoBitmap(ctx context.Context, store BitmapStore, ips []netip.Addr, dryRun bool) (created, present int, err error) {
+// readBits reads store's map into an in-memory allocator (empty when the key
+// does not exist).
+func readBits(ctx context.Context, store BitmapStore) (*bitmap.Allocator, error) {
+	stored, err := store.ReadStored(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("migrate: %w", err)
+	}
+	bits, err := bitmap.NewAllocator(store.Range())
+	if err != nil {
+		return nil, err
+	}
+	if err := bits.Restore(store.Range().Prefix().String(), stored.Data); err != nil {
+		return nil, fmt.Errorf("migrate: %w", err)
+	}
+	return bits, nil
+}
+
+// mergeIntoBitmap sets ips in store's map with a CAS write, rerun on
+// conflict, except those set in before (the map read before ips were
+// listed) and clear now: they were released since. kept are the addresses
+// the map must now hold.
+func mergeIntoBitmap(ctx context.Context, store BitmapStore, ips []netip.Addr, before *bitmap.Allocator, dryRun bool) (created, present int, kept []netip.Addr, err error) {
 	for attempt := 1; attempt <= maxConflictReruns; attempt++ {
 		stored, err := store.ReadStored(ctx)
 		if err != nil {
-			return 0, 0, fmt.Errorf("migrate: %w", err)
+			return 0, 0, nil, fmt.Errorf("migrate: %w", err)
 		}
 		merged, err := bitmap.NewAllocator(store.Range())
 		if err != nil {
-			return 0, 0, err
+			return 0, 0, nil, err
 		}
 		if err := merged.Restore(store.Range().Prefix().String(), stored.Data); err != nil {
-			return 0, 0, fmt.Errorf("migrate: %w", err)
+			return 0, 0, nil, fmt.Errorf("migrate: %w", err)
 		}
-		created, present = 0, 0
+		created, present, kept = 0, 0, kept[:0]
 		for _, ip := range ips {
+			if before != nil {
+				wasSet, _ := before.Has(ctx, ip)
+				isSet, _ := merged.Has(ctx, ip)
+				if wasSet && !isSet {
+					continue // released after the lists were taken
+				}
+			}
+			kept = append(kept, ip)
 			if err := merged.Allocate(ctx, ip, allocation.Owner{}); err == nil {
 				created++
 			} else {
@@ -406,18 +445,18 @@ func mergeIntoBitmap(ctx context.Context, store BitmapStore, ips []netip.Addr, d
 		}
 		_, data := merged.Snapshot()
 		if dryRun || (stored.Exists() && bytes.Equal(data, stored.Data)) {
-			return created, present, nil
+			return created, present, kept, nil
 		}
 		_, err = store.CompareAndWrite(ctx, data, stored.Revision)
 		if errors.Is(err, bitmap.ErrConflict) {
 			continue
 		}
 		if err != nil {
-			return 0, 0, fmt.Errorf("migrate: %w", err)
+			return 0, 0, nil, fmt.Errorf("migrate: %w", err)
 		}
-		return created, present, nil
+		return created, present, kept, nil
 	}
-	return 0, 0, fmt.Errorf("migrate: %s: gave up after %d writes lost to concurrent allocations", store.Range().Prefix(), maxConflictReruns)
+	return 0, 0, nil, fmt.Errorf("migrate: %s: gave up after %d writes lost to concurrent allocations", store.Range().Prefix(), maxConflictReruns)
 }
 
 func bitmapHolds(ctx context.Context, store BitmapStore, ips []netip.Addr) (bool, error) {
