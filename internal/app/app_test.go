@@ -17,12 +17,15 @@ func runApp(t *testing.T, args ...string) (stdout, stderr string, code int) {
 
 func TestVersion(t *testing.T) {
 	out, _, code := runApp(t, "version")
-	if code != 0 || !strings.HasPrefix(out, "allocator ") {
+	if code != 0 || !strings.HasPrefix(out, "allocator ") || strings.Contains(out, "$Format") || !strings.Contains(out, "Kubernetes API v1.37.") {
 		t.Fatalf("version: code %d, output %q", code, out)
 	}
 	out, _, code = runApp(t, "version", "-o", "json")
-	var info map[string]any
-	if code != 0 || json.Unmarshal([]byte(out), &info) != nil || info["gitVersion"] == nil {
+	var info struct {
+		Version    string
+		Kubernetes struct{ GitVersion string }
+	}
+	if code != 0 || json.Unmarshal([]byte(out), &info) != nil || info.Version == "" || !strings.HasPrefix(info.Kubernetes.GitVersion, "v1.37.") {
 		t.Fatalf("version -o json: code %d, output %q", code, out)
 	}
 	if _, errOut, code := runApp(t, "version", "-o", "yaml"); code == 0 || !strings.Contains(errOut, "unknown output format") {

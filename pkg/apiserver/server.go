@@ -58,6 +58,8 @@ type Server struct {
 	repairFirstPass chan struct{}
 	// migrated is set once the start-up carry-over from the other model ran.
 	migrated bool
+	// watches ends open watches when Run's context ends.
+	watches *watchTerminator
 }
 
 // New builds the server: stores for every resource, the Service allocator
@@ -71,9 +73,14 @@ func (c CompletedConfig) New(ctx context.Context) (*Server, error) {
 	if err != nil {
 		return nil, fmt.Errorf("create generic server: %w", err)
 	}
+	etcdTLS, err := c.EtcdTLS.ClientConfig()
+	if err != nil {
+		return nil, err
+	}
 	etcdClient, err := clientv3.New(clientv3.Config{
 		Endpoints:   c.EtcdServers,
 		DialTimeout: 10 * time.Second,
+		TLS:         etcdTLS,
 		Logger:      nil,
 	})
 	if err != nil {
@@ -84,6 +91,8 @@ func (c CompletedConfig) New(ctx context.Context) (*Server, error) {
 		registry: metrics.NewKubeRegistry(), allocMetrics: allocmetrics.New(), repairMetrics: repair.NewMetrics(),
 		repairFirstPass: make(chan struct{}),
 	}
+	s.watches = newWatchTerminator()
+	generic.Handler.FullHandlerChain = s.watches.wrap(generic.Handler.FullHandlerChain)
 	s.allocMetrics.Register(s.registry)
 	s.repairMetrics.Register(s.registry)
 	generic.Handler.NonGoRestfulMux.Handle("/metrics", metrics.HandlerFor(
@@ -111,7 +120,7 @@ func (c CompletedConfig) New(ctx context.Context) (*Server, error) {
 		return nil, err
 	}
 
-	getter := newRESTOptionsGetter(c.EtcdServers, c.EtcdPrefix)
+	getter := newRESTOptionsGetter(c.EtcdServers, c.EtcdPrefix, c.EtcdTLS)
 	nsREST, err := namespaces.NewREST(Scheme, getter)
 	if err != nil {
 		return nil, err
@@ -252,6 +261,7 @@ func (s *Server) startServiceCIDRController(hc genericapiserver.PostStartHookCon
 // Run serves until ctx is cancelled, then shuts down cleanly.
 func (s *Server) Run(ctx context.Context) error {
 	defer s.etcd.Close()
+	defer context.AfterFunc(ctx, s.watches.stop)()
 	return s.generic.PrepareRun().RunWithContext(ctx)
 }
 
