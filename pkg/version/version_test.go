@@ -6,8 +6,8 @@ import (
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
-	apimachineryversion "k8s.io/apimachinery/pkg/version"
 	utilversion "k8s.io/apimachinery/pkg/util/version"
+	apimachineryversion "k8s.io/apimachinery/pkg/version"
 )
 
 func TestFromBuildInfo(t *testing.T) {
