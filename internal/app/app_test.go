@@ -70,3 +70,12 @@ func TestRepairIntervalRejected(t *testing.T) {
 		t.Errorf("repair --interval -1m: code %d, stderr %q", code, errOut)
 	}
 }
+
+func TestLoggingFlags(t *testing.T) {
+	if _, errOut, code := runApp(t, "-v", "0", "version"); code != 0 {
+		t.Fatalf("-v: code %d, stderr %q", code, errOut)
+	}
+	if _, errOut, code := runApp(t, "version", "--logging-format", "yaml"); code != 1 || !strings.Contains(errOut, "logging options") {
+		t.Fatalf("--logging-format yaml: code %d, stderr %q", code, errOut)
+	}
+}

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/spf13/cobra"
+	"k8s.io/klog/v2"
 
 	"github.com/allocator/allocator/pkg/apiserver"
 	"github.com/allocator/allocator/pkg/embedetcd"
@@ -119,7 +120,8 @@ func startEmbeddedEtcd(ctx context.Context, dir string, pki embedetcd.PKI) (*emb
 	}
 	startCtx, cancel := context.WithTimeout(ctx, time.Minute)
 	defer cancel()
-	cfg := embedetcd.Config{DataDir: dir, ClientURL: prev.ClientURL, PeerURL: prev.PeerURL, PKI: &pki}
+	cfg := embedetcd.Config{DataDir: dir, ClientURL: prev.ClientURL, PeerURL: prev.PeerURL, PKI: &pki,
+		Logger: embedetcd.KlogLogger(klog.FromContext(ctx).WithName("etcd"))}
 	etcd, err := embedetcd.Start(startCtx, cfg)
 	if err != nil && prev.ClientURL != "" {
 		// The old ports may be taken now; a single member can move.

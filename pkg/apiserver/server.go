@@ -28,6 +28,7 @@ import (
 
 	"github.com/allocator/allocator/pkg/allocation"
 	"github.com/allocator/allocator/pkg/allocmetrics"
+	"github.com/allocator/allocator/pkg/embedetcd"
 	"github.com/allocator/allocator/pkg/registry/events"
 	"github.com/allocator/allocator/pkg/registry/ipaddresses"
 	"github.com/allocator/allocator/pkg/registry/namespaces"
@@ -81,7 +82,7 @@ func (c CompletedConfig) New(ctx context.Context) (*Server, error) {
 		Endpoints:   c.EtcdServers,
 		DialTimeout: 10 * time.Second,
 		TLS:         etcdTLS,
-		Logger:      nil,
+		Logger:      embedetcd.KlogLogger(logger(ctx).WithName("etcd-client")),
 	})
 	if err != nil {
 		return nil, fmt.Errorf("connect to etcd %v: %w", c.EtcdServers, err)
@@ -243,7 +244,11 @@ func (s *Server) startServiceCIDRController(hc genericapiserver.PostStartHookCon
 		logger(ctx).Error(err, "ServiceCIDR controller cannot build a client")
 		return nil
 	}
-	factory := informers.NewSharedInformerFactory(client, 0)
+	// The controller's ServiceCIDR handler asks for a one-minute resync; an
+	// informer built without a resync period ignores that (and warns "the
+	// specified resyncPeriod is invalid" at every start). IPAddresses need none.
+	factory := informers.NewSharedInformerFactoryWithOptions(client, 0,
+		informers.WithCustomResyncConfig(map[metav1.Object]time.Duration{&networkingv1.ServiceCIDR{}: time.Minute}))
 	ctrl, err := servicecidr.New(client, factory.Networking().V1().ServiceCIDRs(), factory.Networking().V1().IPAddresses())
 	if err != nil {
 		logger(ctx).Error(err, "ServiceCIDR controller not started")

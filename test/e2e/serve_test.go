@@ -358,3 +358,32 @@ func TestUnreachableEtcdFailsFast(t *testing.T) {
 		}
 	}
 }
+
+// TestStartupLogs: -v is accepted (it was refused: "unknown shorthand flag:
+// 'v'"), and a start and stop of the real binary print one log format: no
+// zap JSON lines from etcd between klog's text lines, no "resyncPeriod is
+// invalid" warning, and no error-level line.
+func TestStartupLogs(t *testing.T) {
+	bin := buildBinary(t)
+	s := startEmbedded(t, bin, "", "-v", "2")
+	if _, err := s.client.CoreV1().Services("default").Create(context.Background(), newService("logged"), metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err, exited := s.stop(t, 30*time.Second); !exited || err != nil {
+		t.Fatalf("stop: exited=%v err=%v", exited, err)
+	}
+	out := s.log.String()
+	for _, line := range strings.Split(out, "\n") {
+		switch {
+		case strings.HasPrefix(strings.TrimSpace(line), "{"):
+			t.Errorf("JSON line among the text logs: %s", line)
+		case strings.Contains(line, "resyncPeriod is invalid"):
+			t.Errorf("resync warning: %s", line)
+		case len(line) > 1 && line[0] == 'E' && line[1] >= '0' && line[1] <= '9':
+			t.Errorf("error-level line on a normal start and stop: %s", line)
+		}
+	}
+	if !strings.Contains(out, "Bootstrap done") {
+		t.Errorf("no klog output at -v 2?\n%s", tail(out, 20))
+	}
+}
