@@ -305,9 +305,14 @@ func (r *IPAddressRepair) Run(ctx context.Context, firstPass chan<- struct{}) er
 		report, err := r.pass(ctx, view)
 		if err != nil {
 			delay = backoff.Step()
-			if errors.Is(err, errChanged) {
+			switch {
+			case errors.Is(err, errChanged):
 				logger.V(2).Info("IPAddress changed while being repaired, pass retried", "retryIn", delay, "reason", err.Error())
-			} else {
+			case errors.Is(err, ErrNoServiceCIDR) && !started:
+				// At start-up the pass may run before the server created the
+				// default ServiceCIDR: waiting is expected, not an error.
+				logger.V(2).Info("IPAddress repair waits for a ServiceCIDR", "retryIn", delay)
+			default:
 				r.cfg.Metrics.reconcileError()
 				logger.Error(err, "IPAddress repair pass failed", "retryIn", delay)
 			}
