@@ -72,6 +72,20 @@ pass "server ready, kubectl line printed, kubeconfig mode 0600"
 code=$(curl -sk -o /dev/null -w '%{http_code}' "$(k config view -o jsonpath='{.clusters[0].cluster.server}')/api/v1/services")
 [ "$code" = "401" ] || fail "anonymous request got HTTP $code, want 401"
 pass "anonymous request refused (401)"
+server_url=$(k config view -o jsonpath='{.clusters[0].cluster.server}')
+for path in /readyz /livez /healthz /version; do
+  code=$(curl -sk -o /dev/null -w '%{http_code}' "$server_url$path")
+  [ "$code" = "200" ] || fail "anonymous $path got HTTP $code, want 200 (probes are public)"
+done
+pass "anonymous probes and /version answered (200)"
+
+etcd_flags=$(grep -o -- '--etcd-servers https://[^ ]* --etcd-cafile [^ ]* --etcd-certfile [^ ]* --etcd-keyfile [^ ]*' "$work/server.log" | head -1)
+[ -n "$etcd_flags" ] || fail "serve did not print the etcd flags for repair/migrate"
+etcd_url=$(awk '{print $2}' <<<"$etcd_flags")
+if curl -sk --max-time 5 "$etcd_url/version" >/dev/null 2>&1; then fail "embedded etcd answered without a client certificate"; fi
+# shellcheck disable=SC2086 # the printed flags are words
+"$work/allocator" repair --kubeconfig "$kc" $etcd_flags >"$work/repair.out" 2>&1 || { cat "$work/repair.out"; fail "repair with the printed etcd flags"; }
+pass "embedded etcd refuses clients without its certificate; repair works with the printed flags"
 
 echo "== create and get"
 k create service clusterip web --tcp=80:8080 >/dev/null

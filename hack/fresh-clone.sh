@@ -15,6 +15,12 @@ rev=$(git rev-parse HEAD)
 git clone --quiet --no-hardlinks "$(git rev-parse --show-toplevel)" "$tmp/allocator"
 cd "$tmp/allocator"
 git checkout --quiet --detach "$rev"
-[ -z "$(ls -A "$tmp" | grep -vx allocator)" ] || { echo "fresh-clone: $tmp is not empty beside the clone" >&2; exit 1; }
+[ "$(ls -A "$tmp")" = allocator ] || { echo "fresh-clone: $tmp is not empty beside the clone" >&2; exit 1; }
 echo "fresh clone of $rev in $tmp/allocator"
+# A binary built from the clone names its revision (Go stamps it from git).
+go build -buildvcs=true -o "$tmp/allocator-bin" ./cmd/allocator
+version=$("$tmp/allocator-bin" version)
+echo "$version"
+grep -q "revision $rev" <<<"$version" || { echo "fresh-clone: 'allocator version' does not name revision $rev" >&2; exit 1; }
+rm -f "$tmp/allocator-bin"
 go test -count=1 -timeout 15m ./pkg/... ./internal/...

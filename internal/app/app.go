@@ -10,6 +10,9 @@ import (
 	"strings"
 
 	"github.com/spf13/cobra"
+	"k8s.io/component-base/logs"
+	logsapi "k8s.io/component-base/logs/api/v1"
+	_ "k8s.io/component-base/logs/json/register" // --logging-format=json
 )
 
 // Streams are the standard streams a command reads and writes.
@@ -23,6 +26,7 @@ type Streams struct {
 func Run(ctx context.Context, args []string, streams Streams) int {
 	root := NewRootCommand(streams)
 	root.SetArgs(args)
+	defer logs.FlushLogs()
 	if cmd, err := root.ExecuteContextC(ctx); err != nil {
 		fmt.Fprintf(streams.Err, "error: %v\n", err)
 		if isUsageError(err) {
@@ -49,6 +53,17 @@ func NewRootCommand(streams Streams) *cobra.Command {
 	root.SetOut(streams.Out)
 	root.SetErr(streams.Err)
 	root.SetFlagErrorFunc(func(_ *cobra.Command, err error) error { return &usageError{err} })
+	// -v, --vmodule, --logging-format (text or json) as every Kubernetes
+	// component; applied once the flags are parsed. Without them -v was
+	// refused ("unknown shorthand flag: 'v'").
+	logging := logsapi.NewLoggingConfiguration()
+	logsapi.AddFlags(logging, root.PersistentFlags())
+	root.PersistentPreRunE = func(*cobra.Command, []string) error {
+		if err := logsapi.ValidateAndApply(logging, nil); err != nil {
+			return &usageError{fmt.Errorf("logging options: %w", err)}
+		}
+		return nil
+	}
 	root.AddCommand(newVersionCommand(streams))
 	root.AddCommand(newServeCommand(streams))
 	root.AddCommand(newRepairCommand(streams))

@@ -17,12 +17,15 @@ func runApp(t *testing.T, args ...string) (stdout, stderr string, code int) {
 
 func TestVersion(t *testing.T) {
 	out, _, code := runApp(t, "version")
-	if code != 0 || !strings.HasPrefix(out, "allocator ") {
+	if code != 0 || !strings.HasPrefix(out, "allocator ") || strings.Contains(out, "$Format") || !strings.Contains(out, "Kubernetes API v1.37.") {
 		t.Fatalf("version: code %d, output %q", code, out)
 	}
 	out, _, code = runApp(t, "version", "-o", "json")
-	var info map[string]any
-	if code != 0 || json.Unmarshal([]byte(out), &info) != nil || info["gitVersion"] == nil {
+	var info struct {
+		Version    string
+		Kubernetes struct{ GitVersion string }
+	}
+	if code != 0 || json.Unmarshal([]byte(out), &info) != nil || info.Version == "" || !strings.HasPrefix(info.Kubernetes.GitVersion, "v1.37.") {
 		t.Fatalf("version -o json: code %d, output %q", code, out)
 	}
 	if _, errOut, code := runApp(t, "version", "-o", "yaml"); code == 0 || !strings.Contains(errOut, "unknown output format") {
@@ -65,5 +68,14 @@ func TestRepairIntervalRejected(t *testing.T) {
 	}
 	if _, errOut, code := runApp(t, "repair", "--interval", "-1m", "--kubeconfig", "/nonexistent"); code != 1 || !strings.Contains(errOut, "--interval -1m0s: must be positive") {
 		t.Errorf("repair --interval -1m: code %d, stderr %q", code, errOut)
+	}
+}
+
+func TestLoggingFlags(t *testing.T) {
+	if _, errOut, code := runApp(t, "-v", "0", "version"); code != 0 {
+		t.Fatalf("-v: code %d, stderr %q", code, errOut)
+	}
+	if _, errOut, code := runApp(t, "version", "--logging-format", "yaml"); code != 1 || !strings.Contains(errOut, "logging options") {
+		t.Fatalf("--logging-format yaml: code %d, stderr %q", code, errOut)
 	}
 }

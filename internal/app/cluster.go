@@ -4,13 +4,17 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"os"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/spf13/pflag"
 	"go.etcd.io/etcd/client/pkg/v3/transport"
 	clientv3 "go.etcd.io/etcd/client/v3"
+	"go.uber.org/zap"
+	"google.golang.org/grpc/grpclog"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
@@ -75,12 +79,30 @@ func (f *clusterFlags) kubeconfigPath() string {
 	return os.Getenv("KUBECONFIG")
 }
 
-// etcdClient connects to --etcd-servers, with TLS when certificates are given.
-func (f *clusterFlags) etcdClient() (*clientv3.Client, error) {
+// quietGRPC silences gRPC's own logging once per process (it is global).
+var quietGRPC sync.Once
+
+// etcdProbeTimeout bounds the first request to etcd: an unreachable
+// endpoint fails the job in seconds instead of being retried forever.
+const etcdProbeTimeout = 5 * time.Second
+
+// etcdClient connects to --etcd-servers, with TLS when certificates are
+// given, and checks with one bounded read that etcd answers. clientv3.New
+// does not wait for a connection (its DialTimeout only applies to blocking
+// dials), so without the read a job on an unreachable etcd retried for 10+
+// minutes.
+func (f *clusterFlags) etcdClient(ctx context.Context) (*clientv3.Client, error) {
 	if len(f.etcdServers) == 0 {
 		return nil, errors.New("--etcd-servers is required for the bitmap model")
 	}
-	cfg := clientv3.Config{Endpoints: f.etcdServers, DialTimeout: 10 * time.Second}
+	endpoints := strings.Join(f.etcdServers, ",")
+	quietGRPC.Do(func() {
+		// gRPC logs every failed connection attempt (through klog, which
+		// k8s.io/apiserver installs); the job reports the failure itself,
+		// in one line.
+		grpclog.SetLoggerV2(grpclog.NewLoggerV2(io.Discard, io.Discard, io.Discard))
+	})
+	cfg := clientv3.Config{Endpoints: f.etcdServers, DialTimeout: etcdProbeTimeout, Logger: zap.NewNop(), Context: ctx}
 	if f.etcdCAFile != "" || f.etcdCertFile != "" || f.etcdKeyFile != "" {
 		tlsInfo := transport.TLSInfo{CertFile: f.etcdCertFile, KeyFile: f.etcdKeyFile, TrustedCAFile: f.etcdCAFile}
 		tlsConfig, err := tlsInfo.ClientConfig()
@@ -91,7 +113,16 @@ func (f *clusterFlags) etcdClient() (*clientv3.Client, error) {
 	}
 	client, err := clientv3.New(cfg)
 	if err != nil {
-		return nil, fmt.Errorf("connect to etcd %v: %w", f.etcdServers, err)
+		return nil, fmt.Errorf("etcd %s: %w", endpoints, err)
+	}
+	probeCtx, cancel := context.WithTimeout(ctx, etcdProbeTimeout)
+	defer cancel()
+	if _, err := client.Get(probeCtx, f.etcdPrefix+"/ranges/", clientv3.WithPrefix(), clientv3.WithCountOnly()); err != nil {
+		client.Close()
+		if errors.Is(err, context.DeadlineExceeded) || probeCtx.Err() != nil {
+			return nil, fmt.Errorf("etcd %s did not answer within %v (is it running, and are --etcd-cafile/--etcd-certfile/--etcd-keyfile right?)", endpoints, etcdProbeTimeout)
+		}
+		return nil, fmt.Errorf("etcd %s: %w", endpoints, err)
 	}
 	return client, nil
 }

@@ -96,7 +96,7 @@ func runMigrate(ctx context.Context, o *migrateOptions, streams Streams) error {
 }
 
 func (o *migrateOptions) migrateToBitmap(ctx context.Context, client kubernetes.Interface, cfg repair.MigrateConfig) (*repair.MigrationReport, error) {
-	etcd, err := o.cluster.etcdClient()
+	etcd, err := o.cluster.etcdClient(ctx)
 	if err != nil {
 		return nil, err
 	}

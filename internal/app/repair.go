@@ -155,7 +155,7 @@ func (o *repairOptions) runner(ctx context.Context, client kubernetes.Interface,
 	model := o.model
 	var stores []repair.BitmapStore
 	if model == "bitmap" || (model == "auto" && len(o.cluster.etcdServers) > 0) {
-		etcd, err := o.cluster.etcdClient()
+		etcd, err := o.cluster.etcdClient(ctx)
 		if err != nil {
 			return nil, "", err
 		}

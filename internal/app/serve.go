@@ -8,9 +8,11 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
+	"strings"
 	"time"
 
 	"github.com/spf13/cobra"
+	"k8s.io/klog/v2"
 
 	"github.com/allocator/allocator/pkg/apiserver"
 	"github.com/allocator/allocator/pkg/embedetcd"
@@ -32,10 +34,14 @@ func newServeCommand(streams Streams) *cobra.Command {
 		Short: "Run the API server (Services, Namespaces, Events, IPAddresses, ServiceCIDRs) with ClusterIP allocation",
 		Long: `Run a Kubernetes-compatible API server that allocates Service ClusterIPs.
 
-With no --etcd-servers it runs an embedded etcd in --data-dir. It listens with a
+With no --etcd-servers it runs an embedded etcd in --data-dir, reachable only
+over TLS with the client certificate generated into <data-dir>/etcd-pki (the
+start-up message prints the flags repair and migrate need). It listens with a
 self-signed certificate, writes <data-dir>/admin.kubeconfig (mode 0600) with a
-generated admin token, and prints the kubectl command line to use. It stops
-cleanly on SIGINT or SIGTERM; a restart on the same --data-dir keeps the data.`,
+generated admin token, and prints the kubectl command line to use. One serve
+per --data-dir: a second one exits at once, naming the first one's pid. It
+stops within seconds on SIGINT or SIGTERM, open watches included; a restart on
+the same --data-dir keeps the data.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			return runServe(cmd.Context(), opts, streams)
@@ -49,14 +55,25 @@ func runServe(ctx context.Context, opts *apiserver.Options, streams Streams) err
 	if err := opts.Validate(); err != nil {
 		return err
 	}
+	release, err := lockDataDir(opts.DataDir)
+	if err != nil {
+		return err
+	}
+	defer release()
 	endpoints := opts.EtcdServers
-	if len(endpoints) == 0 {
-		etcd, err := startEmbeddedEtcd(ctx, filepath.Join(opts.DataDir, "etcd"))
+	embedded := len(endpoints) == 0
+	if embedded {
+		pki, err := embedetcd.EnsurePKI(filepath.Join(opts.DataDir, etcdPKIDir))
+		if err != nil {
+			return err
+		}
+		etcd, err := startEmbeddedEtcd(ctx, filepath.Join(opts.DataDir, "etcd"), pki)
 		if err != nil {
 			return err
 		}
 		defer etcd.Close()
 		endpoints = etcd.Endpoints()
+		opts.EtcdCAFile, opts.EtcdCertFile, opts.EtcdKeyFile = pki.CAFile, pki.ClientCertFile, pki.ClientKeyFile
 	}
 	cfg, err := opts.Config(endpoints)
 	if err != nil {
@@ -68,15 +85,29 @@ func runServe(ctx context.Context, opts *apiserver.Options, streams Streams) err
 	}
 	fmt.Fprintf(streams.Out, "allocator API server listening on %s (etcd %v)\n", cfg.ServerURL, endpoints)
 	fmt.Fprintf(streams.Out, "Use it with:\n  kubectl --kubeconfig %s get services -A\n", absPath(cfg.KubeconfigPath))
+	if embedded {
+		fmt.Fprintf(streams.Out, "The embedded etcd takes only its client certificate; repair and migrate reach it with:\n  %s\n",
+			etcdFlags(endpoints, absPath(opts.EtcdCAFile), absPath(opts.EtcdCertFile), absPath(opts.EtcdKeyFile)))
+	}
 	if err := server.Run(ctx); err != nil {
 		return fmt.Errorf("serve: %w", err)
 	}
 	return nil
 }
 
+// etcdPKIDir is where, inside the data dir, the embedded etcd's CA and
+// certificates are kept.
+const etcdPKIDir = "etcd-pki"
+
+// etcdFlags is the command-line fragment that reaches an etcd.
+func etcdFlags(endpoints []string, caFile, certFile, keyFile string) string {
+	return fmt.Sprintf("--etcd-servers %s --etcd-cafile %s --etcd-certfile %s --etcd-keyfile %s",
+		strings.Join(endpoints, ","), caFile, certFile, keyFile)
+}
+
 // startEmbeddedEtcd starts etcd in dir, on the URLs of its previous run when
 // they are still free.
-func startEmbeddedEtcd(ctx context.Context, dir string) (*embedetcd.Server, error) {
+func startEmbeddedEtcd(ctx context.Context, dir string, pki embedetcd.PKI) (*embedetcd.Server, error) {
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		return nil, fmt.Errorf("create etcd data dir: %w", err)
 	}
@@ -89,7 +120,8 @@ func startEmbeddedEtcd(ctx context.Context, dir string) (*embedetcd.Server, erro
 	}
 	startCtx, cancel := context.WithTimeout(ctx, time.Minute)
 	defer cancel()
-	cfg := embedetcd.Config{DataDir: dir, ClientURL: prev.ClientURL, PeerURL: prev.PeerURL}
+	cfg := embedetcd.Config{DataDir: dir, ClientURL: prev.ClientURL, PeerURL: prev.PeerURL, PKI: &pki,
+		Logger: embedetcd.KlogLogger(klog.FromContext(ctx).WithName("etcd"))}
 	etcd, err := embedetcd.Start(startCtx, cfg)
 	if err != nil && prev.ClientURL != "" {
 		// The old ports may be taken now; a single member can move.

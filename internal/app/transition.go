@@ -71,7 +71,7 @@ func runTransition(ctx context.Context, o *transitionOptions, verb string, strea
 	default:
 		return fmt.Errorf("unknown transition command %q: use status, finish or resume", verb)
 	}
-	etcd, err := o.cluster.etcdClient()
+	etcd, err := o.cluster.etcdClient(ctx)
 	if err != nil {
 		return err
 	}

@@ -11,9 +11,6 @@ import (
 	"time"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
-	"k8s.io/apiserver/pkg/authentication/authenticatorfactory"
-	"k8s.io/apiserver/pkg/authentication/user"
-	"k8s.io/apiserver/pkg/authorization/authorizerfactory"
 	openapinamer "k8s.io/apiserver/pkg/endpoints/openapi"
 	genericapiserver "k8s.io/apiserver/pkg/server"
 	genericoptions "k8s.io/apiserver/pkg/server/options"
@@ -84,6 +81,8 @@ type Config struct {
 	EtcdServers []string
 	// EtcdPrefix is prepended to every key, e.g. "/registry".
 	EtcdPrefix string
+	// EtcdTLS secures the connection to EtcdServers (empty: plain http).
+	EtcdTLS EtcdTLS
 	// Model is the allocator model passed to NewAllocator.
 	Model string
 	// NewAllocator builds each family's allocator. Nil means, by Model:
@@ -176,12 +175,11 @@ func (o *Options) Config(etcdServers []string) (*Config, error) {
 		listener.Close()
 		return nil, err
 	}
-	gc.Authentication.Authenticator = authenticatorfactory.NewFromTokens(map[string]*user.DefaultInfo{
-		token: {Name: "admin", UID: "admin", Groups: []string{user.SystemPrivilegedGroup, user.AllAuthenticated}},
-	}, nil)
 	// Every authenticated user is an administrator: the only identities are
-	// the generated admin token and the server's own loopback client.
-	gc.Authorization.Authorizer = authorizerfactory.NewAlwaysAllowAuthorizer()
+	// the generated admin token and the server's own loopback client;
+	// anonymous requests may only read the probes and /version.
+	gc.Authentication.Authenticator = newAuthenticator(token)
+	gc.Authorization.Authorizer = anonymousLimiter{}
 
 	namer := openapinamer.NewDefinitionNamer(OpenAPIScheme)
 	gc.OpenAPIConfig = genericapiserver.DefaultOpenAPIConfig(generatedopenapi.GetOpenAPIDefinitions, namer)
@@ -196,6 +194,7 @@ func (o *Options) Config(etcdServers []string) (*Config, error) {
 		ServiceCIDRs:          cidrs,
 		EtcdServers:           etcdServers,
 		EtcdPrefix:            o.EtcdPrefix,
+		EtcdTLS:               EtcdTLS{CAFile: o.EtcdCAFile, CertFile: o.EtcdCertFile, KeyFile: o.EtcdKeyFile},
 		Model:                 o.Allocator,
 		RepairInterval:        o.RepairInterval,
 		ServerURL:             serverURL,

@@ -25,7 +25,12 @@
 //     kubernetes Service on network+1) and the allocators' caches are synced.
 //   - Only authenticated requests are served: the generated admin token in
 //     <data-dir>/admin.kubeconfig (mode 0600, reused across restarts) and the
-//     server's own loopback token. Anonymous requests get 401.
+//     server's own loopback token. Anonymous requests get 401, except reads
+//     of /healthz, /livez, /readyz (and their checks) and /version, which
+//     kubelet probes and load balancers make without credentials
+//     (anonymous.go; clean paths only, and the authorizer checks again).
+//   - Shutdown ends open watches (shutdown.go): net/http's graceful
+//     shutdown otherwise waits its whole 60 s timeout for them.
 //   - New objects in a namespace that does not exist are refused (404) before
 //     anything is reserved.
 package apiserver

@@ -32,6 +32,10 @@ type Options struct {
 	// EtcdServers empty means: run an embedded etcd in DataDir.
 	EtcdServers []string
 	EtcdPrefix  string
+	// Etcd{CA,Cert,Key}File secure the connection to --etcd-servers.
+	EtcdCAFile   string
+	EtcdCertFile string
+	EtcdKeyFile  string
 	// CertDir holds the self-signed serving certificate; default <DataDir>/certs.
 	CertDir string
 	// DataDir holds the embedded etcd, the certificates and admin.kubeconfig.
@@ -64,6 +68,9 @@ func (o *Options) AddFlags(fs *pflag.FlagSet) {
 	fs.StringSliceVar(&o.EtcdServers, "etcd-servers", o.EtcdServers,
 		"List of etcd servers to connect with (scheme://ip:port), comma separated. Empty: run an embedded etcd in --data-dir.")
 	fs.StringVar(&o.EtcdPrefix, "etcd-prefix", o.EtcdPrefix, "The prefix to prepend to all resource paths in etcd.")
+	fs.StringVar(&o.EtcdCAFile, "etcd-cafile", o.EtcdCAFile, "SSL Certificate Authority file used to secure etcd communication (with --etcd-servers).")
+	fs.StringVar(&o.EtcdCertFile, "etcd-certfile", o.EtcdCertFile, "SSL certification file used to secure etcd communication (with --etcd-servers).")
+	fs.StringVar(&o.EtcdKeyFile, "etcd-keyfile", o.EtcdKeyFile, "SSL key file used to secure etcd communication (with --etcd-servers).")
 	fs.StringVar(&o.CertDir, "cert-dir", o.CertDir,
 		"The directory where the self-signed TLS certificate is kept (default <data-dir>/certs).")
 	fs.StringVar(&o.DataDir, "data-dir", o.DataDir, "Directory for the embedded etcd, certificates and admin.kubeconfig.")

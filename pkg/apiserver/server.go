@@ -30,6 +30,7 @@ import (
 
 	"github.com/allocator/allocator/pkg/allocation"
 	"github.com/allocator/allocator/pkg/allocmetrics"
+	"github.com/allocator/allocator/pkg/embedetcd"
 	"github.com/allocator/allocator/pkg/registry/events"
 	"github.com/allocator/allocator/pkg/registry/ipaddresses"
 	"github.com/allocator/allocator/pkg/registry/namespaces"
@@ -69,6 +70,8 @@ type Server struct {
 	recorder record.EventRecorder
 	warnedMu sync.Mutex
 	warned   map[string]bool
+	// watches ends open watches when Run's context ends.
+	watches *watchTerminator
 }
 
 // New builds the server: stores for every resource, the Service allocator
@@ -82,10 +85,15 @@ func (c CompletedConfig) New(ctx context.Context) (*Server, error) {
 	if err != nil {
 		return nil, fmt.Errorf("create generic server: %w", err)
 	}
+	etcdTLS, err := c.EtcdTLS.ClientConfig()
+	if err != nil {
+		return nil, err
+	}
 	etcdClient, err := clientv3.New(clientv3.Config{
 		Endpoints:   c.EtcdServers,
 		DialTimeout: 10 * time.Second,
-		Logger:      nil,
+		TLS:         etcdTLS,
+		Logger:      embedetcd.KlogLogger(logger(ctx).WithName("etcd-client")),
 	})
 	if err != nil {
 		return nil, fmt.Errorf("connect to etcd %v: %w", c.EtcdServers, err)
@@ -95,6 +103,8 @@ func (c CompletedConfig) New(ctx context.Context) (*Server, error) {
 		registry: metrics.NewKubeRegistry(), allocMetrics: allocmetrics.New(), repairMetrics: repair.NewMetrics(),
 		repairFirstPass: make(chan struct{}),
 	}
+	s.watches = newWatchTerminator()
+	generic.Handler.FullHandlerChain = s.watches.wrap(generic.Handler.FullHandlerChain)
 	s.allocMetrics.Register(s.registry)
 	s.repairMetrics.Register(s.registry)
 	generic.Handler.NonGoRestfulMux.Handle("/metrics", metrics.HandlerFor(
@@ -135,7 +145,7 @@ func (c CompletedConfig) New(ctx context.Context) (*Server, error) {
 		return nil, err
 	}
 
-	getter := newRESTOptionsGetter(c.EtcdServers, c.EtcdPrefix)
+	getter := newRESTOptionsGetter(c.EtcdServers, c.EtcdPrefix, c.EtcdTLS)
 	nsREST, err := namespaces.NewREST(Scheme, getter)
 	if err != nil {
 		return nil, err
@@ -258,7 +268,11 @@ func (s *Server) startServiceCIDRController(hc genericapiserver.PostStartHookCon
 		logger(ctx).Error(err, "ServiceCIDR controller cannot build a client")
 		return nil
 	}
-	factory := informers.NewSharedInformerFactory(client, 0)
+	// The controller's ServiceCIDR handler asks for a one-minute resync; an
+	// informer built without a resync period ignores that (and warns "the
+	// specified resyncPeriod is invalid" at every start). IPAddresses need none.
+	factory := informers.NewSharedInformerFactoryWithOptions(client, 0,
+		informers.WithCustomResyncConfig(map[metav1.Object]time.Duration{&networkingv1.ServiceCIDR{}: time.Minute}))
 	ctrl, err := servicecidr.New(client, factory.Networking().V1().ServiceCIDRs(), factory.Networking().V1().IPAddresses())
 	if err != nil {
 		logger(ctx).Error(err, "ServiceCIDR controller not started")
@@ -285,6 +299,7 @@ func (s *Server) Run(ctx context.Context) error {
 			}
 		}()
 	}
+	defer context.AfterFunc(ctx, s.watches.stop)()
 	return s.generic.PrepareRun().RunWithContext(ctx)
 }
 

@@ -32,9 +32,12 @@ type restOptionsGetter struct {
 	base storagebackend.Config
 }
 
-func newRESTOptionsGetter(etcdServers []string, etcdPrefix string) *restOptionsGetter {
+func newRESTOptionsGetter(etcdServers []string, etcdPrefix string, etcdTLS EtcdTLS) *restOptionsGetter {
 	base := storagebackend.NewDefaultConfig(etcdPrefix, nil)
 	base.Transport.ServerList = etcdServers
+	base.Transport.TrustedCAFile = etcdTLS.CAFile
+	base.Transport.CertFile = etcdTLS.CertFile
+	base.Transport.KeyFile = etcdTLS.KeyFile
 	return &restOptionsGetter{base: *base}
 }
 

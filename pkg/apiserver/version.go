@@ -1,39 +1,29 @@
 package apiserver
 
 import (
-	"runtime/debug"
-	"strings"
-
 	apimachineryversion "k8s.io/apimachinery/pkg/version"
 	basecompatibility "k8s.io/component-base/compatibility"
-	"k8s.io/component-base/version"
+	componentversion "k8s.io/component-base/version"
+
+	"github.com/allocator/allocator/pkg/version"
 )
 
-// servedVersion reports a parseable gitVersion at /version. Without -ldflags
-// the component-base placeholder "v0.0.0-master+$Format:%H$" is served, and
-// kubectl version fails to parse it; then the k8s.io/apiserver release the
-// binary is built on is reported instead (e.g. v1.37.2-allocator).
+// servedVersion serves this binary's own version at /version (see
+// pkg/version): the Kubernetes release of its API with build metadata naming
+// allocator and the VCS revision, the revision, and the commit time.
 type servedVersion struct {
 	basecompatibility.EffectiveVersion
+	info apimachineryversion.Info
 }
 
 func newEffectiveVersion() basecompatibility.EffectiveVersion {
-	return servedVersion{basecompatibility.NewEffectiveVersionFromString(version.DefaultKubeBinaryVersion, "", "")}
+	return servedVersion{
+		EffectiveVersion: basecompatibility.NewEffectiveVersionFromString(componentversion.DefaultKubeBinaryVersion, "", ""),
+		info:             version.Get().Kubernetes(),
+	}
 }
 
 func (v servedVersion) Info() *apimachineryversion.Info {
-	info := v.EffectiveVersion.Info()
-	if info != nil && strings.Contains(info.GitVersion, "$Format") {
-		info.GitVersion = "v" + version.DefaultKubeBinaryVersion + ".0-allocator"
-		if bi, ok := debug.ReadBuildInfo(); ok {
-			for _, dep := range bi.Deps {
-				if dep.Path == "k8s.io/apiserver" && strings.HasPrefix(dep.Version, "v0.") {
-					info.GitVersion = "v1." + strings.TrimPrefix(dep.Version, "v0.") + "-allocator"
-				}
-			}
-		}
-		info.GitCommit = ""
-		info.GitTreeState = ""
-	}
-	return info
+	info := v.info
+	return &info
 }

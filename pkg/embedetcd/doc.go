@@ -8,10 +8,15 @@
 //   - Start returns only once the member is ready to serve requests (it has
 //     joined its cluster and a leader exists), or with an error and nothing
 //     left running.
-//   - Every client and peer URL is plain http on a loopback address. The
-//     embedded member has no TLS and no authentication, so anything that can
-//     reach it can rewrite the registry; binding it to a network interface
-//     would be a security hole, hence Start refuses non-loopback hosts.
+//   - Every client and peer URL is on a loopback address; Start refuses
+//     other hosts.
+//   - With Config.PKI the member serves https only and requires a client
+//     certificate signed by the PKI's CA, on the client and the peer port.
+//     Loopback alone is not a boundary: a plain-http member on 127.0.0.1 let
+//     every local user read and rewrite every key (Services, allocation maps)
+//     around the API server's authentication. `allocator serve` always sets
+//     a PKI kept in its 0700 data directory (keys 0600); plain http is for
+//     tests.
 //   - A URL with port 0 (or an empty URL) gets a free port picked before
 //     etcd starts, so the resolved URLs in Server.Config are concrete and can
 //     be reused to restart the member on the same address. Picking a port is

@@ -2,6 +2,7 @@ package embedetcd
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"net"
@@ -55,6 +56,10 @@ type Config struct {
 	// UnsafeNoFsync skips fsync: much faster, loses data on a machine crash.
 	// For tests only.
 	UnsafeNoFsync bool
+	// PKI, when set, makes the member serve clients and peers over TLS and
+	// require a client certificate signed by PKI's CA (see EnsurePKI); the
+	// URLs are then https. Nil: plain http, open to every local process.
+	PKI *PKI
 }
 
 // Server is a running etcd member.
@@ -124,6 +129,10 @@ func start(ctx context.Context, cfg Config) (*Server, error) {
 	ecfg.ClusterState = cfg.InitialClusterState
 	ecfg.InitialClusterToken = cfg.InitialClusterToken
 	ecfg.UnsafeNoFsync = cfg.UnsafeNoFsync
+	if cfg.PKI != nil {
+		ecfg.ClientTLSInfo = cfg.PKI.ServerTLSInfo()
+		ecfg.PeerTLSInfo = cfg.PKI.ServerTLSInfo()
+	}
 	ecfg.Logger = "zap"
 	ecfg.ZapLoggerBuilder = embed.NewZapLoggerBuilder(cfg.Logger)
 
@@ -149,6 +158,15 @@ func start(ctx context.Context, cfg Config) (*Server, error) {
 // Endpoints returns the client URLs, for clientv3.Config.Endpoints.
 func (s *Server) Endpoints() []string { return []string{s.cfg.ClientURL} }
 
+// ClientTLS returns the TLS configuration clients need (the client
+// certificate and the CA), or nil when the member serves plain http.
+func (s *Server) ClientTLS() (*tls.Config, error) {
+	if s.cfg.PKI == nil {
+		return nil, nil
+	}
+	return s.cfg.PKI.ClientConfig()
+}
+
 // Config returns the member's configuration with every URL resolved to a
 // concrete port. Starting it again on the same data directory restarts the
 // same member on the same addresses.
@@ -169,11 +187,12 @@ func (s *Server) Close() {
 func resolveURLs(cfg Config) (Config, bool, error) {
 	var picked, p bool
 	var err error
-	if cfg.ClientURL, p, err = resolveURL(cfg.ClientURL); err != nil {
+	secure := cfg.PKI != nil
+	if cfg.ClientURL, p, err = resolveURL(cfg.ClientURL, secure); err != nil {
 		return cfg, false, fmt.Errorf("client URL: %w", err)
 	}
 	picked = picked || p
-	if cfg.PeerURL, p, err = resolveURL(cfg.PeerURL); err != nil {
+	if cfg.PeerURL, p, err = resolveURL(cfg.PeerURL, secure); err != nil {
 		return cfg, false, fmt.Errorf("peer URL: %w", err)
 	}
 	picked = picked || p
@@ -183,16 +202,26 @@ func resolveURLs(cfg Config) (Config, bool, error) {
 	return cfg, picked, nil
 }
 
-func resolveURL(raw string) (string, bool, error) {
+// resolveURL checks raw and picks a free port for port 0. With secure, the
+// result is https (an http URL, e.g. remembered from a run before TLS, is
+// moved to https on the same address); without, only http is accepted.
+func resolveURL(raw string, secure bool) (string, bool, error) {
+	scheme := "http"
+	if secure {
+		scheme = "https"
+	}
 	if raw == "" {
-		raw = "http://127.0.0.1:0"
+		raw = scheme + "://127.0.0.1:0"
 	}
 	u, err := url.Parse(raw)
 	if err != nil {
 		return "", false, fmt.Errorf("parse %q: %w", raw, err)
 	}
-	if u.Scheme != "http" {
-		return "", false, fmt.Errorf("%q: only http is supported, got scheme %q", raw, u.Scheme)
+	switch {
+	case u.Scheme == "https" && !secure:
+		return "", false, fmt.Errorf("%q: https needs Config.PKI", raw)
+	case u.Scheme != "http" && u.Scheme != "https":
+		return "", false, fmt.Errorf("%q: only http and https are supported, got scheme %q", raw, u.Scheme)
 	}
 	if u.Path != "" && u.Path != "/" || u.RawQuery != "" || u.User != nil {
 		return "", false, fmt.Errorf("%q: want scheme://host:port only", raw)
@@ -200,19 +229,19 @@ func resolveURL(raw string) (string, bool, error) {
 	host, port := u.Hostname(), u.Port()
 	addr, err := netip.ParseAddr(host)
 	if err != nil || !addr.IsLoopback() || addr.Zone() != "" {
-		return "", false, fmt.Errorf("%q: host must be a loopback IP address (the embedded etcd has no TLS or auth)", raw)
+		return "", false, fmt.Errorf("%q: host must be a loopback IP address (the embedded etcd is for this host only)", raw)
 	}
 	if port != "" && port != "0" {
 		if n, err := strconv.ParseUint(port, 10, 16); err != nil || n == 0 {
 			return "", false, fmt.Errorf("%q: bad port %q", raw, port)
 		}
-		return "http://" + net.JoinHostPort(host, port), false, nil
+		return scheme + "://" + net.JoinHostPort(host, port), false, nil
 	}
 	free, err := FreePort(addr)
 	if err != nil {
 		return "", false, err
 	}
-	return "http://" + net.JoinHostPort(host, strconv.Itoa(free)), true, nil
+	return scheme + "://" + net.JoinHostPort(host, strconv.Itoa(free)), true, nil
 }
 
 // FreePort returns a TCP port on the given loopback address that was free a

@@ -67,7 +67,8 @@ func TestStartRejectsBadConfig(t *testing.T) {
 		{"no data dir", Config{}, "DataDir is required"},
 		{"non-loopback client", Config{DataDir: t.TempDir(), ClientURL: "http://10.1.2.3:2379"}, "loopback"},
 		{"hostname", Config{DataDir: t.TempDir(), PeerURL: "http://example.com:2380"}, "loopback"},
-		{"https", Config{DataDir: t.TempDir(), ClientURL: "https://127.0.0.1:2379"}, "only http"},
+		{"https without PKI", Config{DataDir: t.TempDir(), ClientURL: "https://127.0.0.1:2379"}, "https needs Config.PKI"},
+		{"scheme", Config{DataDir: t.TempDir(), ClientURL: "unix://127.0.0.1:2379"}, "only http and https"},
 		{"path", Config{DataDir: t.TempDir(), ClientURL: "http://127.0.0.1:2379/x"}, "host:port only"},
 	}
 	for _, tt := range tests {

@@ -317,9 +317,18 @@ func (r *IPAddressRepair) Run(ctx context.Context, firstPass chan<- struct{}) er
 		delay := r.cfg.Interval
 		report, err := r.pass(ctx, view)
 		if err != nil {
-			r.cfg.Metrics.reconcileError()
 			delay = backoff.Step()
-			logger.Error(err, "IPAddress repair pass failed", "retryIn", delay)
+			switch {
+			case errors.Is(err, errChanged):
+				logger.V(2).Info("IPAddress changed while being repaired, pass retried", "retryIn", delay, "reason", err.Error())
+			case errors.Is(err, ErrNoServiceCIDR) && !started:
+				// At start-up the pass may run before the server created the
+				// default ServiceCIDR: waiting is expected, not an error.
+				logger.V(2).Info("IPAddress repair waits for a ServiceCIDR", "retryIn", delay)
+			default:
+				r.cfg.Metrics.reconcileError()
+				logger.Error(err, "IPAddress repair pass failed", "retryIn", delay)
+			}
 		} else {
 			backoff = newBackoff()
 			logger.V(2).Info("IPAddress repair pass done", "report", report.String())
@@ -356,7 +365,13 @@ func (r *IPAddressRepair) processNext(ctx context.Context, queue workqueue.Typed
 		logger.V(2).Info("IPAddress repair", "ip", p.IP, "service", p.Service, "type", p.Type, "fixed", p.Fixed, "message", p.Message)
 	}
 	if err != nil {
-		if ctx.Err() == nil {
+		switch {
+		case ctx.Err() != nil:
+		case errors.Is(err, errChanged):
+			// An ordinary race with a writer (a Service or IPAddress
+			// changed between the read and the write): not an error.
+			logger.V(2).Info("IPAddress changed while being repaired, retrying", "key", k, "reason", err.Error())
+		default:
 			r.cfg.Metrics.reconcileError()
 			logger.Error(err, "IPAddress repair failed, retrying", "key", k)
 		}

@@ -14,6 +14,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -35,15 +36,43 @@ import (
 	"github.com/allocator/allocator/pkg/subrange"
 )
 
-// buildBinary builds cmd/allocator once per test binary run.
+// buildBinary builds cmd/allocator once per test binary run (TestMain
+// removes it).
 func buildBinary(t *testing.T) string {
 	t.Helper()
-	bin := filepath.Join(t.TempDir(), "allocator")
-	cmd := exec.Command("go", "build", "-o", bin, "github.com/allocator/allocator/cmd/allocator")
-	if out, err := cmd.CombinedOutput(); err != nil {
-		t.Fatalf("go build: %v\n%s", err, out)
+	build.once.Do(func() {
+		dir, err := os.MkdirTemp("", "allocator-e2e-")
+		if err != nil {
+			build.err = err
+			return
+		}
+		build.dir = dir
+		bin := filepath.Join(dir, "allocator")
+		cmd := exec.Command("go", "build", "-o", bin, "github.com/allocator/allocator/cmd/allocator")
+		if out, err := cmd.CombinedOutput(); err != nil {
+			build.err = fmt.Errorf("go build: %w\n%s", err, out)
+			return
+		}
+		build.bin = bin
+	})
+	if build.err != nil {
+		t.Fatal(build.err)
 	}
-	return bin
+	return build.bin
+}
+
+var build struct {
+	once     sync.Once
+	dir, bin string
+	err      error
+}
+
+func TestMain(m *testing.M) {
+	code := m.Run()
+	if build.dir != "" {
+		os.RemoveAll(build.dir)
+	}
+	os.Exit(code)
 }
 
 // startServe runs `allocator serve` as a process on etcd and returns the

@@ -1,0 +1,78 @@
+package apiserver
+
+import (
+	"context"
+	"net/http"
+	"path"
+	"strings"
+
+	"k8s.io/apiserver/pkg/authentication/authenticator"
+	"k8s.io/apiserver/pkg/authentication/authenticatorfactory"
+	"k8s.io/apiserver/pkg/authentication/request/union"
+	"k8s.io/apiserver/pkg/authentication/user"
+	"k8s.io/apiserver/pkg/authorization/authorizer"
+)
+
+// Anonymous access is limited to the probe and version paths, as
+// kube-apiserver's default RBAC (system:public-info-viewer) allows: kubelet
+// probes and load balancers check /livez and /readyz without credentials,
+// and they got 401 here. Every other path stays 401 for a request without a
+// valid token, so nothing else is readable anonymously.
+var anonymousPaths = []string{"/healthz", "/livez", "/readyz", "/version"}
+
+// isAnonymousPath reports whether p is one of anonymousPaths or a check below
+// a probe (/readyz/etcd, /livez/poststarthook/...). Only clean paths count,
+// so no "..", "//" or escaped form reaches another handler through it.
+func isAnonymousPath(p string) bool {
+	if p == "" || path.Clean(p) != p {
+		return false
+	}
+	for _, allowed := range anonymousPaths {
+		if p == allowed || (allowed != "/version" && strings.HasPrefix(p, allowed+"/")) {
+			return true
+		}
+	}
+	return false
+}
+
+// newAuthenticator accepts the admin token, and anonymous requests to the
+// probe and version paths only. (The server's own loopback token is added
+// by k8s.io/apiserver when the config is completed.)
+func newAuthenticator(adminToken string) authenticator.Request {
+	tokens := authenticatorfactory.NewFromTokens(map[string]*user.DefaultInfo{
+		adminToken: {Name: "admin", UID: "admin", Groups: []string{user.SystemPrivilegedGroup, user.AllAuthenticated}},
+	}, nil)
+	anonymous := authenticator.RequestFunc(func(req *http.Request) (*authenticator.Response, bool, error) {
+		if req.Method != http.MethodGet && req.Method != http.MethodHead || req.URL.RawPath != "" || !isAnonymousPath(req.URL.Path) {
+			return nil, false, nil
+		}
+		return &authenticator.Response{User: &user.DefaultInfo{Name: user.Anonymous, Groups: []string{user.AllUnauthenticated}}}, true, nil
+	})
+	return union.New(tokens, anonymous)
+}
+
+// anonymousLimiter allows every authenticated user everything (the only
+// identities are the admin token and the loopback client), and the anonymous
+// user only reads of anonymousPaths: a second fence behind the authenticator.
+type anonymousLimiter struct{}
+
+func (anonymousLimiter) Authorize(_ context.Context, a authorizer.Attributes) (authorizer.Decision, string, error) {
+	u := a.GetUser()
+	if u == nil || u.GetName() != user.Anonymous {
+		return authorizer.DecisionAllow, "", nil
+	}
+	if !a.IsResourceRequest() && a.GetVerb() == "get" && isAnonymousPath(a.GetPath()) {
+		return authorizer.DecisionAllow, "", nil
+	}
+	return authorizer.DecisionDeny, "anonymous requests may only read " + strings.Join(anonymousPaths, ", "), nil
+}
+
+// ConditionsAwareAuthorize is not conditions-aware: it converts Authorize.
+func (l anonymousLimiter) ConditionsAwareAuthorize(ctx context.Context, a authorizer.Attributes) authorizer.ConditionsAwareDecision {
+	return authorizer.ConditionsAwareDecisionFromParts(l.Authorize(ctx, a))
+}
+
+// EvaluateConditions fails closed: there are no conditions to evaluate.
+func (anonymousLimiter) EvaluateConditions(context.Context, authorizer.ConditionsAwareDecision, authorizer.ConditionsData) (authorizer.Decision, string, error) {
+	return authorizer.DecisionDeny, "", authorizer.ErrorConditionEvaluationNotSupported
+}
