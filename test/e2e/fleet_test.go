@@ -215,18 +215,42 @@ func newClient(kubeconfig string) (kubernetes.Interface, error) {
 	return kubernetes.NewForConfig(cfg)
 }
 
-// stop takes r out of the load and stops its process with sig. A SIGTERM
-// must end in a clean exit.
+// stop stops r's process with sig. A SIGTERM is a clean stop: r leaves the
+// load first (as behind a load balancer that drains it) and must exit 0. A
+// SIGKILL is a crash: requests keep going to r until it is dead, so some
+// are in flight when it dies and their answers are lost.
 func (f *fleet) stop(r *replica, sig syscall.Signal) {
 	f.t.Helper()
-	r.serving.Store(nil)
+	if sig != syscall.SIGKILL {
+		r.serving.Store(nil)
+	}
 	r.mu.Lock()
 	p := r.proc
 	r.mu.Unlock()
 	err := p.stop(sig, 30*time.Second)
+	r.serving.Store(nil)
 	if sig == syscall.SIGTERM && err != nil {
 		f.t.Errorf("%s (%s) after SIGTERM: %v\n%s", r.name, p.model, err, tail(p.log(), 30))
 	}
+}
+
+// livePIDs returns the pids of the replicas' running processes.
+func (f *fleet) livePIDs() map[int]string {
+	out := map[int]string{}
+	for _, r := range f.replicas {
+		r.mu.Lock()
+		p := r.proc
+		r.mu.Unlock()
+		if p == nil {
+			continue
+		}
+		select {
+		case <-p.exited:
+		default:
+			out[p.cmd.Process.Pid] = p.model
+		}
+	}
+	return out
 }
 
 // any returns a serving endpoint, preferring the i-th (round robin).

@@ -3,6 +3,7 @@ package e2e
 import (
 	"context"
 	"encoding/json"
+	"maps"
 	"net/netip"
 	"os"
 	"strconv"
@@ -10,6 +11,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"k8s.io/apimachinery/pkg/util/wait"
 
 	"github.com/allocator/allocator/internal/etcdtest"
 	"github.com/allocator/allocator/pkg/etcdlayout"
@@ -130,8 +133,32 @@ func testRollingSwitch(t *testing.T, bin string, kill bool) {
 	}
 	verifyClaims(t, f, cidr, true, 60*time.Second)
 	verifyNoRepairEvents(t, f)
+	verifyRecords(t, f, 30*time.Second)
 	if t.Failed() {
 		t.Logf("replica logs:\n%s", f.logs(60))
+	}
+}
+
+// verifyRecords polls until the transition's replica records are exactly
+// the running processes, each under its model: a stopped replica's record
+// is gone at once, a killed one's when its lease expires.
+func verifyRecords(t *testing.T, f *fleet, timeout time.Duration) {
+	t.Helper()
+	var got map[int]string
+	want := f.livePIDs()
+	err := wait.PollUntilContextTimeout(context.Background(), 500*time.Millisecond, timeout, true, func(ctx context.Context) (bool, error) {
+		records, err := transition.ListRecords(ctx, f.etcd.Client(), "/registry", "")
+		if err != nil {
+			return false, nil
+		}
+		got = map[int]string{}
+		for _, r := range records {
+			got[r.PID] = r.Model
+		}
+		return maps.Equal(got, want), nil
+	})
+	if err != nil {
+		t.Errorf("replica records (pid: model) %v, want the running processes %v within %s", got, want, timeout)
 	}
 }
 
@@ -274,6 +301,7 @@ func testFinish(t *testing.T, bin string) {
 	}
 	verifyClaims(t, f, cidr, true, 60*time.Second)
 	verifyNoRepairEvents(t, f)
+	verifyRecords(t, f, 30*time.Second)
 	if t.Failed() {
 		t.Logf("replica logs:\n%s", f.logs(60))
 	}
