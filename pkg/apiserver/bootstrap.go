@@ -18,6 +18,7 @@ import (
 	restclient "k8s.io/client-go/rest"
 
 	"github.com/allocator/allocator/pkg/allocation"
+	"github.com/allocator/allocator/pkg/repair"
 	"github.com/allocator/allocator/pkg/servicealloc"
 )
 
@@ -42,6 +43,7 @@ func (s *Server) runBootstrap(ctx context.Context, loopback *restclient.Config) 
 		log.Error(err, "Bootstrap cannot build a client")
 		return nil
 	}
+	s.recorder = repair.NewEventRecorder(ctx, client)
 	rebuilt := !s.cfg.RebuildAllocations
 	err = wait.PollUntilContextCancel(ctx, 500*time.Millisecond, true, func(ctx context.Context) (bool, error) {
 		if err := s.bootstrapOnce(ctx, client, &rebuilt); err != nil {
@@ -156,6 +158,12 @@ func (s *Server) ensureDefaultServiceCIDR(ctx context.Context, client kubernetes
 	case err != nil:
 		return fmt.Errorf("get default ServiceCIDR: %w", err)
 	}
+	if sc.DeletionTimestamp != nil {
+		s.warnDefaultServiceCIDROnce(ctx, sc, ReasonDefaultServiceCIDRTerminating,
+			"The default ServiceCIDR is being deleted: it serves no new allocations, and is re-created from --service-cluster-ip-range "+
+				"once the IPAddresses it still holds are released. Create another ServiceCIDR with %v to keep allocating meanwhile", want)
+		return nil
+	}
 	if slices.Equal(sc.Spec.CIDRs, want) {
 		return nil
 	}
@@ -168,7 +176,37 @@ func (s *Server) ensureDefaultServiceCIDR(ctx context.Context, client kubernetes
 	}
 	logger(ctx).Info("Default ServiceCIDR differs from --service-cluster-ip-range and can only grow from single- to dual-stack; leaving it",
 		"stored", sc.Spec.CIDRs, "flag", want)
+	s.warnDefaultServiceCIDROnce(ctx, sc, ReasonKubernetesDefaultServiceCIDRInconsistent,
+		"The default ServiceCIDR has %v but --service-cluster-ip-range is %v; it can only grow from single- to dual-stack, so it is left as it is. "+
+			"Add a ServiceCIDR for a new range instead", sc.Spec.CIDRs, want)
 	return nil
+}
+
+// Reasons of the Warning events on the default ServiceCIDR.
+const (
+	ReasonDefaultServiceCIDRTerminating            = "DefaultServiceCIDRTerminating"
+	ReasonKubernetesDefaultServiceCIDRInconsistent = "KubernetesDefaultServiceCIDRInconsistent" // upstream's reason
+)
+
+// warnDefaultServiceCIDROnce emits a Warning event on sc and logs it, once
+// per reason and object UID (the check runs every 10 s).
+func (s *Server) warnDefaultServiceCIDROnce(ctx context.Context, sc *networkingv1.ServiceCIDR, reason, format string, args ...any) {
+	key := reason + "/" + string(sc.UID)
+	s.warnedMu.Lock()
+	if s.warned == nil {
+		s.warned = map[string]bool{}
+	}
+	seen := s.warned[key]
+	s.warned[key] = true
+	s.warnedMu.Unlock()
+	if seen {
+		return
+	}
+	msg := fmt.Sprintf(format, args...)
+	logger(ctx).Info("Default ServiceCIDR needs attention", "reason", reason, "message", msg)
+	if s.recorder != nil {
+		s.recorder.Event(sc, corev1.EventTypeWarning, reason, msg)
+	}
 }
 
 // ensureKubernetesService creates default/kubernetes with the first address

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -22,6 +23,7 @@ import (
 	"k8s.io/client-go/informers"
 	"k8s.io/client-go/kubernetes"
 	restclient "k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/record"
 	"k8s.io/component-base/metrics"
 	"k8s.io/component-base/metrics/legacyregistry"
 	"k8s.io/klog/v2"
@@ -62,6 +64,11 @@ type Server struct {
 	// transition is this replica's membership in the model transition; nil
 	// when the allocators keep no stored state.
 	transition *transition.Coordinator
+	// recorder emits the bootstrap's events; warned remembers which were
+	// emitted.
+	recorder record.EventRecorder
+	warnedMu sync.Mutex
+	warned   map[string]bool
 }
 
 // New builds the server: stores for every resource, the Service allocator

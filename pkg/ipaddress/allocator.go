@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net/netip"
 	"slices"
+	"strings"
 	"sync"
 	"sync/atomic"
 
@@ -388,6 +389,45 @@ func (a *Allocator) finish(ip netip.Addr, createErr error) {
 	a.markLocked(ip, exists)
 }
 
+// NoServiceCIDRError is returned by AllocateNext when no ready ServiceCIDR
+// serves the family: every one is being deleted, or none exists. It is not
+// "range is full": the fix is a ServiceCIDR, not fewer Services.
+type NoServiceCIDRError struct {
+	Family string
+	// Terminating names the ServiceCIDRs of the family being deleted.
+	Terminating []string
+}
+
+func (e *NoServiceCIDRError) Error() string {
+	msg := "no ready ServiceCIDR serves " + e.Family + " addresses"
+	if len(e.Terminating) > 0 {
+		msg += fmt.Sprintf(" (ServiceCIDR %s is being deleted and serves no new allocations; "+
+			"create another ServiceCIDR to allocate meanwhile)", strings.Join(e.Terminating, ", "))
+	}
+	return msg
+}
+
+func (a *Allocator) noServiceCIDR() error {
+	e := &NoServiceCIDRError{Family: familyOf(a.ipv6)}
+	cidrs, err := a.cidrLister.List(labels.Everything())
+	if err != nil {
+		return e
+	}
+	for _, sc := range cidrs {
+		if sc.DeletionTimestamp == nil {
+			continue
+		}
+		for _, text := range sc.Spec.CIDRs {
+			if p, err := subrange.ParsePrefix(text); err == nil && p.Addr().Is6() == a.ipv6 {
+				e.Terminating = append(e.Terminating, fmt.Sprintf("%q", sc.Name))
+				break
+			}
+		}
+	}
+	slices.Sort(e.Terminating)
+	return e
+}
+
 // --- allocation.Interface ---
 
 // Allocate claims ip for owner by creating its IPAddress. It returns
@@ -465,7 +505,11 @@ func (a *Allocator) allocateNext(ctx context.Context, owner allocation.Owner, ex
 		if ok {
 			a.reserveLocked(ip)
 		}
+		noRange := len(a.ranges) == 0
 		a.mu.Unlock()
+		if !ok && noRange {
+			return netip.Addr{}, a.noServiceCIDR()
+		}
 		if !ok {
 			return netip.Addr{}, allocation.ErrFull
 		}

@@ -1,0 +1,81 @@
+package integration
+
+import (
+	"context"
+	"strings"
+	"testing"
+	"time"
+
+	networkingv1 "k8s.io/api/networking/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
+
+	"github.com/allocator/allocator/pkg/apiserver"
+)
+
+func hasEvent(ctx context.Context, c kubernetes.Interface, reason, objName string) (bool, error) {
+	ev, err := c.CoreV1().Events(metav1.NamespaceAll).List(ctx, metav1.ListOptions{FieldSelector: "reason=" + reason})
+	if err != nil {
+		return false, err
+	}
+	for _, e := range ev.Items {
+		if e.InvolvedObject.Name == objName {
+			return true, nil
+		}
+	}
+	return false, nil
+}
+
+// TestDeletedDefaultServiceCIDR: deleting the default ServiceCIDR leaves it
+// terminating while the kubernetes Service's IPAddress points at it. A new
+// Service then must not fail with a misleading "range is full": the error
+// and an event on the ServiceCIDR say what is wrong and what to do.
+func TestDeletedDefaultServiceCIDR(t *testing.T) {
+	ctx := testContext(t)
+	s := startServer(t, serverOptions{model: apiserver.ModelIPAddress, serviceRange: "10.96.0.0/24"})
+	c := s.client
+	if err := c.NetworkingV1().ServiceCIDRs().Delete(ctx, apiserver.DefaultServiceCIDRName, metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, 30*time.Second, "the allocator to stop serving the terminating ServiceCIDR", func(ctx context.Context) (bool, error) {
+		_, err := create(ctx, c, newService("after-delete"))
+		if err == nil {
+			_ = c.CoreV1().Services("default").Delete(ctx, "after-delete", metav1.DeleteOptions{})
+			return false, nil
+		}
+		msg := err.Error()
+		if strings.Contains(msg, "range is full") {
+			t.Fatalf("misleading error: %v", err)
+		}
+		return strings.Contains(msg, "no ready ServiceCIDR serves IPv4 addresses") && strings.Contains(msg, `"kubernetes" is being deleted`), nil
+	})
+	eventually(t, 30*time.Second, "a DefaultServiceCIDRTerminating event", func(ctx context.Context) (bool, error) {
+		return hasEvent(ctx, c, apiserver.ReasonDefaultServiceCIDRTerminating, apiserver.DefaultServiceCIDRName)
+	})
+	// Another ServiceCIDR covering the range lets allocation go on.
+	mustCreateServiceCIDR(t, ctx, c, "replacement", "10.96.0.0/24")
+	eventually(t, 30*time.Second, "allocation from the replacement", func(ctx context.Context) (bool, error) {
+		_, err := create(ctx, c, newService("after-replacement"))
+		return err == nil, nil
+	})
+}
+
+// TestChangedRangeIsNotSilent: a --service-cluster-ip-range the default
+// ServiceCIDR cannot follow raises upstream's
+// KubernetesDefaultServiceCIDRInconsistent event.
+func TestChangedRangeIsNotSilent(t *testing.T) {
+	s := startServer(t, serverOptions{model: apiserver.ModelIPAddress, serviceRange: "10.96.0.0/24"})
+	s.stop()
+	s = startServer(t, serverOptions{model: apiserver.ModelIPAddress, serviceRange: "10.97.0.0/24", etcd: s.etcd})
+	eventually(t, 30*time.Second, "a KubernetesDefaultServiceCIDRInconsistent event", func(ctx context.Context) (bool, error) {
+		return hasEvent(ctx, s.client, apiserver.ReasonKubernetesDefaultServiceCIDRInconsistent, apiserver.DefaultServiceCIDRName)
+	})
+}
+
+func mustCreateServiceCIDR(t *testing.T, ctx context.Context, c kubernetes.Interface, name string, cidrs ...string) {
+	t.Helper()
+	sc := &networkingv1.ServiceCIDR{ObjectMeta: metav1.ObjectMeta{Name: name}, Spec: networkingv1.ServiceCIDRSpec{CIDRs: cidrs}}
+	if _, err := c.NetworkingV1().ServiceCIDRs().Create(ctx, sc, metav1.CreateOptions{}); err != nil {
+		t.Fatalf("create ServiceCIDR %s: %v", name, err)
+	}
+}
