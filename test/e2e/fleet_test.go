@@ -48,6 +48,8 @@ type replica struct {
 	// stopped; nil otherwise. The load generator sends requests only to
 	// serving replicas.
 	serving atomic.Pointer[endpoint]
+	// inFlight counts the load's requests to the replica not answered yet.
+	inFlight atomic.Int32
 }
 
 // endpoint is a ready replica process as a client sees it.
@@ -223,6 +225,14 @@ func (f *fleet) stop(r *replica, sig syscall.Signal) {
 	f.t.Helper()
 	if sig != syscall.SIGKILL {
 		r.serving.Store(nil)
+	} else {
+		// Kill it with a request in flight when the load offers one
+		// within a few seconds, so an answer is really lost.
+		deadline := time.Now().Add(5 * time.Second)
+		for r.inFlight.Load() == 0 && time.Now().Before(deadline) {
+			time.Sleep(time.Millisecond)
+		}
+		f.t.Logf("killing %s with %d requests in flight", r.name, r.inFlight.Load())
 	}
 	r.mu.Lock()
 	p := r.proc

@@ -214,7 +214,9 @@ func (l *load) create(name string, static netip.Addr, turn int) bool {
 			continue
 		}
 		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		ep.replica.inFlight.Add(1)
 		out, err := ep.client.CoreV1().Services("default").Create(ctx, svc, metav1.CreateOptions{})
+		ep.replica.inFlight.Add(-1)
 		cancel()
 		switch {
 		case err == nil:
@@ -293,7 +295,9 @@ func (l *load) delete(name string, turn int) {
 			continue
 		}
 		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		ep.replica.inFlight.Add(1)
 		err := ep.client.CoreV1().Services("default").Delete(ctx, name, metav1.DeleteOptions{})
+		ep.replica.inFlight.Add(-1)
 		cancel()
 		switch {
 		case err == nil, apierrors.IsNotFound(err) && attempt > 0:
