@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -298,17 +299,17 @@ func (f *fleet) logs(lines int) string {
 	return b.String()
 }
 
-// runCLI runs the allocator binary and returns its combined output and
-// exit code.
-func runCLI(t *testing.T, bin string, args ...string) (string, int) {
+// runCLI runs the allocator binary and returns its standard output, its
+// whole output (stdout and stderr interleaved) and its exit code.
+func runCLI(t *testing.T, bin string, args ...string) (stdout, output string, code int) {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	var out bytes.Buffer
+	all := &lockedBuffer{}
 	cmd := exec.CommandContext(ctx, bin, args...)
-	cmd.Stdout, cmd.Stderr = &out, &out
+	cmd.Stdout, cmd.Stderr = io.MultiWriter(&out, all), all
 	err := cmd.Run()
-	code := 0
 	var exit *exec.ExitError
 	switch {
 	case errors.As(err, &exit):
@@ -316,6 +317,25 @@ func runCLI(t *testing.T, bin string, args ...string) (string, int) {
 	case err != nil:
 		t.Fatalf("run %v: %v", args, err)
 	}
-	t.Logf("allocator %s → exit %d\n%s", strings.Join(args, " "), code, tail(out.String(), 12))
-	return out.String(), code
+	t.Logf("allocator %s → exit %d\n%s", strings.Join(args, " "), code, tail(all.String(), 12))
+	return out.String(), all.String(), code
+}
+
+// lockedBuffer is a bytes.Buffer written from the stdout and the stderr
+// copier of one command at once.
+type lockedBuffer struct {
+	mu  sync.Mutex
+	buf bytes.Buffer
+}
+
+func (b *lockedBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.Write(p)
+}
+
+func (b *lockedBuffer) String() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.String()
 }

@@ -54,6 +54,9 @@ type ack struct {
 	static  bool
 	at      time.Time
 	deleted bool
+	// deletedVia and deletedAt: the replica that acknowledged the delete, and when.
+	deletedVia string
+	deletedAt  time.Time
 }
 
 // load creates (and deletes some) Services through whichever replicas of a
@@ -74,6 +77,7 @@ type load struct {
 	recovered int                   // creates retried after a lost answer and found stored; guarded by mu
 	retries   int                   // requests retried after a connection error or 5xx; guarded by mu
 	problems  []string              // duplicates, losses, refused requests; guarded by mu
+	blocked   []string              // static retries refused because the lost attempt's claim leaked; guarded by mu
 	creates   int                   // creates begun; guarded by mu
 	deletes   int                   // deletes acknowledged; guarded by mu
 
@@ -207,6 +211,7 @@ func (l *load) create(name string, static netip.Addr, turn int) bool {
 	}
 	deadline := time.Now().Add(opDeadline)
 	var lastErr error
+	lostVia := "" // a replica whose answer to an attempt was lost
 	for attempt := 0; time.Now().Before(deadline); attempt++ {
 		ep := l.f.pick(turn + attempt)
 		if ep == nil {
@@ -236,8 +241,32 @@ func (l *load) create(name string, static netip.Addr, turn int) bool {
 			l.mu.Unlock()
 			l.acknowledge(name, got, "read back via "+ep.String(), "", static)
 			return true
+		case static.IsValid() && lostVia != "" && apierrors.IsInvalid(err) && strings.Contains(err.Error(), "provided IP is already allocated"):
+			// The lost attempt claimed the address and died before
+			// storing the Service: its claim is a leak until repair
+			// frees it (as upstream). Not a duplicate — unless the
+			// Service is stored after all.
+			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+			got, gerr := ep.client.CoreV1().Services("default").Get(ctx, name, metav1.GetOptions{})
+			cancel()
+			switch {
+			case gerr == nil:
+				l.acknowledge(name, got, "read back via "+ep.String(), "", static)
+				return true
+			case apierrors.IsNotFound(gerr):
+				l.mu.Lock()
+				l.blocked = append(l.blocked, fmt.Sprintf("%s %s (answer lost from %s, refused via %s)", name, static, lostVia, ep))
+				l.mu.Unlock()
+				return false
+			default:
+				lastErr = gerr
+			}
 		case retryable(err):
 			lastErr = err
+			var status apierrors.APIStatus
+			if !errors.As(err, &status) {
+				lostVia = ep.String()
+			}
 			l.mu.Lock()
 			l.retries++
 			l.mu.Unlock()
@@ -303,6 +332,7 @@ func (l *load) delete(name string, turn int) {
 		case err == nil, apierrors.IsNotFound(err) && attempt > 0:
 			l.mu.Lock()
 			l.deletes++
+			a.deletedVia, a.deletedAt = ep.String(), time.Now()
 			l.mu.Unlock()
 			return
 		case apierrors.IsNotFound(err):
@@ -356,9 +386,35 @@ func (l *load) summary() {
 	}
 	l.t.Logf("load (seed %d): %d creates begun, %d acknowledged (%d static), %d deleted, %d recovered by reading back after a lost answer, %d retried requests; per model %v; per replica %s",
 		l.cfg.seed, l.creates, len(l.services), statics, l.deletes, l.recovered, l.retries, l.byModel, strings.Join(replicas, " "))
+	for _, b := range l.blocked {
+		l.t.Logf("static create refused on retry: the lost attempt's claim leaked: %s", b)
+	}
 	for _, p := range l.problems {
 		l.t.Error(p)
 	}
+}
+
+// history describes every Service the load knew with address ip.
+func (l *load) history(ip netip.Addr) []string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	var out []string
+	for name, a := range l.services {
+		if a.ip != ip {
+			continue
+		}
+		h := fmt.Sprintf("%s created via %s at %s", name, a.via, a.at.Format("15:04:05.000"))
+		if a.deleted {
+			h += fmt.Sprintf(", deleted via %s at %s", a.deletedVia, a.deletedAt.Format("15:04:05.000"))
+		}
+		out = append(out, h)
+	}
+	for _, b := range l.blocked {
+		if strings.Contains(b, " "+ip.String()+" ") {
+			out = append(out, "static retry refused: "+b)
+		}
+	}
+	return out
 }
 
 // live returns the acknowledged, not deleted Services and their addresses.
