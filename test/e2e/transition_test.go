@@ -193,6 +193,7 @@ func verifyRecords(t *testing.T, f *fleet, timeout time.Duration) {
 	t.Helper()
 	var got map[int]string
 	want := f.livePIDs()
+	start := time.Now()
 	err := wait.PollUntilContextTimeout(context.Background(), 500*time.Millisecond, timeout, true, func(ctx context.Context) (bool, error) {
 		records, err := transition.ListRecords(ctx, f.etcd.Client(), "/registry", "")
 		if err != nil {
@@ -206,7 +207,9 @@ func verifyRecords(t *testing.T, f *fleet, timeout time.Duration) {
 	})
 	if err != nil {
 		t.Errorf("replica records (pid: model) %v, want the running processes %v within %s", got, want, timeout)
+		return
 	}
+	t.Logf("replica records are the running processes %v after %s", want, time.Since(start).Round(100*time.Millisecond))
 }
 
 // transitionStatus runs `allocator transition status -o json`.
