@@ -33,9 +33,9 @@ type findings struct {
 	Changed int `json:"changed_ip"`
 	// ReadbackMismatch are Services that the servers list differently.
 	ReadbackMismatch int `json:"readback_mismatch"`
-	// IPAddressMissing are Service IPs with no IPAddress object.
+	// IPAddressMissing are Services whose IP has no IPAddress object.
 	IPAddressMissing int `json:"ipaddress_missing"`
-	// IPAddressWrongOwner are Service IPs whose IPAddress names another parent.
+	// IPAddressWrongOwner are Services whose IP's IPAddress names another parent.
 	IPAddressWrongOwner int `json:"ipaddress_wrong_owner"`
 	// BitmapMissing are Service IPs inside a stored RangeAllocation whose bit is clear.
 	BitmapMissing int `json:"bitmap_missing"`
@@ -137,12 +137,15 @@ func runCheck(args []string) (bool, error) {
 		return false, err
 	}
 	for ip, keys := range holders {
-		owner, ok := owners[ip]
-		switch {
-		case !ok:
-			f.IPAddressMissing++
-		case !slices.Contains(keys, owner):
-			f.IPAddressWrongOwner++
+		// Per Service: of two Services on one IP, at most one holds the record.
+		for _, key := range keys {
+			owner, ok := owners[ip]
+			switch {
+			case !ok:
+				f.IPAddressMissing++
+			case owner != key:
+				f.IPAddressWrongOwner++
+			}
 		}
 		addr, err := netip.ParseAddr(ip)
 		if err != nil {
