@@ -26,6 +26,8 @@ KUBE_132=${KUBE_132:-v1.32.13}
 KUBE_133=${KUBE_133:-v1.33.13}
 RESULTS=${RESULTS:-}              # also append the JSON lines to this file
 KEEP=${KEEP:-}                    # non-empty: keep the logs and data (path printed at the end)
+OURS_FIRST=${OURS_FIRST:-}        # non-empty: start ours before kube-apiserver (it then writes the
+                                  # default ServiceCIDR and the kubernetes Service's IPAddress first)
 
 work=$(mktemp -d)
 pids=()
@@ -81,6 +83,33 @@ echo "$token,admin,admin,system:masters" >"$work/tokens.csv"
 openssl genrsa -out "$work/sa.key" 2048 2>/dev/null
 openssl rsa -in "$work/sa.key" -pubout -out "$work/sa.pub" 2>/dev/null
 
+start_kas() {
+  kport=$(free_port)
+  "$kas" --etcd-servers "$etcd_url" --authorization-mode AlwaysAllow --token-auth-file "$work/tokens.csv" \
+    --bind-address 127.0.0.1 --advertise-address 127.0.0.1 --endpoint-reconciler-type none \
+    --secure-port "$kport" --cert-dir "$dir/kas-certs" --service-cluster-ip-range "$RANGE" \
+    --service-account-issuer https://kubernetes.default.svc --service-account-key-file "$work/sa.pub" \
+    --service-account-signing-key-file "$work/sa.key" >"$dir/kube-apiserver.log" 2>&1 &
+  pids+=($!)
+  cat >"$dir/kas.kubeconfig" <<KC
+apiVersion: v1
+kind: Config
+clusters: [{name: kas, cluster: {server: "https://127.0.0.1:$kport", insecure-skip-tls-verify: true}}]
+users: [{name: admin, user: {token: "$token"}}]
+contexts: [{name: kas, context: {cluster: kas, user: admin}}]
+current-context: kas
+KC
+  wait_for kube-apiserver kubectl --kubeconfig "$dir/kas.kubeconfig" get --raw /readyz || { not_ready kube-apiserver; return 1; }
+}
+
+start_ours() {
+  "$work/allocator" serve --etcd-servers "$etcd_url" --data-dir "$dir/ours" --secure-port 0 \
+    --allocator "$model" --service-cluster-ip-range "$RANGE" >"$dir/ours.log" 2>&1 &
+  pids+=($!)
+  ours_kc="$dir/ours/admin.kubeconfig"
+  wait_for "allocator serve" kubectl --kubeconfig "$ours_kc" get --raw /readyz || { not_ready "allocator serve"; return 1; }
+}
+
 failed=0
 for scenario in $SCENARIOS; do
   minor=${scenario%%:*}
@@ -99,28 +128,13 @@ for scenario in $SCENARIOS; do
   wait_for etcd grep -q '^ready ' "$dir/etcd.out" || { not_ready etcd; continue; }
   etcd_url=$(sed -n 's/^ready //p' "$dir/etcd.out")
 
-  kport=$(free_port)
-  "$kas" --etcd-servers "$etcd_url" --authorization-mode AlwaysAllow --token-auth-file "$work/tokens.csv" \
-    --bind-address 127.0.0.1 --advertise-address 127.0.0.1 --endpoint-reconciler-type none \
-    --secure-port "$kport" --cert-dir "$dir/kas-certs" --service-cluster-ip-range "$RANGE" \
-    --service-account-issuer https://kubernetes.default.svc --service-account-key-file "$work/sa.pub" \
-    --service-account-signing-key-file "$work/sa.key" >"$dir/kube-apiserver.log" 2>&1 &
-  pids+=($!)
-  cat >"$dir/kas.kubeconfig" <<KC
-apiVersion: v1
-kind: Config
-clusters: [{name: kas, cluster: {server: "https://127.0.0.1:$kport", insecure-skip-tls-verify: true}}]
-users: [{name: admin, user: {token: "$token"}}]
-contexts: [{name: kas, context: {cluster: kas, user: admin}}]
-current-context: kas
-KC
-  wait_for kube-apiserver kubectl --kubeconfig "$dir/kas.kubeconfig" get --raw /readyz || { not_ready kube-apiserver; continue; }
-
-  "$work/allocator" serve --etcd-servers "$etcd_url" --data-dir "$dir/ours" --secure-port 0 \
-    --allocator "$model" --service-cluster-ip-range "$RANGE" >"$dir/ours.log" 2>&1 &
-  pids+=($!)
-  ours_kc="$dir/ours/admin.kubeconfig"
-  wait_for "allocator serve" kubectl --kubeconfig "$ours_kc" get --raw /readyz || { not_ready "allocator serve"; continue; }
+  if [ -n "$OURS_FIRST" ]; then
+    start_ours || continue
+    start_kas || continue
+  else
+    start_kas || continue
+    start_ours || continue
+  fi
 
   servers="kas=$dir/kas.kubeconfig,ours=$ours_kc"
   "$work/mixed" load --scenario "kube-apiserver-$minor+ours-$model" --servers "$servers" \

@@ -2,6 +2,7 @@ package main
 
 import (
 	"bufio"
+	"bytes"
 	"context"
 	"encoding/json"
 	"flag"
@@ -14,7 +15,10 @@ import (
 
 	clientv3 "go.etcd.io/etcd/client/v3"
 	corev1 "k8s.io/api/core/v1"
+	networkingv1 "k8s.io/api/networking/v1"
+	networkingv1beta1 "k8s.io/api/networking/v1beta1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
 
 	"github.com/allocator/allocator/pkg/bitmap"
 	"github.com/allocator/allocator/pkg/etcdlayout"
@@ -229,15 +233,15 @@ func ipAddressOwners(ctx context.Context, etcd *clientv3.Client, layout etcdlayo
 	}
 	out := make(map[string]string, len(resp.Kvs))
 	for _, kv := range resp.Kvs {
-		obj, err := etcdlayout.DecodeIPAddress(kv.Value)
+		name, parent, err := decodeIPAddress(kv.Value)
 		if err != nil {
 			return nil, etcdlayout.WithKey(string(kv.Key), err)
 		}
 		owner := ""
-		if p := obj.Spec.ParentRef; p != nil && p.Group == "" && p.Resource == "services" {
-			owner = p.Namespace + "/" + p.Name
+		if parent != nil && parent.Group == "" && parent.Resource == "services" {
+			owner = parent.Namespace + "/" + parent.Name
 		}
-		out[obj.Name] = owner
+		out[name] = owner
 	}
 	return out, nil
 }
@@ -280,4 +284,28 @@ func storedMaps(ctx context.Context, etcd *clientv3.Client, layout etcdlayout.La
 		out[key] = storedMap{rng: rng, alloc: alloc}
 	}
 	return out, nil
+}
+
+// decodeIPAddress returns an IPAddress's name and parentRef. kube-apiserver
+// 1.33 stores IPAddresses as networking.k8s.io/v1beta1 (v1 became the storage
+// version only in 1.34), which etcdlayout does not decode, so that version is
+// read here from the protobuf envelope directly.
+func decodeIPAddress(value []byte) (string, *networkingv1.ParentReference, error) {
+	obj, err := etcdlayout.DecodeIPAddress(value)
+	if err == nil {
+		return obj.Name, obj.Spec.ParentRef, nil
+	}
+	var u runtime.Unknown
+	if !bytes.HasPrefix(value, []byte(etcdlayout.ProtobufMagic)) || u.Unmarshal(value[len(etcdlayout.ProtobufMagic):]) != nil ||
+		u.APIVersion != "networking.k8s.io/v1beta1" || u.Kind != "IPAddress" {
+		return "", nil, err
+	}
+	var beta networkingv1beta1.IPAddress
+	if berr := beta.Unmarshal(u.Raw); berr != nil {
+		return "", nil, fmt.Errorf("decode networking.k8s.io/v1beta1 IPAddress: %w", berr)
+	}
+	if p := beta.Spec.ParentRef; p != nil {
+		return beta.Name, &networkingv1.ParentReference{Group: p.Group, Resource: p.Resource, Namespace: p.Namespace, Name: p.Name}, nil
+	}
+	return beta.Name, nil, nil
 }
