@@ -140,6 +140,11 @@ for scenario in $SCENARIOS; do
   "$work/mixed" load --scenario "kube-apiserver-$minor+ours-$model" --servers "$servers" \
     --clients "$CLIENTS" --creates "$CREATES" --acks "$dir/acks.jsonl" | tee -a "$dir/summary.jsonl"
 
+  # The same check before any repair pass: how far the records drifted under
+  # load (informational; only the check after repair decides).
+  "$work/mixed" check --phase before-repair --scenario "kube-apiserver-$minor+ours-$model" --servers "$servers" \
+    --etcd-servers "$etcd_url" --acks "$dir/acks.jsonl" | tee -a "$dir/summary.jsonl" || true
+
   # One repair pass of each model (each fixes its own records; exit 2 means
   # problems only a person can resolve, such as two Services on one IP).
   repair_rc=""

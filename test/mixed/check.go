@@ -54,6 +54,7 @@ func runCheck(args []string) (bool, error) {
 	etcdServers := fs.String("etcd-servers", "", "etcd the servers share (IPAddresses and bitmaps are read there)")
 	etcdPrefix := fs.String("etcd-prefix", etcdlayout.DefaultPrefix, "etcd prefix of the servers")
 	scenario := fs.String("scenario", "", "scenario name for the summary")
+	phase := fs.String("phase", "check", "phase name for the summary (e.g. before-repair)")
 	timeout := fs.Duration("timeout", 2*time.Minute, "time limit of the check")
 	if err := fs.Parse(args); err != nil {
 		return false, err
@@ -170,7 +171,7 @@ func runCheck(args []string) (bool, error) {
 	slices.Sort(mapNames)
 
 	summary := map[string]any{
-		"phase": "check", "scenario": *scenario, "ok": f.ok(), "findings": f,
+		"phase": *phase, "scenario": *scenario, "ok": f.ok(), "findings": f,
 		"services": len(services), "acknowledged": len(acks), "ipaddresses": len(owners), "bitmaps": mapNames,
 	}
 	if len(examples) > 0 {
