@@ -25,6 +25,9 @@ RANGE=${RANGE:-10.96.0.0/20}      # 4,094 addresses: 2,400 creates fill most of 
 KUBE_132=${KUBE_132:-v1.32.13}
 KUBE_133=${KUBE_133:-v1.33.13}
 RESULTS=${RESULTS:-}              # also append the JSON lines to this file
+KEEP=${KEEP:-}                    # non-empty: keep the logs and data (path printed at the end)
+OURS_FIRST=${OURS_FIRST:-}        # non-empty: start ours before kube-apiserver (it then writes the
+                                  # default ServiceCIDR and the kubernetes Service's IPAddress first)
 
 work=$(mktemp -d)
 pids=()
@@ -38,28 +41,41 @@ cleanup() {
   done
   pids=()
 }
-trap 'cleanup; rm -rf "$work"' EXIT
+finish() {
+  cleanup
+  if [ -n "$KEEP" ]; then echo "logs and data kept in $work" >&2; else rm -rf "$work"; fi
+}
+trap finish EXIT
 
 free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1]); s.close()'; }
 
-# wait_for CMD... : retry CMD for up to 120s, or fail with the logs of $1's scenario.
+# wait_for WHAT CMD... : retry CMD for up to 120s; on failure print the end of
+# the scenario's logs and return 1.
 wait_for() {
   local what=$1; shift
-  for _ in $(seq 1 600); do
-    if "$@" >/dev/null 2>&1; then return 0; fi
-    sleep 0.2
+  local deadline=$(( $(date +%s) + 120 ))
+  while [ "$(date +%s)" -lt "$deadline" ]; do
+    if timeout 10 "$@" >/dev/null 2>&1; then return 0; fi
+    sleep 0.5
   done
-  echo "$what not ready after 120s" >&2
-  tail -30 "$dir"/*.log >&2
+  echo "$what not ready after 120s; last log lines:" >&2
+  tail -n 5 "$dir"/*.log | cut -c1-400 >&2
   return 1
 }
 
-echo "building: allocator, etcdserver, mixed, kube-apiserver $KUBE_132 and $KUBE_133 (cached)" >&2
+# not_ready WHAT: the scenario's JSON line when a server never got ready.
+not_ready() {
+  printf '{"phase":"start","scenario":"%s","ok":false,"error":"%s not ready after 120s (logs: %s)"}\n' \
+    "kube-apiserver-$minor+ours-$model" "$1" "$dir" | tee -a "$dir/summary.jsonl"
+  [ -z "$RESULTS" ] || cat "$dir/summary.jsonl" >>"$RESULTS"
+  failed=1
+  cleanup
+}
+
+echo "building: allocator, etcdserver, mixed (kube-apiserver only when not cached)" >&2
 go build -o "$work/allocator" ./cmd/allocator
 go build -o "$work/etcdserver" ./test/tools/etcdserver
 go build -o "$work/mixed" ./test/mixed
-kas_132=$(hack/lib/kube-apiserver-build.sh "$KUBE_132")
-kas_133=$(hack/lib/kube-apiserver-build.sh "$KUBE_133")
 
 # Credentials shared by every kube-apiserver run.
 token=$(head -c 16 /dev/urandom | od -An -tx1 | tr -d ' \n')
@@ -67,24 +83,7 @@ echo "$token,admin,admin,system:masters" >"$work/tokens.csv"
 openssl genrsa -out "$work/sa.key" 2048 2>/dev/null
 openssl rsa -in "$work/sa.key" -pubout -out "$work/sa.pub" 2>/dev/null
 
-failed=0
-for scenario in $SCENARIOS; do
-  minor=${scenario%%:*}
-  model=${scenario##*:}
-  case $minor in
-    1.32) kas=$kas_132 ;;
-    1.33) kas=$kas_133 ;;
-    *) echo "unknown kube-apiserver minor $minor" >&2; exit 2 ;;
-  esac
-  dir="$work/$minor-$model"
-  mkdir -p "$dir"
-  started=$(date +%s)
-
-  "$work/etcdserver" >"$dir/etcd.out" 2>"$dir/etcd.log" &
-  pids+=($!)
-  wait_for etcd grep -q '^ready ' "$dir/etcd.out"
-  etcd_url=$(sed -n 's/^ready //p' "$dir/etcd.out")
-
+start_kas() {
   kport=$(free_port)
   "$kas" --etcd-servers "$etcd_url" --authorization-mode AlwaysAllow --token-auth-file "$work/tokens.csv" \
     --bind-address 127.0.0.1 --advertise-address 127.0.0.1 --endpoint-reconciler-type none \
@@ -100,17 +99,51 @@ users: [{name: admin, user: {token: "$token"}}]
 contexts: [{name: kas, context: {cluster: kas, user: admin}}]
 current-context: kas
 KC
-  wait_for kube-apiserver kubectl --kubeconfig "$dir/kas.kubeconfig" get --raw /readyz
+  wait_for kube-apiserver kubectl --kubeconfig "$dir/kas.kubeconfig" get --raw /readyz || { not_ready kube-apiserver; return 1; }
+}
 
+start_ours() {
   "$work/allocator" serve --etcd-servers "$etcd_url" --data-dir "$dir/ours" --secure-port 0 \
     --allocator "$model" --service-cluster-ip-range "$RANGE" >"$dir/ours.log" 2>&1 &
   pids+=($!)
   ours_kc="$dir/ours/admin.kubeconfig"
-  wait_for "allocator serve" kubectl --kubeconfig "$ours_kc" get --raw /readyz
+  wait_for "allocator serve" kubectl --kubeconfig "$ours_kc" get --raw /readyz || { not_ready "allocator serve"; return 1; }
+}
+
+failed=0
+for scenario in $SCENARIOS; do
+  minor=${scenario%%:*}
+  model=${scenario##*:}
+  case $minor in
+    1.32) kas=$(hack/lib/kube-apiserver-build.sh "$KUBE_132") ;;
+    1.33) kas=$(hack/lib/kube-apiserver-build.sh "$KUBE_133") ;;
+    *) echo "unknown kube-apiserver minor $minor" >&2; exit 2 ;;
+  esac
+  dir="$work/$minor-$model"
+  mkdir -p "$dir"
+  started=$(date +%s)
+
+  "$work/etcdserver" >"$dir/etcd.out" 2>"$dir/etcd.log" &
+  pids+=($!)
+  wait_for etcd grep -q '^ready ' "$dir/etcd.out" || { not_ready etcd; continue; }
+  etcd_url=$(sed -n 's/^ready //p' "$dir/etcd.out")
+
+  if [ -n "$OURS_FIRST" ]; then
+    start_ours || continue
+    start_kas || continue
+  else
+    start_kas || continue
+    start_ours || continue
+  fi
 
   servers="kas=$dir/kas.kubeconfig,ours=$ours_kc"
   "$work/mixed" load --scenario "kube-apiserver-$minor+ours-$model" --servers "$servers" \
     --clients "$CLIENTS" --creates "$CREATES" --acks "$dir/acks.jsonl" | tee -a "$dir/summary.jsonl"
+
+  # The same check before any repair pass: how far the records drifted under
+  # load (informational; only the check after repair decides).
+  "$work/mixed" check --phase before-repair --scenario "kube-apiserver-$minor+ours-$model" --servers "$servers" \
+    --etcd-servers "$etcd_url" --acks "$dir/acks.jsonl" | tee -a "$dir/summary.jsonl" || true
 
   # One repair pass of each model (each fixes its own records; exit 2 means
   # problems only a person can resolve, such as two Services on one IP).

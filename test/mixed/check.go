@@ -2,6 +2,7 @@ package main
 
 import (
 	"bufio"
+	"bytes"
 	"context"
 	"encoding/json"
 	"flag"
@@ -14,7 +15,10 @@ import (
 
 	clientv3 "go.etcd.io/etcd/client/v3"
 	corev1 "k8s.io/api/core/v1"
+	networkingv1 "k8s.io/api/networking/v1"
+	networkingv1beta1 "k8s.io/api/networking/v1beta1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
 
 	"github.com/allocator/allocator/pkg/bitmap"
 	"github.com/allocator/allocator/pkg/etcdlayout"
@@ -33,9 +37,9 @@ type findings struct {
 	Changed int `json:"changed_ip"`
 	// ReadbackMismatch are Services that the servers list differently.
 	ReadbackMismatch int `json:"readback_mismatch"`
-	// IPAddressMissing are Service IPs with no IPAddress object.
+	// IPAddressMissing are Services whose IP has no IPAddress object.
 	IPAddressMissing int `json:"ipaddress_missing"`
-	// IPAddressWrongOwner are Service IPs whose IPAddress names another parent.
+	// IPAddressWrongOwner are Services whose IP's IPAddress names another parent.
 	IPAddressWrongOwner int `json:"ipaddress_wrong_owner"`
 	// BitmapMissing are Service IPs inside a stored RangeAllocation whose bit is clear.
 	BitmapMissing int `json:"bitmap_missing"`
@@ -50,6 +54,7 @@ func runCheck(args []string) (bool, error) {
 	etcdServers := fs.String("etcd-servers", "", "etcd the servers share (IPAddresses and bitmaps are read there)")
 	etcdPrefix := fs.String("etcd-prefix", etcdlayout.DefaultPrefix, "etcd prefix of the servers")
 	scenario := fs.String("scenario", "", "scenario name for the summary")
+	phase := fs.String("phase", "check", "phase name for the summary (e.g. before-repair)")
 	timeout := fs.Duration("timeout", 2*time.Minute, "time limit of the check")
 	if err := fs.Parse(args); err != nil {
 		return false, err
@@ -137,12 +142,15 @@ func runCheck(args []string) (bool, error) {
 		return false, err
 	}
 	for ip, keys := range holders {
-		owner, ok := owners[ip]
-		switch {
-		case !ok:
-			f.IPAddressMissing++
-		case !slices.Contains(keys, owner):
-			f.IPAddressWrongOwner++
+		// Per Service: of two Services on one IP, at most one holds the record.
+		for _, key := range keys {
+			owner, ok := owners[ip]
+			switch {
+			case !ok:
+				f.IPAddressMissing++
+			case owner != key:
+				f.IPAddressWrongOwner++
+			}
 		}
 		addr, err := netip.ParseAddr(ip)
 		if err != nil {
@@ -163,7 +171,7 @@ func runCheck(args []string) (bool, error) {
 	slices.Sort(mapNames)
 
 	summary := map[string]any{
-		"phase": "check", "scenario": *scenario, "ok": f.ok(), "findings": f,
+		"phase": *phase, "scenario": *scenario, "ok": f.ok(), "findings": f,
 		"services": len(services), "acknowledged": len(acks), "ipaddresses": len(owners), "bitmaps": mapNames,
 	}
 	if len(examples) > 0 {
@@ -226,15 +234,15 @@ func ipAddressOwners(ctx context.Context, etcd *clientv3.Client, layout etcdlayo
 	}
 	out := make(map[string]string, len(resp.Kvs))
 	for _, kv := range resp.Kvs {
-		obj, err := etcdlayout.DecodeIPAddress(kv.Value)
+		name, parent, err := decodeIPAddress(kv.Value)
 		if err != nil {
 			return nil, etcdlayout.WithKey(string(kv.Key), err)
 		}
 		owner := ""
-		if p := obj.Spec.ParentRef; p != nil && p.Group == "" && p.Resource == "services" {
-			owner = p.Namespace + "/" + p.Name
+		if parent != nil && parent.Group == "" && parent.Resource == "services" {
+			owner = parent.Namespace + "/" + parent.Name
 		}
-		out[obj.Name] = owner
+		out[name] = owner
 	}
 	return out, nil
 }
@@ -277,4 +285,28 @@ func storedMaps(ctx context.Context, etcd *clientv3.Client, layout etcdlayout.La
 		out[key] = storedMap{rng: rng, alloc: alloc}
 	}
 	return out, nil
+}
+
+// decodeIPAddress returns an IPAddress's name and parentRef. kube-apiserver
+// 1.33 stores IPAddresses as networking.k8s.io/v1beta1 (v1 became the storage
+// version only in 1.34), which etcdlayout does not decode, so that version is
+// read here from the protobuf envelope directly.
+func decodeIPAddress(value []byte) (string, *networkingv1.ParentReference, error) {
+	obj, err := etcdlayout.DecodeIPAddress(value)
+	if err == nil {
+		return obj.Name, obj.Spec.ParentRef, nil
+	}
+	var u runtime.Unknown
+	if !bytes.HasPrefix(value, []byte(etcdlayout.ProtobufMagic)) || u.Unmarshal(value[len(etcdlayout.ProtobufMagic):]) != nil ||
+		u.APIVersion != "networking.k8s.io/v1beta1" || u.Kind != "IPAddress" {
+		return "", nil, err
+	}
+	var beta networkingv1beta1.IPAddress
+	if berr := beta.Unmarshal(u.Raw); berr != nil {
+		return "", nil, fmt.Errorf("decode networking.k8s.io/v1beta1 IPAddress: %w", berr)
+	}
+	if p := beta.Spec.ParentRef; p != nil {
+		return beta.Name, &networkingv1.ParentReference{Group: p.Group, Resource: p.Resource, Namespace: p.Namespace, Name: p.Name}, nil
+	}
+	return beta.Name, nil, nil
 }
