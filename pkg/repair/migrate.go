@@ -323,7 +323,7 @@ func MigrateToBitmap(ctx context.Context, cfg MigrateConfig) (_ *MigrationReport
 	// refused to the next static create until the repair frees it.
 	before := make([]*bitmap.Allocator, len(cfg.Stores))
 	for i, store := range cfg.Stores {
-		if before[i], err = readBits(ctx, store); err != nil {
+		if before[i], _, err = readBits(ctx, store); err != nil {
 			return nil, err
 		}
 	}
@@ -395,19 +395,19 @@ func MigrateToBitmap(ctx context.Context, cfg MigrateConfig) (_ *MigrationReport
 
 // readBits reads store's map into an in-memory allocator (empty when the key
 // does not exist).
-func readBits(ctx context.Context, store BitmapStore) (*bitmap.Allocator, error) {
+func readBits(ctx context.Context, store BitmapStore) (*bitmap.Allocator, bitmap.StoredMap, error) {
 	stored, err := store.ReadStored(ctx)
 	if err != nil {
-		return nil, fmt.Errorf("migrate: %w", err)
+		return nil, stored, fmt.Errorf("migrate: %w", err)
 	}
 	bits, err := bitmap.NewAllocator(store.Range())
 	if err != nil {
-		return nil, err
+		return nil, stored, err
 	}
 	if err := bits.Restore(store.Range().Prefix().String(), stored.Data); err != nil {
-		return nil, fmt.Errorf("migrate: %w", err)
+		return nil, stored, fmt.Errorf("migrate: %w", err)
 	}
-	return bits, nil
+	return bits, stored, nil
 }
 
 // mergeIntoBitmap sets ips in store's map with a CAS write, rerun on
@@ -416,16 +416,9 @@ func readBits(ctx context.Context, store BitmapStore) (*bitmap.Allocator, error)
 // the map must now hold.
 func mergeIntoBitmap(ctx context.Context, store BitmapStore, ips []netip.Addr, before *bitmap.Allocator, dryRun bool) (created, present int, kept []netip.Addr, err error) {
 	for attempt := 1; attempt <= maxConflictReruns; attempt++ {
-		stored, err := store.ReadStored(ctx)
-		if err != nil {
-			return 0, 0, nil, fmt.Errorf("migrate: %w", err)
-		}
-		merged, err := bitmap.NewAllocator(store.Range())
+		merged, stored, err := readBits(ctx, store)
 		if err != nil {
 			return 0, 0, nil, err
-		}
-		if err := merged.Restore(store.Range().Prefix().String(), stored.Data); err != nil {
-			return 0, 0, nil, fmt.Errorf("migrate: %w", err)
 		}
 		created, present, kept = 0, 0, kept[:0]
 		for _, ip := range ips {
@@ -460,15 +453,8 @@ func mergeIntoBitmap(ctx context.Context, store BitmapStore, ips []netip.Addr, b
 }
 
 func bitmapHolds(ctx context.Context, store BitmapStore, ips []netip.Addr) (bool, error) {
-	stored, err := store.ReadStored(ctx)
+	check, _, err := readBits(ctx, store)
 	if err != nil {
-		return false, fmt.Errorf("verify: %w", err)
-	}
-	check, err := bitmap.NewAllocator(store.Range())
-	if err != nil {
-		return false, err
-	}
-	if err := check.Restore(store.Range().Prefix().String(), stored.Data); err != nil {
 		return false, fmt.Errorf("verify: %w", err)
 	}
 	for _, ip := range ips {
