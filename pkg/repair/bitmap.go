@@ -325,11 +325,23 @@ func (r *BitmapRepair) repairFamily(ctx context.Context, store BitmapStore, stor
 		return outcome, nil
 	}
 	if !stored.Exists() || !bytes.Equal(data, stored.Data) {
-		wrote, err := writeMerged(ctx, store, data, stored, toSet, toClear)
+		wrote, setMeanwhile, err := writeMerged(ctx, store, data, stored, toSet, toClear)
 		if err != nil {
 			return familyOutcome{}, err
 		}
 		outcome.wrote = wrote
+		if len(setMeanwhile) > 0 {
+			// Their bits were set after the pass's read by the allocation
+			// that stored the Service (the bit precedes the Service): not
+			// a fault, so no ClusterIPNotAllocated for them.
+			notMissing := func(p Problem) bool {
+				ip, err := netip.ParseAddr(p.IP)
+				return p.Reason == ReasonNotAllocated && err == nil && setMeanwhile[ip]
+			}
+			problems = slices.DeleteFunc(problems, notMissing)
+			events = slices.DeleteFunc(events, func(e eventFor) bool { return notMissing(e.problem) })
+			outcome.problems = problems
+		}
 	}
 	// Committed: forget leaks of this family that are no longer leaked, keep
 	// the new counts, and tell the world.
@@ -366,40 +378,46 @@ func (r *BitmapRepair) repairFamily(ctx context.Context, store BitmapStore, stor
 // create can hold it unstored, so nobody else can be about to use it. Each
 // attempt is one read and one compare-and-swap with nothing in between, so
 // the pass makes progress at any create rate.
-func writeMerged(ctx context.Context, store BitmapStore, data []byte, stored bitmap.StoredMap, toSet, toClear []netip.Addr) (bool, error) {
+//
+// setMeanwhile are the addresses of toSet found set in a fresh read: someone
+// set them after the pass's read, so they were not missing.
+func writeMerged(ctx context.Context, store BitmapStore, data []byte, stored bitmap.StoredMap, toSet, toClear []netip.Addr) (wrote bool, setMeanwhile map[netip.Addr]bool, err error) {
 	rev := stored.Revision
+	setMeanwhile = map[netip.Addr]bool{}
 	for attempt := 1; ; attempt++ {
 		_, err := store.CompareAndWrite(ctx, data, rev)
 		if err == nil {
-			return true, nil
+			return true, setMeanwhile, nil
 		}
 		if !errors.Is(err, bitmap.ErrConflict) || attempt >= maxMergeAttempts {
-			return false, err
+			return false, setMeanwhile, err
 		}
 		fresh, err := store.ReadStored(ctx)
 		if err != nil {
-			return false, fmt.Errorf("bitmap repair: %w", err)
+			return false, setMeanwhile, fmt.Errorf("bitmap repair: %w", err)
 		}
 		if !fresh.Exists() {
 			// Deleted meanwhile: rebuilding it is a decision for a new pass.
-			return false, fmt.Errorf("bitmap repair: %s map deleted during the pass: %w", store.Range().Prefix(), bitmap.ErrConflict)
+			return false, setMeanwhile, fmt.Errorf("bitmap repair: %s map deleted during the pass: %w", store.Range().Prefix(), bitmap.ErrConflict)
 		}
 		merged, err := bitmap.NewAllocator(store.Range())
 		if err != nil {
-			return false, err
+			return false, setMeanwhile, err
 		}
 		if err := merged.Restore(store.Range().Prefix().String(), fresh.Data); err != nil {
-			return false, fmt.Errorf("bitmap repair: restore stored map of %s: %w", store.Range().Prefix(), err)
+			return false, setMeanwhile, fmt.Errorf("bitmap repair: restore stored map of %s: %w", store.Range().Prefix(), err)
 		}
 		for _, ip := range toSet {
-			_ = merged.Allocate(ctx, ip, allocation.Owner{}) // already set: nothing to do
+			if err := merged.Allocate(ctx, ip, allocation.Owner{}); errors.Is(err, allocation.ErrAllocated) {
+				setMeanwhile[ip] = true
+			}
 		}
 		for _, ip := range toClear {
 			_ = merged.Release(ctx, ip, allocation.Owner{}) // no longer set: nothing to do
 		}
 		_, data = merged.Snapshot()
 		if bytes.Equal(data, fresh.Data) {
-			return false, nil
+			return false, setMeanwhile, nil
 		}
 		rev = fresh.Revision
 	}
