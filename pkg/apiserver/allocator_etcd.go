@@ -14,7 +14,8 @@ import (
 // RangeAllocation per family at the keys kube-apiserver uses, shared by every
 // replica and kept across restarts. Like kube-apiserver, it creates each key,
 // empty, when it is missing (create-if-absent, so replicas starting together
-// cannot clobber each other), and refuses a stored map of another range.
+// cannot clobber each other), and re-ranges a stored map of another range of the same family
+// (pkg/bitmap Open).
 func EtcdBitmapFactory(ctx context.Context, spec AllocatorSpec) (allocation.Interface, error) {
 	rng, err := subrange.New(spec.Prefix, subrange.ModelBitmap)
 	if err != nil {
