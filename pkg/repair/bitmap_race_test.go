@@ -10,8 +10,6 @@ import (
 	"testing"
 	"time"
 
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-
 	"github.com/allocator/allocator/internal/testserver"
 	"github.com/allocator/allocator/pkg/allocation"
 	"github.com/allocator/allocator/pkg/apiserver"
@@ -118,19 +116,10 @@ func TestBitmapRepairRaceWithCreates(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	services, err := srv.Client.CoreV1().Services("").List(ctx, metav1.ListOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	byIP := map[string]string{}
-	for _, svc := range services.Items {
-		ip := svc.Spec.ClusterIP
-		if other, dup := byIP[ip]; dup {
-			t.Fatalf("%s held by %s and %s", ip, other, svc.Name)
-		}
-		byIP[ip] = svc.Name
+	byIP := servicesByIP(t, ctx, srv.Client)
+	for ip, svc := range byIP {
 		if !storedHas(t, store, ip) {
-			t.Fatalf("%s of %s was freed by the repair", ip, svc.Name)
+			t.Fatalf("%s of %s was freed by the repair", ip, svc)
 		}
 	}
 	for ip := range freed {

@@ -7,6 +7,7 @@ import (
 	"testing"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
 
 	"github.com/allocator/allocator/internal/testserver"
 )
@@ -55,7 +56,18 @@ func raceCreatesWithPasses(t *testing.T, ctx context.Context, srv *testserver.Se
 			t.Fatal(err)
 		}
 	}
-	services, err := srv.Client.CoreV1().Services("").List(ctx, metav1.ListOptions{})
+	byIP := servicesByIP(t, ctx, srv.Client)
+	if want := rounds*writers*perWriter + 1; len(byIP) != want { // + kubernetes
+		t.Fatalf("%d services, want %d", len(byIP), want)
+	}
+	return byIP
+}
+
+// servicesByIP lists every Service and maps its ClusterIP to namespace/name,
+// failing the test if two Services share one.
+func servicesByIP(t *testing.T, ctx context.Context, client kubernetes.Interface) map[string]string {
+	t.Helper()
+	services, err := client.CoreV1().Services("").List(ctx, metav1.ListOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -66,9 +78,6 @@ func raceCreatesWithPasses(t *testing.T, ctx context.Context, srv *testserver.Se
 			t.Fatalf("%s held by %s and %s", ip, other, svc.Name)
 		}
 		byIP[ip] = svc.Namespace + "/" + svc.Name
-	}
-	if want := rounds*writers*perWriter + 1; len(byIP) != want { // + kubernetes
-		t.Fatalf("%d services, want %d", len(byIP), want)
 	}
 	return byIP
 }

@@ -91,18 +91,7 @@ func TestIPAddressRepairRaceWithCreates(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	services, err := srv.Client.CoreV1().Services("").List(ctx, metav1.ListOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	byIP := map[string]string{}
-	for _, svc := range services.Items {
-		ip := svc.Spec.ClusterIP
-		if other, dup := byIP[ip]; dup {
-			t.Fatalf("%s held by %s and %s", ip, other, svc.Name)
-		}
-		byIP[ip] = svc.Namespace + "/" + svc.Name
-	}
+	byIP := servicesByIP(t, ctx, srv.Client)
 	for ip, svc := range byIP {
 		namespace, name, _ := strings.Cut(svc, "/")
 		checkClaim(t, srv, ip, namespace, name)
