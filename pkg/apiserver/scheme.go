@@ -8,6 +8,8 @@ import (
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/runtime/serializer"
 	utilruntime "k8s.io/apimachinery/pkg/util/runtime"
+
+	"github.com/allocator/allocator/pkg/storageversion"
 )
 
 // Scheme holds every type the server serves. The k8s.io/api types are
@@ -52,6 +54,10 @@ func init() {
 	Scheme.AddKnownTypes(networkingInternal, networkingTypes()...)
 	utilruntime.Must(Scheme.SetVersionPriority(corev1.SchemeGroupVersion))
 	utilruntime.Must(Scheme.SetVersionPriority(networkingv1.SchemeGroupVersion))
+	// kube-apiserver 1.33 stores IPAddress and ServiceCIDR as v1beta1: decode
+	// them (converted to v1) so a 1.33 cluster's etcd can be served. Never
+	// served and never written.
+	utilruntime.Must(storageversion.AddToScheme(Scheme))
 	utilruntime.Must(addDefaultingFuncs(Scheme))
 	utilruntime.Must(addFieldLabelConversions(Scheme))
 

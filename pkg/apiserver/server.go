@@ -15,6 +15,7 @@ import (
 	metainternalversion "k8s.io/apimachinery/pkg/apis/meta/internalversion"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apiserver/pkg/endpoints/request"
 	"k8s.io/apiserver/pkg/registry/rest"
 	genericapiserver "k8s.io/apiserver/pkg/server"
@@ -188,6 +189,9 @@ func (c CompletedConfig) New(ctx context.Context) (*Server, error) {
 		return nil, fmt.Errorf("install core/v1: %w", err)
 	}
 	networking := genericapiserver.NewDefaultAPIGroupInfo(networkingv1.GroupName, Scheme, runtime.NewParameterCodec(Scheme), Codecs)
+	// Only v1 is served; v1beta1 is in Scheme for decoding what
+	// kube-apiserver 1.33 stored (pkg/storageversion).
+	networking.PrioritizedVersions = []schema.GroupVersion{networkingv1.SchemeGroupVersion}
 	networking.VersionedResourcesStorageMap["v1"] = map[string]rest.Storage{
 		"ipaddresses":         ipREST,
 		"servicecidrs":        cidrREST,

@@ -13,6 +13,8 @@ import (
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/runtime/serializer/json"
 	"k8s.io/apimachinery/pkg/runtime/serializer/protobuf"
+
+	"github.com/allocator/allocator/pkg/storageversion"
 )
 
 // ProtobufMagic starts every protobuf value kube-apiserver stores.
@@ -82,6 +84,9 @@ func newCodec() *codec {
 	}
 	if err := coordinationv1.AddToScheme(scheme); err != nil {
 		panic(fmt.Sprintf("etcdlayout: register coordination.k8s.io/v1: %v", err))
+	}
+	if err := storageversion.AddToScheme(scheme); err != nil {
+		panic(fmt.Sprintf("etcdlayout: register networking.k8s.io/v1beta1: %v", err))
 	}
 	return &codec{
 		scheme: scheme,
@@ -228,9 +233,10 @@ func DecodeNamespace(data []byte) (*corev1.Namespace, error) {
 	return decodeAs[*corev1.Namespace](data, KindNamespace)
 }
 
-// DecodeIPAddress decodes a networking.k8s.io/v1 IPAddress.
+// DecodeIPAddress decodes an IPAddress stored as networking.k8s.io/v1, or
+// as v1beta1 (kube-apiserver 1.31–1.33), converted to v1.
 func DecodeIPAddress(data []byte) (*networkingv1.IPAddress, error) {
-	return decodeAs[*networkingv1.IPAddress](data, KindIPAddress)
+	return decodeConverted[*networkingv1.IPAddress](data, KindIPAddress, &networkingv1.IPAddress{})
 }
 
 // DecodeLease decodes a coordination.k8s.io/v1 Lease (kube-apiserver's
@@ -239,9 +245,35 @@ func DecodeLease(data []byte) (*coordinationv1.Lease, error) {
 	return decodeAs[*coordinationv1.Lease](data, coordinationv1.SchemeGroupVersion.WithKind("Lease"))
 }
 
-// DecodeServiceCIDR decodes a networking.k8s.io/v1 ServiceCIDR.
+// DecodeServiceCIDR decodes a ServiceCIDR stored as networking.k8s.io/v1,
+// or as v1beta1 (kube-apiserver 1.31–1.33), converted to v1.
 func DecodeServiceCIDR(data []byte) (*networkingv1.ServiceCIDR, error) {
-	return decodeAs[*networkingv1.ServiceCIDR](data, KindServiceCIDR)
+	return decodeConverted[*networkingv1.ServiceCIDR](data, KindServiceCIDR, &networkingv1.ServiceCIDR{})
+}
+
+// decodeConverted is decodeAs for a kind that may also be stored in an
+// older version (storageversion.NetworkingV1beta1): such a value is
+// converted into out, which gets want as its apiVersion/kind.
+func decodeConverted[T runtime.Object](data []byte, want schema.GroupVersionKind, out T) (T, error) {
+	var zero T
+	obj, err := defaultCodec.decode(data)
+	if err != nil {
+		return zero, fmt.Errorf("decode %s: %w", want.Kind, err)
+	}
+	got := obj.GetObjectKind().GroupVersionKind()
+	switch {
+	case got == want:
+		if t, ok := obj.(T); ok {
+			return t, nil
+		}
+	case got == storageversion.NetworkingV1beta1.WithKind(want.Kind):
+		if err := defaultCodec.scheme.Convert(obj, out, nil); err != nil {
+			return zero, fmt.Errorf("decode %s: convert from %s: %w", want.Kind, gvkString(got), err)
+		}
+		out.GetObjectKind().SetGroupVersionKind(want)
+		return out, nil
+	}
+	return zero, fmt.Errorf("decode %s: %w", want.Kind, &KindMismatchError{Want: want, Got: got})
 }
 
 // EncodeRangeAllocation returns the value kube-apiserver writes for a bitmap:

@@ -1,13 +1,19 @@
 package integration
 
 import (
+	"context"
+	"encoding/binary"
 	"fmt"
+	"net/netip"
 	"slices"
 	"strings"
 	"testing"
 
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/kubernetes"
 
 	"github.com/allocator/allocator/internal/etcdtest"
 	"github.com/allocator/allocator/internal/fixtures"
@@ -24,9 +30,12 @@ func TestServesUpstreamData(t *testing.T) {
 		model   string
 	}{
 		{fixtures.Bitmap132, apiserver.ModelBitmap},
+		// 1.33 stored IPAddress and ServiceCIDR as networking.k8s.io/v1beta1
+		// and dual-wrote the bitmap.
+		{fixtures.IPAddress133, apiserver.ModelIPAddress},
 		{fixtures.IPAddress136, apiserver.ModelIPAddress},
 	} {
-		t.Run(tc.model, func(t *testing.T) {
+		t.Run(tc.fixture, func(t *testing.T) {
 			f := fixtures.Load(t, tc.fixture)
 			etcd := etcdtest.New(t)
 			ctx := testContext(t)
@@ -102,7 +111,76 @@ func TestServesUpstreamData(t *testing.T) {
 					t.Fatalf("static IP in the extra ServiceCIDR: %v", err)
 				}
 				waitReadyCIDR(t, c, "extra")
+				waitReadyCIDR(t, c, "kubernetes")
+				stillServed(t, ctx, c, etcd, f)
 			}
 		})
 	}
+}
+
+// stillServed updates and deletes objects kube-apiserver wrote (a label on
+// an upstream IPAddress, the deletion of an upstream Service) and checks
+// each is read back whole, and that the deleted Service's address is freed
+// (in the bitmap too when the fixture has one: dual write is then on).
+func stillServed(t *testing.T, ctx context.Context, c kubernetes.Interface, etcd *etcdtest.Etcd, f *fixtures.File) {
+	t.Helper()
+	ip := f.Expect.Services["fx/static-low"][0]
+	patch := []byte(`{"metadata":{"labels":{"touched":"yes"}}}`)
+	got, err := c.NetworkingV1().IPAddresses().Patch(ctx, ip, types.MergePatchType, patch, metav1.PatchOptions{})
+	if err != nil {
+		t.Fatalf("label upstream IPAddress %s: %v", ip, err)
+	}
+	if got.Labels["touched"] != "yes" || got.Spec.ParentRef == nil || got.Spec.ParentRef.Name != "static-low" ||
+		got.Labels["ipaddress.kubernetes.io/managed-by"] != f.Expect.IPAddresses[ip].Labels["ipaddress.kubernetes.io/managed-by"] {
+		t.Errorf("IPAddress %s after a label patch: %+v", ip, got)
+	}
+	// Written back as v1, the storage version of this server.
+	resp, err := etcd.Client().Get(ctx, f.EtcdPrefix+"/ipaddresses/"+ip)
+	if err != nil || len(resp.Kvs) != 1 {
+		t.Fatalf("read IPAddress %s from etcd: %v", ip, err)
+	}
+	if obj, err := etcdlayout.Decode(resp.Kvs[0].Value); err != nil || obj.GetObjectKind().GroupVersionKind() != etcdlayout.KindIPAddress {
+		t.Errorf("IPAddress %s stored as %v (err %v), want networking.k8s.io/v1", ip, obj.GetObjectKind().GroupVersionKind(), err)
+	}
+
+	freed := f.Expect.Services["fx/dyn-01"][0]
+	if err := c.CoreV1().Services("fx").Delete(ctx, "dyn-01", metav1.DeleteOptions{}); err != nil {
+		t.Fatalf("delete upstream Service fx/dyn-01: %v", err)
+	}
+	if _, err := c.NetworkingV1().IPAddresses().Get(ctx, freed, metav1.GetOptions{}); !apierrors.IsNotFound(err) {
+		t.Errorf("IPAddress %s of the deleted fx/dyn-01: %v, want NotFound", freed, err)
+	}
+	if len(f.Expect.Bitmaps) > 0 {
+		resp, err := etcd.Client().Get(ctx, f.EtcdPrefix+"/ranges/serviceips")
+		if err != nil || len(resp.Kvs) != 1 {
+			t.Fatalf("bitmap key: %v", err)
+		}
+		ra, err := etcdlayout.DecodeRangeAllocation(resp.Kvs[0].Value)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if bitSet(t, ra, freed) {
+			t.Errorf("bit of %s still set after fx/dyn-01 was deleted (dual write)", freed)
+		}
+		if !bitSet(t, ra, f.Expect.Services["fx/dyn-02"][0]) {
+			t.Errorf("bit of fx/dyn-02's %s lost", f.Expect.Services["fx/dyn-02"][0])
+		}
+	}
+	mustCreate(t, ctx, c, newService("reuse", withIP(freed)))
+
+	// v1beta1 is decoded, never served.
+	if _, err := c.Discovery().ServerResourcesForGroupVersion("networking.k8s.io/v1beta1"); !apierrors.IsNotFound(err) {
+		t.Errorf("discovery of networking.k8s.io/v1beta1: %v, want NotFound", err)
+	}
+}
+
+// bitSet reports whether ra's bit for ip is set (bit i is network+1+i).
+func bitSet(t *testing.T, ra *corev1.RangeAllocation, ip string) bool {
+	t.Helper()
+	p := netip.MustParsePrefix(ra.Range)
+	a := netip.MustParseAddr(ip)
+	n, v := p.Masked().Addr().As4(), a.As4()
+	i := int(binary.BigEndian.Uint32(v[:]) - binary.BigEndian.Uint32(n[:]) - 1)
+	byteIdx := len(ra.Data) - 1 - i/8
+	return byteIdx >= 0 && ra.Data[byteIdx]&(1<<(i%8)) != 0
 }
