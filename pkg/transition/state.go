@@ -166,7 +166,10 @@ func LiveAPIServers(ctx context.Context, client *clientv3.Client, prefix string,
 	for _, kv := range resp.Kvs {
 		lease, err := etcdlayout.DecodeLease(kv.Value)
 		if err != nil {
-			continue // not a lease we can read: not evidence of a live writer
+			// Unreadable (encrypted at rest, or corrupt): it may belong to a
+			// live kube-apiserver, so it counts as one; --force overrides.
+			out = append(out, APIServer{Name: strings.TrimPrefix(string(kv.Key), p), Holder: "unreadable lease: " + err.Error()})
+			continue
 		}
 		if lease.Labels["apiserver.kubernetes.io/identity"] != "kube-apiserver" {
 			continue
@@ -242,7 +245,7 @@ func Finish(ctx context.Context, client *clientv3.Client, prefix string, opts Fi
 			for i, s := range servers {
 				names[i] = s.Name
 			}
-			return State{}, fmt.Errorf("%w: kube-apiserver identity leases are live (%s); a kube-apiserver ≤ 1.33 writes the bitmap only. "+
+			return State{}, fmt.Errorf("%w: kube-apiserver identity leases are live (%s); a kube-apiserver ≤ 1.33 writes the bitmap. "+
 				"Stop them first, or pass --force if they all run 1.34 or later", ErrBitmapWritersLive, strings.Join(names, ", "))
 		}
 	}

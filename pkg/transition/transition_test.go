@@ -3,11 +3,14 @@ package transition
 import (
 	"context"
 	"errors"
+	"strings"
 	"sync"
 	"testing"
 	"time"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
+	coordinationv1 "k8s.io/api/coordination/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/allocator/allocator/internal/etcdtest"
 	"github.com/allocator/allocator/pkg/etcdlayout"
@@ -241,5 +244,72 @@ func TestStaleLeaseReRegisters(t *testing.T) {
 	recs, err := ListRecords(ctx, client, prefix, ModelIPAddress)
 	if err != nil || len(recs) != 1 {
 		t.Fatalf("records after re-registration: %v (err %v)", recs, err)
+	}
+}
+
+// putIdentityLease writes a kube-apiserver identity lease the way
+// kube-apiserver stores it (protobuf, <prefix>/leases/kube-system/<name>).
+func putIdentityLease(t *testing.T, ctx context.Context, client *clientv3.Client, name string, labels map[string]string, renewed time.Time) {
+	t.Helper()
+	holder := name + "_uid"
+	dur := int32(3600)
+	lease := &coordinationv1.Lease{
+		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: "kube-system", Labels: labels},
+		Spec: coordinationv1.LeaseSpec{HolderIdentity: &holder, LeaseDurationSeconds: &dur,
+			RenewTime: &metav1.MicroTime{Time: renewed}},
+	}
+	value, err := etcdlayout.Encode(lease)
+	if err != nil {
+		t.Fatal(err)
+	}
+	key := etcdlayout.Layout{Prefix: prefix}.LeasesInNamespacePrefix("kube-system") + name
+	if _, err := client.Put(ctx, key, string(value)); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// Finish refuses while a kube-apiserver identity lease is live (a
+// kube-apiserver ≤ 1.33 beside us writes the bitmap and keeps no replica
+// record), unless forced; expired leases, other components' leases and
+// other Leases do not count; an unreadable identity lease does.
+func TestFinishRefusesWhileKubeAPIServerLive(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	client := etcdtest.New(t).Client()
+	if _, err := client.Put(ctx, etcdlayout.Layout{Prefix: prefix}.PrimaryServiceIPRange(), "x"); err != nil {
+		t.Fatal(err)
+	}
+	identity := map[string]string{"apiserver.kubernetes.io/identity": "kube-apiserver"}
+	now := time.Now()
+	putIdentityLease(t, ctx, client, "apiserver-expired", identity, now.Add(-2*time.Hour))
+	putIdentityLease(t, ctx, client, "apiserver-kcm", map[string]string{"apiserver.kubernetes.io/identity": "kube-controller-manager"}, now)
+	putIdentityLease(t, ctx, client, "kube-scheduler", nil, now)
+
+	servers, err := LiveAPIServers(ctx, client, prefix, now)
+	if err != nil || len(servers) != 0 {
+		t.Fatalf("LiveAPIServers with only an expired and foreign leases: %v, %v", servers, err)
+	}
+
+	putIdentityLease(t, ctx, client, "apiserver-live", identity, now)
+	_, err = Finish(ctx, client, prefix, FinishOptions{By: "test"})
+	if !errors.Is(err, ErrBitmapWritersLive) || !strings.Contains(err.Error(), "apiserver-live") || strings.Contains(err.Error(), "apiserver-expired") {
+		t.Fatalf("Finish with a live kube-apiserver: err = %v, want ErrBitmapWritersLive naming apiserver-live only", err)
+	}
+	if st, ok, err := ReadState(ctx, client, prefix); err != nil || (ok && !st.DualWrite) {
+		t.Fatalf("refused Finish changed the state: %+v %v %v", st, ok, err)
+	}
+
+	// An unreadable identity lease is not proof of absence.
+	key := etcdlayout.Layout{Prefix: prefix}.LeasesInNamespacePrefix("kube-system") + "apiserver-live"
+	if _, err := client.Put(ctx, key, "k8s:enc:aescbc:v1:key1:opaque"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := Finish(ctx, client, prefix, FinishOptions{By: "test"}); !errors.Is(err, ErrBitmapWritersLive) {
+		t.Fatalf("Finish with an unreadable identity lease: err = %v, want ErrBitmapWritersLive", err)
+	}
+
+	st, err := Finish(ctx, client, prefix, FinishOptions{By: "test", Force: true})
+	if err != nil || st.DualWrite {
+		t.Fatalf("forced Finish: %+v %v", st, err)
 	}
 }
