@@ -180,7 +180,5 @@ func bitSet(t *testing.T, ra *corev1.RangeAllocation, ip string) bool {
 	p := netip.MustParsePrefix(ra.Range)
 	a := netip.MustParseAddr(ip)
 	n, v := p.Masked().Addr().As4(), a.As4()
-	i := int(binary.BigEndian.Uint32(v[:]) - binary.BigEndian.Uint32(n[:]) - 1)
-	byteIdx := len(ra.Data) - 1 - i/8
-	return byteIdx >= 0 && ra.Data[byteIdx]&(1<<(i%8)) != 0
+	return bitSetIndex(ra, int(binary.BigEndian.Uint32(v[:])-binary.BigEndian.Uint32(n[:])-1))
 }

@@ -17,6 +17,7 @@ import (
 	"github.com/allocator/allocator/pkg/allocation"
 	"github.com/allocator/allocator/pkg/apiserver"
 	"github.com/allocator/allocator/pkg/bitmap"
+	"github.com/allocator/allocator/pkg/etcdlayout"
 	"github.com/allocator/allocator/pkg/ipaddress"
 	"github.com/allocator/allocator/pkg/repair"
 	"github.com/allocator/allocator/pkg/subrange"
@@ -227,4 +228,77 @@ func TestBitmapModelKeepsIPAddressesTrue(t *testing.T) {
 		}
 		return o == "default/second", err
 	})
+}
+
+// TestDualWriteFullWindowSpills: while dual write is on, the bitmap's window
+// is used first; once it is full, dynamic creates get addresses of other
+// ServiceCIDRs (IPAddress only, no bit: the map cannot hold them) instead of
+// "range is full" (kubernetes#129797), and an address freed in the window
+// is used again before the other ServiceCIDRs.
+func TestDualWriteFullWindowSpills(t *testing.T) {
+	ctx := testContext(t)
+	const window = "10.0.0.0/28" // 14 usable; the kubernetes Service holds 10.0.0.1
+	etcd := etcdtest.New(t)
+	empty, err := etcdlayout.EncodeRangeAllocation(window, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// A bitmap exists, so the IPAddress-model server starts dual-writing.
+	if _, err := etcd.Client().Put(ctx, "/registry/ranges/serviceips", string(empty)); err != nil {
+		t.Fatal(err)
+	}
+	s := startServer(t, serverOptions{model: apiserver.ModelIPAddress, serviceRange: window, etcd: etcd})
+	if st, ok, err := transition.ReadState(ctx, etcd.Client(), "/registry"); err != nil || !ok || !st.DualWrite {
+		t.Fatalf("transition state = %+v, %v, %v; want dual write on", st, ok, err)
+	}
+	mustCreateServiceCIDR(t, ctx, s.client, "extra", "10.1.0.0/28")
+	waitReadyCIDR(t, s.client, "extra")
+
+	inWindow := netip.MustParsePrefix(window)
+	var first []string
+	for i := range 13 + 5 {
+		svc := mustCreate(t, ctx, s.client, newService(fmt.Sprintf("svc-%02d", i)))
+		ip := netip.MustParseAddr(svc.Spec.ClusterIP)
+		if i < 13 && !inWindow.Contains(ip) {
+			t.Fatalf("create %d got %s outside the bitmap's window while it had room", i, ip)
+		}
+		if i >= 13 && !netip.MustParsePrefix("10.1.0.0/28").Contains(ip) {
+			t.Fatalf("create %d got %s, want an address of ServiceCIDR extra (window full)", i, ip)
+		}
+		first = append(first, svc.Spec.ClusterIP)
+	}
+	bits := func() []int {
+		resp, err := etcd.Client().Get(ctx, "/registry/ranges/serviceips")
+		if err != nil || len(resp.Kvs) != 1 {
+			t.Fatalf("bitmap: %v", err)
+		}
+		ra, err := etcdlayout.DecodeRangeAllocation(resp.Kvs[0].Value)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var set []int
+		for i := range 14 {
+			if bitSetIndex(ra, i) {
+				set = append(set, i)
+			}
+		}
+		return set
+	}
+	if got := bits(); len(got) != 14 {
+		t.Fatalf("bitmap after filling the window has bits %v, want all 14", got)
+	}
+	// Free one address in the window: the next create takes it back.
+	mustDelete(t, ctx, s.client, "svc-03")
+	if got := bits(); len(got) != 13 {
+		t.Fatalf("bitmap after deleting svc-03 (%s) has %d bits, want 13", first[3], len(got))
+	}
+	if svc := mustCreate(t, ctx, s.client, newService("again")); svc.Spec.ClusterIP != first[3] {
+		t.Fatalf("create after a free in the window got %s, want %s", svc.Spec.ClusterIP, first[3])
+	}
+}
+
+// bitSetIndex reports whether bit i of ra is set.
+func bitSetIndex(ra *corev1.RangeAllocation, i int) bool {
+	byteIdx := len(ra.Data) - 1 - i/8
+	return byteIdx >= 0 && ra.Data[byteIdx]&(1<<(i%8)) != 0
 }
