@@ -11,6 +11,7 @@
 # Not run by CI: the fixture it wrote is committed.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+. hack/lib/kube-apiserver-run.sh
 
 KUBE=${KUBE:-v1.33.13}
 RANGE=10.96.0.0/16
@@ -27,7 +28,6 @@ finish() {
   [ -n "${KEEP:-}" ] && echo "kept $work" >&2 || rm -rf "$work"
 }
 trap finish EXIT
-free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1]); s.close()'; }
 retry() { for _ in $(seq 1 240); do if timeout 10 "$@" >/dev/null 2>&1; then return 0; fi; sleep 0.5; done; return 1; }
 
 kas=$(hack/lib/kube-apiserver-build.sh "$KUBE")
@@ -39,25 +39,10 @@ pids+=($!)
 retry grep -q '^ready ' "$work/etcd.out"
 etcd_url=$(sed -n 's/^ready //p' "$work/etcd.out")
 
-token=$(head -c 16 /dev/urandom | od -An -tx1 | tr -d ' \n')
-echo "$token,admin,admin,system:masters" >"$work/tokens.csv"
-openssl genrsa -out "$work/sa.key" 2048 2>/dev/null
-openssl rsa -in "$work/sa.key" -pubout -out "$work/sa.pub" 2>/dev/null
-port=$(free_port)
-"$kas" --etcd-servers "$etcd_url" --authorization-mode AlwaysAllow --token-auth-file "$work/tokens.csv" \
-  --bind-address 127.0.0.1 --advertise-address 127.0.0.1 --endpoint-reconciler-type none \
-  --secure-port "$port" --cert-dir "$work/certs" --service-cluster-ip-range "$RANGE" \
-  --service-account-issuer https://kubernetes.default.svc --service-account-key-file "$work/sa.pub" \
-  --service-account-signing-key-file "$work/sa.key" >"$work/kube-apiserver.log" 2>&1 &
-pids+=($!)
-cat >"$work/kubeconfig" <<KC
-apiVersion: v1
-kind: Config
-clusters: [{name: kas, cluster: {server: "https://127.0.0.1:$port", insecure-skip-tls-verify: true}}]
-users: [{name: admin, user: {token: "$token"}}]
-contexts: [{name: kas, context: {cluster: kas, user: admin}}]
-current-context: kas
-KC
+kas_credentials "$work"
+kas_start "$kas" "$etcd_url" "$work" "$work" "$RANGE"
+pids+=("$kas_pid")
+cp "$work/kas.kubeconfig" "$work/kubeconfig"
 k() { kubectl --kubeconfig "$work/kubeconfig" "$@"; }
 retry kubectl --kubeconfig "$work/kubeconfig" get --raw /readyz || { tail -20 "$work/kube-apiserver.log" >&2; exit 1; }
 retry kubectl --kubeconfig "$work/kubeconfig" get ipaddress 10.96.0.1

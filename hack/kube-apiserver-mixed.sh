@@ -17,6 +17,7 @@
 # ${XDG_CACHE_HOME:-~/.cache}/allocator/kube-apiserver; CI does not run this.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+. hack/lib/kube-apiserver-run.sh
 
 SCENARIOS=${SCENARIOS:-1.32:ipaddress 1.33:bitmap 1.32:bitmap 1.33:ipaddress}
 CREATES=${CREATES:-1200}          # creates through each server
@@ -47,7 +48,6 @@ finish() {
 }
 trap finish EXIT
 
-free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1]); s.close()'; }
 
 # wait_for WHAT CMD... : retry CMD for up to 120s; on failure print the end of
 # the scenario's logs and return 1.
@@ -78,27 +78,11 @@ go build -o "$work/etcdserver" ./test/tools/etcdserver
 go build -o "$work/mixed" ./test/mixed
 
 # Credentials shared by every kube-apiserver run.
-token=$(head -c 16 /dev/urandom | od -An -tx1 | tr -d ' \n')
-echo "$token,admin,admin,system:masters" >"$work/tokens.csv"
-openssl genrsa -out "$work/sa.key" 2048 2>/dev/null
-openssl rsa -in "$work/sa.key" -pubout -out "$work/sa.pub" 2>/dev/null
+kas_credentials "$work"
 
 start_kas() {
-  kport=$(free_port)
-  "$kas" --etcd-servers "$etcd_url" --authorization-mode AlwaysAllow --token-auth-file "$work/tokens.csv" \
-    --bind-address 127.0.0.1 --advertise-address 127.0.0.1 --endpoint-reconciler-type none \
-    --secure-port "$kport" --cert-dir "$dir/kas-certs" --service-cluster-ip-range "$RANGE" \
-    --service-account-issuer https://kubernetes.default.svc --service-account-key-file "$work/sa.pub" \
-    --service-account-signing-key-file "$work/sa.key" >"$dir/kube-apiserver.log" 2>&1 &
-  pids+=($!)
-  cat >"$dir/kas.kubeconfig" <<KC
-apiVersion: v1
-kind: Config
-clusters: [{name: kas, cluster: {server: "https://127.0.0.1:$kport", insecure-skip-tls-verify: true}}]
-users: [{name: admin, user: {token: "$token"}}]
-contexts: [{name: kas, context: {cluster: kas, user: admin}}]
-current-context: kas
-KC
+  kas_start "$kas" "$etcd_url" "$work" "$dir" "$RANGE"
+  pids+=("$kas_pid")
   wait_for kube-apiserver kubectl --kubeconfig "$dir/kas.kubeconfig" get --raw /readyz || { not_ready kube-apiserver; return 1; }
 }
 

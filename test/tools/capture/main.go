@@ -9,7 +9,6 @@ package main
 
 import (
 	"context"
-	"encoding/base64"
 	"encoding/json"
 	"flag"
 	"fmt"
@@ -26,49 +25,12 @@ import (
 	"k8s.io/client-go/tools/clientcmd"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
+
+	"github.com/allocator/allocator/internal/fixtures"
 )
 
 // capturedPrefixes are the key prefixes (below the etcd prefix) a fixture keeps.
 var capturedPrefixes = []string{"/ranges/", "/services/specs/", "/ipaddresses/", "/servicecidrs/", "/namespaces/"}
-
-type kv struct {
-	Key         string `json:"key"`
-	ValueB64    string `json:"value_b64"`
-	ModRevision int64  `json:"mod_revision"`
-}
-
-type bitmap struct {
-	Range      string   `json:"range"`
-	IPs        []string `json:"ips"`
-	BitIndexes []int    `json:"bitIndexes"`
-}
-
-type ipAddress struct {
-	ParentRef string            `json:"parentRef"`
-	Labels    map[string]string `json:"labels"`
-}
-
-type serviceCIDR struct {
-	CIDRs          []string `json:"cidrs"`
-	Finalizers     []string `json:"finalizers"`
-	ReadyCondition *string  `json:"readyCondition"`
-}
-
-type expect struct {
-	Services     map[string][]string    `json:"services"`
-	Bitmaps      map[string]bitmap      `json:"bitmaps,omitempty"`
-	IPAddresses  map[string]ipAddress   `json:"ipaddresses,omitempty"`
-	ServiceCIDRs map[string]serviceCIDR `json:"servicecidrs,omitempty"`
-	Namespaces   []string               `json:"namespaces"`
-	Notes        []string               `json:"notes"`
-}
-
-type file struct {
-	Source     string `json:"source"`
-	EtcdPrefix string `json:"etcdPrefix"`
-	KVs        []kv   `json:"kvs"`
-	Expect     expect `json:"expect"`
-}
 
 func main() {
 	if err := run(); err != nil {
@@ -93,7 +55,7 @@ func run() error {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 
-	f := file{Source: *source, EtcdPrefix: *prefix}
+	f := fixtures.File{Source: *source, EtcdPrefix: *prefix}
 	// The API view first: kubectl's view "just before the capture".
 	ex, err := readExpect(ctx, *kubeconfig)
 	if err != nil {
@@ -105,7 +67,7 @@ func run() error {
 		if err != nil {
 			return err
 		}
-		ex.Bitmaps = map[string]bitmap{*prefix + "/ranges/serviceips": b}
+		ex.Bitmaps = map[string]fixtures.Bitmap{*prefix + "/ranges/serviceips": b}
 	}
 	f.Expect = ex
 
@@ -120,10 +82,10 @@ func run() error {
 			return fmt.Errorf("read %s: %w", *prefix+p, err)
 		}
 		for _, e := range resp.Kvs {
-			f.KVs = append(f.KVs, kv{Key: string(e.Key), ValueB64: base64.StdEncoding.EncodeToString(e.Value), ModRevision: e.ModRevision})
+			f.KVs = append(f.KVs, fixtures.KV{Key: string(e.Key), Value: e.Value, ModRevision: e.ModRevision})
 		}
 	}
-	slices.SortFunc(f.KVs, func(a, b kv) int { return strings.Compare(a.Key, b.Key) })
+	slices.SortFunc(f.KVs, func(a, b fixtures.KV) int { return strings.Compare(a.Key, b.Key) })
 
 	b, err := json.MarshalIndent(f, "", " ")
 	if err != nil {
@@ -136,8 +98,8 @@ func run() error {
 	return nil
 }
 
-func readExpect(ctx context.Context, kubeconfig string) (expect, error) {
-	ex := expect{Services: map[string][]string{}, IPAddresses: map[string]ipAddress{}, ServiceCIDRs: map[string]serviceCIDR{}}
+func readExpect(ctx context.Context, kubeconfig string) (fixtures.Expect, error) {
+	ex := fixtures.Expect{Services: map[string][]string{}, IPAddresses: map[string]fixtures.IPAddress{}, ServiceCIDRs: map[string]fixtures.ServiceCIDR{}}
 	cfg, err := clientcmd.BuildConfigFromFlags("", kubeconfig)
 	if err != nil {
 		return ex, fmt.Errorf("kubeconfig: %w", err)
@@ -170,7 +132,7 @@ func readExpect(ctx context.Context, kubeconfig string) (expect, error) {
 		if p := ip.Spec.ParentRef; p != nil {
 			ref = strings.Join([]string{p.Group, p.Resource, p.Namespace, p.Name}, "/")
 		}
-		ex.IPAddresses[ip.Name] = ipAddress{ParentRef: ref, Labels: ip.Labels}
+		ex.IPAddresses[ip.Name] = fixtures.IPAddress{ParentRef: ref, Labels: ip.Labels}
 	}
 	cidrs, err := c.NetworkingV1().ServiceCIDRs().List(ctx, metav1.ListOptions{})
 	if err != nil {
@@ -188,17 +150,17 @@ func readExpect(ctx context.Context, kubeconfig string) (expect, error) {
 		if fin == nil {
 			fin = []string{}
 		}
-		ex.ServiceCIDRs[sc.Name] = serviceCIDR{CIDRs: sc.Spec.CIDRs, Finalizers: fin, ReadyCondition: ready}
+		ex.ServiceCIDRs[sc.Name] = fixtures.ServiceCIDR{CIDRs: sc.Spec.CIDRs, Finalizers: fin, ReadyCondition: ready}
 	}
 	return ex, nil
 }
 
 // expectBitmap lists the Service IPs inside rng with their bit indexes
 // (address - network - 1), sorted by index.
-func expectBitmap(rng string, services map[string][]string) (bitmap, error) {
+func expectBitmap(rng string, services map[string][]string) (fixtures.Bitmap, error) {
 	p, err := netip.ParsePrefix(rng)
 	if err != nil {
-		return bitmap{}, fmt.Errorf("--bitmap-range: %w", err)
+		return fixtures.Bitmap{}, fmt.Errorf("--bitmap-range: %w", err)
 	}
 	type slot struct {
 		index int
@@ -221,7 +183,7 @@ func expectBitmap(rng string, services map[string][]string) (bitmap, error) {
 		}
 	}
 	slices.SortFunc(slots, func(a, b slot) int { return a.index - b.index })
-	b := bitmap{Range: rng}
+	b := fixtures.Bitmap{Range: rng}
 	for _, s := range slots {
 		b.BitIndexes = append(b.BitIndexes, s.index)
 		b.IPs = append(b.IPs, s.ip)
