@@ -201,7 +201,9 @@ func TestExternalFieldsValidation(t *testing.T) {
 			`spec.externalTrafficPolicy: Invalid value: "Local": may only be set for externally-accessible services`},
 		{newLB("bad-etp", func(s *corev1.Service) { s.Spec.ExternalTrafficPolicy = "Everywhere" }),
 			`spec.externalTrafficPolicy: Unsupported value: "Everywhere": supported values: "Cluster", "Local"`},
-		{newService("bad-itp", func(s *corev1.Service) { s.Spec.InternalTrafficPolicy = ptrTo(corev1.ServiceInternalTrafficPolicy("Node")) }),
+		{newService("bad-itp", func(s *corev1.Service) {
+			s.Spec.InternalTrafficPolicy = ptrTo(corev1.ServiceInternalTrafficPolicy("Node"))
+		}),
 			`spec.internalTrafficPolicy: Unsupported value: "Node": supported values: "Cluster", "Local"`},
 		{newService("affinity", func(s *corev1.Service) {
 			s.Spec.SessionAffinity = corev1.ServiceAffinityClientIP
