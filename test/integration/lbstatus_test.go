@@ -111,7 +111,11 @@ func TestLoadBalancerStatus(t *testing.T) {
 		}
 		var modes []string
 		for _, ing := range got.Status.LoadBalancer.Ingress {
-			modes = append(modes, ing.IP+"="+string(*ing.IPMode))
+			mode := "<nil>"
+			if ing.IPMode != nil {
+				mode = string(*ing.IPMode)
+			}
+			modes = append(modes, ing.IP+"="+mode)
 		}
 		if diff := cmp.Diff([]string{"192.0.2.11=VIP", "2001:db8::11=Proxy"}, modes); diff != "" {
 			t.Errorf("ipModes (-want +got):\n%s", diff)
