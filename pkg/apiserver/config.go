@@ -111,6 +111,10 @@ type Config struct {
 	// (default transition.DefaultTTL). The transition is joined only with
 	// the default allocator factories (NewAllocator nil).
 	TransitionTTL time.Duration
+	// AllowNodePorts lets Services of type NodePort and LoadBalancer through
+	// servicealloc's type check (servicealloc.Config.AllowNodePorts); tests
+	// of those types use it until node ports are allocated.
+	AllowNodePorts bool
 }
 
 // Config turns the options into a Config: it creates the data directory,

@@ -6,6 +6,8 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/util/intstr"
+
+	"github.com/allocator/allocator/pkg/servicealloc"
 )
 
 // addDefaultingFuncs registers the decode-time defaults upstream applies to
@@ -55,10 +57,12 @@ func defaultService(svc *corev1.Service) {
 			port.TargetPort = intstr.FromInt32(port.Port)
 		}
 	}
-	if svc.Spec.Type == corev1.ServiceTypeNodePort || svc.Spec.Type == corev1.ServiceTypeLoadBalancer {
-		if svc.Spec.ExternalTrafficPolicy == "" {
-			svc.Spec.ExternalTrafficPolicy = corev1.ServiceExternalTrafficPolicyCluster
-		}
+	// Every externally-accessible Service, including a ClusterIP one with
+	// externalIPs, gets the policy (validation allows it only on those).
+	externallyAccessible := svc.Spec.Type == corev1.ServiceTypeNodePort || svc.Spec.Type == corev1.ServiceTypeLoadBalancer ||
+		(svc.Spec.Type == corev1.ServiceTypeClusterIP && len(svc.Spec.ExternalIPs) > 0)
+	if externallyAccessible && svc.Spec.ExternalTrafficPolicy == "" {
+		svc.Spec.ExternalTrafficPolicy = corev1.ServiceExternalTrafficPolicyCluster
 	}
 	if svc.Spec.InternalTrafficPolicy == nil && svc.Spec.Type != corev1.ServiceTypeExternalName {
 		cluster := corev1.ServiceInternalTrafficPolicyCluster
@@ -68,6 +72,7 @@ func defaultService(svc *corev1.Service) {
 		allocate := true
 		svc.Spec.AllocateLoadBalancerNodePorts = &allocate
 	}
+	servicealloc.DefaultLoadBalancerIPMode(svc)
 }
 
 func defaultNamespace(ns *corev1.Namespace) {

@@ -142,7 +142,7 @@ func (c CompletedConfig) New(ctx context.Context) (*Server, error) {
 		s.allocators = append(s.allocators, a)
 		gated = append(gated, gatedAllocator{Interface: s.allocMetrics.Wrap(a), open: s.open})
 	}
-	if s.alloc, err = servicealloc.New(servicealloc.Config{Allocators: gated}); err != nil {
+	if s.alloc, err = servicealloc.New(servicealloc.Config{Allocators: gated, AllowNodePorts: c.AllowNodePorts}); err != nil {
 		return nil, err
 	}
 

@@ -170,6 +170,7 @@ func (a *Allocator) PrepareCreate(svc *corev1.Service) error {
 func (a *Allocator) PrepareUpdate(svc, old *corev1.Service) error {
 	normalizeClusterIPs(svc, old)
 	dropTypeDependentFields(svc, old)
+	dropExternalFields(svc, old)
 	patchAllocatedValues(svc, old)
 	errs := a.defaultIPFamilies(svc, old)
 	if len(errs) == 0 {
@@ -186,7 +187,7 @@ func (a *Allocator) validate(svc, old *corev1.Service) field.ErrorList {
 	if old == nil {
 		errs = ValidateService(svc)
 	} else {
-		errs = append(ValidateService(svc), validateIPFieldsUpdate(svc, old)...)
+		errs = append(validateService(svc, old), validateIPFieldsUpdate(svc, old)...)
 	}
 	if !a.allowNodePorts && (svc.Spec.Type == corev1.ServiceTypeNodePort || svc.Spec.Type == corev1.ServiceTypeLoadBalancer) {
 		errs = append(errs, field.Invalid(typePath, svc.Spec.Type,

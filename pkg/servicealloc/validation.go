@@ -35,13 +35,21 @@ var (
 	supportedAffinity  = sets.New(corev1.ServiceAffinityClientIP, corev1.ServiceAffinityNone)
 )
 
-// ValidateService checks a Service the way upstream's ValidateService does for
-// the fields this package is about: metadata name, type, ports, session
-// affinity, externalName, and the IP fields (clusterIP, clusterIPs,
-// ipFamilies, ipFamilyPolicy). IP texts must be canonical (no leading zeros,
-// no IPv4-mapped IPv6, lower-case RFC 5952). It does not look at the
-// cluster's configuration; Allocator.Default does that.
+// ValidateService checks a Service being created the way upstream's
+// ValidateService does: metadata name, type, ports, session affinity,
+// externalName, the IP fields (clusterIP, clusterIPs, ipFamilies,
+// ipFamilyPolicy; their texts must be canonical: no leading zeros, no
+// IPv4-mapped IPv6, lower-case RFC 5952) and the fields of external exposure
+// (externalIPs, load balancer fields, traffic policies; see
+// validation_external.go). It does not look at the cluster's configuration;
+// Allocator.PrepareCreate does that.
 func ValidateService(svc *corev1.Service) field.ErrorList {
+	return validateService(svc, nil)
+}
+
+// validateService is ValidateService for a create (old nil) or an update
+// from old: values old already had are accepted as they are.
+func validateService(svc, old *corev1.Service) field.ErrorList {
 	allErrs := apimachineryvalidation.ValidateObjectMeta(&svc.ObjectMeta, true,
 		apimachineryvalidation.NameIsDNS1035Label, field.NewPath("metadata"))
 
@@ -68,12 +76,7 @@ func ValidateService(svc *corev1.Service) field.ErrorList {
 		allErrs = append(allErrs, field.Required(specPath.Child("ports"), ""))
 	}
 	allErrs = append(allErrs, metav1validation.ValidateLabels(svc.Spec.Selector, specPath.Child("selector"))...)
-	for i, ip := range svc.Spec.ExternalIPs {
-		if _, err := netip.ParseAddr(ip); err != nil {
-			allErrs = append(allErrs, field.Invalid(specPath.Child("externalIPs").Index(i), ip,
-				"must be a valid IP address, (e.g. 10.9.8.7 or 2001:db8::ffff)"))
-		}
-	}
+	allErrs = append(allErrs, validateExternalFields(svc, old)...)
 	allErrs = append(allErrs, validatePorts(svc)...)
 	allErrs = append(allErrs, ValidateClusterIPFields(svc)...)
 	return allErrs
@@ -222,10 +225,12 @@ func ValidateClusterIPFields(svc *corev1.Service) field.ErrorList {
 
 // ValidateServiceUpdate checks what may change between old and svc: the
 // primary cluster IP and family are immutable while the Service keeps a
-// cluster IP; the secondary may be added or removed, not changed.
+// cluster IP; the secondary may be added or removed, not changed; the
+// loadBalancerClass of a LoadBalancer is immutable. Values old already had
+// (external IPs, source ranges) are not checked again.
 func ValidateServiceUpdate(svc, old *corev1.Service) field.ErrorList {
 	allErrs := apimachineryvalidation.ValidateObjectMetaUpdate(&svc.ObjectMeta, &old.ObjectMeta, field.NewPath("metadata"))
-	allErrs = append(allErrs, ValidateService(svc)...)
+	allErrs = append(allErrs, validateService(svc, old)...)
 	return append(allErrs, validateIPFieldsUpdate(svc, old)...)
 }
 

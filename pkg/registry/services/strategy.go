@@ -41,16 +41,22 @@ func (strategy) PrepareForCreate(ctx context.Context, obj runtime.Object) {
 	svc.Status = corev1.ServiceStatus{}
 }
 
+// PrepareForUpdate keeps the stored status (a spec update cannot write it),
+// except that a Service that stops being a LoadBalancer loses its
+// load-balancer status, as upstream.
 func (strategy) PrepareForUpdate(ctx context.Context, obj, old runtime.Object) {
 	svc, oldSvc := obj.(*corev1.Service), old.(*corev1.Service)
-	svc.Status = oldSvc.Status
+	svc.Status = *oldSvc.Status.DeepCopy()
+	servicealloc.DropLoadBalancerStatus(svc)
 }
 
 func (strategy) Validate(ctx context.Context, obj runtime.Object) field.ErrorList {
 	return servicealloc.ValidateService(obj.(*corev1.Service))
 }
 
-func (strategy) WarningsOnCreate(ctx context.Context, obj runtime.Object) []string { return nil }
+func (strategy) WarningsOnCreate(ctx context.Context, obj runtime.Object) []string {
+	return servicealloc.WarningsForService(obj.(*corev1.Service), nil)
+}
 
 func (strategy) Canonicalize(obj runtime.Object) {}
 
@@ -62,7 +68,9 @@ func (strategy) ValidateUpdate(ctx context.Context, obj, old runtime.Object) fie
 	return servicealloc.ValidateServiceUpdate(obj.(*corev1.Service), old.(*corev1.Service))
 }
 
-func (strategy) WarningsOnUpdate(ctx context.Context, obj, old runtime.Object) []string { return nil }
+func (strategy) WarningsOnUpdate(ctx context.Context, obj, old runtime.Object) []string {
+	return servicealloc.WarningsForService(obj.(*corev1.Service), old.(*corev1.Service))
+}
 
 func (strategy) GetResetFields() map[fieldpath.APIVersion]*fieldpath.Set {
 	return map[fieldpath.APIVersion]*fieldpath.Set{
@@ -70,13 +78,20 @@ func (strategy) GetResetFields() map[fieldpath.APIVersion]*fieldpath.Set {
 	}
 }
 
+// PrepareForUpdate keeps the stored spec (a status update cannot write it)
+// and defaults ipMode, as decoding does, for callers that bypass decoding.
 func (statusStrategy) PrepareForUpdate(ctx context.Context, obj, old runtime.Object) {
 	svc, oldSvc := obj.(*corev1.Service), old.(*corev1.Service)
-	svc.Spec = oldSvc.Spec
+	svc.Spec = *oldSvc.Spec.DeepCopy()
+	servicealloc.DefaultLoadBalancerIPMode(svc)
 }
 
 func (statusStrategy) ValidateUpdate(ctx context.Context, obj, old runtime.Object) field.ErrorList {
-	return nil
+	return servicealloc.ValidateServiceStatusUpdate(obj.(*corev1.Service), old.(*corev1.Service))
+}
+
+func (statusStrategy) WarningsOnUpdate(ctx context.Context, obj, old runtime.Object) []string {
+	return servicealloc.WarningsForServiceStatus(obj.(*corev1.Service))
 }
 
 func (statusStrategy) GetResetFields() map[fieldpath.APIVersion]*fieldpath.Set {
