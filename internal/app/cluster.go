@@ -15,6 +15,7 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.uber.org/zap"
 	"google.golang.org/grpc/grpclog"
+	"k8s.io/cli-runtime/pkg/genericclioptions"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
@@ -37,10 +38,27 @@ type clusterFlags struct {
 	etcdCertFile string
 	etcdKeyFile  string
 	serviceRange string
+
+	// plugin: run as `kubectl allocator`; the API is reached through
+	// kubectl's own connection flags (kube), not --kubeconfig alone.
+	plugin bool
+	kube   *genericclioptions.ConfigFlags
+	// namespaced: the command honours -n (status); the others work on the
+	// whole cluster and refuse it.
+	namespaced bool
+	fs         *pflag.FlagSet
 }
 
 func (f *clusterFlags) addFlags(fs *pflag.FlagSet) {
-	fs.StringVar(&f.kubeconfig, "kubeconfig", "", "kubeconfig of the cluster (default: $KUBECONFIG, else the in-cluster config)")
+	f.fs = fs
+	if f.plugin {
+		// kubectl's flags, read the way kubectl reads them (--kubeconfig,
+		// $KUBECONFIG, --context, --cluster, --user, -n, -s, --token, ...).
+		f.kube = genericclioptions.NewConfigFlags(false)
+		f.kube.AddFlags(fs)
+	} else {
+		fs.StringVar(&f.kubeconfig, "kubeconfig", "", "kubeconfig of the cluster (default: $KUBECONFIG, else the in-cluster config)")
+	}
 	fs.StringSliceVar(&f.etcdServers, "etcd-servers", nil, "etcd client URLs holding the bitmap model's RangeAllocations")
 	fs.StringVar(&f.etcdPrefix, "etcd-prefix", etcdlayout.DefaultPrefix, "etcd key prefix of the cluster's data")
 	fs.StringVar(&f.etcdCAFile, "etcd-cafile", "", "CA bundle to verify the etcd servers")
@@ -52,9 +70,16 @@ func (f *clusterFlags) addFlags(fs *pflag.FlagSet) {
 // kubeClient builds a clientset from --kubeconfig, $KUBECONFIG or the
 // in-cluster config.
 func (f *clusterFlags) kubeClient() (kubernetes.Interface, error) {
+	if ns := f.namespace(); ns != "" && !f.namespaced {
+		// A repair or migration of one namespace would take every other
+		// namespace's addresses for leaks.
+		return nil, &usageError{fmt.Errorf("-n/--namespace %s: this command works on the whole cluster; drop -n", ns)}
+	}
 	var cfg *rest.Config
 	var err error
 	switch path := f.kubeconfigPath(); {
+	case f.kube != nil:
+		cfg, err = f.kube.ToRESTConfig()
 	case path != "":
 		cfg, err = clientcmd.BuildConfigFromFlags("", path)
 	default:
@@ -70,6 +95,15 @@ func (f *clusterFlags) kubeClient() (kubernetes.Interface, error) {
 		return nil, fmt.Errorf("kubernetes client: %w", err)
 	}
 	return client, nil
+}
+
+// namespace is -n when it was given on the command line (plugin mode); the
+// kubeconfig context's default namespace does not narrow anything.
+func (f *clusterFlags) namespace() string {
+	if f.kube == nil || f.fs == nil || !f.fs.Changed("namespace") {
+		return ""
+	}
+	return *f.kube.Namespace
 }
 
 func (f *clusterFlags) kubeconfigPath() string {

@@ -22,8 +22,8 @@ type migrateOptions struct {
 	progress bool
 }
 
-func newMigrateCommand(streams Streams) *cobra.Command {
-	o := &migrateOptions{}
+func newMigrateCommand(streams Streams, plugin bool) *cobra.Command {
+	o := &migrateOptions{cluster: clusterFlags{plugin: plugin}}
 	cmd := &cobra.Command{
 		Use:   "migrate --to ipaddress|bitmap",
 		Short: "Carry ClusterIP allocations over between the bitmap and the IPAddress model",

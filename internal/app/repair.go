@@ -47,8 +47,8 @@ func (o *repairOptions) compareModels(ctx context.Context, client kubernetes.Int
 	return repair.CompareModels(ctx, client, o.stores)
 }
 
-func newRepairCommand(streams Streams) *cobra.Command {
-	o := &repairOptions{}
+func newRepairCommand(streams Streams, plugin bool) *cobra.Command {
+	o := &repairOptions{cluster: clusterFlags{plugin: plugin}}
 	cmd := &cobra.Command{
 		Use:   "repair",
 		Short: "Find and fix ClusterIP allocations that disagree with the Services",

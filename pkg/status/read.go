@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"net/netip"
+	"path"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
 	networkingv1 "k8s.io/api/networking/v1"
@@ -118,7 +119,7 @@ func FromBitmap(ctx context.Context, etcd clientv3.KV, prefix string, client kub
 		if err := bits.Restore(ra.Range, ra.Data); err != nil {
 			return nil, fmt.Errorf("%s: %w", key, err)
 		}
-		ranges = append(ranges, Range{Prefix: cidr, Source: "RangeAllocation/" + key, Ready: true})
+		ranges = append(ranges, Range{Prefix: cidr, Source: "RangeAllocation/" + path.Base(key), Ready: true})
 		maps = append(maps, bits)
 	}
 	if len(ranges) == 0 {
