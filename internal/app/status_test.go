@@ -153,3 +153,33 @@ func TestStatusKnownFill(t *testing.T) {
 		})
 	}
 }
+
+// TestStatusDualStackSlash64: a dual-stack server with an IPv6 /64 answers
+// at once with the exact size of the /64 (2^64−1 usable addresses): counts
+// come from the IPAddresses, the range is never iterated.
+func TestStatusDualStackSlash64(t *testing.T) {
+	srv := testserver.Start(t, testserver.Options{ServiceRange: "10.0.0.0/24,fd00::/64", Model: "ipaddress"})
+	policy := corev1.IPFamilyPolicyRequireDualStack
+	svc := &corev1.Service{ObjectMeta: metav1.ObjectMeta{Name: "dual", Namespace: "default"}, Spec: corev1.ServiceSpec{
+		IPFamilyPolicy: &policy, ClusterIP: "10.0.0.20", ClusterIPs: []string{"10.0.0.20", "fd00::5"},
+		Ports: []corev1.ServicePort{{Port: 80, TargetPort: intstr.FromInt32(80)}}}}
+	if _, err := srv.Client.CoreV1().Services("default").Create(context.Background(), svc, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	out, errOut, code := runApp(t, "status", "--kubeconfig", srv.KubeconfigPath)
+	if code != 0 {
+		t.Fatalf("status: exit %d\n%s", code, errOut)
+	}
+	want := `FAMILY  CIDR         BAND     SIZE                  USED  FREE                  USED%  TOP NAMESPACES
+IPv4    10.0.0.0/24  static   16                    1     15                    6.2%
+IPv4    10.0.0.0/24  dynamic  238                   1     237                   0.4%
+IPv4    10.0.0.0/24  all      254                   2     252                   0.8%   default=2
+IPv6    fd00::/64    static   256                   1     255                   0.4%
+IPv6    fd00::/64    dynamic  18446744073709551359  0     18446744073709551359  0.0%
+IPv6    fd00::/64    all      18446744073709551615  1     18446744073709551614  <0.1%  default=1
+ipaddress model: 2 CIDRs, 3 addresses allocated
+`
+	if diff := cmp.Diff(want, out); diff != "" {
+		t.Errorf("table (-want +got):\n%s", diff)
+	}
+}
