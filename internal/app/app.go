@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"path/filepath"
 	"strings"
 
 	"github.com/spf13/cobra"
@@ -22,9 +23,29 @@ type Streams struct {
 	Err io.Writer
 }
 
+// PluginName is the file name under which kubectl finds the binary as a
+// plugin (`kubectl allocator ...`).
+const PluginName = "kubectl-allocator"
+
+// Main runs the process's command line argv (argv[0] included) and returns
+// its exit code. Installed or linked as kubectl-allocator, the binary is a
+// kubectl plugin: kubectl runs it with the words after `kubectl allocator`,
+// and it takes kubectl's connection flags (--kubeconfig, --context, -n, ...).
+func Main(ctx context.Context, argv []string, streams Streams) int {
+	plugin := false
+	if len(argv) > 0 {
+		plugin = strings.TrimSuffix(filepath.Base(argv[0]), ".exe") == PluginName
+		argv = argv[1:]
+	}
+	return run(ctx, newRootCommand(streams, plugin), argv, streams)
+}
+
 // Run executes the command line args and returns the process exit code.
 func Run(ctx context.Context, args []string, streams Streams) int {
-	root := NewRootCommand(streams)
+	return run(ctx, NewRootCommand(streams), args, streams)
+}
+
+func run(ctx context.Context, root *cobra.Command, args []string, streams Streams) int {
 	root.SetArgs(args)
 	defer logs.FlushLogs()
 	if cmd, err := root.ExecuteContextC(ctx); err != nil {
@@ -42,12 +63,21 @@ func Run(ctx context.Context, args []string, streams Streams) int {
 }
 
 // NewRootCommand builds the allocator command tree.
-func NewRootCommand(streams Streams) *cobra.Command {
+func NewRootCommand(streams Streams) *cobra.Command { return newRootCommand(streams, false) }
+
+// newRootCommand builds the command tree; as a kubectl plugin it holds the
+// commands that work on a cluster (status, repair, migrate) and version, with
+// kubectl's connection flags, and help names it `kubectl allocator`.
+func newRootCommand(streams Streams, plugin bool) *cobra.Command {
 	root := &cobra.Command{
 		Use:           "allocator",
 		Short:         "Kubernetes-compatible ClusterIP allocator: API server, repair and migration",
 		SilenceUsage:  true,
 		SilenceErrors: true,
+	}
+	if plugin {
+		root.Short = "ClusterIP allocation status, repair and migration (kubectl plugin)"
+		root.Annotations = map[string]string{cobra.CommandDisplayNameAnnotation: "kubectl allocator"}
 	}
 	root.SetIn(streams.In)
 	root.SetOut(streams.Out)
@@ -65,10 +95,13 @@ func NewRootCommand(streams Streams) *cobra.Command {
 		return nil
 	}
 	root.AddCommand(newVersionCommand(streams))
-	root.AddCommand(newServeCommand(streams))
-	root.AddCommand(newRepairCommand(streams))
-	root.AddCommand(newMigrateCommand(streams))
-	root.AddCommand(newTransitionCommand(streams))
+	root.AddCommand(newStatusCommand(streams, plugin))
+	root.AddCommand(newRepairCommand(streams, plugin))
+	root.AddCommand(newMigrateCommand(streams, plugin))
+	if !plugin {
+		root.AddCommand(newServeCommand(streams))
+		root.AddCommand(newTransitionCommand(streams))
+	}
 	return root
 }
 

@@ -3,8 +3,6 @@ package app
 import (
 	"context"
 	"fmt"
-	"io"
-	"os"
 
 	"github.com/spf13/cobra"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -20,10 +18,11 @@ type migrateOptions struct {
 	dryRun   bool
 	output   string
 	progress bool
+	rerun    string // the command line that resumes an interrupted run
 }
 
-func newMigrateCommand(streams Streams) *cobra.Command {
-	o := &migrateOptions{}
+func newMigrateCommand(streams Streams, plugin bool) *cobra.Command {
+	o := &migrateOptions{cluster: clusterFlags{plugin: plugin}}
 	cmd := &cobra.Command{
 		Use:   "migrate --to ipaddress|bitmap",
 		Short: "Carry ClusterIP allocations over between the bitmap and the IPAddress model",
@@ -39,9 +38,15 @@ It is idempotent and safe while servers allocate (create-if-absent claims,
 compare-and-swap writes); a run killed half-way is resumed by running it again.
 It ends with a verification that both views agree. By default it is a dry run:
 pass --dry-run=false to change anything. Exit code 0: done (or nothing to do),
-2: problems left, 1: error.`,
+2: problems left, 1: error.
+
+On a terminal it shows progress (done/total, rate, ETA) on one redrawn line;
+--progress prints it as plain lines elsewhere (a Job's log). Ctrl-C (SIGINT)
+stops it between two addresses, says how far it got, and exits 130; the same
+command resumes.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
+			o.rerun = rerunLine(cmd)
 			return runMigrate(cmd.Context(), o, streams)
 		},
 	}
@@ -50,7 +55,7 @@ pass --dry-run=false to change anything. Exit code 0: done (or nothing to do),
 	fs.StringVar(&o.to, "to", "", "target model: ipaddress or bitmap (required)")
 	fs.BoolVar(&o.dryRun, "dry-run", true, "report what would change and change nothing")
 	fs.StringVarP(&o.output, "output", "o", "table", "output format: table or json")
-	fs.BoolVar(&o.progress, "progress", false, "print progress to stderr (the default when stderr is a terminal)")
+	fs.BoolVar(&o.progress, "progress", false, "print progress to stderr: a redrawn line on a terminal (the default there), plain lines elsewhere")
 	return cmd
 }
 
@@ -76,7 +81,7 @@ func runMigrate(ctx context.Context, o *migrateOptions, streams Streams) error {
 		return fmt.Errorf("--to must be ipaddress or bitmap, got %q", o.to)
 	}
 	if err != nil {
-		return err
+		return interrupted(ctx, err, streams, o.rerun, migrationDone(o.to, report))
 	}
 	if o.output == "json" {
 		err = writeJSON(streams.Out, newMigrationJSON(report))
@@ -124,12 +129,16 @@ func defaultServiceCIDRs(ctx context.Context, client kubernetes.Interface) ([]st
 	return cidr.Spec.CIDRs, nil
 }
 
-// isTerminal reports whether w is a character device (a terminal).
-func isTerminal(w io.Writer) bool {
-	f, ok := w.(*os.File)
-	if !ok {
-		return false
+// migrationDone says how far an interrupted migration got, and why stopping
+// there is safe.
+func migrationDone(to string, r *repair.MigrationReport) string {
+	if to == "bitmap" || r == nil {
+		// Each family's map is one compare-and-swap write: written whole or not at all.
+		return "the migration stopped before it finished; each bitmap is written whole or not at all, so nothing is half-done."
 	}
-	info, err := f.Stat()
-	return err == nil && info.Mode()&os.ModeCharDevice != 0
+	verb := "created"
+	if r.DryRun {
+		verb = "would be created"
+	}
+	return fmt.Sprintf("%d IPAddresses %s, %d already present, before it stopped; each IPAddress is created whole, so nothing is half-done.", r.Created, verb, r.Present)
 }

@@ -3,6 +3,7 @@ package app
 import (
 	"context"
 	"fmt"
+	"io"
 	"slices"
 	"time"
 
@@ -23,6 +24,9 @@ type repairOptions struct {
 	interval    time.Duration
 	leakGrace   time.Duration
 	orphanGrace time.Duration
+	progress    bool
+	rerun       string    // the command line that resumes an interrupted run
+	stderr      io.Writer // where progress goes
 
 	// etcd and stores are set by runner when the bitmap is reachable.
 	etcd   *clientv3.Client
@@ -47,8 +51,8 @@ func (o *repairOptions) compareModels(ctx context.Context, client kubernetes.Int
 	return repair.CompareModels(ctx, client, o.stores)
 }
 
-func newRepairCommand(streams Streams) *cobra.Command {
-	o := &repairOptions{}
+func newRepairCommand(streams Streams, plugin bool) *cobra.Command {
+	o := &repairOptions{cluster: clusterFlags{plugin: plugin}}
 	cmd := &cobra.Command{
 		Use:   "repair",
 		Short: "Find and fix ClusterIP allocations that disagree with the Services",
@@ -70,6 +74,7 @@ first, so a one-shot run that finds one takes that long. --interval keeps it
 running.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
+			o.rerun, o.stderr = rerunLine(cmd), streams.Err
 			return runRepair(cmd.Context(), o, streams)
 		},
 	}
@@ -82,6 +87,7 @@ running.`,
 	fs.DurationVar(&o.leakGrace, "leak-grace", repair.DefaultLeakGrace,
 		"bitmap model: least time between the first pass that sees a leak and the one that frees it; "+
 			"keep it above the API server's request timeout (60 s), or a slow create's address can be freed and handed out twice")
+	fs.BoolVar(&o.progress, "progress", false, "ipaddress model: print each pass's progress to stderr, a redrawn line on a terminal (the default there), plain lines elsewhere")
 	fs.DurationVar(&o.orphanGrace, "orphan-grace", repair.DefaultOrphanGrace, "ipaddress model: least age of an IPAddress with no Service before it is deleted")
 	return cmd
 }
@@ -128,7 +134,7 @@ func runRepair(ctx context.Context, o *repairOptions, streams Streams) error {
 	}
 	report, err := runOneShot(ctx, runner, model, o)
 	if err != nil {
-		return err
+		return interrupted(ctx, err, streams, o.rerun, "the repair pass stopped between two addresses; every fix it made is complete.")
 	}
 	disagreements, err := o.compareModels(ctx, client)
 	if err != nil {
@@ -186,6 +192,7 @@ func (o *repairOptions) runner(ctx context.Context, client kubernetes.Interface,
 	case "ipaddress":
 		r, err := repair.NewIPAddressRepair(repair.IPAddressConfig{
 			Client: client, Recorder: recorder, DryRun: o.dryRun, OrphanGrace: o.orphanGrace, Interval: o.interval,
+			Progress: o.progressWriter(),
 		})
 		return r, model, err
 	default:

@@ -11,7 +11,7 @@ import (
 // repair package's grace, which outlasts the request timeout. It once
 // defaulted to 10 s and freed the address of a slow create.
 func TestRepairLeakGraceDefault(t *testing.T) {
-	flag := newRepairCommand(Streams{}).Flags().Lookup("leak-grace")
+	flag := newRepairCommand(Streams{}, false).Flags().Lookup("leak-grace")
 	if flag == nil {
 		t.Fatal("no --leak-grace flag")
 	}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"net/netip"
 	"strings"
 	"sync"
@@ -68,6 +69,10 @@ type IPAddressConfig struct {
 	// DryRun reports what a pass would change and changes nothing (no write,
 	// no event, no metric).
 	DryRun bool
+	// Progress, if set, receives the progress of each full pass over the
+	// addresses (see progress.go); the standalone job sets it, the server
+	// does not.
+	Progress io.Writer
 	// Now is the clock the grace period is measured with (default time.Now).
 	Now func() time.Time
 	// CarryOver, if set and true, says that bitmap-model writers may be
@@ -405,11 +410,18 @@ func (r *IPAddressRepair) pass(ctx context.Context, view ipView) (*Report, error
 	}
 	report := &Report{Model: "ipaddress", DryRun: r.cfg.DryRun, Services: services}
 	var failed []error
+	checked := func(int) {}
+	if r.cfg.Progress != nil {
+		p := newProgress(r.cfg.Progress, "addresses checked", len(keys))
+		defer p.stop()
+		checked = p.add
+	}
 	for _, k := range keys {
 		if err := ctx.Err(); err != nil {
 			return nil, fmt.Errorf("ipaddress repair: %w", err)
 		}
 		out, err := r.reconcile(ctx, view, k)
+		checked(1)
 		r.commit(out)
 		report.Problems = append(report.Problems, out.problems...)
 		report.Writes += out.writes

@@ -108,7 +108,9 @@ func serviceClaims(services []corev1.Service) (claims []claim, problems []Proble
 // sequence of create-if-absent claims, so it is idempotent, resumes where a
 // killed run stopped, and is safe while servers allocate (an address a server
 // claimed in between is found present, with its owner checked). It changes
-// no owner: an address already claimed by another Service is reported.
+// no owner: an address already claimed by another Service is reported. When
+// it stops part-way (ctx cancelled, a create failed) it returns the report so
+// far with the error: Created and Present count what was done.
 func MigrateToIPAddress(ctx context.Context, cfg MigrateConfig) (*MigrationReport, error) {
 	start := time.Now()
 	report := &MigrationReport{Direction: ToIPAddress, DryRun: cfg.DryRun}
@@ -222,15 +224,22 @@ func MigrateToIPAddress(ctx context.Context, cfg MigrateConfig) (*MigrationRepor
 	}
 	close(work)
 	wg.Wait()
-	if firstErr != nil {
-		return nil, fmt.Errorf("migrate (resumable: rerun to continue): %w", firstErr)
-	}
-	if err := ctx.Err(); err != nil {
-		return nil, fmt.Errorf("migrate (resumable: rerun to continue): %w", err)
-	}
 	report.Created += int(created.Load())
 	report.Present += int(present.Load())
 	report.Addresses = report.Created + report.Present
+	// Interrupted (SIGINT) or failed: every claim is one create, whole or
+	// not made, so what was created stays valid and a rerun lists it as
+	// present. The partial report says how far it got. The context is
+	// checked first: creates cut short by the cancellation fail too, and
+	// are not the cause.
+	if err := ctx.Err(); err != nil {
+		report.Duration = time.Since(start)
+		return report, fmt.Errorf("migrate (resumable: rerun to continue): %w", err)
+	}
+	if firstErr != nil {
+		report.Duration = time.Since(start)
+		return report, fmt.Errorf("migrate (resumable: rerun to continue): %w", firstErr)
+	}
 	sortProblems(report.Problems)
 
 	if !cfg.DryRun {

@@ -1,0 +1,272 @@
+package app
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"io"
+	"math/big"
+	"strings"
+	"text/tabwriter"
+
+	"github.com/spf13/cobra"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+
+	"github.com/allocator/allocator/pkg/status"
+)
+
+type statusOptions struct {
+	cluster clusterFlags
+	model   string
+	output  string
+	top     int
+}
+
+func newStatusCommand(streams Streams, plugin bool) *cobra.Command {
+	o := &statusOptions{cluster: clusterFlags{plugin: plugin, namespaced: true}}
+	cmd := &cobra.Command{
+		Use:   "status",
+		Short: "Show how full each service IP range and band is, and who holds the addresses",
+		Long: `Status shows, per IP family, per service CIDR and per band, how many
+addresses there are, how many are allocated and free, and which namespaces
+hold the most. The static (lower) band is kept for user-chosen addresses:
+min(max(16, size/16), 256) addresses; dynamic allocation uses the upper band
+first.
+
+In the IPAddress model it lists ServiceCIDRs and IPAddresses through the
+Kubernetes API. In the bitmap model it reads the RangeAllocations from etcd
+(--etcd-servers) and lists Services for their namespaces. It only reads:
+it is safe against a production cluster, ours or kube-apiserver's.
+Sizes come from the CIDRs and counts from the objects, so an IPv6 /64 is
+never iterated.
+
+--model auto (the default) measures the bitmap model when --etcd-servers is
+given and its maps exist, else the IPAddress model. -n NAMESPACE shows that
+namespace's share only (the totals stay the cluster's).`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			return runStatus(cmd.Context(), o, streams)
+		},
+	}
+	fs := cmd.Flags()
+	o.cluster.addFlags(fs)
+	fs.StringVar(&o.model, "model", "auto", "allocator model to measure: bitmap, ipaddress, or auto (bitmap when --etcd-servers is given and its maps exist)")
+	fs.StringVarP(&o.output, "output", "o", "table", "output format: table, wide or json")
+	fs.IntVar(&o.top, "top", 3, "how many of the largest namespaces to show per CIDR (table and wide)")
+	return cmd
+}
+
+func runStatus(ctx context.Context, o *statusOptions, streams Streams) error {
+	switch o.output {
+	case "table", "wide", "json":
+	default:
+		return fmt.Errorf("unknown output format %q: use table, wide or json", o.output)
+	}
+	client, err := o.cluster.kubeClient()
+	if err != nil {
+		return err
+	}
+	model := o.model
+	var usage *status.Usage
+	if model == "bitmap" || (model == "auto" && len(o.cluster.etcdServers) > 0) {
+		etcd, err := o.cluster.etcdClient(ctx)
+		if err != nil {
+			return err
+		}
+		defer etcd.Close()
+		if model == "auto" {
+			found, err := status.HasBitmap(ctx, etcd, o.cluster.etcdPrefix)
+			if err != nil {
+				return err
+			}
+			model = "ipaddress"
+			if found {
+				model = "bitmap"
+			}
+		}
+		if model == "bitmap" {
+			if usage, err = status.FromBitmap(ctx, etcd, o.cluster.etcdPrefix, client); err != nil {
+				return fmt.Errorf("status: %w", err)
+			}
+		}
+	}
+	switch model {
+	case "bitmap":
+	case "ipaddress", "auto":
+		if usage, err = status.FromIPAddresses(ctx, client); err != nil {
+			if apierrors.IsNotFound(err) {
+				return fmt.Errorf("status: the cluster serves no networking.k8s.io/v1 ServiceCIDRs (a kube-apiserver ≤ 1.32 is in the bitmap model): give --etcd-servers to read its maps (%w)", err)
+			}
+			return fmt.Errorf("status: %w", err)
+		}
+	default:
+		return fmt.Errorf("unknown model %q: use bitmap, ipaddress or auto", o.model)
+	}
+	if ns := o.cluster.namespace(); ns != "" {
+		for i := range usage.CIDRs {
+			usage.CIDRs[i].Namespaces = onlyNamespace(usage.CIDRs[i].Namespaces, ns)
+		}
+	}
+	if o.output == "json" {
+		return writeJSON(streams.Out, newStatusJSON(usage))
+	}
+	return writeStatusTable(streams.Out, usage, o.output == "wide", o.top)
+}
+
+func onlyNamespace(counts []status.NamespaceCount, ns string) []status.NamespaceCount {
+	for _, c := range counts {
+		if c.Namespace == ns {
+			return []status.NamespaceCount{c}
+		}
+	}
+	return []status.NamespaceCount{{Namespace: ns}}
+}
+
+// bandJSON is one band's (or one CIDR's) figures.
+type bandJSON struct {
+	Size    uint64  `json:"size"`
+	Used    uint64  `json:"used"`
+	Free    uint64  `json:"free"`
+	Percent float64 `json:"percent"`
+}
+
+func newBandJSON(b status.Band) bandJSON {
+	return bandJSON{Size: b.Size, Used: b.Used, Free: b.Free(), Percent: status.Round2(b.Percent())}
+}
+
+type cidrJSON struct {
+	Family string `json:"family"`
+	CIDR   string `json:"cidr"`
+	Source string `json:"source"`
+	Ready  bool   `json:"ready"`
+	First  string `json:"first,omitempty"`
+	Last   string `json:"last,omitempty"`
+	bandJSON
+	Static     bandJSON                `json:"static"`
+	Dynamic    bandJSON                `json:"dynamic"`
+	Namespaces []status.NamespaceCount `json:"namespaces"`
+}
+
+type familyJSON struct {
+	Family string `json:"family"`
+	// Size and Free are JSON numbers that may exceed 2^64 (several /64s).
+	Size    *big.Int `json:"size"`
+	Used    uint64   `json:"used"`
+	Free    *big.Int `json:"free"`
+	Percent float64  `json:"percent"`
+	Outside uint64   `json:"outside"`
+}
+
+type statusJSON struct {
+	Model    string       `json:"model"`
+	Families []familyJSON `json:"families"`
+	CIDRs    []cidrJSON   `json:"cidrs"`
+}
+
+func newStatusJSON(u *status.Usage) statusJSON {
+	out := statusJSON{Model: u.Model, Families: []familyJSON{}, CIDRs: []cidrJSON{}}
+	for _, f := range u.Families {
+		out.Families = append(out.Families, familyJSON{Family: f.Family, Size: f.Size, Used: f.Used, Free: f.Free(),
+			Percent: status.Round2(f.Percent()), Outside: f.Outside})
+	}
+	for _, c := range u.CIDRs {
+		j := cidrJSON{Family: c.Family, CIDR: c.Prefix.String(), Source: c.Source, Ready: c.Ready,
+			bandJSON: newBandJSON(c.Total()), Static: newBandJSON(c.Static), Dynamic: newBandJSON(c.Dynamic),
+			Namespaces: c.Namespaces}
+		if c.First.IsValid() {
+			j.First, j.Last = c.First.String(), c.Last.String()
+		}
+		if j.Namespaces == nil {
+			j.Namespaces = []status.NamespaceCount{}
+		}
+		out.CIDRs = append(out.CIDRs, j)
+	}
+	return out
+}
+
+// formatPercent prints a fill with one decimal; a fill too small to show
+// (a few addresses of a /64) is "<0.1%", never a misleading "0.0%".
+func formatPercent(used uint64, p float64) string {
+	if used > 0 && p < 0.05 {
+		return "<0.1%"
+	}
+	return fmt.Sprintf("%.1f%%", p)
+}
+
+func formatNamespaces(counts []status.NamespaceCount, top int) string {
+	var parts []string
+	for i, c := range counts {
+		if i == top {
+			parts = append(parts, fmt.Sprintf("(+%d more)", len(counts)-top))
+			break
+		}
+		parts = append(parts, fmt.Sprintf("%s=%d", c.Namespace, c.Used))
+	}
+	return strings.Join(parts, " ")
+}
+
+// writeStatusTable prints one row per band and CIDR, a row per family when
+// it has several CIDRs, and a closing line.
+func writeStatusTable(w io.Writer, u *status.Usage, wide bool, top int) error {
+	var table bytes.Buffer
+	tw := tabwriter.NewWriter(&table, 0, 4, 2, ' ', 0)
+	if wide {
+		fmt.Fprintln(tw, "FAMILY\tCIDR\tSOURCE\tREADY\tFIRST\tLAST\tBAND\tSIZE\tUSED\tFREE\tUSED%\tTOP NAMESPACES")
+	} else {
+		fmt.Fprintln(tw, "FAMILY\tCIDR\tBAND\tSIZE\tUSED\tFREE\tUSED%\tTOP NAMESPACES")
+	}
+	perFamily := map[string]int{}
+	for _, c := range u.CIDRs {
+		perFamily[c.Family]++
+	}
+	row := func(c status.CIDR, band string, b status.Band, namespaces string) {
+		if wide {
+			first, last := "-", "-"
+			if c.First.IsValid() {
+				first, last = c.First.String(), c.Last.String()
+			}
+			fmt.Fprintf(tw, "%s\t%s\t%s\t%v\t%s\t%s\t%s\t%d\t%d\t%d\t%s\t%s\n", c.Family, c.Prefix, c.Source, c.Ready, first, last,
+				band, b.Size, b.Used, b.Free(), formatPercent(b.Used, b.Percent()), namespaces)
+			return
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%d\t%d\t%s\t%s\n", c.Family, c.Prefix, band, b.Size, b.Used, b.Free(), formatPercent(b.Used, b.Percent()), namespaces)
+	}
+	var used uint64
+	var outside []string
+	for _, f := range u.Families {
+		for _, c := range u.CIDRs {
+			if c.Family != f.Family {
+				continue
+			}
+			row(c, "static", c.Static, "")
+			row(c, "dynamic", c.Dynamic, "")
+			row(c, "all", c.Total(), formatNamespaces(c.Namespaces, top))
+		}
+		if perFamily[f.Family] > 1 {
+			if wide {
+				fmt.Fprintf(tw, "%s\tall\t-\t-\t-\t-\tall\t%s\t%d\t%s\t%s\t\n", f.Family, f.Size, f.Used, f.Free(), formatPercent(f.Used, f.Percent()))
+			} else {
+				fmt.Fprintf(tw, "%s\tall\tall\t%s\t%d\t%s\t%s\t\n", f.Family, f.Size, f.Used, f.Free(), formatPercent(f.Used, f.Percent()))
+			}
+		}
+		used += f.Used
+		if f.Outside > 0 {
+			outside = append(outside, fmt.Sprintf("%s %d", f.Family, f.Outside))
+		}
+	}
+	if err := tw.Flush(); err != nil {
+		return err
+	}
+	// Rows with no namespaces would end in the padding of the last column.
+	for line := range strings.Lines(table.String()) {
+		if _, err := fmt.Fprintln(w, strings.TrimRight(line, " \n")); err != nil {
+			return err
+		}
+	}
+	summary := fmt.Sprintf("%s model: %s, %s allocated", u.Model, plural(len(u.CIDRs), "CIDR", "CIDRs"), plural(int(used), "address", "addresses"))
+	if len(outside) > 0 {
+		summary += fmt.Sprintf("; outside every CIDR: %s (allocator repair reports them)", strings.Join(outside, ", "))
+	}
+	_, err := fmt.Fprintln(w, summary)
+	return err
+}

@@ -1,0 +1,186 @@
+package status
+
+import (
+	"context"
+	"fmt"
+	"net/netip"
+	"path"
+
+	clientv3 "go.etcd.io/etcd/client/v3"
+	networkingv1 "k8s.io/api/networking/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
+
+	"github.com/allocator/allocator/pkg/bitmap"
+	"github.com/allocator/allocator/pkg/etcdlayout"
+	"github.com/allocator/allocator/pkg/subrange"
+)
+
+// listPage is the page size of every list: a cluster with 100,000 Services
+// is read in pages rather than one response the API server must build whole.
+const listPage = 500
+
+// FromIPAddresses measures the IPAddress model: every ServiceCIDR against
+// every IPAddress. It lists servicecidrs and ipaddresses, nothing else.
+func FromIPAddresses(ctx context.Context, client kubernetes.Interface) (*Usage, error) {
+	var ranges []Range
+	opts := metav1.ListOptions{Limit: listPage}
+	for {
+		list, err := client.NetworkingV1().ServiceCIDRs().List(ctx, opts)
+		if err != nil {
+			return nil, fmt.Errorf("list servicecidrs: %w", err)
+		}
+		for i := range list.Items {
+			ranges = append(ranges, serviceCIDRRanges(&list.Items[i])...)
+		}
+		if list.Continue == "" {
+			break
+		}
+		opts.Continue = list.Continue
+	}
+	var addrs []Address
+	opts = metav1.ListOptions{Limit: listPage}
+	for {
+		list, err := client.NetworkingV1().IPAddresses().List(ctx, opts)
+		if err != nil {
+			return nil, fmt.Errorf("list ipaddresses: %w", err)
+		}
+		for i := range list.Items {
+			obj := &list.Items[i]
+			ip, err := subrange.ParseAddr(obj.Name)
+			if err != nil {
+				continue // not an address the allocators can hold; repair reports it
+			}
+			a := Address{IP: ip}
+			if ref := obj.Spec.ParentRef; ref != nil {
+				a.Namespace = ref.Namespace
+			}
+			addrs = append(addrs, a)
+		}
+		if list.Continue == "" {
+			break
+		}
+		opts.Continue = list.Continue
+	}
+	return Compute(subrange.ModelIPAddress, ranges, addrs)
+}
+
+func serviceCIDRRanges(c *networkingv1.ServiceCIDR) []Range {
+	ready := c.DeletionTimestamp == nil
+	for _, cond := range c.Status.Conditions {
+		if cond.Type == networkingv1.ServiceCIDRConditionReady && cond.Status == metav1.ConditionFalse {
+			ready = false
+		}
+	}
+	var out []Range
+	for _, text := range c.Spec.CIDRs {
+		prefix, err := subrange.ParsePrefix(text)
+		if err != nil {
+			continue // the API validates CIDRs; a bad one serves nothing
+		}
+		out = append(out, Range{Prefix: prefix, Source: "ServiceCIDR/" + c.Name, Ready: ready})
+	}
+	return out
+}
+
+// FromBitmap measures the bitmap model: the RangeAllocation of each family,
+// read from etcd with plain Gets (never through an allocator, which may
+// write), and the Services, listed through the API, to say which namespace
+// holds each allocated address. It returns an error when no map exists under
+// prefix.
+func FromBitmap(ctx context.Context, etcd clientv3.KV, prefix string, client kubernetes.Interface) (*Usage, error) {
+	layout := etcdlayout.Layout{Prefix: prefix}
+	var ranges []Range
+	var maps []*bitmap.Allocator
+	for _, key := range []string{layout.PrimaryServiceIPRange(), layout.SecondaryServiceIPRange()} {
+		resp, err := etcd.Get(ctx, key)
+		if err != nil {
+			return nil, fmt.Errorf("read %s: %w", key, err)
+		}
+		if len(resp.Kvs) == 0 {
+			continue
+		}
+		ra, err := etcdlayout.DecodeRangeAllocation(resp.Kvs[0].Value)
+		if err != nil {
+			return nil, etcdlayout.WithKey(key, err)
+		}
+		cidr, err := subrange.ParsePrefix(ra.Range)
+		if err != nil {
+			return nil, fmt.Errorf("%s: range: %w", key, err)
+		}
+		rng, err := subrange.New(cidr, subrange.ModelBitmap)
+		if err != nil {
+			return nil, fmt.Errorf("%s: %w", key, err)
+		}
+		bits, err := bitmap.NewAllocator(rng)
+		if err != nil {
+			return nil, fmt.Errorf("%s: %w", key, err)
+		}
+		if err := bits.Restore(ra.Range, ra.Data); err != nil {
+			return nil, fmt.Errorf("%s: %w", key, err)
+		}
+		ranges = append(ranges, Range{Prefix: cidr, Source: "RangeAllocation/" + path.Base(key), Ready: true})
+		maps = append(maps, bits)
+	}
+	if len(ranges) == 0 {
+		return nil, fmt.Errorf("no bitmap map (RangeAllocation) under %s", layout.RangesPrefix())
+	}
+	owners, err := serviceNamespaces(ctx, client)
+	if err != nil {
+		return nil, err
+	}
+	var addrs []Address
+	for _, bits := range maps {
+		// A bitmap holds at most about 2^20 bits (IPv4 /12; IPv6 is capped
+		// at 65,535), so visiting its set bits is bounded.
+		if err := bits.ForEach(ctx, func(ip netip.Addr) {
+			addrs = append(addrs, Address{IP: ip, Namespace: owners[ip]})
+		}); err != nil {
+			return nil, err
+		}
+	}
+	return Compute(subrange.ModelBitmap, ranges, addrs)
+}
+
+// serviceNamespaces maps every Service address to the Service's namespace.
+func serviceNamespaces(ctx context.Context, client kubernetes.Interface) (map[netip.Addr]string, error) {
+	owners := map[netip.Addr]string{}
+	opts := metav1.ListOptions{Limit: listPage}
+	for {
+		list, err := client.CoreV1().Services(metav1.NamespaceAll).List(ctx, opts)
+		if err != nil {
+			return nil, fmt.Errorf("list services: %w", err)
+		}
+		for i := range list.Items {
+			svc := &list.Items[i]
+			ips := svc.Spec.ClusterIPs
+			if len(ips) == 0 && svc.Spec.ClusterIP != "" {
+				ips = []string{svc.Spec.ClusterIP}
+			}
+			for _, text := range ips {
+				if ip, err := netip.ParseAddr(text); err == nil {
+					owners[ip] = svc.Namespace
+				}
+			}
+		}
+		if list.Continue == "" {
+			return owners, nil
+		}
+		opts.Continue = list.Continue
+	}
+}
+
+// HasBitmap reports whether a RangeAllocation exists under prefix.
+func HasBitmap(ctx context.Context, etcd clientv3.KV, prefix string) (bool, error) {
+	layout := etcdlayout.Layout{Prefix: prefix}
+	for _, key := range []string{layout.PrimaryServiceIPRange(), layout.SecondaryServiceIPRange()} {
+		resp, err := etcd.Get(ctx, key, clientv3.WithCountOnly())
+		if err != nil {
+			return false, fmt.Errorf("read %s: %w", key, err)
+		}
+		if resp.Count > 0 {
+			return true, nil
+		}
+	}
+	return false, nil
+}
