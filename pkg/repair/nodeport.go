@@ -39,6 +39,9 @@ const (
 	ReasonPortRangeFull        = "PortRangeFull"
 )
 
+// ResourceNodePort marks a node-port Problem.
+const ResourceNodePort = "nodePort"
+
 // NodePortStore is what the node-port repair needs of the stored map;
 // *portalloc.EtcdAllocator implements it.
 type NodePortStore interface {
@@ -173,6 +176,7 @@ func (r *NodePortRepair) pass(ctx context.Context, stored bitmap.StoredMap, serv
 	}
 	var events []eventFor
 	add := func(svc *corev1.Service, p Problem) {
+		p.Resource = ResourceNodePort
 		report.Problems = append(report.Problems, p)
 		if svc != nil && p.Reason != "" {
 			events = append(events, eventFor{svc, p})
