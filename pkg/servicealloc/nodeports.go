@@ -367,6 +367,16 @@ func (a *Allocator) allocateNodePortsUpdate(ctx context.Context, txn *Transactio
 		}
 	case needsHealthCheckNodePort(old) && !needsHealthCheckNodePort(svc):
 		drop = append(drop, int(old.Spec.HealthCheckNodePort))
+	case needsHealthCheckNodePort(svc) && svc.Spec.HealthCheckNodePort != old.Spec.HealthCheckNodePort:
+		// A changed healthCheckNodePort (patchNodePorts kept an omitted
+		// one): reserve the new one unless the Service already held it,
+		// release the old one once stored.
+		if port := svc.Spec.HealthCheckNodePort; !slices.Contains(oldPorts, int(port)) {
+			if err := a.allocateHealthCheckNodePort(ctx, txn, alloc, svc, dryRun); err != nil {
+				return err
+			}
+		}
+		drop = append(drop, int(old.Spec.HealthCheckNodePort))
 	}
 	if !dryRun {
 		// A port still used by svc in another role (a nodePort that became

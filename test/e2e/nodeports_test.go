@@ -2,11 +2,19 @@ package e2e
 
 import (
 	"context"
+	"encoding/json"
 	"os/exec"
 	"regexp"
+	"slices"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/allocator/allocator/internal/etcdtest"
+	"github.com/allocator/allocator/pkg/bitmap"
+	"github.com/allocator/allocator/pkg/portalloc"
+	"github.com/allocator/allocator/pkg/portrange"
+	"github.com/allocator/allocator/pkg/repair"
 )
 
 // kubectl runs the real kubectl against s and returns its combined output
@@ -68,5 +76,40 @@ func TestKubectlNodePorts(t *testing.T) {
 	// The deleted Service's port is free again.
 	if out, ok := s.kubectl(t, "create", "service", "nodeport", "np-e", "--tcp=80:8080", "--node-port=30080"); !ok {
 		t.Errorf("create on the released 30080: %s", out)
+	}
+}
+
+// TestRepairCLINodePorts: the standalone job repairs the node-port map too,
+// with the same report, exit codes and three-pass rule as for IPs.
+func TestRepairCLINodePorts(t *testing.T) {
+	bin := buildBinary(t)
+	etcd := etcdtest.New(t)
+	kubeconfig, _ := startServe(t, bin, etcd, "--service-cluster-ip-range", "10.0.0.0/24")
+	ctx := context.Background()
+	store, err := portalloc.NewEtcd(etcd.Client(), "/registry/ranges/servicenodeports", portrange.MustParse(portrange.Default), bitmap.EtcdOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := store.Allocate(ctx, 30300); err != nil { // a leak
+		t.Fatal(err)
+	}
+	common := []string{"--kubeconfig", kubeconfig, "--etcd-servers", strings.Join(etcd.Endpoints(), ",")}
+	out, code := runJob(t, bin, append([]string{"repair", "--dry-run", "-o", "json"}, common...)...)
+	var report repair.Report
+	if err := json.Unmarshal([]byte(out), &report); err != nil {
+		t.Fatalf("dry-run output is not a JSON report: %v\n%s", err, out)
+	}
+	found := slices.ContainsFunc(report.Problems, func(p repair.Problem) bool {
+		return p.Type == repair.TypeLeak && p.IP == "30300" && p.Resource == repair.ResourceNodePort
+	})
+	if code != 2 || !found {
+		t.Fatalf("dry run: exit %d, problems %+v", code, report.Problems)
+	}
+	out, code = runJob(t, bin, append([]string{"repair", "--leak-grace", "1s"}, common...)...)
+	if code != 0 || !strings.Contains(out, "nodePort:30300") {
+		t.Fatalf("repair: exit %d\n%s", code, out)
+	}
+	if has, _ := store.Has(ctx, 30300); has {
+		t.Fatal("repair did not free the leaked node port 30300")
 	}
 }

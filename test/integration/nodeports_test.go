@@ -172,6 +172,16 @@ func TestNodePorts(t *testing.T) {
 		}
 		expectHeld(t, ctx, s.etcd, int(hc), int(np), 30081)
 
+		// A changed healthCheckNodePort takes the new port and releases the
+		// old one once stored; one left out is kept.
+		lb = update(t, ctx, c, "lb-local", func(s *corev1.Service) { s.Spec.HealthCheckNodePort = 30099 })
+		expectHeld(t, ctx, s.etcd, 30099, int(np), 30081)
+		lb = update(t, ctx, c, "lb-local", func(s *corev1.Service) { s.Spec.HealthCheckNodePort = 0 })
+		if lb.Spec.HealthCheckNodePort != 30099 {
+			t.Errorf("update without healthCheckNodePort: got %d, want 30099 kept", lb.Spec.HealthCheckNodePort)
+		}
+		hc = 30099
+
 		// Local → Cluster releases the health check port once stored.
 		update(t, ctx, c, "lb-local", func(s *corev1.Service) {
 			s.Spec.ExternalTrafficPolicy = corev1.ServiceExternalTrafficPolicyCluster
