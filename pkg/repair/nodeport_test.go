@@ -154,3 +154,38 @@ func TestNodePortRepairPlantedFaults(t *testing.T) {
 		}
 	}
 }
+
+// TestMigrationLeavesNodePortMap: migrating between the IP models both ways
+// never writes the node-port map (same ModRevision, same ports).
+func TestMigrationLeavesNodePortMap(t *testing.T) {
+	ctx := testContext(t)
+	srv := testserver.Start(t, testserver.Options{ServiceRange: "10.0.0.0/24", Model: "bitmap"})
+	for _, name := range []string{"np-1", "np-2"} {
+		if _, err := srv.Client.CoreV1().Services("default").Create(ctx, &corev1.Service{
+			ObjectMeta: metav1.ObjectMeta{Name: name},
+			Spec: corev1.ServiceSpec{Type: corev1.ServiceTypeNodePort,
+				Ports: []corev1.ServicePort{{Port: 80, TargetPort: intstr.FromInt32(80)}}},
+		}, metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	key := etcdlayout.Layout{}.ServiceNodePortRange()
+	before, err := srv.Etcd.Client().Get(ctx, key)
+	if err != nil || len(before.Kvs) != 1 {
+		t.Fatalf("node-port map: %v", err)
+	}
+	if report, err := repair.MigrateToIPAddress(ctx, repair.MigrateConfig{Client: srv.Client}); err != nil || !report.Verified {
+		t.Fatalf("migrate to ipaddress: %v %v", err, report)
+	}
+	stores := familyStores(t, srv.Etcd, "10.0.0.0/24")
+	if report, err := repair.MigrateToBitmap(ctx, repair.MigrateConfig{Client: srv.Client, Stores: stores}); err != nil || !report.Verified {
+		t.Fatalf("migrate to bitmap: %v %v", err, report)
+	}
+	after, err := srv.Etcd.Client().Get(ctx, key)
+	if err != nil || len(after.Kvs) != 1 {
+		t.Fatalf("node-port map after: %v", err)
+	}
+	if after.Kvs[0].ModRevision != before.Kvs[0].ModRevision || string(after.Kvs[0].Value) != string(before.Kvs[0].Value) {
+		t.Errorf("migration wrote the node-port map (revision %d → %d)", before.Kvs[0].ModRevision, after.Kvs[0].ModRevision)
+	}
+}

@@ -4,7 +4,9 @@ import (
 	"bytes"
 	"context"
 	"fmt"
+	"io"
 	"slices"
+	"strings"
 	"sync"
 	"testing"
 
@@ -270,6 +272,51 @@ func TestNodePorts(t *testing.T) {
 		mustDelete(t, ctx, c, "real")
 		expectHeld(t, ctx, s.etcd)
 	})
+}
+
+// TestNodePortMetrics: upstream's node-port metric names, gauges from the
+// first scrape, counters per scope.
+func TestNodePortMetrics(t *testing.T) {
+	s := startServer(t, serverOptions{serviceRange: "10.96.0.0/16"})
+	ctx := testContext(t)
+	scrape := func() string {
+		t.Helper()
+		body, err := s.client.CoreV1().RESTClient().Get().AbsPath("/metrics").Stream(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer body.Close()
+		out, err := io.ReadAll(body)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return string(out)
+	}
+	text := scrape()
+	for _, want := range []string{
+		"kube_apiserver_nodeport_allocator_allocated_ports 0",
+		"kube_apiserver_nodeport_allocator_available_ports 2768",
+		"apiserver_nodeport_repair_reconcile_errors_total 0",
+	} {
+		if !strings.Contains(text, want) {
+			t.Errorf("/metrics lacks %q", want)
+		}
+	}
+	mustCreate(t, ctx, s.client, nodePortService("m1", corev1.ServiceTypeNodePort, tcp(80, 30080), tcp(81, 0)))
+	_, err := create(ctx, s.client, nodePortService("m2", corev1.ServiceTypeNodePort, tcp(80, 30080)))
+	expectStatus(t, err, 422, "provided port is already allocated")
+	text = scrape()
+	for _, want := range []string{
+		"kube_apiserver_nodeport_allocator_allocated_ports 2",
+		"kube_apiserver_nodeport_allocator_available_ports 2766",
+		`kube_apiserver_nodeport_allocator_allocation_total{scope="static"} 1`,
+		`kube_apiserver_nodeport_allocator_allocation_total{scope="dynamic"} 1`,
+		`kube_apiserver_nodeport_allocator_allocation_errors_total{scope="static"} 1`,
+	} {
+		if !strings.Contains(text, want) {
+			t.Errorf("/metrics after creates lacks %q", want)
+		}
+	}
 }
 
 // TestNodePortsReplicas: four servers on one etcd create NodePort Services
