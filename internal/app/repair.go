@@ -116,6 +116,22 @@ func runRepair(ctx context.Context, o *repairOptions, streams Streams) error {
 	if err != nil {
 		return err
 	}
+	if o.etcd == nil && len(o.cluster.etcdServers) > 0 {
+		if o.etcd, err = o.cluster.etcdClient(ctx); err != nil {
+			return err
+		}
+		etcd := o.etcd
+		context.AfterFunc(ctx, func() { etcd.Close() })
+	}
+	if o.etcd != nil {
+		ports, err := o.nodePortRepair(ctx, o.etcd, client, recorder)
+		if err != nil {
+			return err
+		}
+		if ports != nil {
+			runner = withNodePorts{ips: runner, ports: ports}
+		}
+	}
 	if o.interval > 0 {
 		for {
 			report, err := runner.RunOnce(ctx)
@@ -212,8 +228,12 @@ func runOneShot(ctx context.Context, runner passRunner, model string, o *repairO
 			return nil, err
 		}
 		reports = append(reports, report)
-		pending := slices.ContainsFunc(report.Problems, func(p repair.Problem) bool { return p.Type == repair.TypeLeak && !p.Fixed })
-		if model != "bitmap" || o.dryRun || !pending || pass == 3 {
+		// Leaks of the bitmap and of the node-port map wait for three passes;
+		// the IPAddress model's orphans have their own grace.
+		pending := slices.ContainsFunc(report.Problems, func(p repair.Problem) bool {
+			return p.Type == repair.TypeLeak && !p.Fixed && (model == "bitmap" || p.Resource == repair.ResourceNodePort)
+		})
+		if o.dryRun || !pending || pass == 3 {
 			break
 		}
 		select {
@@ -232,12 +252,12 @@ func mergeReports(reports []*repair.Report) *repair.Report {
 	merged := *last
 	merged.Problems = nil
 	merged.Writes, merged.Duration = 0, 0
-	index := map[[3]string]int{}
+	index := map[[4]string]int{}
 	for _, r := range reports {
 		merged.Writes += r.Writes
 		merged.Duration += r.Duration
 		for _, p := range r.Problems {
-			k := [3]string{p.Type, p.IP, p.Service}
+			k := [4]string{p.Type, p.IP, p.Service, p.Resource}
 			if i, ok := index[k]; ok {
 				fixed := merged.Problems[i].Fixed || p.Fixed
 				merged.Problems[i] = p

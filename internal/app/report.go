@@ -174,7 +174,11 @@ func writeProblems(w io.Writer, problems []repair.Problem, dryRun bool, summary 
 			if svc == "" {
 				svc = "<none>"
 			}
-			fmt.Fprintf(tw, "%s\t%s\t%s\t%v\t%s\n", p.Type, p.IP, svc, p.Fixed, p.Message)
+			what := p.IP
+			if p.Resource != "" {
+				what = p.Resource + ":" + p.IP // a node port, not an address
+			}
+			fmt.Fprintf(tw, "%s\t%s\t%s\t%v\t%s\n", p.Type, what, svc, p.Fixed, p.Message)
 		}
 		if err := tw.Flush(); err != nil {
 			return err

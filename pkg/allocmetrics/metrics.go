@@ -38,6 +38,7 @@ type Metrics struct {
 	errors   *metrics.CounterVec
 	duration *metrics.HistogramVec
 	usage    *usageCollector
+	ports    *portMetrics
 }
 
 // New returns unregistered metrics.
@@ -60,6 +61,7 @@ func New() *Metrics {
 			StabilityLevel: metrics.ALPHA,
 		}, []string{"cidr"}),
 		usage: newUsageCollector(),
+		ports: newPortMetrics(),
 	}
 }
 
@@ -67,6 +69,7 @@ func New() *Metrics {
 func (m *Metrics) Register(registry metrics.KubeRegistry) {
 	registry.MustRegister(m.total, m.errors, m.duration)
 	registry.CustomMustRegister(m.usage)
+	m.ports.register(registry)
 }
 
 // cidrLister is implemented by allocators over several CIDRs (the IPAddress

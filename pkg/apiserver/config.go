@@ -19,6 +19,7 @@ import (
 	"github.com/allocator/allocator/pkg/allocation"
 	"github.com/allocator/allocator/pkg/bitmap"
 	generatedopenapi "github.com/allocator/allocator/pkg/generated/openapi"
+	"github.com/allocator/allocator/pkg/portrange"
 	"github.com/allocator/allocator/pkg/repair"
 	"github.com/allocator/allocator/pkg/subrange"
 	"github.com/allocator/allocator/pkg/transition"
@@ -77,6 +78,10 @@ type Config struct {
 	Generic *genericapiserver.Config
 	// ServiceCIDRs are the cluster's service ranges, primary family first.
 	ServiceCIDRs []netip.Prefix
+	// NodePortRange is --service-node-port-range (zero: the default
+	// 30000-32767). Node ports always use the bitmap map at
+	// <EtcdPrefix>/ranges/servicenodeports, whatever Model is.
+	NodePortRange portrange.Range
 	// EtcdServers are the etcd client URLs. Required.
 	EtcdServers []string
 	// EtcdPrefix is prepended to every key, e.g. "/registry".
@@ -111,10 +116,6 @@ type Config struct {
 	// (default transition.DefaultTTL). The transition is joined only with
 	// the default allocator factories (NewAllocator nil).
 	TransitionTTL time.Duration
-	// AllowNodePorts lets Services of type NodePort and LoadBalancer through
-	// servicealloc's type check (servicealloc.Config.AllowNodePorts); tests
-	// of those types use it until node ports are allocated.
-	AllowNodePorts bool
 }
 
 // Config turns the options into a Config: it creates the data directory,
@@ -126,6 +127,7 @@ func (o *Options) Config(etcdServers []string) (*Config, error) {
 		return nil, err
 	}
 	cidrs, _ := ParseServiceCIDRs(o.ServiceClusterIPRange)
+	nodePorts, _ := portrange.Parse(o.ServiceNodePortRange)
 	if len(etcdServers) == 0 {
 		etcdServers = o.EtcdServers
 	}
@@ -196,6 +198,7 @@ func (o *Options) Config(etcdServers []string) (*Config, error) {
 	cfg := &Config{
 		Generic:               gc,
 		ServiceCIDRs:          cidrs,
+		NodePortRange:         nodePorts,
 		EtcdServers:           etcdServers,
 		EtcdPrefix:            o.EtcdPrefix,
 		EtcdTLS:               EtcdTLS{CAFile: o.EtcdCAFile, CertFile: o.EtcdCertFile, KeyFile: o.EtcdKeyFile},
@@ -222,6 +225,9 @@ type CompletedConfig struct {
 
 // Complete fills in defaults.
 func (c *Config) Complete() CompletedConfig {
+	if c.NodePortRange.IsZero() {
+		c.NodePortRange = portrange.MustParse(portrange.Default)
+	}
 	if c.Model == "" {
 		c.Model = ModelIPAddress
 	}

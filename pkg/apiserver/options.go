@@ -11,6 +11,7 @@ import (
 
 	"github.com/spf13/pflag"
 
+	"github.com/allocator/allocator/pkg/portrange"
 	"github.com/allocator/allocator/pkg/repair"
 	"github.com/allocator/allocator/pkg/subrange"
 )
@@ -27,8 +28,10 @@ type Options struct {
 	// ServiceClusterIPRange is one CIDR, or an IPv4 and an IPv6 CIDR separated
 	// by a comma (dual-stack; the first is the primary family).
 	ServiceClusterIPRange string
-	SecurePort            int
-	BindAddress           string
+	// ServiceNodePortRange is kube-apiserver's --service-node-port-range.
+	ServiceNodePortRange string
+	SecurePort           int
+	BindAddress          string
 	// EtcdServers empty means: run an embedded etcd in DataDir.
 	EtcdServers []string
 	EtcdPrefix  string
@@ -50,6 +53,7 @@ type Options struct {
 func NewOptions() *Options {
 	return &Options{
 		ServiceClusterIPRange: "10.96.0.0/16",
+		ServiceNodePortRange:  portrange.Default,
 		SecurePort:            6443,
 		BindAddress:           "127.0.0.1",
 		EtcdPrefix:            "/registry",
@@ -63,6 +67,8 @@ func NewOptions() *Options {
 func (o *Options) AddFlags(fs *pflag.FlagSet) {
 	fs.StringVar(&o.ServiceClusterIPRange, "service-cluster-ip-range", o.ServiceClusterIPRange,
 		"CIDR range from which to assign service cluster IPs; an IPv4 and an IPv6 CIDR separated by a comma make the cluster dual-stack.")
+	fs.StringVar(&o.ServiceNodePortRange, "service-node-port-range", o.ServiceNodePortRange,
+		"A port range to reserve for services with NodePort visibility, e.g. '30000-32767' or '30000+2767'. Inclusive at both ends of the range.")
 	fs.IntVar(&o.SecurePort, "secure-port", o.SecurePort, "The port on which to serve HTTPS (0 picks a free port).")
 	fs.StringVar(&o.BindAddress, "bind-address", o.BindAddress, "The IP address on which to listen for the --secure-port port.")
 	fs.StringSliceVar(&o.EtcdServers, "etcd-servers", o.EtcdServers,
@@ -85,6 +91,9 @@ func (o *Options) Validate() error {
 		errs = append(errs, err)
 	} else {
 		errs = append(errs, checkRangeForModel(cidrs, o.Allocator)...)
+	}
+	if _, err := portrange.Parse(o.ServiceNodePortRange); err != nil {
+		errs = append(errs, fmt.Errorf("--service-node-port-range: %w", err))
 	}
 	if o.SecurePort < 0 || o.SecurePort > 65535 {
 		errs = append(errs, fmt.Errorf("--secure-port %d must be between 0 and 65535", o.SecurePort))

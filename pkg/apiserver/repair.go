@@ -38,6 +38,9 @@ func (s *Server) startRepairController(hc genericapiserver.PostStartHookContext)
 	if err != nil {
 		return err
 	}
+	if err := s.startNodePortRepair(ctx, client); err != nil {
+		return err
+	}
 	if runner == nil {
 		close(s.repairFirstPass)
 		return nil
@@ -232,5 +235,28 @@ func (s *Server) migrateFromOtherModel(ctx context.Context, client kubernetes.In
 	if !report.Verified && len(report.Problems) == 0 {
 		return errors.New("carry over allocations: the verification failed")
 	}
+	return nil
+}
+
+// startNodePortRepair runs the node-port repair beside the ClusterIP one, in
+// both IP models (the node-port map is the same in both). It does not gate
+// readiness: the map is persistent, so a restart loses nothing it would
+// have to rebuild first.
+func (s *Server) startNodePortRepair(ctx context.Context, client kubernetes.Interface) error {
+	if s.nodePorts == nil {
+		return nil
+	}
+	r, err := repair.NewNodePortRepair(repair.NodePortConfig{
+		Client: client, Store: s.nodePorts, Recorder: repair.NewEventRecorder(ctx, client),
+		Metrics: s.repairMetrics, Interval: s.cfg.RepairInterval,
+	})
+	if err != nil {
+		return err
+	}
+	go func() {
+		if err := r.Run(ctx, nil); err != nil && ctx.Err() == nil {
+			logger(ctx).Error(err, "Node-port repair controller stopped")
+		}
+	}()
 	return nil
 }

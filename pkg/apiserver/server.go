@@ -32,6 +32,7 @@ import (
 	"github.com/allocator/allocator/pkg/allocation"
 	"github.com/allocator/allocator/pkg/allocmetrics"
 	"github.com/allocator/allocator/pkg/embedetcd"
+	"github.com/allocator/allocator/pkg/portalloc"
 	"github.com/allocator/allocator/pkg/registry/events"
 	"github.com/allocator/allocator/pkg/registry/ipaddresses"
 	"github.com/allocator/allocator/pkg/registry/namespaces"
@@ -49,6 +50,7 @@ type Server struct {
 	generic    *genericapiserver.GenericAPIServer
 	etcd       *clientv3.Client
 	alloc      *servicealloc.Allocator
+	nodePorts  *portalloc.EtcdAllocator
 	allocators []allocation.Interface // ungated, primary first
 	open       *atomic.Bool
 	bootstrap  atomic.Bool
@@ -142,7 +144,13 @@ func (c CompletedConfig) New(ctx context.Context) (*Server, error) {
 		s.allocators = append(s.allocators, a)
 		gated = append(gated, gatedAllocator{Interface: s.allocMetrics.Wrap(a), open: s.open})
 	}
-	if s.alloc, err = servicealloc.New(servicealloc.Config{Allocators: gated, AllowNodePorts: c.AllowNodePorts}); err != nil {
+	if s.nodePorts, err = openNodePorts(ctx, etcdClient, c.EtcdPrefix, c.NodePortRange); err != nil {
+		return nil, err
+	}
+	if s.alloc, err = servicealloc.New(servicealloc.Config{
+		Allocators: gated,
+		NodePorts:  gatedPorts{Interface: s.allocMetrics.WrapPorts(s.nodePorts), open: s.open},
+	}); err != nil {
 		return nil, err
 	}
 

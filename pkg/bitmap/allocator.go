@@ -7,6 +7,7 @@ import (
 	"sync"
 
 	"github.com/allocator/allocator/pkg/allocation"
+	"github.com/allocator/allocator/pkg/bitset"
 	"github.com/allocator/allocator/pkg/subrange"
 )
 
@@ -22,7 +23,7 @@ type Allocator struct {
 	rng subrange.Range
 
 	mu   sync.Mutex
-	bits *Bitmap // guarded by mu
+	bits *bitset.Set // guarded by mu
 }
 
 var _ allocation.Interface = (*Allocator)(nil)
@@ -36,11 +37,11 @@ func NewAllocator(r subrange.Range) (*Allocator, error) {
 	return &Allocator{rng: r, bits: bits}, nil
 }
 
-func newRangeBitmap(r subrange.Range) (*Bitmap, error) {
+func newRangeBitmap(r subrange.Range) (*bitset.Set, error) {
 	if r.Size() > maxSlots {
 		return nil, fmt.Errorf("range %s has %d addresses, more than the %d a bitmap holds", r.Prefix(), r.Size(), maxSlots)
 	}
-	return New(int(r.Size()), int(r.StaticSize()))
+	return bitset.New(int(r.Size()), int(r.StaticSize()))
 }
 
 // Range is the usable range the allocator serves.
@@ -201,7 +202,7 @@ func addrOf(r subrange.Range, i int) netip.Addr {
 	return addr
 }
 
-func usageOf(b *Bitmap) allocation.Usage {
+func usageOf(b *bitset.Set) allocation.Usage {
 	return allocation.Usage{
 		Size:       uint64(b.Size()),
 		Used:       uint64(b.Used()),

@@ -9,6 +9,7 @@ import (
 	"testing"
 
 	"github.com/allocator/allocator/pkg/allocation"
+	"github.com/allocator/allocator/pkg/bitset"
 	"github.com/allocator/allocator/pkg/subrange"
 )
 
@@ -195,7 +196,7 @@ func TestAllocatorSnapshot(t *testing.T) {
 	}
 	// Bits beyond the 254 usable addresses are an error, not silently counted.
 	beyond := append([]byte{0x40}, bytes.Repeat([]byte{0}, 31)...)
-	var beyondErr *DataBeyondRangeError
+	var beyondErr *bitset.DataBeyondRangeError
 	if err := restored.Restore("10.0.0.0/24", beyond); !errors.As(err, &beyondErr) {
 		t.Fatalf("Restore(bit 254) = %v, want DataBeyondRangeError", err)
 	}

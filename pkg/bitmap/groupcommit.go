@@ -11,6 +11,7 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/allocator/allocator/pkg/allocation"
+	"github.com/allocator/allocator/pkg/bitset"
 	"github.com/allocator/allocator/pkg/etcdlayout"
 )
 
@@ -26,13 +27,13 @@ const (
 // request is one caller's operation inside a batch.
 type request struct {
 	kind opKind
-	slot int           // in: the slot to allocate or release; out: the slot AllocateNext took
-	read func(*Bitmap) // opRead: runs on the confirmed state
+	slot int               // in: the slot to allocate or release; out: the slot AllocateNext took
+	read func(*bitset.Set) // opRead: runs on the confirmed state
 
 	deadline time.Time // the caller's deadline, zero when it has none
 	err      error     // the operation's own outcome, set by the leader
 	done     chan struct{}
-	promoted bool // guarded by EtcdAllocator.mu: this caller must lead the next batch
+	promoted bool // guarded by Store.mu: this caller must lead the next batch
 }
 
 // submit queues req and returns when a batch carrying it has committed (or
@@ -46,7 +47,7 @@ type request struct {
 // context ends while it is still queued leaves the queue; once its request is
 // in a batch it waits for that batch, whose time is bounded by the members'
 // deadlines, so an allocation is never applied without its caller learning it.
-func (a *EtcdAllocator) submit(ctx context.Context, req *request) error {
+func (a *Store) submit(ctx context.Context, req *request) error {
 	if err := ctx.Err(); err != nil {
 		return err
 	}
@@ -141,7 +142,7 @@ func (r *request) batchErr() error {
 // it may have landed, and a /24 leaked in seconds (issue 11, defect 5). A
 // member whose own deadline passes meanwhile waits for the batch (see
 // submit), so it learns its real outcome instead of leaking it.
-func (a *EtcdAllocator) batchContext(batch []*request) (context.Context, context.CancelFunc) {
+func (a *Store) batchContext(batch []*request) (context.Context, context.CancelFunc) {
 	now := time.Now()
 	limit := now.Add(a.opts.RequestTimeout)
 	var latest time.Time
@@ -168,7 +169,7 @@ func (a *EtcdAllocator) batchContext(batch []*request) (context.Context, context
 // only when the batch failed as a whole; then nothing of it is applied. When
 // etcd fails ambiguously (the write may have landed), resolve finds out what
 // happened and each member is told its real outcome.
-func (a *EtcdAllocator) commit(batch []*request) error {
+func (a *Store) commit(batch []*request) error {
 	ctx, cancel := a.batchContext(batch)
 	defer cancel()
 	a.stats.batches.Add(1)
@@ -186,7 +187,7 @@ func (a *EtcdAllocator) commit(batch []*request) error {
 		var value []byte
 		if len(changed) > 0 {
 			var err error
-			value, err = etcdlayout.EncodeRangeAllocation(a.rng.Prefix().String(), a.bits.Bytes())
+			value, err = etcdlayout.EncodeRangeAllocation(a.space.Spec(), a.bits.Bytes())
 			if err != nil {
 				a.revert(changed)
 				return fmt.Errorf("encode %s: %w", a.key, err)
@@ -256,7 +257,7 @@ func (a *EtcdAllocator) commit(batch []*request) error {
 }
 
 // load reads the map from etcd into the cache.
-func (a *EtcdAllocator) load(ctx context.Context) error {
+func (a *Store) load(ctx context.Context) error {
 	resp, err := a.client.Get(ctx, a.key)
 	if err != nil {
 		return fmt.Errorf("read %s: %w", a.key, err)
@@ -268,7 +269,7 @@ func (a *EtcdAllocator) load(ctx context.Context) error {
 }
 
 // restore replaces the cache with a stored value read at revision rev.
-func (a *EtcdAllocator) restore(value []byte, rev int64) error {
+func (a *Store) restore(value []byte, rev int64) error {
 	a.loaded = false
 	_, data, err := a.decode(value)
 	if err != nil {
@@ -284,7 +285,7 @@ func (a *EtcdAllocator) restore(value []byte, rev int64) error {
 // apply runs every request of batch against the cache, in order, and returns
 // the slots it changed (so a failed write can be reverted). Requests learn
 // their own outcome in r.err and r.slot.
-func (a *EtcdAllocator) apply(batch []*request) []int {
+func (a *Store) apply(batch []*request) []int {
 	var changed []int
 	for _, r := range batch {
 		r.err = nil
@@ -314,7 +315,7 @@ func (a *EtcdAllocator) apply(batch []*request) []int {
 }
 
 // revert undoes apply's changes: each changed slot flips back.
-func (a *EtcdAllocator) revert(changed []int) {
+func (a *Store) revert(changed []int) {
 	for _, slot := range slices.Backward(changed) {
 		if !a.bits.Clear(slot) {
 			a.bits.Set(slot)
@@ -323,7 +324,7 @@ func (a *EtcdAllocator) revert(changed []int) {
 }
 
 // finish runs the read requests on the confirmed state.
-func (a *EtcdAllocator) finish(batch []*request) {
+func (a *Store) finish(batch []*request) {
 	for _, r := range batch {
 		if r.kind == opRead {
 			r.read(a.bits)
@@ -347,11 +348,11 @@ func (a *EtcdAllocator) finish(batch []*request) {
 // Any error (history compacted, etcd still down) counts as not landed: the
 // members fail, and what may have landed leaks until repair frees it. A leak,
 // never a duplicate.
-func (a *EtcdAllocator) resolve(base int64, changed []int, value []byte) (bool, error) {
+func (a *Store) resolve(base int64, changed []int, value []byte) (bool, error) {
 	ctx, cancel := context.WithTimeout(context.Background(), a.opts.MinBatchTime)
 	defer cancel()
 	a.revert(changed)
-	baseValue, err := etcdlayout.EncodeRangeAllocation(a.rng.Prefix().String(), a.bits.Bytes())
+	baseValue, err := etcdlayout.EncodeRangeAllocation(a.space.Spec(), a.bits.Bytes())
 	if err != nil {
 		return false, fmt.Errorf("encode %s: %w", a.key, err)
 	}
@@ -398,7 +399,7 @@ func (a *EtcdAllocator) resolve(base int64, changed []int, value []byte) (bool, 
 // So a successful static allocation is reported failed (its address leaks
 // until repair frees it if the write was ours; it is never handed out
 // twice). Dynamic allocations and releases keep their outcome.
-func (a *EtcdAllocator) settleAmbiguous(batch []*request, cause error) {
+func (a *Store) settleAmbiguous(batch []*request, cause error) {
 	for _, r := range batch {
 		if r.kind == opAllocate && r.err == nil {
 			r.err = fmt.Errorf("allocation outcome unknown after %w", cause)

@@ -9,6 +9,7 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"k8s.io/klog/v2"
 
+	"github.com/allocator/allocator/pkg/bitset"
 	"github.com/allocator/allocator/pkg/etcdlayout"
 	"github.com/allocator/allocator/pkg/subrange"
 )
@@ -170,7 +171,7 @@ func (a *EtcdAllocator) reranged(ctx context.Context, from netip.Prefix, value [
 	if err := old.Restore(ra.Range, ra.Data); err != nil {
 		return nil, nil, fmt.Errorf("re-range %s: stored map: %w", a.key, err)
 	}
-	next, err := newRangeBitmap(a.rng)
+	next, err := bitset.New(int(a.rng.Size()), int(a.rng.StaticSize()))
 	if err != nil {
 		return nil, nil, err
 	}

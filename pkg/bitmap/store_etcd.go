@@ -13,6 +13,7 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/allocator/allocator/pkg/allocation"
+	"github.com/allocator/allocator/pkg/bitset"
 	"github.com/allocator/allocator/pkg/etcdlayout"
 	"github.com/allocator/allocator/pkg/subrange"
 )
@@ -85,14 +86,30 @@ type EtcdStats struct {
 	AmbiguousLanded uint64
 }
 
-// EtcdAllocator is the bitmap model on etcd: the RangeAllocation at one key is
-// the truth, and an in-memory Bitmap caches it together with the ModRevision
-// it was read at. See the package doc for the CAS and group-commit protocol.
-// It implements allocation.Interface.
-type EtcdAllocator struct {
+// Space is what the slots of one RangeAllocation stand for: the range it
+// covers, named the way its "range" field spells it. ClusterIPs (a
+// subrange.Range, slot i = network+1+i) and node ports (slot i = base+i) are
+// the two spaces; the store below knows nothing else about them.
+type Space interface {
+	// Spec is the RangeAllocation's range field, e.g. "10.0.0.0/24" or
+	// "30000-32767".
+	Spec() string
+	// Slots is the number of slots and StaticSlots the lower (static) band.
+	Slots() int
+	StaticSlots() int
+	// Matches reports whether a stored range field names this space.
+	Matches(stored string) bool
+}
+
+// Store is one RangeAllocation on etcd at one key, slot-level: the in-memory
+// bitset caches it with the ModRevision it was read at, and every change goes
+// through the CAS and group-commit protocol of the package doc. It does not
+// know what a slot means (see Space); EtcdAllocator maps IPs to its slots and
+// pkg/portalloc node ports.
+type Store struct {
 	client *clientv3.Client
 	key    string
-	rng    subrange.Range
+	space  Space
 	opts   EtcdOptions
 
 	mu      sync.Mutex
@@ -101,7 +118,7 @@ type EtcdAllocator struct {
 
 	// Owned by the current leader (the goroutine that set busy); no lock,
 	// because exactly one leader runs at a time and hand-over goes through mu.
-	bits   *Bitmap
+	bits   *bitset.Set
 	rev    int64 // ModRevision bits were loaded from
 	loaded bool  // bits and rev reflect a value read from etcd
 	random *rand.Rand
@@ -116,39 +133,37 @@ type EtcdAllocator struct {
 	}
 }
 
-var _ allocation.Interface = (*EtcdAllocator)(nil)
-
-// NewEtcdAllocator returns an allocator over r whose map lives at key. It does
-// no I/O: the first call loads the map; Initialize creates it.
-func NewEtcdAllocator(client *clientv3.Client, key string, r subrange.Range, opts EtcdOptions) (*EtcdAllocator, error) {
+// NewStore returns a store of space's slots at key. It does no I/O: the first
+// call loads the map; Open creates it.
+func NewStore(client *clientv3.Client, key string, space Space, opts EtcdOptions) (*Store, error) {
 	if client == nil || key == "" {
-		return nil, errors.New("new etcd allocator: an etcd client and a key are required")
+		return nil, errors.New("new etcd store: an etcd client and a key are required")
 	}
-	bits, err := newRangeBitmap(r)
+	if space.Slots() > maxSlots {
+		return nil, fmt.Errorf("range %s has %d slots, more than the %d a bitmap holds", space.Spec(), space.Slots(), maxSlots)
+	}
+	bits, err := bitset.New(space.Slots(), space.StaticSlots())
 	if err != nil {
-		return nil, err
+		return nil, fmt.Errorf("range %s: %w", space.Spec(), err)
 	}
-	return &EtcdAllocator{
+	return &Store{
 		client: client,
 		key:    key,
-		rng:    r,
+		space:  space,
 		opts:   opts.withDefaults(),
 		bits:   bits,
 		random: rand.New(rand.NewPCG(rand.Uint64(), rand.Uint64())),
 	}, nil
 }
 
-// Range is the usable range the allocator serves.
-func (a *EtcdAllocator) Range() subrange.Range { return a.rng }
-
 // Key is the etcd key of the RangeAllocation.
-func (a *EtcdAllocator) Key() string { return a.key }
+func (a *Store) Key() string { return a.key }
 
-// IPv6 reports whether the allocator serves IPv6.
-func (a *EtcdAllocator) IPv6() bool { return a.rng.IPv6() }
+// Space is what the store's slots stand for.
+func (a *Store) Space() Space { return a.space }
 
-// Stats returns the allocator's counters.
-func (a *EtcdAllocator) Stats() EtcdStats {
+// Stats returns the store's counters.
+func (a *Store) Stats() EtcdStats {
 	return EtcdStats{
 		Writes:          a.stats.writes.Load(),
 		Conflicts:       a.stats.conflicts.Load(),
@@ -158,6 +173,138 @@ func (a *EtcdAllocator) Stats() EtcdStats {
 		BytesWritten:    a.stats.bytesWritten.Load(),
 	}
 }
+
+// Create creates the empty RangeAllocation if the key is absent, in one
+// create-if-absent transaction, so two initialisers cannot both win. It
+// reports whether this call created it. A stored map of another range is
+// ErrStoredRangeMismatch (wrapped), never overwritten here.
+func (a *Store) Create(ctx context.Context) (bool, error) {
+	value, err := etcdlayout.EncodeRangeAllocation(a.space.Spec(), nil)
+	if err != nil {
+		return false, fmt.Errorf("initialize %s: %w", a.key, err)
+	}
+	resp, err := a.client.Txn(ctx).
+		If(clientv3.Compare(clientv3.CreateRevision(a.key), "=", 0)).
+		Then(clientv3.OpPut(a.key, string(value))).
+		Else(clientv3.OpGet(a.key)).
+		Commit()
+	if err != nil {
+		return false, fmt.Errorf("initialize %s: %w", a.key, err)
+	}
+	if resp.Succeeded {
+		return true, nil
+	}
+	kvs := resp.Responses[0].GetResponseRange().GetKvs()
+	if len(kvs) == 0 {
+		return false, fmt.Errorf("initialize %s: key vanished during the transaction", a.key)
+	}
+	if _, _, err := a.decode(kvs[0].Value); err != nil {
+		return false, fmt.Errorf("initialize: %w", err)
+	}
+	return false, nil
+}
+
+// decode reads a stored value and checks its range.
+func (a *Store) decode(value []byte) (string, []byte, error) {
+	ra, err := etcdlayout.DecodeRangeAllocation(value)
+	if err != nil {
+		return "", nil, fmt.Errorf("value at %s is not a valid RangeAllocation: %w", a.key, err)
+	}
+	if !a.space.Matches(ra.Range) {
+		return "", nil, fmt.Errorf("%s holds range %q, configured %s: %w", a.key, ra.Range, a.space.Spec(), ErrStoredRangeMismatch)
+	}
+	return ra.Range, ra.Data, nil
+}
+
+// AllocateSlot reserves slot i; allocation.ErrAllocated when it is taken.
+func (a *Store) AllocateSlot(ctx context.Context, i int) error {
+	req := &request{kind: opAllocate, slot: i}
+	if err := a.submit(ctx, req); err != nil {
+		return err
+	}
+	return req.err
+}
+
+// AllocateNextSlot reserves a free slot, upper band first.
+func (a *Store) AllocateNextSlot(ctx context.Context) (int, error) {
+	req := &request{kind: opAllocateNext}
+	if err := a.submit(ctx, req); err != nil {
+		return 0, err
+	}
+	if req.err != nil {
+		return 0, req.err
+	}
+	return req.slot, nil
+}
+
+// ReleaseSlot frees slot i; a no-op when it is not set.
+func (a *Store) ReleaseSlot(ctx context.Context, i int) error {
+	req := &request{kind: opRelease, slot: i}
+	if err := a.submit(ctx, req); err != nil {
+		return err
+	}
+	return req.err
+}
+
+// Read runs fn on the cached map once a transaction has confirmed that the
+// cache is current. fn runs in the committing goroutine, must not block and
+// must not keep or change the set (Clone it to keep it).
+func (a *Store) Read(ctx context.Context, fn func(*bitset.Set)) error {
+	req := &request{kind: opRead, read: fn}
+	if err := a.submit(ctx, req); err != nil {
+		return err
+	}
+	return req.err
+}
+
+// Usage reports the fill level, confirmed against etcd.
+func (a *Store) Usage(ctx context.Context) (allocation.Usage, error) {
+	var u allocation.Usage
+	if err := a.Read(ctx, func(b *bitset.Set) { u = usageOf(b) }); err != nil {
+		return allocation.Usage{}, fmt.Errorf("usage: %w", err)
+	}
+	return u, nil
+}
+
+// EtcdAllocator is the bitmap model of ClusterIPs on etcd: a Store whose
+// slots are the addresses of a subrange.Range (slot i = network+1+i). It
+// implements allocation.Interface.
+type EtcdAllocator struct {
+	*Store
+	rng subrange.Range
+}
+
+var _ allocation.Interface = (*EtcdAllocator)(nil)
+
+// ipSpace is a subrange.Range of the bitmap model as a Space.
+type ipSpace struct{ rng subrange.Range }
+
+func (s ipSpace) Spec() string     { return s.rng.Prefix().String() }
+func (s ipSpace) Slots() int       { return int(min(s.rng.Size(), maxSlots+1)) }
+func (s ipSpace) StaticSlots() int { return int(min(s.rng.StaticSize(), maxSlots+1)) }
+func (s ipSpace) Matches(stored string) bool {
+	p, err := netip.ParsePrefix(stored)
+	return err == nil && p == s.rng.Prefix()
+}
+
+// NewEtcdAllocator returns an allocator over r whose map lives at key. It does
+// no I/O: the first call loads the map; Initialize creates it.
+func NewEtcdAllocator(client *clientv3.Client, key string, r subrange.Range, opts EtcdOptions) (*EtcdAllocator, error) {
+	if r.Size() > maxSlots {
+		return nil, fmt.Errorf("range %s has %d addresses, more than the %d a bitmap holds", r.Prefix(), r.Size(), maxSlots)
+	}
+	store, err := NewStore(client, key, ipSpace{r}, opts)
+	if err != nil {
+		return nil, err
+	}
+	return &EtcdAllocator{Store: store, rng: r}, nil
+}
+
+// Range is the usable range the allocator serves.
+func (a *EtcdAllocator) Range() subrange.Range { return a.rng }
+
+// IPv6 reports whether the allocator serves IPv6.
+func (a *EtcdAllocator) IPv6() bool { return a.rng.IPv6() }
 
 // Initialize creates the empty RangeAllocation if the key is absent, in one
 // create-if-absent transaction, so two initialisers cannot both win. It
@@ -183,49 +330,18 @@ type OpenResult struct {
 // one CAS transaction (keeping every allocation inside the configured range,
 // adding the Service IPs it contains, dropping and logging the rest).
 func (a *EtcdAllocator) Open(ctx context.Context) (OpenResult, error) {
-	value, err := etcdlayout.EncodeRangeAllocation(a.rng.Prefix().String(), nil)
-	if err != nil {
-		return OpenResult{}, fmt.Errorf("initialize %s: %w", a.key, err)
-	}
-	resp, err := a.client.Txn(ctx).
-		If(clientv3.Compare(clientv3.CreateRevision(a.key), "=", 0)).
-		Then(clientv3.OpPut(a.key, string(value))).
-		Else(clientv3.OpGet(a.key)).
-		Commit()
-	if err != nil {
-		return OpenResult{}, fmt.Errorf("initialize %s: %w", a.key, err)
-	}
-	if resp.Succeeded {
-		return OpenResult{Created: true}, nil
-	}
-	kvs := resp.Responses[0].GetResponseRange().GetKvs()
-	if len(kvs) == 0 {
-		return OpenResult{}, fmt.Errorf("initialize %s: key vanished during the transaction", a.key)
-	}
-	_, _, err = a.decode(kvs[0].Value)
+	created, err := a.Create(ctx)
 	if err == nil {
-		return OpenResult{}, nil
+		return OpenResult{Created: created}, nil
 	}
 	if !errors.Is(err, ErrStoredRangeMismatch) {
-		return OpenResult{}, fmt.Errorf("initialize: %w", err)
+		return OpenResult{}, err
 	}
 	rr, err := a.rerange(ctx)
 	if err != nil {
 		return OpenResult{}, fmt.Errorf("initialize: %w", err)
 	}
 	return OpenResult{Rerange: rr}, nil
-}
-
-// decode reads a stored value and checks its range.
-func (a *EtcdAllocator) decode(value []byte) (string, []byte, error) {
-	ra, err := etcdlayout.DecodeRangeAllocation(value)
-	if err != nil {
-		return "", nil, fmt.Errorf("value at %s is not a valid RangeAllocation: %w", a.key, err)
-	}
-	if stored, err := netip.ParsePrefix(ra.Range); err != nil || stored != a.rng.Prefix() {
-		return "", nil, fmt.Errorf("%s holds range %q, configured %s: %w", a.key, ra.Range, a.rng.Prefix(), ErrStoredRangeMismatch)
-	}
-	return ra.Range, ra.Data, nil
 }
 
 // Allocate reserves ip.
@@ -273,7 +389,7 @@ func (a *EtcdAllocator) Has(ctx context.Context, ip netip.Addr) (bool, error) {
 		return false, nil
 	}
 	var has bool
-	if err := a.read(ctx, func(b *Bitmap) { has = b.Has(int(slot)) }); err != nil {
+	if err := a.Read(ctx, func(b *bitset.Set) { has = b.Has(int(slot)) }); err != nil {
 		return false, fmt.Errorf("has %s: %w", ip, err)
 	}
 	return has, nil
@@ -282,40 +398,21 @@ func (a *EtcdAllocator) Has(ctx context.Context, ip netip.Addr) (bool, error) {
 // ForEach calls fn for every allocated address in ascending order, from a
 // state confirmed against etcd.
 func (a *EtcdAllocator) ForEach(ctx context.Context, fn func(netip.Addr)) error {
-	var snapshot *Bitmap
-	if err := a.read(ctx, func(b *Bitmap) { snapshot = b.Clone() }); err != nil {
+	var snapshot *bitset.Set
+	if err := a.Read(ctx, func(b *bitset.Set) { snapshot = b.Clone() }); err != nil {
 		return fmt.Errorf("list allocated IPs: %w", err)
 	}
 	snapshot.ForEach(func(i int) { fn(addrOf(a.rng, i)) })
 	return nil
 }
 
-// Usage reports the fill level, confirmed against etcd.
-func (a *EtcdAllocator) Usage(ctx context.Context) (allocation.Usage, error) {
-	var u allocation.Usage
-	if err := a.read(ctx, func(b *Bitmap) { u = usageOf(b) }); err != nil {
-		return allocation.Usage{}, fmt.Errorf("usage: %w", err)
-	}
-	return u, nil
-}
-
 // Snapshot returns the stored RangeAllocation's range and data, confirmed
 // against etcd.
 func (a *EtcdAllocator) Snapshot(ctx context.Context) (rangeSpec string, data []byte, err error) {
-	if err := a.read(ctx, func(b *Bitmap) { data = b.Bytes() }); err != nil {
+	if err := a.Read(ctx, func(b *bitset.Set) { data = b.Bytes() }); err != nil {
 		return "", nil, fmt.Errorf("snapshot: %w", err)
 	}
 	return a.rng.Prefix().String(), data, nil
-}
-
-// read runs fn on the cached map once a transaction has confirmed that the
-// cache is current. fn runs in the committing goroutine and must not block.
-func (a *EtcdAllocator) read(ctx context.Context, fn func(*Bitmap)) error {
-	req := &request{kind: opRead, read: fn}
-	if err := a.submit(ctx, req); err != nil {
-		return err
-	}
-	return req.err
 }
 
 // DryRun returns a view that answers from confirmed state and never writes.
@@ -329,7 +426,7 @@ func (d etcdDryRun) Allocate(ctx context.Context, ip netip.Addr, _ allocation.Ow
 		return err
 	}
 	var taken bool
-	if err := d.a.read(ctx, func(b *Bitmap) { taken = b.Has(slot) }); err != nil {
+	if err := d.a.Read(ctx, func(b *bitset.Set) { taken = b.Has(slot) }); err != nil {
 		return fmt.Errorf("dry-run allocate %s: %w", ip, err)
 	}
 	if taken {
@@ -340,7 +437,7 @@ func (d etcdDryRun) Allocate(ctx context.Context, ip netip.Addr, _ allocation.Ow
 
 func (d etcdDryRun) AllocateNext(ctx context.Context, _ allocation.Owner) (netip.Addr, error) {
 	slot, found := 0, false
-	if err := d.a.read(ctx, func(b *Bitmap) { slot, found = b.NextDynamic() }); err != nil {
+	if err := d.a.Read(ctx, func(b *bitset.Set) { slot, found = b.NextDynamic() }); err != nil {
 		return netip.Addr{}, fmt.Errorf("dry-run allocate next: %w", err)
 	}
 	if !found {

@@ -7,6 +7,7 @@ import (
 
 	clientv3 "go.etcd.io/etcd/client/v3"
 
+	"github.com/allocator/allocator/pkg/bitset"
 	"github.com/allocator/allocator/pkg/etcdlayout"
 )
 
@@ -29,7 +30,7 @@ func (m StoredMap) Exists() bool { return m.Revision != 0 }
 // ReadStored reads the stored map directly from etcd (a linearizable read),
 // bypassing the allocator's cache. A missing key is not an error: the result
 // has Revision 0. A value that is not a RangeAllocation of this range is.
-func (a *EtcdAllocator) ReadStored(ctx context.Context) (StoredMap, error) {
+func (a *Store) ReadStored(ctx context.Context) (StoredMap, error) {
 	resp, err := a.client.Get(ctx, a.key)
 	if err != nil {
 		return StoredMap{}, fmt.Errorf("read %s: %w", a.key, err)
@@ -52,11 +53,11 @@ func (a *EtcdAllocator) ReadStored(ctx context.Context) (StoredMap, error) {
 // returns ErrConflict otherwise, and the new revision on success. Allocations
 // in flight on any instance are never lost: they either landed before (and
 // the compare fails) or they conflict with this write and retry on top of it.
-func (a *EtcdAllocator) CompareAndWrite(ctx context.Context, data []byte, revision int64) (int64, error) {
+func (a *Store) CompareAndWrite(ctx context.Context, data []byte, revision int64) (int64, error) {
 	if err := a.checkData(data); err != nil {
 		return 0, err
 	}
-	value, err := etcdlayout.EncodeRangeAllocation(a.rng.Prefix().String(), data)
+	value, err := etcdlayout.EncodeRangeAllocation(a.space.Spec(), data)
 	if err != nil {
 		return 0, fmt.Errorf("encode %s: %w", a.key, err)
 	}
@@ -74,8 +75,8 @@ func (a *EtcdAllocator) CompareAndWrite(ctx context.Context, data []byte, revisi
 }
 
 // checkData verifies that data marks no slot beyond the range.
-func (a *EtcdAllocator) checkData(data []byte) error {
-	probe, err := newRangeBitmap(a.rng)
+func (a *Store) checkData(data []byte) error {
+	probe, err := bitset.New(a.space.Slots(), a.space.StaticSlots())
 	if err != nil {
 		return err
 	}

@@ -17,6 +17,7 @@ import (
 	"github.com/allocator/allocator/internal/etcdtest"
 	"github.com/allocator/allocator/internal/fixtures"
 	"github.com/allocator/allocator/pkg/allocation"
+	"github.com/allocator/allocator/pkg/bitset"
 	"github.com/allocator/allocator/pkg/etcdlayout"
 	"github.com/allocator/allocator/pkg/subrange"
 )
@@ -167,7 +168,7 @@ func TestEtcdCorruptValue(t *testing.T) {
 	if _, err := etcd.Client().Put(ctx, testKey, string(value)); err != nil {
 		t.Fatal(err)
 	}
-	var beyond *DataBeyondRangeError
+	var beyond *bitset.DataBeyondRangeError
 	if _, err := a.AllocateNext(ctx, owner); !errors.As(err, &beyond) || !strings.Contains(err.Error(), testKey) {
 		t.Fatalf("AllocateNext on data beyond the range = %v", err)
 	}

@@ -8,7 +8,7 @@
 // # Pieces
 //
 // FreeIndex is the per-CIDR set of used addresses. Ranges of up to
-// MaxBitmapSize addresses use a bitmap.Bitmap (word-at-a-time search with
+// MaxBitmapSize addresses use a bitset.Set (word-at-a-time search with
 // summary levels); larger ones (IPv4 shorter than /12, IPv6 up to a /64)
 // probe random offsets against a hashed set of used offsets. Both follow the
 // band rules of design.md §3: a random start in the upper band, wrap-around,

@@ -5,7 +5,7 @@ import (
 	"math/rand/v2"
 	"net/netip"
 
-	"github.com/allocator/allocator/pkg/bitmap"
+	"github.com/allocator/allocator/pkg/bitset"
 	"github.com/allocator/allocator/pkg/subrange"
 )
 
@@ -49,7 +49,7 @@ type offsets interface {
 // NewFreeIndex returns an empty index over rng.
 func NewFreeIndex(rng subrange.Range) (*FreeIndex, error) {
 	if rng.Size() <= MaxBitmapSize {
-		bm, err := bitmap.New(int(rng.Size()), int(rng.StaticSize()))
+		bm, err := bitset.New(int(rng.Size()), int(rng.StaticSize()))
 		if err != nil {
 			return nil, fmt.Errorf("free index for %s: %w", rng, err)
 		}
@@ -98,9 +98,9 @@ func (x *FreeIndex) Next() (netip.Addr, bool) {
 	return x.rng.Addr(i)
 }
 
-// denseOffsets is a bitmap.Bitmap: word-at-a-time search with summary levels,
+// denseOffsets is a bitset.Set: word-at-a-time search with summary levels,
 // O(1) per pick whatever the fill.
-type denseOffsets struct{ bm *bitmap.Bitmap }
+type denseOffsets struct{ bm *bitset.Set }
 
 func (d denseOffsets) set(i uint64) bool    { return d.bm.Set(int(i)) }
 func (d denseOffsets) clear(i uint64) bool  { return d.bm.Clear(int(i)) }

@@ -9,7 +9,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
 
-	"github.com/allocator/allocator/pkg/bitmap"
+	"github.com/allocator/allocator/pkg/bitset"
 )
 
 // TypeDisagreement marks an address on which the bitmap and the IPAddress
@@ -51,7 +51,7 @@ func CompareModels(ctx context.Context, client kubernetes.Interface, stores []Bi
 			continue
 		}
 		rng := store.Range()
-		bits, err := bitmap.New(int(rng.Size()), int(rng.StaticSize()))
+		bits, err := bitset.New(int(rng.Size()), int(rng.StaticSize()))
 		if err != nil {
 			return nil, fmt.Errorf("compare models: %w", err)
 		}

@@ -10,6 +10,9 @@ import (
 type Metrics struct {
 	ipErrors        *metrics.CounterVec
 	reconcileErrors *metrics.Counter
+	// Node-port repair, upstream's apiserver_nodeport_repair_* names.
+	portErrors          *metrics.CounterVec
+	portReconcileErrors *metrics.Counter
 }
 
 // NewMetrics returns unregistered metrics.
@@ -29,12 +32,26 @@ func NewMetrics() *Metrics {
 			Help:           "Number of reconciliation failures on the clusterip repair reconcile loop",
 			StabilityLevel: metrics.ALPHA,
 		}),
+		portErrors: metrics.NewCounterVec(&metrics.CounterOpts{
+			Namespace:      "apiserver",
+			Subsystem:      "nodeport_repair",
+			Name:           "port_errors_total",
+			Help:           "Number of errors detected on ports by the repair loop broken down by type of error: leak, repair, full, outOfRange, duplicate, unknown",
+			StabilityLevel: metrics.ALPHA,
+		}, []string{"type"}),
+		portReconcileErrors: metrics.NewCounter(&metrics.CounterOpts{
+			Namespace:      "apiserver",
+			Subsystem:      "nodeport_repair",
+			Name:           "reconcile_errors_total",
+			Help:           "Number of reconciliation failures on the nodeport repair reconcile loop",
+			StabilityLevel: metrics.ALPHA,
+		}),
 	}
 }
 
 // Register adds the metrics to registry.
 func (m *Metrics) Register(registry metrics.KubeRegistry) {
-	registry.MustRegister(m.ipErrors, m.reconcileErrors)
+	registry.MustRegister(m.ipErrors, m.reconcileErrors, m.portErrors, m.portReconcileErrors)
 }
 
 // problem counts a finding; a leak counts once, when it is freed, as upstream.
@@ -47,5 +64,17 @@ func (m *Metrics) problem(p Problem) {
 func (m *Metrics) reconcileError() {
 	if m != nil {
 		m.reconcileErrors.Inc()
+	}
+}
+
+func (m *Metrics) portProblem(p Problem) {
+	if m != nil && (p.Type != TypeLeak || p.Fixed) {
+		m.portErrors.WithLabelValues(p.Type).Inc()
+	}
+}
+
+func (m *Metrics) portReconcileError() {
+	if m != nil {
+		m.portReconcileErrors.Inc()
 	}
 }

@@ -35,8 +35,11 @@ type Problem struct {
 	Type string `json:"type"`
 	// Reason is the event reason, empty for findings that emit no event.
 	Reason string `json:"reason,omitempty"`
-	// IP is the address concerned, as the Service or the map spells it.
+	// IP is the address concerned, as the Service or the map spells it;
+	// for a node-port problem, the port.
 	IP string `json:"ip"`
+	// Resource is "nodePort" for a node-port problem, empty for a ClusterIP.
+	Resource string `json:"resource,omitempty"`
 	// Service is "namespace/name" of the Service concerned, if any.
 	Service string `json:"service,omitempty"`
 	// Message is the human-readable text (the event message when there is one).

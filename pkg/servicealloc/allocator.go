@@ -14,6 +14,7 @@ import (
 	"k8s.io/klog/v2"
 
 	"github.com/allocator/allocator/pkg/allocation"
+	"github.com/allocator/allocator/pkg/portalloc"
 )
 
 // serviceKind names Services in Invalid errors.
@@ -26,10 +27,10 @@ type Config struct {
 	// do not ask for one). One allocator makes a single-stack cluster, two
 	// of different families a dual-stack cluster.
 	Allocators []allocation.Interface
-	// AllowNodePorts lets Services of type NodePort and LoadBalancer through.
-	// This package allocates no node ports; an embedding server that does
-	// sets it. When false those types are refused with a 422 naming the limit.
-	AllowNodePorts bool
+	// NodePorts allocates the node ports of Services of type NodePort and
+	// LoadBalancer (nodePort, healthCheckNodePort). When nil those types are
+	// refused with a 422 naming the limit.
+	NodePorts portalloc.Interface
 	// RetryAfterSeconds is the Retry-After sent with 503 when an allocator
 	// is not ready. Zero means 1.
 	RetryAfterSeconds int32
@@ -38,10 +39,10 @@ type Config struct {
 // Allocator defaults, validates, reserves and releases the cluster IPs of
 // Services. It is safe for concurrent use.
 type Allocator struct {
-	families       []corev1.IPFamily
-	byFamily       map[corev1.IPFamily]allocation.Interface
-	allowNodePorts bool
-	retryAfter     int32
+	families   []corev1.IPFamily
+	byFamily   map[corev1.IPFamily]allocation.Interface
+	nodePorts  portalloc.Interface // nil: NodePort and LoadBalancer are refused
+	retryAfter int32
 }
 
 // New checks cfg and returns an Allocator.
@@ -50,9 +51,9 @@ func New(cfg Config) (*Allocator, error) {
 		return nil, fmt.Errorf("servicealloc: need one allocator per family, one or two, got %d", n)
 	}
 	a := &Allocator{
-		byFamily:       map[corev1.IPFamily]allocation.Interface{},
-		allowNodePorts: cfg.AllowNodePorts,
-		retryAfter:     cfg.RetryAfterSeconds,
+		byFamily:   map[corev1.IPFamily]allocation.Interface{},
+		nodePorts:  cfg.NodePorts,
+		retryAfter: cfg.RetryAfterSeconds,
 	}
 	if a.retryAfter <= 0 {
 		a.retryAfter = 1
@@ -96,6 +97,7 @@ type Transaction struct {
 	owner     allocation.Owner
 	reserved  []netip.Addr // released by Revert
 	toRelease []netip.Addr // released by Commit
+	ports     portTxn
 	done      bool
 }
 
@@ -108,6 +110,7 @@ func (t *Transaction) Commit(ctx context.Context) {
 	}
 	t.done = true
 	t.a.release(ctx, t.owner, t.toRelease)
+	t.a.releasePorts(ctx, t.owner, t.ports.toRelease)
 }
 
 // Revert undoes a failed operation: addresses it reserved are released.
@@ -117,10 +120,14 @@ func (t *Transaction) Revert(ctx context.Context) {
 	}
 	t.done = true
 	t.a.release(ctx, t.owner, t.reserved)
+	t.a.releasePorts(ctx, t.owner, t.ports.reserved)
 }
 
 // Reserved returns the addresses the transaction reserved.
 func (t *Transaction) Reserved() []netip.Addr { return append([]netip.Addr(nil), t.reserved...) }
+
+// ReservedPorts returns the node ports the transaction reserved.
+func (t *Transaction) ReservedPorts() []int { return append([]int(nil), t.ports.reserved...) }
 
 // release frees addrs for owner on a context detached from ctx: the values
 // and logger of ctx are kept, its cancellation and deadline are not, and the
@@ -154,6 +161,7 @@ func ownerOf(svc *corev1.Service) allocation.Owner {
 // it in place. It reserves nothing. Errors are API status errors (422).
 func (a *Allocator) PrepareCreate(svc *corev1.Service) error {
 	normalizeClusterIPs(svc, nil)
+	defaultNodePortFields(svc)
 	errs := a.defaultIPFamilies(svc, nil)
 	if len(errs) == 0 {
 		errs = a.validate(svc, nil)
@@ -171,7 +179,10 @@ func (a *Allocator) PrepareUpdate(svc, old *corev1.Service) error {
 	normalizeClusterIPs(svc, old)
 	dropTypeDependentFields(svc, old)
 	dropExternalFields(svc, old)
+	dropNodePortFields(svc, old)
 	patchAllocatedValues(svc, old)
+	patchNodePorts(svc, old)
+	defaultNodePortFields(svc)
 	errs := a.defaultIPFamilies(svc, old)
 	if len(errs) == 0 {
 		errs = a.validate(svc, old)
@@ -189,7 +200,8 @@ func (a *Allocator) validate(svc, old *corev1.Service) field.ErrorList {
 	} else {
 		errs = append(validateService(svc, old), validateIPFieldsUpdate(svc, old)...)
 	}
-	if !a.allowNodePorts && (svc.Spec.Type == corev1.ServiceTypeNodePort || svc.Spec.Type == corev1.ServiceTypeLoadBalancer) {
+	errs = append(errs, validateNodePortFields(svc)...)
+	if a.nodePorts == nil && (svc.Spec.Type == corev1.ServiceTypeNodePort || svc.Spec.Type == corev1.ServiceTypeLoadBalancer) {
 		errs = append(errs, field.Invalid(typePath, svc.Spec.Type,
 			"this server allocates cluster IPs only and does not allocate node ports: "+
 				"type NodePort and LoadBalancer are not supported, use ClusterIP"))
@@ -204,16 +216,29 @@ func (a *Allocator) validate(svc, old *corev1.Service) field.ErrorList {
 // returned transaction releases nothing.
 func (a *Allocator) AllocateCreate(ctx context.Context, svc *corev1.Service, dryRun bool) (*Transaction, error) {
 	txn := &Transaction{a: a, owner: ownerOf(svc)}
+	if err := a.allocateClusterIPsCreate(ctx, txn, svc, dryRun); err != nil {
+		return nil, err
+	}
+	if err := a.allocateNodePortsCreate(ctx, txn, svc, dryRun); err != nil {
+		if !dryRun {
+			txn.Revert(ctx)
+		}
+		return nil, err
+	}
+	return txn, nil
+}
+
+func (a *Allocator) allocateClusterIPsCreate(ctx context.Context, txn *Transaction, svc *corev1.Service, dryRun bool) error {
 	if !NeedsClusterIP(svc) {
-		return txn, nil
+		return nil
 	}
 	ips, err := a.allocateFamilies(ctx, txn, svc, svc.Spec.IPFamilies, svc.Spec.ClusterIPs, 0, dryRun)
 	if err != nil {
-		return nil, err
+		return err
 	}
 	svc.Spec.ClusterIPs = ips
 	svc.Spec.ClusterIP = ips[0]
-	return txn, nil
+	return nil
 }
 
 // allocateFamilies reserves one address per family of families[from:]. A
@@ -313,15 +338,28 @@ func (a *Allocator) notReady(err error) error {
 // have been through PrepareUpdate.
 func (a *Allocator) AllocateUpdate(ctx context.Context, svc, old *corev1.Service, dryRun bool) (*Transaction, error) {
 	txn := &Transaction{a: a, owner: ownerOf(svc)}
+	if err := a.allocateClusterIPsUpdate(ctx, txn, svc, old, dryRun); err != nil {
+		return nil, err
+	}
+	if err := a.allocateNodePortsUpdate(ctx, txn, svc, old, dryRun); err != nil {
+		if !dryRun {
+			txn.Revert(ctx)
+		}
+		return nil, err
+	}
+	return txn, nil
+}
+
+func (a *Allocator) allocateClusterIPsUpdate(ctx context.Context, txn *Transaction, svc, old *corev1.Service, dryRun bool) error {
 	oldIPs := allocatedIPs(old)
 	switch {
 	case !NeedsClusterIP(svc):
 		if !dryRun {
 			txn.toRelease = oldIPs
 		}
-		return txn, nil
+		return nil
 	case !NeedsClusterIP(old):
-		return a.AllocateCreate(ctx, svc, dryRun)
+		return a.allocateClusterIPsCreate(ctx, txn, svc, dryRun)
 	}
 	// Both have cluster IPs: the primary is immutable (validated), so only
 	// the secondary can appear or disappear.
@@ -329,7 +367,7 @@ func (a *Allocator) AllocateUpdate(ctx context.Context, svc, old *corev1.Service
 	case len(svc.Spec.IPFamilies) > len(oldIPs):
 		ips, err := a.allocateFamilies(ctx, txn, svc, svc.Spec.IPFamilies, svc.Spec.ClusterIPs, len(oldIPs), dryRun)
 		if err != nil {
-			return nil, err
+			return err
 		}
 		svc.Spec.ClusterIPs = ips
 		svc.Spec.ClusterIP = ips[0]
@@ -339,13 +377,15 @@ func (a *Allocator) AllocateUpdate(ctx context.Context, svc, old *corev1.Service
 			txn.toRelease = oldIPs[len(svc.Spec.IPFamilies):]
 		}
 	}
-	return txn, nil
+	return nil
 }
 
-// Release frees every cluster IP of svc; it is what a delete calls once the
-// Service is gone. Failures are logged: repair frees what is left behind.
+// Release frees every cluster IP and node port of svc; it is what a delete
+// calls once the Service is gone. Failures are logged: repair frees what is
+// left behind.
 func (a *Allocator) Release(ctx context.Context, svc *corev1.Service) {
 	a.release(ctx, ownerOf(svc), allocatedIPs(svc))
+	a.releasePorts(ctx, ownerOf(svc), NodePortsOf(svc))
 }
 
 // allocatedIPs returns the addresses a stored Service holds.

@@ -4,7 +4,10 @@
 // ipFamilyPolicy, headless "None", ExternalName) and of ports, and the
 // reserve → store → release protocol around the store's writes. It allocates
 // through allocation.Interface, one allocator per IP family, so the bitmap
-// and the IPAddress model plug in alike.
+// and the IPAddress model plug in alike; with Config.NodePorts (a
+// portalloc.Interface) it also allocates the node ports of NodePort and
+// LoadBalancer Services under the same protocol (nodeports.go), and without
+// it refuses those types.
 //
 // Wiring it into a generic registry store of *corev1.Service takes four
 // lines:

@@ -28,16 +28,20 @@ func main() {
 	count := flag.Int("count", 2000, "Services per phase")
 	levels := flag.String("concurrency", "1,8,32", "comma-separated client concurrency levels")
 	timeout := flag.Duration("timeout", 30*time.Minute, "overall time limit")
+	svcType := flag.String("type", "ClusterIP", "Service type to create: ClusterIP or NodePort (a NodePort Service costs a ClusterIP and a node port, two maps)")
 	flag.Parse()
 	ctx, cancel := context.WithTimeout(context.Background(), *timeout)
 	defer cancel()
-	if err := run(ctx, *kubeconfig, *count, *levels); err != nil {
+	if err := run(ctx, *kubeconfig, *count, *levels, corev1.ServiceType(*svcType)); err != nil {
 		fmt.Fprintln(os.Stderr, "bench:", err)
 		os.Exit(1)
 	}
 }
 
-func run(ctx context.Context, kubeconfig string, count int, levels string) error {
+func run(ctx context.Context, kubeconfig string, count int, levels string, svcType corev1.ServiceType) error {
+	if svcType != corev1.ServiceTypeClusterIP && svcType != corev1.ServiceTypeNodePort {
+		return fmt.Errorf("--type %q: want ClusterIP or NodePort", svcType)
+	}
 	cfg, err := clientcmd.BuildConfigFromFlags("", kubeconfig)
 	if err != nil {
 		return fmt.Errorf("load kubeconfig: %w", err)
@@ -60,10 +64,12 @@ func run(ctx context.Context, kubeconfig string, count int, levels string) error
 			return fmt.Errorf("create namespace: %w", err)
 		}
 		ips := make([]string, count)
+		nodePorts := make([]int32, count)
 		create := func(ctx context.Context, i int) error {
 			svc := &corev1.Service{
 				ObjectMeta: metav1.ObjectMeta{Name: fmt.Sprintf("svc-%05d", i)},
 				Spec: corev1.ServiceSpec{
+					Type:     svcType,
 					Selector: map[string]string{"app": "bench"},
 					Ports:    []corev1.ServicePort{{Port: 80, TargetPort: intstr.FromInt32(8080)}},
 				},
@@ -73,6 +79,7 @@ func run(ctx context.Context, kubeconfig string, count int, levels string) error
 				return err
 			}
 			ips[i] = out.Spec.ClusterIP
+			nodePorts[i] = out.Spec.Ports[0].NodePort
 			return nil
 		}
 		if err := phase(ctx, "create", conc, count, create); err != nil {
@@ -85,6 +92,15 @@ func run(ctx context.Context, kubeconfig string, count int, levels string) error
 			}
 			seen[ip] = i
 		}
+		if svcType == corev1.ServiceTypeNodePort {
+			byPort := make(map[int32]int, count)
+			for i, p := range nodePorts {
+				if j, dup := byPort[p]; dup || p == 0 {
+					return fmt.Errorf("svc-%05d and svc-%05d both got nodePort %d", j, i, p)
+				}
+				byPort[p] = i
+			}
+		}
 		del := func(ctx context.Context, i int) error {
 			return client.CoreV1().Services(ns).Delete(ctx, fmt.Sprintf("svc-%05d", i), metav1.DeleteOptions{})
 		}
@@ -92,6 +108,10 @@ func run(ctx context.Context, kubeconfig string, count int, levels string) error
 			return err
 		}
 		_ = client.CoreV1().Namespaces().Delete(ctx, ns, metav1.DeleteOptions{})
+	}
+	if svcType == corev1.ServiceTypeNodePort {
+		fmt.Println("all Services got distinct IPs and distinct node ports")
+		return nil
 	}
 	fmt.Println("all Services got distinct IPs")
 	return nil

@@ -18,15 +18,13 @@ import (
 	"github.com/allocator/allocator/pkg/apiserver"
 )
 
-// startLBServer starts a server (with repair) that lets NodePort and
-// LoadBalancer Services through. Node ports are not allocated by it; the
-// LoadBalancers of these tests do not ask for any
-// (allocateLoadBalancerNodePorts: false).
+// startLBServer starts a server (with repair) for the LoadBalancer tests;
+// their LoadBalancers ask for no node ports (allocateLoadBalancerNodePorts:
+// false) unless a test says otherwise.
 func startLBServer(t *testing.T, model string, etcd *etcdtest.Etcd) *testserver.Server {
 	t.Helper()
 	return testserver.Start(t, testserver.Options{
 		Model: model, Etcd: etcd, ServiceRange: "10.96.0.0/16", WithRepair: true,
-		Configure: func(cfg *apiserver.Config) { cfg.AllowNodePorts = true },
 	})
 }
 

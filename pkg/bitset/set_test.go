@@ -1,4 +1,4 @@
-package bitmap
+package bitset
 
 import (
 	"errors"
@@ -10,7 +10,7 @@ import (
 )
 
 // mustNew is New for sizes the test knows to be valid.
-func mustNew(t testing.TB, size, staticSize int) *Bitmap {
+func mustNew(t testing.TB, size, staticSize int) *Set {
 	t.Helper()
 	b, err := New(size, staticSize)
 	if err != nil {
@@ -24,7 +24,7 @@ func seeded(seed uint64) *rand.Rand { return rand.New(rand.NewPCG(seed, 0x9e3779
 
 // checkInvariants verifies every invariant doc.go states by recomputing it
 // from scratch, independently of the incremental bookkeeping.
-func checkInvariants(t testing.TB, b *Bitmap) {
+func checkInvariants(t testing.TB, b *Set) {
 	t.Helper()
 	words := b.levels[0]
 	if want := (b.size + 63) / 64; len(words) != want {
@@ -172,7 +172,7 @@ func TestSetClearHasEdges(t *testing.T) {
 	}
 }
 
-func TestEmptyBitmap(t *testing.T) {
+func TestEmptySet(t *testing.T) {
 	b := mustNew(t, 0, 0)
 	if b.Set(0) || b.Has(0) || b.Clear(0) {
 		t.Error("a zero-size bitmap accepted slot 0")
@@ -334,7 +334,7 @@ const (
 	modelOpCount
 )
 
-// runOps applies ops (3 bytes each: code, little-endian slot) to a Bitmap
+// runOps applies ops (3 bytes each: code, little-endian slot) to a Set
 // and to a map model, checking they agree after every op. Slots are taken
 // modulo size+2 and shifted down by one so -1 and size are exercised.
 func runOps(t testing.TB, size, staticSize int, ops []byte, seed uint64) {

@@ -1,4 +1,4 @@
-package bitmap
+package bitset
 
 import (
 	"fmt"
@@ -14,7 +14,7 @@ const (
 
 // filledSlash12 returns a /12 bitmap with each slot set with probability
 // fill, from a fixed seed so every run measures the same layout.
-func filledSlash12(b *testing.B, fill float64) *Bitmap {
+func filledSlash12(b *testing.B, fill float64) *Set {
 	b.Helper()
 	bm := mustNew(b, slash12, slash12Static)
 	r := seeded(12)

@@ -1,4 +1,4 @@
-package bitmap
+package bitset
 
 import (
 	"errors"
@@ -11,11 +11,11 @@ import (
 // static band that does not fit in the range.
 var ErrInvalidSize = errors.New("invalid bitmap size")
 
-// Bitmap is a fixed set of slots 0..Size()-1. Slots [0, StaticSize()) are the
+// Set is a fixed set of slots 0..Size()-1. Slots [0, StaticSize()) are the
 // lower (static) band, [StaticSize(), Size()) the upper (dynamic) band.
 //
-// A Bitmap is not safe for concurrent use: its owner serialises access.
-type Bitmap struct {
+// A Set is not safe for concurrent use: its owner serialises access.
+type Set struct {
 	size       int
 	staticSize int
 	used       int
@@ -34,14 +34,14 @@ type Bitmap struct {
 
 // New returns an empty bitmap of size slots whose first staticSize slots are
 // the lower (static) band.
-func New(size, staticSize int) (*Bitmap, error) {
+func New(size, staticSize int) (*Set, error) {
 	if size < 0 {
 		return nil, fmt.Errorf("%w: size %d is negative", ErrInvalidSize, size)
 	}
 	if staticSize < 0 || staticSize > size {
 		return nil, fmt.Errorf("%w: static band size %d is not within [0, %d]", ErrInvalidSize, staticSize, size)
 	}
-	b := &Bitmap{size: size, staticSize: staticSize, rand: newRand()}
+	b := &Set{size: size, staticSize: staticSize, rand: newRand()}
 	// Build the levels bottom-up until one word summarises everything; a
 	// 2^20-slot bitmap has four levels (16384, 256, 4 and 1 words).
 	n := size
@@ -72,22 +72,22 @@ func newRand() *rand.Rand {
 }
 
 // Size returns the number of slots.
-func (b *Bitmap) Size() int { return b.size }
+func (b *Set) Size() int { return b.size }
 
 // StaticSize returns the number of slots in the lower (static) band.
-func (b *Bitmap) StaticSize() int { return b.staticSize }
+func (b *Set) StaticSize() int { return b.staticSize }
 
 // Used returns the number of set slots.
-func (b *Bitmap) Used() int { return b.used }
+func (b *Set) Used() int { return b.used }
 
 // UsedStatic returns the number of set slots in the lower (static) band.
-func (b *Bitmap) UsedStatic() int { return b.usedStatic }
+func (b *Set) UsedStatic() int { return b.usedStatic }
 
 // Free returns the number of free slots.
-func (b *Bitmap) Free() int { return b.size - b.used }
+func (b *Set) Free() int { return b.size - b.used }
 
 // Has reports whether slot i is set; it is false when i is out of range.
-func (b *Bitmap) Has(i int) bool {
+func (b *Set) Has(i int) bool {
 	if uint(i) >= uint(b.size) {
 		return false
 	}
@@ -95,7 +95,7 @@ func (b *Bitmap) Has(i int) bool {
 }
 
 // Set marks slot i. It returns false if i was already set or is out of range.
-func (b *Bitmap) Set(i int) bool {
+func (b *Set) Set(i int) bool {
 	if uint(i) >= uint(b.size) {
 		return false
 	}
@@ -123,7 +123,7 @@ func (b *Bitmap) Set(i int) bool {
 }
 
 // Clear frees slot i. It returns false if i was not set or is out of range.
-func (b *Bitmap) Clear(i int) bool {
+func (b *Set) Clear(i int) bool {
 	if uint(i) >= uint(b.size) {
 		return false
 	}
@@ -149,7 +149,7 @@ func (b *Bitmap) Clear(i int) bool {
 }
 
 // fullWord returns the value word w of level k has when it is full.
-func (b *Bitmap) fullWord(k, w int) uint64 {
+func (b *Set) fullWord(k, w int) uint64 {
 	if w == len(b.levels[k])-1 {
 		return b.lastMask[k]
 	}
@@ -158,7 +158,7 @@ func (b *Bitmap) fullWord(k, w int) uint64 {
 
 // ForEach calls fn for every set slot in ascending order. fn must not modify
 // the bitmap.
-func (b *Bitmap) ForEach(fn func(i int)) {
+func (b *Set) ForEach(fn func(i int)) {
 	for w, word := range b.levels[0] {
 		for word != 0 {
 			fn(w<<6 | bits.TrailingZeros64(word))
@@ -169,7 +169,7 @@ func (b *Bitmap) ForEach(fn func(i int)) {
 
 // Clone returns a deep copy. The copy gets its own, freshly seeded random
 // source so that the two can be used independently.
-func (b *Bitmap) Clone() *Bitmap {
+func (b *Set) Clone() *Set {
 	c := *b
 	c.levels = make([][]uint64, len(b.levels))
 	for k, level := range b.levels {
@@ -181,7 +181,7 @@ func (b *Bitmap) Clone() *Bitmap {
 }
 
 // Reset frees every slot.
-func (b *Bitmap) Reset() {
+func (b *Set) Reset() {
 	for _, level := range b.levels {
 		clear(level)
 	}
@@ -189,7 +189,7 @@ func (b *Bitmap) Reset() {
 }
 
 // recount recomputes the summary levels and the counters from levels[0].
-func (b *Bitmap) recount() {
+func (b *Set) recount() {
 	words := b.levels[0]
 	b.used = 0
 	for _, word := range words {

@@ -1,4 +1,4 @@
-package bitmap
+package bitset
 
 import (
 	"encoding/binary"
@@ -23,7 +23,7 @@ func (e *DataBeyondRangeError) Error() string {
 // the bitmap read as a big-endian unsigned integer with no leading zero bytes,
 // so slot i is bit i%8 of byte len-1-i/8. When nothing is set the result is
 // empty. The result does not alias the bitmap.
-func (b *Bitmap) Bytes() []byte {
+func (b *Set) Bytes() []byte {
 	words := b.levels[0]
 	top := len(words) - 1
 	for top >= 0 && words[top] == 0 {
@@ -42,7 +42,7 @@ func (b *Bitmap) Bytes() []byte {
 // SetBytes replaces the contents with data in the format Bytes produces.
 // Leading zero bytes are accepted. If data sets a slot at or beyond Size it
 // returns a *DataBeyondRangeError and leaves the bitmap unchanged.
-func (b *Bitmap) SetBytes(data []byte) error {
+func (b *Set) SetBytes(data []byte) error {
 	for len(data) > 0 && data[0] == 0 {
 		data = data[1:]
 	}

@@ -1,4 +1,4 @@
-package bitmap
+package bitset
 
 import (
 	"math/bits"
@@ -7,7 +7,7 @@ import (
 
 // SetRand replaces the random source used by NextDynamic, for deterministic
 // tests. A nil r restores a freshly seeded source.
-func (b *Bitmap) SetRand(r *rand.Rand) {
+func (b *Set) SetRand(r *rand.Rand) {
 	if r == nil {
 		r = newRand()
 	}
@@ -24,7 +24,7 @@ func (b *Bitmap) SetRand(r *rand.Rand) {
 // from racing for the same slot, and keep the fallback from taking the
 // well-known low addresses (.1, .10) first; the lower band stays free for
 // user-chosen addresses as long as possible.
-func (b *Bitmap) NextDynamic() (int, bool) {
+func (b *Set) NextDynamic() (int, bool) {
 	if b.used >= b.size {
 		return 0, false
 	}
@@ -40,7 +40,7 @@ func (b *Bitmap) NextDynamic() (int, bool) {
 // first and then wrapping around to [lo, start). lo and hi are clipped to the
 // bitmap; a start outside [lo, hi) scans from lo. It reports false when
 // [lo, hi) has no free slot.
-func (b *Bitmap) NextFreeIn(lo, hi, start int) (int, bool) {
+func (b *Set) NextFreeIn(lo, hi, start int) (int, bool) {
 	lo, hi = max(lo, 0), min(hi, b.size)
 	if lo >= hi {
 		return 0, false
@@ -64,7 +64,7 @@ func (b *Bitmap) NextFreeIn(lo, hi, start int) (int, bool) {
 // after the current position, then descends taking the lowest non-full entry
 // at each level, so the cost is a few word operations per level whatever the
 // fill: never a bit-by-bit scan.
-func (b *Bitmap) nextClear(from int) int {
+func (b *Set) nextClear(from int) int {
 	if from >= b.size {
 		return -1
 	}

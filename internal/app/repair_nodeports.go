@@ -1,0 +1,70 @@
+package app
+
+import (
+	"context"
+	"fmt"
+
+	clientv3 "go.etcd.io/etcd/client/v3"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/tools/record"
+
+	"github.com/allocator/allocator/pkg/bitmap"
+	"github.com/allocator/allocator/pkg/etcdlayout"
+	"github.com/allocator/allocator/pkg/portalloc"
+	"github.com/allocator/allocator/pkg/portrange"
+	"github.com/allocator/allocator/pkg/repair"
+)
+
+// nodePortRepair returns the node-port repair over the stored map at
+// <prefix>/ranges/servicenodeports, with the range the map itself names (the
+// job does not know the server's --service-node-port-range), or nil when
+// there is no map (a cluster that never served node ports).
+func (o *repairOptions) nodePortRepair(ctx context.Context, etcd *clientv3.Client, client kubernetes.Interface, recorder record.EventRecorder) (*repair.NodePortRepair, error) {
+	key := etcdlayout.Layout{Prefix: o.cluster.etcdPrefix}.ServiceNodePortRange()
+	resp, err := etcd.Get(ctx, key)
+	if err != nil {
+		return nil, fmt.Errorf("read %s: %w", key, err)
+	}
+	if len(resp.Kvs) == 0 {
+		return nil, nil
+	}
+	ra, err := etcdlayout.DecodeRangeAllocation(resp.Kvs[0].Value)
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", key, err)
+	}
+	rng, err := portrange.Parse(ra.Range)
+	if err != nil {
+		return nil, fmt.Errorf("%s holds range %q: %w", key, ra.Range, err)
+	}
+	store, err := portalloc.NewEtcd(etcd, key, rng, bitmap.EtcdOptions{})
+	if err != nil {
+		return nil, err
+	}
+	return repair.NewNodePortRepair(repair.NodePortConfig{
+		Client: client, Store: store, Recorder: recorder, DryRun: o.dryRun, LeakGrace: o.leakGrace, Interval: o.interval,
+	})
+}
+
+// withNodePorts runs the ClusterIP pass and then the node-port pass, as one
+// report: the problems of both (node-port ones marked Resource "nodePort"),
+// writes and time added up.
+type withNodePorts struct {
+	ips   passRunner
+	ports *repair.NodePortRepair
+}
+
+func (w withNodePorts) RunOnce(ctx context.Context) (*repair.Report, error) {
+	report, err := w.ips.RunOnce(ctx)
+	if err != nil {
+		return nil, err
+	}
+	ports, err := w.ports.RunOnce(ctx)
+	if err != nil {
+		return nil, err
+	}
+	merged := *report
+	merged.Problems = append(append([]repair.Problem(nil), report.Problems...), ports.Problems...)
+	merged.Writes += ports.Writes
+	merged.Duration += ports.Duration
+	return &merged, nil
+}

@@ -1,0 +1,417 @@
+package servicealloc
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/util/validation/field"
+	"k8s.io/klog/v2"
+
+	"github.com/allocator/allocator/pkg/allocation"
+	"github.com/allocator/allocator/pkg/portalloc"
+)
+
+// Node ports follow upstream kube-apiserver's Service registry
+// (pkg/registry/core/service/storage/alloc.go), so a Service behaves the same
+// whichever server a client talks to:
+//
+//   - Type NodePort, and LoadBalancer unless allocateLoadBalancerNodePorts is
+//     false, gets a nodePort on every port. A requested nodePort is reserved
+//     as is (422 "provided port is already allocated" / "provided port is not
+//     in the valid range. The range of valid ports is …" on
+//     spec.ports[i].nodePort); a missing one is picked, except that ports of
+//     the same number share one nodePort (53/TCP and 53/UDP → 30053), on
+//     create only, as upstream.
+//   - A LoadBalancer with externalTrafficPolicy Local gets healthCheckNodePort.
+//   - On update, ports the Service already held are kept without a new
+//     reservation; new ones are reserved; ones the update drops (a changed
+//     nodePort, a removed port, type → ClusterIP/ExternalName, traffic policy
+//     → Cluster) are released only when the update is stored (Commit), like
+//     cluster IPs, so a failed update never frees a port its Service keeps.
+//   - Dry-run asks the allocator's dry-run view: it reports conflicts and
+//     reserves nothing.
+
+// needsNodePorts reports whether svc's type carries node ports.
+func needsNodePorts(svc *corev1.Service) bool {
+	return svc.Spec.Type == corev1.ServiceTypeNodePort || svc.Spec.Type == corev1.ServiceTypeLoadBalancer
+}
+
+// shouldAllocateNodePorts reports whether ports without a nodePort get one.
+func shouldAllocateNodePorts(svc *corev1.Service) bool {
+	switch svc.Spec.Type {
+	case corev1.ServiceTypeNodePort:
+		return true
+	case corev1.ServiceTypeLoadBalancer:
+		return svc.Spec.AllocateLoadBalancerNodePorts == nil || *svc.Spec.AllocateLoadBalancerNodePorts
+	}
+	return false
+}
+
+// needsHealthCheckNodePort reports whether svc gets a healthCheckNodePort.
+func needsHealthCheckNodePort(svc *corev1.Service) bool {
+	return svc.Spec.Type == corev1.ServiceTypeLoadBalancer &&
+		svc.Spec.ExternalTrafficPolicy == corev1.ServiceExternalTrafficPolicyLocal
+}
+
+// NodePortsOf returns the node ports a stored Service holds (every non-zero
+// nodePort, once, and the healthCheckNodePort), in ascending order. Repair
+// and delete use it.
+func NodePortsOf(svc *corev1.Service) []int {
+	if svc == nil {
+		return nil
+	}
+	var out []int
+	for _, p := range svc.Spec.Ports {
+		if p.NodePort != 0 {
+			out = append(out, int(p.NodePort))
+		}
+	}
+	if svc.Spec.HealthCheckNodePort != 0 {
+		out = append(out, int(svc.Spec.HealthCheckNodePort))
+	}
+	slices.Sort(out)
+	return slices.Compact(out)
+}
+
+// defaultNodePortFields applies upstream's v1 defaults that decide node-port
+// allocation: allocateLoadBalancerNodePorts true for LoadBalancer, and
+// externalTrafficPolicy Cluster for NodePort and LoadBalancer.
+func defaultNodePortFields(svc *corev1.Service) {
+	if svc.Spec.Type == corev1.ServiceTypeLoadBalancer && svc.Spec.AllocateLoadBalancerNodePorts == nil {
+		yes := true
+		svc.Spec.AllocateLoadBalancerNodePorts = &yes
+	}
+	if needsNodePorts(svc) && svc.Spec.ExternalTrafficPolicy == "" {
+		svc.Spec.ExternalTrafficPolicy = corev1.ServiceExternalTrafficPolicyCluster
+	}
+}
+
+// dropNodePortFields clears what a type change leaves meaningless, when the
+// client did not change it (upstream's dropTypeDependentFields): the
+// nodePorts when the type no longer needs them, the healthCheckNodePort,
+// allocateLoadBalancerNodePorts off LoadBalancer, externalTrafficPolicy off
+// NodePort/LoadBalancer.
+func dropNodePortFields(svc, old *corev1.Service) {
+	if needsNodePorts(old) && !needsNodePorts(svc) && sameNodePorts(svc, old) {
+		for i := range svc.Spec.Ports {
+			svc.Spec.Ports[i].NodePort = 0
+		}
+	}
+	if needsHealthCheckNodePort(old) && !needsHealthCheckNodePort(svc) &&
+		svc.Spec.HealthCheckNodePort == old.Spec.HealthCheckNodePort {
+		svc.Spec.HealthCheckNodePort = 0
+	}
+	if svc.Spec.Type != corev1.ServiceTypeLoadBalancer && ptrEqual(svc.Spec.AllocateLoadBalancerNodePorts, old.Spec.AllocateLoadBalancerNodePorts) {
+		svc.Spec.AllocateLoadBalancerNodePorts = nil
+	}
+	if !needsNodePorts(svc) && svc.Spec.ExternalTrafficPolicy == old.Spec.ExternalTrafficPolicy {
+		svc.Spec.ExternalTrafficPolicy = ""
+	}
+}
+
+// sameNodePorts reports whether svc's ports carry the nodePorts old's ports
+// carried, port by port.
+func sameNodePorts(svc, old *corev1.Service) bool {
+	if len(svc.Spec.Ports) != len(old.Spec.Ports) {
+		return false
+	}
+	for i := range svc.Spec.Ports {
+		if svc.Spec.Ports[i].NodePort != old.Spec.Ports[i].NodePort {
+			return false
+		}
+	}
+	return true
+}
+
+// patchNodePorts keeps the allocated node ports when an update (kubectl
+// replace or apply of a manifest without them) leaves them out: a port with
+// no nodePort gets the nodePort of the old port of the same name, unless the
+// update gave that nodePort to another port (upstream's patchAllocatedValues).
+func patchNodePorts(svc, old *corev1.Service) {
+	if needsNodePorts(old) && needsNodePorts(svc) {
+		inBoth := map[int32]bool{}
+		oldPorts := map[int32]bool{}
+		for _, p := range old.Spec.Ports {
+			oldPorts[p.NodePort] = p.NodePort != 0
+		}
+		for _, p := range svc.Spec.Ports {
+			if oldPorts[p.NodePort] {
+				inBoth[p.NodePort] = true
+			}
+		}
+		byName := map[string]int32{}
+		for _, p := range old.Spec.Ports {
+			byName[p.Name] = p.NodePort
+		}
+		for i := range svc.Spec.Ports {
+			p := &svc.Spec.Ports[i]
+			if p.NodePort == 0 && !inBoth[byName[p.Name]] {
+				p.NodePort = byName[p.Name]
+			}
+		}
+	}
+	if needsHealthCheckNodePort(old) && needsHealthCheckNodePort(svc) && svc.Spec.HealthCheckNodePort == 0 {
+		svc.Spec.HealthCheckNodePort = old.Spec.HealthCheckNodePort
+	}
+}
+
+// validateNodePortFields refuses node-port fields on types that have none.
+func validateNodePortFields(svc *corev1.Service) field.ErrorList {
+	var errs field.ErrorList
+	if !needsNodePorts(svc) {
+		for i, p := range svc.Spec.Ports {
+			if p.NodePort != 0 {
+				errs = append(errs, field.Forbidden(field.NewPath("spec", "ports").Index(i).Child("nodePort"),
+					fmt.Sprintf("may not be used when `type` is '%s'", svc.Spec.Type)))
+			}
+		}
+	}
+	if svc.Spec.HealthCheckNodePort != 0 && !needsHealthCheckNodePort(svc) {
+		errs = append(errs, field.Invalid(field.NewPath("spec", "healthCheckNodePort"), svc.Spec.HealthCheckNodePort,
+			"may only be set when `type` is 'LoadBalancer' and `externalTrafficPolicy` is 'Local'"))
+	}
+	return errs
+}
+
+// portTxn is the node-port part of a Transaction.
+type portTxn struct {
+	reserved  []int // released by Revert
+	toRelease []int // released by Commit
+}
+
+// nodePorts returns the allocator to use for a request: the dry-run view for
+// a dry run.
+func (a *Allocator) nodePortAllocator(dryRun bool) portalloc.Interface {
+	if dryRun {
+		return a.nodePorts.DryRun()
+	}
+	return a.nodePorts
+}
+
+// reservePort reserves port for the request and records it in txn.
+func (a *Allocator) reservePort(ctx context.Context, txn *Transaction, alloc portalloc.Interface, port int, dryRun bool) error {
+	if err := alloc.Allocate(ctx, port); err != nil {
+		return err
+	}
+	if !dryRun {
+		txn.ports.reserved = append(txn.ports.reserved, port)
+	}
+	return nil
+}
+
+// reserveNextPort picks and reserves a free port.
+func (a *Allocator) reserveNextPort(ctx context.Context, txn *Transaction, alloc portalloc.Interface, dryRun bool) (int, error) {
+	port, err := alloc.AllocateNext(ctx)
+	if err != nil {
+		return 0, err
+	}
+	if !dryRun {
+		txn.ports.reserved = append(txn.ports.reserved, port)
+	}
+	return port, nil
+}
+
+// nodePortError maps an error of reserving a requested nodePort to the API
+// error upstream returns.
+func (a *Allocator) nodePortError(svc *corev1.Service, path *field.Path, port int32, err error) error {
+	switch {
+	case errors.Is(err, allocation.ErrNotReady):
+		return a.notReady(err)
+	case errors.Is(err, portalloc.ErrAllocated), errors.Is(err, portalloc.ErrNotInRange):
+		return apierrors.NewInvalid(serviceKind, svc.Name, field.ErrorList{field.Invalid(path, port, err.Error())})
+	default:
+		return apierrors.NewInternalError(fmt.Errorf("failed to allocate nodePort %d: %w", port, err))
+	}
+}
+
+// nextNodePortError maps an error of picking a free node port.
+func (a *Allocator) nextNodePortError(err error) error {
+	if errors.Is(err, allocation.ErrNotReady) {
+		return a.notReady(err)
+	}
+	return apierrors.NewInternalError(fmt.Errorf("failed to allocate a nodePort: %w", err))
+}
+
+// allocateNodePortsCreate reserves the node ports of a Service being created.
+func (a *Allocator) allocateNodePortsCreate(ctx context.Context, txn *Transaction, svc *corev1.Service, dryRun bool) error {
+	if a.nodePorts == nil {
+		return nil
+	}
+	alloc := a.nodePortAllocator(dryRun)
+	if needsNodePorts(svc) {
+		byPort := map[int32]int32{} // service port → the nodePort it got
+		for i := range svc.Spec.Ports {
+			p := &svc.Spec.Ports[i]
+			path := field.NewPath("spec", "ports").Index(i).Child("nodePort")
+			if p.NodePort == 0 && !shouldAllocateNodePorts(svc) {
+				continue // nothing to allocate, but requested ones are kept
+			}
+			shared := byPort[p.Port]
+			switch {
+			case shared == 0:
+				requested := requestedNodePort(p.Port, svc.Spec.Ports)
+				if requested != 0 {
+					if err := a.reservePort(ctx, txn, alloc, int(requested), dryRun); err != nil {
+						return a.nodePortError(svc, path, requested, err)
+					}
+					p.NodePort = requested
+				} else {
+					port, err := a.reserveNextPort(ctx, txn, alloc, dryRun)
+					if err != nil {
+						return a.nextNodePortError(err)
+					}
+					p.NodePort = int32(port)
+				}
+				byPort[p.Port] = p.NodePort
+			case p.NodePort == 0:
+				p.NodePort = shared
+			case p.NodePort != shared:
+				if err := a.reservePort(ctx, txn, alloc, int(p.NodePort), dryRun); err != nil {
+					return a.nodePortError(svc, path, p.NodePort, err)
+				}
+			}
+		}
+	}
+	if needsHealthCheckNodePort(svc) {
+		if err := a.allocateHealthCheckNodePort(ctx, txn, alloc, svc, dryRun); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// requestedNodePort is the nodePort a port of that number asks for, if any
+// (so 53/UDP with 30053 and 53/TCP with none share 30053).
+func requestedNodePort(port int32, ports []corev1.ServicePort) int32 {
+	for _, p := range ports {
+		if p.Port == port && p.NodePort != 0 {
+			return p.NodePort
+		}
+	}
+	return 0
+}
+
+// allocateHealthCheckNodePort reserves the requested healthCheckNodePort or
+// picks one. Errors are 500 with upstream's texts.
+func (a *Allocator) allocateHealthCheckNodePort(ctx context.Context, txn *Transaction, alloc portalloc.Interface, svc *corev1.Service, dryRun bool) error {
+	if port := svc.Spec.HealthCheckNodePort; port != 0 {
+		if err := a.reservePort(ctx, txn, alloc, int(port), dryRun); err != nil {
+			if errors.Is(err, allocation.ErrNotReady) {
+				return a.notReady(err)
+			}
+			return apierrors.NewInternalError(fmt.Errorf("failed to allocate requested HealthCheck NodePort %d: %w", port, err))
+		}
+		return nil
+	}
+	port, err := a.reserveNextPort(ctx, txn, alloc, dryRun)
+	if err != nil {
+		if errors.Is(err, allocation.ErrNotReady) {
+			return a.notReady(err)
+		}
+		return apierrors.NewInternalError(fmt.Errorf("failed to allocate a HealthCheck NodePort: %w", err))
+	}
+	svc.Spec.HealthCheckNodePort = int32(port)
+	return nil
+}
+
+// allocateNodePortsUpdate reserves what an update from old to svc adds and
+// records what it drops, to be released on Commit.
+func (a *Allocator) allocateNodePortsUpdate(ctx context.Context, txn *Transaction, svc, old *corev1.Service, dryRun bool) error {
+	if a.nodePorts == nil {
+		return nil
+	}
+	alloc := a.nodePortAllocator(dryRun)
+	oldPorts := NodePortsOf(old)
+	var drop []int
+	if needsNodePorts(old) && !needsNodePorts(svc) {
+		drop = append(drop, nodePortsOnly(old)...)
+	}
+	if needsNodePorts(svc) {
+		reserved := map[int32]bool{}
+		for i := range svc.Spec.Ports {
+			p := &svc.Spec.Ports[i]
+			path := field.NewPath("spec", "ports").Index(i).Child("nodePort")
+			if p.NodePort == 0 && !shouldAllocateNodePorts(svc) {
+				continue
+			}
+			if p.NodePort != 0 {
+				if !slices.Contains(oldPorts, int(p.NodePort)) && !reserved[p.NodePort] {
+					if err := a.reservePort(ctx, txn, alloc, int(p.NodePort), dryRun); err != nil {
+						return a.nodePortError(svc, path, p.NodePort, err)
+					}
+					reserved[p.NodePort] = true
+				}
+				continue
+			}
+			port, err := a.reserveNextPort(ctx, txn, alloc, dryRun)
+			if err != nil {
+				return a.nextNodePortError(err)
+			}
+			p.NodePort = int32(port)
+		}
+		newPorts := nodePortsOnly(svc)
+		for _, port := range nodePortsOnly(old) {
+			if !slices.Contains(newPorts, port) && port != int(svc.Spec.HealthCheckNodePort) {
+				drop = append(drop, port)
+			}
+		}
+	}
+	switch {
+	case !needsHealthCheckNodePort(old) && needsHealthCheckNodePort(svc):
+		if err := a.allocateHealthCheckNodePort(ctx, txn, alloc, svc, dryRun); err != nil {
+			return err
+		}
+	case needsHealthCheckNodePort(old) && !needsHealthCheckNodePort(svc):
+		drop = append(drop, int(old.Spec.HealthCheckNodePort))
+	case needsHealthCheckNodePort(svc) && svc.Spec.HealthCheckNodePort != old.Spec.HealthCheckNodePort:
+		// A changed healthCheckNodePort (patchNodePorts kept an omitted
+		// one): reserve the new one unless the Service already held it,
+		// release the old one once stored.
+		if port := svc.Spec.HealthCheckNodePort; !slices.Contains(oldPorts, int(port)) {
+			if err := a.allocateHealthCheckNodePort(ctx, txn, alloc, svc, dryRun); err != nil {
+				return err
+			}
+		}
+		drop = append(drop, int(old.Spec.HealthCheckNodePort))
+	}
+	if !dryRun {
+		// A port still used by svc in another role (a nodePort that became
+		// the healthCheckNodePort, or the reverse) stays allocated.
+		keep := NodePortsOf(svc)
+		for _, port := range drop {
+			if port != 0 && !slices.Contains(keep, port) && !slices.Contains(txn.ports.toRelease, port) {
+				txn.ports.toRelease = append(txn.ports.toRelease, port)
+			}
+		}
+	}
+	return nil
+}
+
+// nodePortsOnly is the distinct non-zero nodePorts of svc's ports.
+func nodePortsOnly(svc *corev1.Service) []int {
+	var out []int
+	for _, p := range svc.Spec.Ports {
+		if p.NodePort != 0 && !slices.Contains(out, int(p.NodePort)) {
+			out = append(out, int(p.NodePort))
+		}
+	}
+	return out
+}
+
+// releasePorts frees ports on a context detached from ctx (see release).
+func (a *Allocator) releasePorts(ctx context.Context, owner allocation.Owner, ports []int) {
+	if len(ports) == 0 || a.nodePorts == nil {
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), releaseTimeout)
+	defer cancel()
+	for _, port := range ports {
+		if err := a.nodePorts.Release(ctx, port); err != nil {
+			klog.FromContext(ctx).Error(err, "Releasing a node port failed; repair will free it", "nodePort", port, "service", owner)
+		}
+	}
+}
