@@ -368,15 +368,12 @@ func (a *Allocator) allocateNodePortsUpdate(ctx context.Context, txn *Transactio
 	case needsHealthCheckNodePort(old) && !needsHealthCheckNodePort(svc):
 		drop = append(drop, int(old.Spec.HealthCheckNodePort))
 	case needsHealthCheckNodePort(svc) && svc.Spec.HealthCheckNodePort != old.Spec.HealthCheckNodePort:
-		// A changed healthCheckNodePort (patchNodePorts kept an omitted
-		// one): reserve the new one unless the Service already held it,
-		// release the old one once stored.
-		if port := svc.Spec.HealthCheckNodePort; !slices.Contains(oldPorts, int(port)) {
-			if err := a.allocateHealthCheckNodePort(ctx, txn, alloc, svc, dryRun); err != nil {
-				return err
-			}
-		}
-		drop = append(drop, int(old.Spec.HealthCheckNodePort))
+		// Upstream refuses the change (an omitted one was kept by
+		// patchNodePorts): node proxies and load balancers probe the old
+		// port until they see the new one.
+		return apierrors.NewInvalid(serviceKind, svc.Name, field.ErrorList{field.Invalid(
+			field.NewPath("spec", "healthCheckNodePort"), svc.Spec.HealthCheckNodePort,
+			"cannot change healthCheckNodePort on loadBalancer service with externalTraffic=Local during update")})
 	}
 	if !dryRun {
 		// A port still used by svc in another role (a nodePort that became

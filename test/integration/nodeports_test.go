@@ -62,16 +62,21 @@ func tcp(port, nodePort int32) corev1.ServicePort {
 
 func update(t *testing.T, ctx context.Context, c kubernetes.Interface, name string, mutate func(*corev1.Service)) *corev1.Service {
 	t.Helper()
-	svc, err := c.CoreV1().Services("default").Get(ctx, name, metav1.GetOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	mutate(svc)
-	out, err := c.CoreV1().Services("default").Update(ctx, svc, metav1.UpdateOptions{})
+	out, err := updateErr(ctx, c, name, mutate)
 	if err != nil {
 		t.Fatalf("update %s: %v", name, err)
 	}
 	return out
+}
+
+// updateErr reads Service default/name, applies mutate and writes it back.
+func updateErr(ctx context.Context, c kubernetes.Interface, name string, mutate func(*corev1.Service)) (*corev1.Service, error) {
+	svc, err := c.CoreV1().Services("default").Get(ctx, name, metav1.GetOptions{})
+	if err != nil {
+		return nil, err
+	}
+	mutate(svc)
+	return c.CoreV1().Services("default").Update(ctx, svc, metav1.UpdateOptions{})
 }
 
 // TestNodePortMapAtStartup: in both IP models the server creates the
@@ -174,15 +179,15 @@ func TestNodePorts(t *testing.T) {
 		}
 		expectHeld(t, ctx, s.etcd, int(hc), int(np), 30081)
 
-		// A changed healthCheckNodePort takes the new port and releases the
-		// old one once stored; one left out is kept.
-		lb = update(t, ctx, c, "lb-local", func(s *corev1.Service) { s.Spec.HealthCheckNodePort = 30099 })
-		expectHeld(t, ctx, s.etcd, 30099, int(np), 30081)
+		// A changed healthCheckNodePort is refused as upstream refuses it
+		// (nothing reserved, nothing released); one left out is kept.
+		_, err := updateErr(ctx, c, "lb-local", func(s *corev1.Service) { s.Spec.HealthCheckNodePort = 30099 })
+		expectStatus(t, err, 422, "spec.healthCheckNodePort: Invalid value: 30099: cannot change healthCheckNodePort on loadBalancer service with externalTraffic=Local during update")
+		expectHeld(t, ctx, s.etcd, int(hc), int(np), 30081)
 		lb = update(t, ctx, c, "lb-local", func(s *corev1.Service) { s.Spec.HealthCheckNodePort = 0 })
-		if lb.Spec.HealthCheckNodePort != 30099 {
-			t.Errorf("update without healthCheckNodePort: got %d, want 30099 kept", lb.Spec.HealthCheckNodePort)
+		if lb.Spec.HealthCheckNodePort != hc {
+			t.Errorf("update without healthCheckNodePort: got %d, want %d kept", lb.Spec.HealthCheckNodePort, hc)
 		}
-		hc = 30099
 
 		// Local → Cluster releases the health check port once stored.
 		update(t, ctx, c, "lb-local", func(s *corev1.Service) {
