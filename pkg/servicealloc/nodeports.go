@@ -170,6 +170,23 @@ func validateNodePortFields(svc *corev1.Service) field.ErrorList {
 			}
 		}
 	}
+	// One nodePort per protocol: 53/TCP and 53/UDP may share one, two TCP
+	// ports may not (upstream's Duplicate, checked before any reservation).
+	type protoPort struct {
+		protocol corev1.Protocol
+		nodePort int32
+	}
+	seen := map[protoPort]bool{}
+	for i, p := range svc.Spec.Ports {
+		if p.NodePort == 0 {
+			continue
+		}
+		k := protoPort{p.Protocol, p.NodePort}
+		if seen[k] {
+			errs = append(errs, field.Duplicate(field.NewPath("spec", "ports").Index(i).Child("nodePort"), p.NodePort))
+		}
+		seen[k] = true
+	}
 	if svc.Spec.HealthCheckNodePort != 0 && !needsHealthCheckNodePort(svc) {
 		errs = append(errs, field.Invalid(field.NewPath("spec", "healthCheckNodePort"), svc.Spec.HealthCheckNodePort,
 			"may only be set when `type` is 'LoadBalancer' and `externalTrafficPolicy` is 'Local'"))
