@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/spf13/cobra"
+	"google.golang.org/grpc/grpclog"
 	"k8s.io/klog/v2"
 
 	"github.com/allocator/allocator/pkg/apiserver"
@@ -55,6 +56,8 @@ func runServe(ctx context.Context, opts *apiserver.Options, streams Streams) err
 	if err := opts.Validate(); err != nil {
 		return err
 	}
+	// Before any etcd client exists: gRPC's logger is process-wide.
+	quietGRPC.Do(func() { grpclog.SetLoggerV2(leveledGRPCLogger{}) })
 	release, err := lockDataDir(opts.DataDir)
 	if err != nil {
 		return err
@@ -62,6 +65,9 @@ func runServe(ctx context.Context, opts *apiserver.Options, streams Streams) err
 	defer release()
 	endpoints := opts.EtcdServers
 	embedded := len(endpoints) == 0
+	if embedded && (opts.EtcdCAFile != "" || opts.EtcdCertFile != "" || opts.EtcdKeyFile != "") {
+		return errors.New("--etcd-cafile, --etcd-certfile and --etcd-keyfile need --etcd-servers (the embedded etcd uses the certificates in <data-dir>/etcd-pki)")
+	}
 	if embedded {
 		pki, err := embedetcd.EnsurePKI(filepath.Join(opts.DataDir, etcdPKIDir))
 		if err != nil {

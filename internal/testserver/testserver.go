@@ -43,6 +43,9 @@ type Options struct {
 	Configure func(*apiserver.Config)
 	// NoWait returns as soon as the server runs, before it is ready.
 	NoWait bool
+	// Flags adjusts the command-line options after the ones above are set
+	// (serving certificate, authentication, audit, etcd TLS, ...).
+	Flags func(*apiserver.Options)
 }
 
 // Server is one running API server.
@@ -79,6 +82,9 @@ func Start(t testing.TB, o Options) *Server {
 	}
 	if o.EtcdPrefix != "" {
 		opts.EtcdPrefix = o.EtcdPrefix
+	}
+	if o.Flags != nil {
+		o.Flags(opts)
 	}
 	cfg, err := opts.Config(nil)
 	if err != nil {

@@ -35,10 +35,11 @@ func isAnonymousPath(p string) bool {
 	return false
 }
 
-// newAuthenticator accepts the admin token, and anonymous requests to the
-// probe and version paths only. (The server's own loopback token is added
-// by k8s.io/apiserver when the config is completed.)
-func newAuthenticator(adminToken string) authenticator.Request {
+// newAuthenticator accepts the admin token, then the extra authenticators
+// (token file, delegated authentication) in order, and anonymous requests to
+// the probe and version paths only. (The server's own loopback token is
+// added by k8s.io/apiserver when the config is completed.)
+func newAuthenticator(adminToken string, extra ...authenticator.Request) authenticator.Request {
 	tokens := authenticatorfactory.NewFromTokens(map[string]*user.DefaultInfo{
 		adminToken: {Name: "admin", UID: "admin", Groups: []string{user.SystemPrivilegedGroup, user.AllAuthenticated}},
 	}, nil)
@@ -48,17 +49,41 @@ func newAuthenticator(adminToken string) authenticator.Request {
 		}
 		return &authenticator.Response{User: &user.DefaultInfo{Name: user.Anonymous, Groups: []string{user.AllUnauthenticated}}}, true, nil
 	})
-	return union.New(tokens, anonymous)
+	chain := append([]authenticator.Request{tokens}, extra...)
+	return union.New(append(chain, anonymous)...)
 }
 
-// anonymousLimiter allows every authenticated user everything (the only
-// identities are the admin token and the loopback client), and the anonymous
-// user only reads of anonymousPaths: a second fence behind the authenticator.
-type anonymousLimiter struct{}
+// withoutAnonymous drops the anonymous identity from an authenticator.
+// k8s.io/apiserver's delegated authenticator always ends in an anonymous
+// one (DelegatingAuthenticationOptions.ApplyTo hard-codes it), which turned
+// every request without valid credentials, a client certificate of another
+// CA included, into system:anonymous and a 403 instead of the 401 this
+// server gives; anonymous requests are ours to decide (probes only).
+type withoutAnonymous struct{ authenticator.Request }
 
-func (anonymousLimiter) Authorize(_ context.Context, a authorizer.Attributes) (authorizer.Decision, string, error) {
+func (w withoutAnonymous) AuthenticateRequest(req *http.Request) (*authenticator.Response, bool, error) {
+	resp, ok, err := w.Request.AuthenticateRequest(req)
+	if ok && resp != nil && resp.User != nil && resp.User.GetName() == user.Anonymous {
+		return nil, false, err
+	}
+	return resp, ok, err
+}
+
+// anonymousLimiter lets the anonymous user only read anonymousPaths: a
+// second fence behind the authenticator. Every other user is decided by
+// delegate (SubjectAccessReview with --authorization-kubeconfig) or, without
+// one, allowed everything: the zero-config server's only identities are the
+// admin token and the loopback client.
+type anonymousLimiter struct {
+	delegate authorizer.Authorizer
+}
+
+func (l anonymousLimiter) Authorize(ctx context.Context, a authorizer.Attributes) (authorizer.Decision, string, error) {
 	u := a.GetUser()
 	if u == nil || u.GetName() != user.Anonymous {
+		if l.delegate != nil {
+			return l.delegate.Authorize(ctx, a)
+		}
 		return authorizer.DecisionAllow, "", nil
 	}
 	if !a.IsResourceRequest() && a.GetVerb() == "get" && isAnonymousPath(a.GetPath()) {

@@ -145,10 +145,19 @@ func (o *Options) Config(etcdServers []string) (*Config, error) {
 	gc.EnableMetrics = false
 	gc.EffectiveVersion = newEffectiveVersion()
 
+	namer := openapinamer.NewDefinitionNamer(OpenAPIScheme)
+	gc.OpenAPIConfig = genericapiserver.DefaultOpenAPIConfig(generatedopenapi.GetOpenAPIDefinitions, namer)
+	gc.OpenAPIConfig.Info.Title = "allocator"
+	gc.OpenAPIConfig.Info.Version = "v1"
+	gc.OpenAPIV3Config = genericapiserver.DefaultOpenAPIV3Config(generatedopenapi.GetOpenAPIDefinitions, namer)
+	gc.OpenAPIV3Config.Info.Title = "allocator"
+	gc.OpenAPIV3Config.Info.Version = "v1"
+
 	serving := genericoptions.NewSecureServingOptions().WithLoopback()
 	serving.BindAddress = net.ParseIP(o.BindAddress)
 	serving.ServerCert.CertDirectory = o.certDir()
 	serving.ServerCert.PairName = "apiserver"
+	o.Security.applyServing(serving)
 	listener, port, err := genericoptions.CreateListener("tcp", net.JoinHostPort(o.BindAddress, strconv.Itoa(o.SecurePort)), net.ListenConfig{})
 	if err != nil {
 		return nil, fmt.Errorf("listen on %s:%d: %w", o.BindAddress, o.SecurePort, err)
@@ -176,24 +185,29 @@ func (o *Options) Config(etcdServers []string) (*Config, error) {
 
 	kubeconfig := filepath.Join(o.DataDir, "admin.kubeconfig")
 	caFile := filepath.Join(o.certDir(), "apiserver.crt")
+	if o.Security.TLSCertFile != "" {
+		// Go clients accept a certificate found in their roots, so the
+		// serving bundle itself is what the admin kubeconfig trusts.
+		caFile = o.Security.TLSCertFile
+	}
 	token, err := ensureAdminKubeconfig(kubeconfig, serverURL, caFile)
 	if err != nil {
 		listener.Close()
 		return nil, err
 	}
-	// Every authenticated user is an administrator: the only identities are
-	// the generated admin token and the server's own loopback client;
-	// anonymous requests may only read the probes and /version.
-	gc.Authentication.Authenticator = newAuthenticator(token)
-	gc.Authorization.Authorizer = anonymousLimiter{}
-
-	namer := openapinamer.NewDefinitionNamer(OpenAPIScheme)
-	gc.OpenAPIConfig = genericapiserver.DefaultOpenAPIConfig(generatedopenapi.GetOpenAPIDefinitions, namer)
-	gc.OpenAPIConfig.Info.Title = "allocator"
-	gc.OpenAPIConfig.Info.Version = "v1"
-	gc.OpenAPIV3Config = genericapiserver.DefaultOpenAPIV3Config(generatedopenapi.GetOpenAPIDefinitions, namer)
-	gc.OpenAPIV3Config.Info.Title = "allocator"
-	gc.OpenAPIV3Config.Info.Version = "v1"
+	// Without --authorization-kubeconfig every authenticated user is an
+	// administrator; anonymous requests may only read the probes and
+	// /version (anonymous.go).
+	for _, apply := range []func() error{
+		func() error { return o.Security.applyAuth(gc, token) },
+		func() error { return o.Security.applyAudit(gc) },
+		func() error { return o.Security.applyFeatures(gc) },
+	} {
+		if err := apply(); err != nil {
+			listener.Close()
+			return nil, err
+		}
+	}
 
 	cfg := &Config{
 		Generic:               gc,
@@ -201,7 +215,7 @@ func (o *Options) Config(etcdServers []string) (*Config, error) {
 		NodePortRange:         nodePorts,
 		EtcdServers:           etcdServers,
 		EtcdPrefix:            o.EtcdPrefix,
-		EtcdTLS:               EtcdTLS{CAFile: o.EtcdCAFile, CertFile: o.EtcdCertFile, KeyFile: o.EtcdKeyFile},
+		EtcdTLS:               o.etcdTLS(),
 		Model:                 o.Allocator,
 		RepairInterval:        o.RepairInterval,
 		ServerURL:             serverURL,

@@ -1,10 +1,15 @@
 package apiserver
 
 import (
+	"context"
 	"crypto/tls"
+	"errors"
 	"fmt"
+	"strings"
+	"time"
 
 	"go.etcd.io/etcd/client/pkg/v3/transport"
+	clientv3 "go.etcd.io/etcd/client/v3"
 )
 
 // EtcdTLS are the files the server reaches etcd with (--etcd-cafile,
@@ -31,4 +36,55 @@ func (t EtcdTLS) ClientConfig() (*tls.Config, error) {
 		return nil, fmt.Errorf("etcd TLS: %w", err)
 	}
 	return cfg, nil
+}
+
+// etcdTLS returns the --etcd-cafile, --etcd-certfile and --etcd-keyfile files.
+func (o *Options) etcdTLS() EtcdTLS {
+	return EtcdTLS{CAFile: o.EtcdCAFile, CertFile: o.EtcdCertFile, KeyFile: o.EtcdKeyFile}
+}
+
+// validate checks the files: a certificate needs its key, the pair must
+// match, and the CA file must hold a certificate. A wrong file was only
+// found when the first etcd request failed, as a timeout.
+func (t EtcdTLS) validate() []error {
+	var errs []error
+	switch {
+	case (t.CertFile == "") != (t.KeyFile == ""):
+		errs = append(errs, errors.New("--etcd-certfile and --etcd-keyfile must be given together"))
+	case t.CertFile != "":
+		if _, err := tls.LoadX509KeyPair(t.CertFile, t.KeyFile); err != nil {
+			errs = append(errs, fmt.Errorf("--etcd-certfile %s, --etcd-keyfile %s: %w", t.CertFile, t.KeyFile, oneLine(err)))
+		}
+	}
+	if err := checkCAFile("--etcd-cafile", t.CAFile); err != nil {
+		errs = append(errs, err)
+	}
+	return errs
+}
+
+// etcdProbeTimeout bounds the server's first etcd request at start.
+const etcdProbeTimeout = 10 * time.Second
+
+// probeEtcd makes one bounded read, so an etcd that is down, or that refuses
+// our certificates, is one line at start. clientv3.New does not wait for a
+// connection, and the first real request (joining the model transition)
+// otherwise failed as a bare "context deadline exceeded".
+func probeEtcd(ctx context.Context, client *clientv3.Client, endpoints []string, prefix string, secure bool) error {
+	probeCtx, cancel := context.WithTimeout(ctx, etcdProbeTimeout)
+	defer cancel()
+	_, err := client.Get(probeCtx, prefix+"/", clientv3.WithPrefix(), clientv3.WithCountOnly())
+	if err == nil {
+		return nil
+	}
+	eps := strings.Join(endpoints, ",")
+	if errors.Is(err, context.DeadlineExceeded) || probeCtx.Err() != nil {
+		var hint string
+		if secure {
+			hint = "is it running, and do --etcd-cafile, --etcd-certfile and --etcd-keyfile match its certificates?"
+		} else {
+			hint = "is it running, and does it need TLS (--etcd-cafile, --etcd-certfile, --etcd-keyfile)?"
+		}
+		return fmt.Errorf("etcd %s did not answer within %v (%s)", eps, etcdProbeTimeout, hint)
+	}
+	return fmt.Errorf("etcd %s: %w", eps, oneLine(err))
 }

@@ -47,6 +47,9 @@ type Options struct {
 	Allocator string
 	// RepairInterval is the period of the repair controller's full pass.
 	RepairInterval time.Duration
+	// Security are the serving certificate, authentication, authorization,
+	// audit and profiling options (options_security.go).
+	Security *SecurityOptions
 }
 
 // NewOptions returns the defaults.
@@ -60,6 +63,7 @@ func NewOptions() *Options {
 		DataDir:               "./allocator-data",
 		Allocator:             ModelIPAddress,
 		RepairInterval:        repair.DefaultInterval,
+		Security:              NewSecurityOptions(),
 	}
 }
 
@@ -82,6 +86,7 @@ func (o *Options) AddFlags(fs *pflag.FlagSet) {
 	fs.StringVar(&o.DataDir, "data-dir", o.DataDir, "Directory for the embedded etcd, certificates and admin.kubeconfig.")
 	fs.StringVar(&o.Allocator, "allocator", o.Allocator, "ClusterIP allocator model: ipaddress (IPAddress objects over ServiceCIDRs) or bitmap (one RangeAllocation per family). Data written under the other model is carried over at start.")
 	fs.DurationVar(&o.RepairInterval, "repair-interval", o.RepairInterval, "Period of the ClusterIP repair controller's full pass; must be positive.")
+	o.Security.AddFlags(fs)
 }
 
 // Validate checks the options.
@@ -115,6 +120,8 @@ func (o *Options) Validate() error {
 	default:
 		errs = append(errs, fmt.Errorf("--allocator %q: must be %s or %s", o.Allocator, ModelBitmap, ModelIPAddress))
 	}
+	errs = append(errs, o.etcdTLS().validate()...)
+	errs = append(errs, o.Security.Validate()...)
 	return errors.Join(errs...)
 }
 

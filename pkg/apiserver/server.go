@@ -118,6 +118,9 @@ func (c CompletedConfig) New(ctx context.Context) (*Server, error) {
 			etcdClient.Close()
 		}
 	}()
+	if err := probeEtcd(ctx, etcdClient, c.EtcdServers, c.EtcdPrefix, c.EtcdTLS.Enabled()); err != nil {
+		return nil, err
+	}
 
 	if c.joinTransition {
 		s.transition, err = transition.Join(ctx, transition.Config{

@@ -1,0 +1,228 @@
+#!/usr/bin/env bash
+# Checks deploy/ and the delegated-auth flags of `allocator serve` against a
+# REAL kube-apiserver started with --authorization-mode=RBAC (loopback only):
+#
+#  1. `kubectl apply --dry-run=server -f deploy/` is accepted.
+#  2. `allocator repair` runs as the ServiceAccount of deploy/rbac.yaml
+#     (kubeconfig with `as:` impersonation) and deletes a seeded orphan
+#     IPAddress; with any one of the rules' verbs it needs taken away from
+#     the ClusterRole it is refused (exit 1, or a "forbidden" warning for
+#     events). When the binary has
+#     `allocator status`, it runs as the ServiceAccount too.
+#  3. `allocator serve --authentication-kubeconfig --authorization-kubeconfig`
+#     pointing at kube-apiserver lets a user whom kube-apiserver's RBAC allows
+#     create a Service through our server (token checked by TokenReview), and
+#     refuses (403) a user without the grant.
+#
+#   hack/deploy-check.sh            KUBE=v1.32.13 hack/deploy-check.sh
+#
+# kube-apiserver is built once from the published k8s.io/kubernetes module
+# (hack/lib/kube-apiserver-build.sh, cached under
+# ${XDG_CACHE_HOME:-~/.cache}/allocator/kube-apiserver); CI does not run this.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+KUBE=${KUBE:-v1.33.13}
+KEEP=${KEEP:-}   # non-empty: keep logs and data (path printed at the end)
+
+work=$(mktemp -d)
+pids=()
+finish() {
+  for pid in "${pids[@]}"; do kill -TERM "$pid" 2>/dev/null || true; done
+  for pid in "${pids[@]}"; do
+    for _ in $(seq 1 100); do kill -0 "$pid" 2>/dev/null || break; sleep 0.1; done
+    kill -KILL "$pid" 2>/dev/null || true
+  done
+  if [ -n "$KEEP" ]; then echo "logs and data kept in $work" >&2; else rm -rf "$work"; fi
+}
+trap finish EXIT
+
+started=$(date +%s)
+fail=0
+pass() { echo "PASS $*"; }
+failed() { echo "FAIL $*"; fail=1; }
+free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1]); s.close()'; }
+wait_for() { # WHAT CMD...: retry CMD (a program, not a function) for up to 120 s
+  local what=$1; shift
+  local deadline=$(( $(date +%s) + 120 ))
+  while [ "$(date +%s)" -lt "$deadline" ]; do
+    if timeout 10 "$@" >/dev/null 2>&1; then return 0; fi
+    sleep 0.5
+  done
+  echo "$what not ready after 120s; last log lines:" >&2
+  tail -n 5 "$work"/*.log | cut -c1-400 >&2
+  exit 1
+}
+
+echo "building: allocator, etcdserver (kube-apiserver $KUBE only when not cached)" >&2
+go build -o "$work/allocator" ./cmd/allocator
+go build -o "$work/etcdserver" ./test/tools/etcdserver
+kas=$(hack/lib/kube-apiserver-build.sh "$KUBE")
+
+"$work/etcdserver" >"$work/etcd.out" 2>"$work/etcd.log" &
+pids+=($!)
+wait_for etcd grep -q '^ready ' "$work/etcd.out"
+etcd_url=$(sed -n 's/^ready //p' "$work/etcd.out")
+
+# kube-apiserver's self-signed certificate is not checked (throwaway, loopback).
+# Users of kube-apiserver's token file: admin (system:masters), alice (who
+# gets create on Services below), bob (no grant), and the identity our
+# server reviews tokens and access with (system:auth-delegator, as in
+# deploy/serve-rbac.yaml).
+tok() { head -c 16 /dev/urandom | od -An -tx1 | tr -d ' \n'; }
+admin_token=$(tok) alice_token=$(tok) bob_token=$(tok) delegator_token=$(tok)
+cat >"$work/tokens.csv" <<EOF
+$admin_token,admin,admin,system:masters
+$alice_token,alice,alice,developers
+$bob_token,bob,bob,developers
+$delegator_token,system:allocator,system:allocator,
+EOF
+openssl genrsa -out "$work/sa.key" 2048 2>/dev/null
+openssl rsa -in "$work/sa.key" -pubout -out "$work/sa.pub" 2>/dev/null
+
+kport=$(free_port)
+"$kas" --etcd-servers "$etcd_url" --authorization-mode RBAC --token-auth-file "$work/tokens.csv" \
+  --bind-address 127.0.0.1 --advertise-address 127.0.0.1 --endpoint-reconciler-type none \
+  --secure-port "$kport" --cert-dir "$work/kas-certs" --service-cluster-ip-range 10.96.0.0/24 \
+  --service-account-issuer https://kubernetes.default.svc --service-account-key-file "$work/sa.pub" \
+  --service-account-signing-key-file "$work/sa.key" >"$work/kube-apiserver.log" 2>&1 &
+pids+=($!)
+kubeconfig() { # USER TOKEN [AS]
+  cat <<EOF
+apiVersion: v1
+kind: Config
+clusters: [{name: kas, cluster: {server: "https://127.0.0.1:$kport", insecure-skip-tls-verify: true}}]
+users: [{name: $1, user: {token: "$2"${3:+, as: "$3"}}}]
+contexts: [{name: kas, context: {cluster: kas, user: $1}}]
+current-context: kas
+EOF
+}
+kubeconfig admin "$admin_token" >"$work/admin.kubeconfig"
+# The repair job's identity: the admin impersonating the ServiceAccount, so
+# every request is authorized as the ServiceAccount alone.
+kubeconfig admin "$admin_token" system:serviceaccount:kube-system:allocator-repair >"$work/repair.kubeconfig"
+kubeconfig system:allocator "$delegator_token" >"$work/delegator.kubeconfig"
+k() { kubectl --kubeconfig "$work/admin.kubeconfig" "$@"; }
+wait_for kube-apiserver kubectl --kubeconfig "$work/admin.kubeconfig" get --raw /readyz
+# kube-controller-manager would create it; the static pod's ServiceAccount
+# admission looks it up.
+wait_for "namespace kube-system" kubectl --kubeconfig "$work/admin.kubeconfig" get namespace kube-system
+k -n kube-system create serviceaccount default >/dev/null 2>&1 || true
+
+# 1. Server-side dry run of every manifest.
+if out=$(k apply --dry-run=server -f deploy/ 2>&1); then
+  pass "kubectl apply --dry-run=server -f deploy/ ($(echo "$out" | wc -l) objects)"
+else
+  failed "kubectl apply --dry-run=server -f deploy/: $out"
+fi
+
+# 2. repair as the ServiceAccount.
+k apply -f deploy/rbac.yaml >/dev/null
+k create service clusterip web --tcp 80 >/dev/null
+k create service clusterip db --tcp 5432 >/dev/null
+wait_for "default ServiceCIDR" kubectl --kubeconfig "$work/admin.kubeconfig" get servicecidr kubernetes
+seed_orphan() { # an IPAddress of ours whose Service does not exist
+  k delete ipaddress 10.96.0.200 --ignore-not-found >/dev/null
+  k create -f - >/dev/null <<'EOF'
+apiVersion: networking.k8s.io/v1
+kind: IPAddress
+metadata:
+  name: 10.96.0.200
+  labels:
+    ipaddress.kubernetes.io/ip-family: IPv4
+    ipaddress.kubernetes.io/managed-by: ipallocator.k8s.io
+spec:
+  parentRef: {group: "", resource: services, namespace: default, name: gone}
+EOF
+  sleep 1 # older than --orphan-grace (creationTimestamp has whole seconds)
+}
+run_repair() { # prints the exit code; output in $work/repair.out
+  local rc=0
+  timeout 120 "$work/allocator" repair --kubeconfig "$work/repair.kubeconfig" --model ipaddress \
+    --orphan-grace 1ms -o json >"$work/repair.out" 2>&1 || rc=$?
+  echo "$rc"
+}
+seed_orphan
+rc=$(run_repair)
+if { [ "$rc" = 0 ] || [ "$rc" = 2 ]; } && ! grep -qi forbidden "$work/repair.out" && ! k get ipaddress 10.96.0.200 >/dev/null 2>&1; then
+  pass "allocator repair as system:serviceaccount:kube-system:allocator-repair (exit $rc, orphan 10.96.0.200 deleted)"
+else
+  failed "allocator repair as the ServiceAccount: exit $rc: $(head -c 600 "$work/repair.out")"
+fi
+if "$work/allocator" status --help >/dev/null 2>&1; then
+  if out=$(timeout 60 "$work/allocator" status --kubeconfig "$work/repair.kubeconfig" 2>&1); then
+    pass "allocator status as the ServiceAccount"
+  else
+    failed "allocator status as the ServiceAccount: $out"
+  fi
+else
+  echo "SKIP allocator status (not in this build)"
+fi
+
+# Take one verb away at a time (rule index, verb): each must break repair.
+role_json=$(k get clusterrole allocator:repair -o json)
+for rv in 0:list 0:get 1:list 1:get 1:delete 2:list 3:create; do
+  rule=${rv%%:*} verb=${rv##*:}
+  echo "$role_json" | python3 -c '
+import json, sys
+role = json.load(sys.stdin)
+rule, verb = int(sys.argv[1]), sys.argv[2]
+role["rules"][rule]["verbs"].remove(verb)
+if not role["rules"][rule]["verbs"]:
+    del role["rules"][rule]  # a rule needs a verb
+for k in ("resourceVersion", "uid", "creationTimestamp", "managedFields"):
+    role["metadata"].pop(k, None)
+json.dump(role, sys.stdout)' "$rule" "$verb" | k replace -f - >/dev/null
+  what="$(echo "$role_json" | python3 -c 'import json,sys; r=json.load(sys.stdin)["rules"][int(sys.argv[1])]; print(",".join(r["resources"]))' "$rule") $verb"
+  seed_orphan
+  # RBAC changes reach the authorizer through an informer: wait until the
+  # ServiceAccount has lost the verb.
+  res=${what%% *}
+  case $res in services|events) group="" ;; *) group=.networking.k8s.io ;; esac
+  for _ in $(seq 1 50); do
+    [ "$(k auth can-i "$verb" "$res$group" --as system:serviceaccount:kube-system:allocator-repair 2>/dev/null)" = no ] && break
+    sleep 0.2
+  done
+  rc=$(run_repair)
+  if [ "$rc" = 1 ] || grep -qi forbidden "$work/repair.out"; then
+    pass "without '$what' allocator repair is refused (exit $rc: $(grep -io 'cannot [a-z]* resource "[a-z]*"' "$work/repair.out" | head -1))"
+  else
+    failed "without '$what' allocator repair still succeeded (exit $rc)"
+  fi
+  k apply -f deploy/rbac.yaml >/dev/null
+done
+
+# 3. Delegated authentication and authorization through kube-apiserver.
+k create clusterrole service-creator --verb=create,get,list --resource=services >/dev/null
+k create clusterrolebinding alice-creates-services --clusterrole=service-creator --user=alice >/dev/null
+k apply -f deploy/serve-rbac.yaml >/dev/null
+"$work/allocator" serve --data-dir "$work/ours" --secure-port 0 --service-cluster-ip-range 10.97.0.0/24 \
+  --authentication-kubeconfig "$work/delegator.kubeconfig" --authorization-kubeconfig "$work/delegator.kubeconfig" \
+  --audit-policy-file deploy/examples/audit-policy.yaml --audit-log-path "$work/ours-audit.log" \
+  >"$work/ours.out" 2>"$work/ours.log" &
+pids+=($!)
+wait_for "allocator serve" kubectl --kubeconfig "$work/ours/admin.kubeconfig" get --raw /readyz
+ours() { # USER TOKEN ARGS...
+  local user=$1 token=$2; shift 2
+  kubectl --kubeconfig "$work/ours/admin.kubeconfig" --token "$token" "$@"
+}
+if out=$(ours alice "$alice_token" create service clusterip via-ours --tcp 80 2>&1); then
+  pass "alice (RBAC grant on kube-apiserver) created a Service through allocator serve: $out"
+else
+  failed "alice could not create a Service through allocator serve: $out"
+fi
+if out=$(ours bob "$bob_token" create service clusterip not-bob --tcp 80 2>&1); then
+  failed "bob (no grant) created a Service through allocator serve: $out"
+elif echo "$out" | grep -q 'forbidden: User "bob"'; then
+  pass "bob (no grant) refused: $(echo "$out" | head -c 160)"
+else
+  failed "bob refused for another reason: $out"
+fi
+if grep -q '"username":"alice"' "$work/ours-audit.log" 2>/dev/null; then
+  pass "audit log of allocator serve records alice's create"
+else
+  failed "no audit event for alice in $work/ours-audit.log"
+fi
+
+echo "deploy-check: $(( $(date +%s) - started ))s, kube-apiserver $KUBE" >&2
+exit "$fail"
