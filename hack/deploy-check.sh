@@ -7,8 +7,9 @@
 #     (kubeconfig with `as:` impersonation) and deletes a seeded orphan
 #     IPAddress; with any one of the rules' verbs it needs taken away from
 #     the ClusterRole it is refused (exit 1, or a "forbidden" warning for
-#     events). When the binary has
-#     `allocator status`, it runs as the ServiceAccount too.
+#     events). `allocator status` runs in both models as a ServiceAccount
+#     bound to allocator:status alone, and fails with any of its rules'
+#     resources taken away.
 #  3. `allocator serve --authentication-kubeconfig --authorization-kubeconfig`
 #     pointing at kube-apiserver lets a user whom kube-apiserver's RBAC allows
 #     create a Service through our server (token checked by TokenReview), and
@@ -149,15 +150,54 @@ if { [ "$rc" = 0 ] || [ "$rc" = 2 ]; } && ! grep -qi forbidden "$work/repair.out
 else
   failed "allocator repair as the ServiceAccount: exit $rc: $(head -c 600 "$work/repair.out")"
 fi
-if "$work/allocator" status --help >/dev/null 2>&1; then
-  if out=$(timeout 60 "$work/allocator" status --kubeconfig "$work/repair.kubeconfig" 2>&1); then
-    pass "allocator status as the ServiceAccount"
+# allocator status as a ServiceAccount bound to allocator:status only, in
+# both models (kube-apiserver 1.33 dual-writes the bitmap, so the bitmap
+# model reads it from etcd and lists Services).
+k -n kube-system create serviceaccount allocator-status >/dev/null
+k create clusterrolebinding allocator:status --clusterrole=allocator:status \
+  --serviceaccount=kube-system:allocator-status >/dev/null
+kubeconfig admin "$admin_token" system:serviceaccount:kube-system:allocator-status >"$work/status.kubeconfig"
+run_status() { # MODEL: prints the exit code; output in $work/status.out
+  local rc=0 extra=()
+  [ "$1" = bitmap ] && extra=(--etcd-servers "$etcd_url")
+  timeout 60 "$work/allocator" status --kubeconfig "$work/status.kubeconfig" --model "$1" "${extra[@]}" \
+    >"$work/status.out" 2>&1 || rc=$?
+  echo "$rc"
+}
+for model in ipaddress bitmap; do
+  rc=$(run_status "$model")
+  if [ "$rc" = 0 ] && grep -q "10.96.0.0/24" "$work/status.out"; then
+    pass "allocator status --model $model as system:serviceaccount:kube-system:allocator-status"
   else
-    failed "allocator status as the ServiceAccount: $out"
+    failed "allocator status --model $model as the status ServiceAccount: exit $rc: $(head -c 600 "$work/status.out")"
   fi
-else
-  echo "SKIP allocator status (not in this build)"
-fi
+done
+status_role=$(k get clusterrole allocator:status -o json)
+for mrv in ipaddress:1:ipaddresses ipaddress:1:servicecidrs bitmap:0:services; do
+  model=${mrv%%:*} rest=${mrv#*:} rule=${rest%%:*} res=${rest#*:}
+  echo "$status_role" | python3 -c '
+import json, sys
+role = json.load(sys.stdin)
+rule, res = int(sys.argv[1]), sys.argv[2]
+role["rules"][rule]["resources"].remove(res)
+if not role["rules"][rule]["resources"]:
+    del role["rules"][rule]
+for k in ("resourceVersion", "uid", "creationTimestamp", "managedFields"):
+    role["metadata"].pop(k, None)
+json.dump(role, sys.stdout)' "$rule" "$res" | k replace -f - >/dev/null
+  case $res in services) group="" ;; *) group=.networking.k8s.io ;; esac
+  for _ in $(seq 1 50); do
+    [ "$(k auth can-i list "$res$group" --as system:serviceaccount:kube-system:allocator-status 2>/dev/null)" = no ] && break
+    sleep 0.2
+  done
+  rc=$(run_status "$model")
+  if [ "$rc" != 0 ] && grep -qi forbidden "$work/status.out"; then
+    pass "without 'list $res' allocator status --model $model is refused (exit $rc)"
+  else
+    failed "without 'list $res' allocator status --model $model still succeeded (exit $rc)"
+  fi
+  k apply -f deploy/rbac.yaml >/dev/null
+done
 
 # Take one verb away at a time (rule index, verb): each must break repair.
 role_json=$(k get clusterrole allocator:repair -o json)
