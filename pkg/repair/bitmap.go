@@ -12,10 +12,8 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/record"
-	"k8s.io/klog/v2"
 
 	"github.com/allocator/allocator/pkg/allocation"
 	"github.com/allocator/allocator/pkg/bitmap"
@@ -138,29 +136,8 @@ func NewBitmapRepair(cfg BitmapConfig) (*BitmapRepair, error) {
 // backoff; the loop never stops by itself. firstPass, if not nil, is closed
 // after the first successful pass (the server's readiness waits for it).
 func (r *BitmapRepair) Run(ctx context.Context, firstPass chan<- struct{}) error {
-	logger := klog.FromContext(ctx)
-	backoff := wait.Backoff{Duration: time.Second, Factor: 2, Jitter: 0.2, Steps: 8, Cap: r.cfg.Interval}
-	for {
-		delay := r.cfg.Interval
-		report, err := r.RunOnce(ctx)
-		if err != nil {
-			r.cfg.Metrics.reconcileError()
-			delay = backoff.Step()
-			logger.Error(err, "Bitmap repair pass failed", "retryIn", delay)
-		} else {
-			backoff = wait.Backoff{Duration: time.Second, Factor: 2, Jitter: 0.2, Steps: 8, Cap: r.cfg.Interval}
-			logger.V(2).Info("Bitmap repair pass done", "report", report.String())
-			if firstPass != nil {
-				close(firstPass)
-				firstPass = nil
-			}
-		}
-		select {
-		case <-ctx.Done():
-			return nil
-		case <-time.After(delay):
-		}
-	}
+	runReports(ctx, r.cfg.Interval, "Bitmap repair", r.RunOnce, r.cfg.Metrics.reconcileError, firstPass)
+	return nil
 }
 
 // RunOnce makes one repair pass over every family.

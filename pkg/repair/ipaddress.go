@@ -16,7 +16,6 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
-	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/informers"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/cache"
@@ -313,47 +312,33 @@ func (r *IPAddressRepair) Run(ctx context.Context, firstPass chan<- struct{}) er
 		}
 	}
 
-	newBackoff := func() wait.Backoff {
-		return wait.Backoff{Duration: time.Second, Factor: 2, Jitter: 0.2, Steps: 8, Cap: r.cfg.Interval}
-	}
-	backoff := newBackoff()
 	started := false
-	for {
-		delay := r.cfg.Interval
+	passLoop(ctx, r.cfg.Interval, func(ctx context.Context) error {
 		report, err := r.pass(ctx, view)
 		if err != nil {
-			delay = backoff.Step()
-			switch {
-			case errors.Is(err, errChanged):
-				logger.V(2).Info("IPAddress changed while being repaired, pass retried", "retryIn", delay, "reason", err.Error())
-			case errors.Is(err, ErrNoServiceCIDR) && !started:
-				// At start-up the pass may run before the server created the
-				// default ServiceCIDR: waiting is expected, not an error.
-				logger.V(2).Info("IPAddress repair waits for a ServiceCIDR", "retryIn", delay)
-			default:
-				r.cfg.Metrics.reconcileError()
-				logger.Error(err, "IPAddress repair pass failed", "retryIn", delay)
-			}
-		} else {
-			backoff = newBackoff()
-			logger.V(2).Info("IPAddress repair pass done", "report", report.String())
-			if !started {
-				started = true
-				startWorkers()
-			}
-			if firstPass != nil {
-				close(firstPass)
-				firstPass = nil
-			}
+			return err
 		}
-		timer := time.NewTimer(delay)
-		select {
-		case <-ctx.Done():
-			timer.Stop()
-			return nil
-		case <-timer.C:
+		logger.V(2).Info("IPAddress repair pass done", "report", report.String())
+		if !started {
+			started = true
+			startWorkers()
 		}
-	}
+		closeOnce(&firstPass)
+		return nil
+	}, func(err error, retryIn time.Duration) {
+		switch {
+		case errors.Is(err, errChanged):
+			logger.V(2).Info("IPAddress changed while being repaired, pass retried", "retryIn", retryIn, "reason", err.Error())
+		case errors.Is(err, ErrNoServiceCIDR) && !started:
+			// At start-up the pass may run before the server created the
+			// default ServiceCIDR: waiting is expected, not an error.
+			logger.V(2).Info("IPAddress repair waits for a ServiceCIDR", "retryIn", retryIn)
+		default:
+			r.cfg.Metrics.reconcileError()
+			logger.Error(err, "IPAddress repair pass failed", "retryIn", retryIn)
+		}
+	})
+	return nil
 }
 
 // processNext reconciles one queued address; false when the queue shut down.

@@ -10,14 +10,13 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
-	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/record"
-	"k8s.io/klog/v2"
 
 	"github.com/allocator/allocator/pkg/bitmap"
 	"github.com/allocator/allocator/pkg/bitset"
 	"github.com/allocator/allocator/pkg/portrange"
+	"github.com/allocator/allocator/pkg/servicealloc"
 )
 
 // Node-port repair follows the bitmap repair's rules with ports for
@@ -89,32 +88,8 @@ func NewNodePortRepair(cfg NodePortConfig) (*NodePortRepair, error) {
 // Run repairs every Interval until ctx ends; a failed pass is retried with
 // backoff. firstPass, if not nil, is closed after the first good pass.
 func (r *NodePortRepair) Run(ctx context.Context, firstPass chan<- struct{}) error {
-	logger := klog.FromContext(ctx)
-	newBackoff := func() wait.Backoff {
-		return wait.Backoff{Duration: time.Second, Factor: 2, Jitter: 0.2, Steps: 8, Cap: r.cfg.Interval}
-	}
-	backoff := newBackoff()
-	for {
-		delay := r.cfg.Interval
-		report, err := r.RunOnce(ctx)
-		if err != nil {
-			r.cfg.Metrics.portReconcileError()
-			delay = backoff.Step()
-			logger.Error(err, "Node-port repair pass failed", "retryIn", delay)
-		} else {
-			backoff = newBackoff()
-			logger.V(2).Info("Node-port repair pass done", "report", report.String())
-			if firstPass != nil {
-				close(firstPass)
-				firstPass = nil
-			}
-		}
-		select {
-		case <-ctx.Done():
-			return nil
-		case <-time.After(delay):
-		}
-	}
+	runReports(ctx, r.cfg.Interval, "Node-port repair", r.RunOnce, r.cfg.Metrics.portReconcileError, firstPass)
+	return nil
 }
 
 // RunOnce makes one pass. Its report's Model is "nodeport" and each
@@ -143,22 +118,6 @@ func (r *NodePortRepair) RunOnce(ctx context.Context) (*Report, error) {
 	return nil, fmt.Errorf("node-port repair: gave up after %d writes lost to concurrent allocations", maxConflictReruns)
 }
 
-// servicePorts is the distinct node ports svc holds (nodePorts and the
-// healthCheckNodePort).
-func servicePorts(svc *corev1.Service) []int {
-	var out []int
-	for _, p := range svc.Spec.Ports {
-		if p.NodePort != 0 {
-			out = append(out, int(p.NodePort))
-		}
-	}
-	if svc.Spec.HealthCheckNodePort != 0 {
-		out = append(out, int(svc.Spec.HealthCheckNodePort))
-	}
-	slices.Sort(out)
-	return slices.Compact(out)
-}
-
 func (r *NodePortRepair) pass(ctx context.Context, stored bitmap.StoredMap, services []corev1.Service) (*Report, error) {
 	rng := r.cfg.Store.Range()
 	newSet := func() *bitset.Set {
@@ -185,7 +144,7 @@ func (r *NodePortRepair) pass(ctx context.Context, stored bitmap.StoredMap, serv
 	var toSet, toClear []int
 	for i := range services {
 		svc := &services[i]
-		for _, port := range servicePorts(svc) {
+		for _, port := range servicealloc.NodePortsOf(svc) {
 			text := strconv.Itoa(port)
 			slot, ok := rng.Index(port)
 			switch {
