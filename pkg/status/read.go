@@ -90,37 +90,13 @@ func serviceCIDRRanges(c *networkingv1.ServiceCIDR) []Range {
 // prefix.
 func FromBitmap(ctx context.Context, etcd clientv3.KV, prefix string, client kubernetes.Interface) (*Usage, error) {
 	layout := etcdlayout.Layout{Prefix: prefix}
+	stored, err := bitmap.ReadStoredIPMaps(ctx, etcd, layout)
+	if err != nil {
+		return nil, err
+	}
 	var ranges []Range
-	var maps []*bitmap.Allocator
-	for _, key := range []string{layout.PrimaryServiceIPRange(), layout.SecondaryServiceIPRange()} {
-		resp, err := etcd.Get(ctx, key)
-		if err != nil {
-			return nil, fmt.Errorf("read %s: %w", key, err)
-		}
-		if len(resp.Kvs) == 0 {
-			continue
-		}
-		ra, err := etcdlayout.DecodeRangeAllocation(resp.Kvs[0].Value)
-		if err != nil {
-			return nil, etcdlayout.WithKey(key, err)
-		}
-		cidr, err := subrange.ParsePrefix(ra.Range)
-		if err != nil {
-			return nil, fmt.Errorf("%s: range: %w", key, err)
-		}
-		rng, err := subrange.New(cidr, subrange.ModelBitmap)
-		if err != nil {
-			return nil, fmt.Errorf("%s: %w", key, err)
-		}
-		bits, err := bitmap.NewAllocator(rng)
-		if err != nil {
-			return nil, fmt.Errorf("%s: %w", key, err)
-		}
-		if err := bits.Restore(ra.Range, ra.Data); err != nil {
-			return nil, fmt.Errorf("%s: %w", key, err)
-		}
-		ranges = append(ranges, Range{Prefix: cidr, Source: "RangeAllocation/" + path.Base(key), Ready: true})
-		maps = append(maps, bits)
+	for _, m := range stored {
+		ranges = append(ranges, Range{Prefix: m.Range.Prefix(), Source: "RangeAllocation/" + path.Base(m.Key), Ready: true})
 	}
 	if len(ranges) == 0 {
 		return nil, fmt.Errorf("no bitmap map (RangeAllocation) under %s", layout.RangesPrefix())
@@ -130,7 +106,8 @@ func FromBitmap(ctx context.Context, etcd clientv3.KV, prefix string, client kub
 		return nil, err
 	}
 	var addrs []Address
-	for _, bits := range maps {
+	for _, m := range stored {
+		bits := m.Map
 		// A bitmap holds at most about 2^20 bits (IPv4 /12; IPv6 is capped
 		// at 65,535), so visiting its set bits is bounded.
 		if err := bits.ForEach(ctx, func(ip netip.Addr) {

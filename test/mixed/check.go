@@ -2,7 +2,6 @@ package main
 
 import (
 	"bufio"
-	"bytes"
 	"context"
 	"encoding/json"
 	"flag"
@@ -16,13 +15,10 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 	corev1 "k8s.io/api/core/v1"
 	networkingv1 "k8s.io/api/networking/v1"
-	networkingv1beta1 "k8s.io/api/networking/v1beta1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/runtime"
 
 	"github.com/allocator/allocator/pkg/bitmap"
 	"github.com/allocator/allocator/pkg/etcdlayout"
-	"github.com/allocator/allocator/pkg/subrange"
 )
 
 // findings counts every violated invariant; all must be zero.
@@ -137,7 +133,7 @@ func runCheck(args []string) (bool, error) {
 	if err != nil {
 		return false, err
 	}
-	maps, err := storedMaps(ctx, etcd, layout)
+	maps, err := bitmap.ReadStoredIPMaps(ctx, etcd, layout)
 	if err != nil {
 		return false, err
 	}
@@ -157,16 +153,16 @@ func runCheck(args []string) (bool, error) {
 			continue
 		}
 		for _, m := range maps {
-			if m.rng.Contains(addr) {
-				if has, _ := m.alloc.Has(ctx, addr); !has {
+			if m.Range.Contains(addr) {
+				if has, _ := m.Map.Has(ctx, addr); !has {
 					f.BitmapMissing++
 				}
 			}
 		}
 	}
 	mapNames := []string{}
-	for key, m := range maps {
-		mapNames = append(mapNames, fmt.Sprintf("%s=%s", key, m.rng.Prefix()))
+	for _, m := range maps {
+		mapNames = append(mapNames, fmt.Sprintf("%s=%s", m.Key, m.Range.Prefix()))
 	}
 	slices.Sort(mapNames)
 
@@ -247,66 +243,12 @@ func ipAddressOwners(ctx context.Context, etcd *clientv3.Client, layout etcdlayo
 	return out, nil
 }
 
-type storedMap struct {
-	rng   subrange.Range
-	alloc *bitmap.Allocator
-}
-
-// storedMaps reads the ClusterIP RangeAllocations that exist.
-func storedMaps(ctx context.Context, etcd *clientv3.Client, layout etcdlayout.Layout) (map[string]storedMap, error) {
-	out := map[string]storedMap{}
-	for _, key := range []string{layout.PrimaryServiceIPRange(), layout.SecondaryServiceIPRange()} {
-		resp, err := etcd.Get(ctx, key)
-		if err != nil {
-			return nil, fmt.Errorf("read %s: %w", key, err)
-		}
-		if len(resp.Kvs) == 0 {
-			continue
-		}
-		ra, err := etcdlayout.DecodeRangeAllocation(resp.Kvs[0].Value)
-		if err != nil {
-			return nil, etcdlayout.WithKey(key, err)
-		}
-		prefix, err := netip.ParsePrefix(ra.Range)
-		if err != nil {
-			return nil, fmt.Errorf("%s: range %q: %w", key, ra.Range, err)
-		}
-		rng, err := subrange.New(prefix, subrange.ModelBitmap)
-		if err != nil {
-			return nil, fmt.Errorf("%s: %w", key, err)
-		}
-		alloc, err := bitmap.NewAllocator(rng)
-		if err != nil {
-			return nil, fmt.Errorf("%s: %w", key, err)
-		}
-		if err := alloc.Restore(ra.Range, ra.Data); err != nil {
-			return nil, fmt.Errorf("%s: %w", key, err)
-		}
-		out[key] = storedMap{rng: rng, alloc: alloc}
-	}
-	return out, nil
-}
-
-// decodeIPAddress returns an IPAddress's name and parentRef. kube-apiserver
-// 1.33 stores IPAddresses as networking.k8s.io/v1beta1 (v1 became the storage
-// version only in 1.34), which etcdlayout does not decode, so that version is
-// read here from the protobuf envelope directly.
+// decodeIPAddress returns an IPAddress's name and parentRef, whether
+// stored as networking.k8s.io/v1 or as v1beta1 (kube-apiserver 1.33).
 func decodeIPAddress(value []byte) (string, *networkingv1.ParentReference, error) {
 	obj, err := etcdlayout.DecodeIPAddress(value)
-	if err == nil {
-		return obj.Name, obj.Spec.ParentRef, nil
-	}
-	var u runtime.Unknown
-	if !bytes.HasPrefix(value, []byte(etcdlayout.ProtobufMagic)) || u.Unmarshal(value[len(etcdlayout.ProtobufMagic):]) != nil ||
-		u.APIVersion != "networking.k8s.io/v1beta1" || u.Kind != "IPAddress" {
+	if err != nil {
 		return "", nil, err
 	}
-	var beta networkingv1beta1.IPAddress
-	if berr := beta.Unmarshal(u.Raw); berr != nil {
-		return "", nil, fmt.Errorf("decode networking.k8s.io/v1beta1 IPAddress: %w", berr)
-	}
-	if p := beta.Spec.ParentRef; p != nil {
-		return beta.Name, &networkingv1.ParentReference{Group: p.Group, Resource: p.Resource, Namespace: p.Namespace, Name: p.Name}, nil
-	}
-	return beta.Name, nil, nil
+	return obj.Name, obj.Spec.ParentRef, nil
 }
