@@ -20,11 +20,7 @@ OUT=${1:-testdata/kube-apiserver-1.33-ipaddress.json}
 work=$(mktemp -d)
 pids=()
 finish() {
-  for pid in "${pids[@]}"; do kill -TERM "$pid" 2>/dev/null || true; done
-  for pid in "${pids[@]}"; do
-    for _ in $(seq 1 100); do kill -0 "$pid" 2>/dev/null || break; sleep 0.1; done
-    kill -KILL "$pid" 2>/dev/null || true
-  done
+  stop_pids "${pids[@]}"
   [ -n "${KEEP:-}" ] && echo "kept $work" >&2 || rm -rf "$work"
 }
 trap finish EXIT

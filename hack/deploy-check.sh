@@ -22,6 +22,7 @@
 # ${XDG_CACHE_HOME:-~/.cache}/allocator/kube-apiserver); CI does not run this.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+. hack/lib/kube-apiserver-run.sh
 
 KUBE=${KUBE:-v1.33.13}
 KEEP=${KEEP:-}   # non-empty: keep logs and data (path printed at the end)
@@ -29,11 +30,7 @@ KEEP=${KEEP:-}   # non-empty: keep logs and data (path printed at the end)
 work=$(mktemp -d)
 pids=()
 finish() {
-  for pid in "${pids[@]}"; do kill -TERM "$pid" 2>/dev/null || true; done
-  for pid in "${pids[@]}"; do
-    for _ in $(seq 1 100); do kill -0 "$pid" 2>/dev/null || break; sleep 0.1; done
-    kill -KILL "$pid" 2>/dev/null || true
-  done
+  stop_pids "${pids[@]}"
   if [ -n "$KEEP" ]; then echo "logs and data kept in $work" >&2; else rm -rf "$work"; fi
 }
 trap finish EXIT
@@ -42,18 +39,7 @@ started=$(date +%s)
 fail=0
 pass() { echo "PASS $*"; }
 failed() { echo "FAIL $*"; fail=1; }
-free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1]); s.close()'; }
-wait_for() { # WHAT CMD...: retry CMD (a program, not a function) for up to 120 s
-  local what=$1; shift
-  local deadline=$(( $(date +%s) + 120 ))
-  while [ "$(date +%s)" -lt "$deadline" ]; do
-    if timeout 10 "$@" >/dev/null 2>&1; then return 0; fi
-    sleep 0.5
-  done
-  echo "$what not ready after 120s; last log lines:" >&2
-  tail -n 5 "$work"/*.log | cut -c1-400 >&2
-  exit 1
-}
+wait_for() { retry_for "$1" "$work" "${@:2}" || exit 1; } # WHAT CMD...: exits the script on failure
 
 echo "building: allocator, etcdserver (kube-apiserver $KUBE only when not cached)" >&2
 go build -o "$work/allocator" ./cmd/allocator
@@ -81,13 +67,9 @@ EOF
 openssl genrsa -out "$work/sa.key" 2048 2>/dev/null
 openssl rsa -in "$work/sa.key" -pubout -out "$work/sa.pub" 2>/dev/null
 
-kport=$(free_port)
-"$kas" --etcd-servers "$etcd_url" --authorization-mode RBAC --token-auth-file "$work/tokens.csv" \
-  --bind-address 127.0.0.1 --advertise-address 127.0.0.1 --endpoint-reconciler-type none \
-  --secure-port "$kport" --cert-dir "$work/kas-certs" --service-cluster-ip-range 10.96.0.0/24 \
-  --service-account-issuer https://kubernetes.default.svc --service-account-key-file "$work/sa.pub" \
-  --service-account-signing-key-file "$work/sa.key" >"$work/kube-apiserver.log" 2>&1 &
-pids+=($!)
+kas_token=$admin_token KAS_AUTHZ=RBAC kas_start "$kas" "$etcd_url" "$work" "$work" 10.96.0.0/24
+pids+=("$kas_pid")
+kport=$kas_port
 kubeconfig() { # USER TOKEN [AS]
   cat <<EOF
 apiVersion: v1

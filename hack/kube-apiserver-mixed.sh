@@ -33,13 +33,7 @@ OURS_FIRST=${OURS_FIRST:-}        # non-empty: start ours before kube-apiserver 
 work=$(mktemp -d)
 pids=()
 cleanup() {
-  for pid in "${pids[@]}"; do
-    kill -TERM "$pid" 2>/dev/null || true
-  done
-  for pid in "${pids[@]}"; do
-    for _ in $(seq 1 100); do kill -0 "$pid" 2>/dev/null || break; sleep 0.1; done
-    kill -KILL "$pid" 2>/dev/null || true
-  done
+  stop_pids "${pids[@]}"
   pids=()
 }
 finish() {
@@ -49,19 +43,8 @@ finish() {
 trap finish EXIT
 
 
-# wait_for WHAT CMD... : retry CMD for up to 120s; on failure print the end of
-# the scenario's logs and return 1.
-wait_for() {
-  local what=$1; shift
-  local deadline=$(( $(date +%s) + 120 ))
-  while [ "$(date +%s)" -lt "$deadline" ]; do
-    if timeout 10 "$@" >/dev/null 2>&1; then return 0; fi
-    sleep 0.5
-  done
-  echo "$what not ready after 120s; last log lines:" >&2
-  tail -n 5 "$dir"/*.log | cut -c1-400 >&2
-  return 1
-}
+# wait_for WHAT CMD...: retry_for with the scenario's logs.
+wait_for() { retry_for "$1" "$dir" "${@:2}"; }
 
 # not_ready WHAT: the scenario's JSON line when a server never got ready.
 not_ready() {
