@@ -25,6 +25,8 @@ CLIENTS=${CLIENTS:-32}            # split evenly across the two servers
 RANGE=${RANGE:-10.96.0.0/20}      # 4,094 addresses: 2,400 creates fill most of it
 KUBE_132=${KUBE_132:-v1.32.13}
 KUBE_133=${KUBE_133:-v1.33.13}
+TYPE=${TYPE:-ClusterIP}           # or NodePort: two node ports per Service (80/TCP, 53/TCP+UDP shared),
+                                  # so at most ~650 creates per server fit the default node-port range
 RESULTS=${RESULTS:-}              # also append the JSON lines to this file
 KEEP=${KEEP:-}                    # non-empty: keep the logs and data (path printed at the end)
 OURS_FIRST=${OURS_FIRST:-}        # non-empty: start ours before kube-apiserver (it then writes the
@@ -105,7 +107,7 @@ for scenario in $SCENARIOS; do
 
   servers="kas=$dir/kas.kubeconfig,ours=$ours_kc"
   "$work/mixed" load --scenario "kube-apiserver-$minor+ours-$model" --servers "$servers" \
-    --clients "$CLIENTS" --creates "$CREATES" --acks "$dir/acks.jsonl" | tee -a "$dir/summary.jsonl"
+    --clients "$CLIENTS" --creates "$CREATES" --type "$TYPE" --acks "$dir/acks.jsonl" | tee -a "$dir/summary.jsonl"
 
   # The same check before any repair pass: how far the records drifted under
   # load (informational; only the check after repair decides).

@@ -19,6 +19,7 @@ import (
 
 	"github.com/allocator/allocator/pkg/bitmap"
 	"github.com/allocator/allocator/pkg/etcdlayout"
+	"github.com/allocator/allocator/pkg/portrange"
 )
 
 // findings counts every violated invariant; all must be zero.
@@ -39,6 +40,12 @@ type findings struct {
 	IPAddressWrongOwner int `json:"ipaddress_wrong_owner"`
 	// BitmapMissing are Service IPs inside a stored RangeAllocation whose bit is clear.
 	BitmapMissing int `json:"bitmap_missing"`
+	// DuplicateNodePorts are node ports held by more than one Service.
+	DuplicateNodePorts int `json:"duplicate_node_ports"`
+	// NodePortChanged are acknowledged creates stored with other nodePorts.
+	NodePortChanged int `json:"node_port_changed"`
+	// NodePortBitMissing are Service node ports whose bit in the node-port map is clear.
+	NodePortBitMissing int `json:"node_port_bit_missing"`
 }
 
 func (f findings) ok() bool { return f == findings{} }
@@ -63,7 +70,7 @@ func runCheck(args []string) (bool, error) {
 	defer cancel()
 
 	// 1. Read every Service back from every server.
-	var lists []map[string][]string
+	var lists []map[string]allocated
 	for _, tg := range targets {
 		m, err := listServices(ctx, tg)
 		if err != nil {
@@ -74,8 +81,8 @@ func runCheck(args []string) (bool, error) {
 	var f findings
 	services := lists[0]
 	for _, other := range lists[1:] {
-		for key, ips := range services {
-			if !slices.Equal(other[key], ips) {
+		for key, a := range services {
+			if !slices.Equal(other[key].IPs, a.IPs) || !slices.Equal(other[key].NodePorts, a.NodePorts) {
 				f.ReadbackMismatch++
 			}
 		}
@@ -88,11 +95,20 @@ func runCheck(args []string) (bool, error) {
 
 	// 2. No ClusterIP is held twice.
 	holders := map[string][]string{}
-	for key, ips := range services {
-		for _, ip := range ips {
+	portHolders := map[int32][]string{}
+	for key, a := range services {
+		for _, ip := range a.IPs {
 			if ip != corev1.ClusterIPNone {
 				holders[ip] = append(holders[ip], key)
 			}
+		}
+		for _, port := range slices.Compact(slices.Sorted(slices.Values(a.NodePorts))) {
+			portHolders[port] = append(portHolders[port], key)
+		}
+	}
+	for _, keys := range portHolders {
+		if len(keys) > 1 {
+			f.DuplicateNodePorts++
 		}
 	}
 	var examples []string
@@ -113,12 +129,14 @@ func runCheck(args []string) (bool, error) {
 		return false, err
 	}
 	for _, a := range acks {
-		ips, ok := services[a.Namespace+"/"+a.Name]
+		got, ok := services[a.Namespace+"/"+a.Name]
 		switch {
 		case !ok:
 			f.Lost++
-		case !slices.Equal(ips, a.IPs):
+		case !slices.Equal(got.IPs, a.IPs):
 			f.Changed++
+		case !slices.Equal(got.NodePorts, a.NodePorts):
+			f.NodePortChanged++
 		}
 	}
 
@@ -160,6 +178,13 @@ func runCheck(args []string) (bool, error) {
 			}
 		}
 	}
+	if len(portHolders) > 0 {
+		missing, err := nodePortBitsMissing(ctx, etcd, layout, portHolders)
+		if err != nil {
+			return false, err
+		}
+		f.NodePortBitMissing = missing
+	}
 	mapNames := []string{}
 	for _, m := range maps {
 		mapNames = append(mapNames, fmt.Sprintf("%s=%s", m.Key, m.Range.Prefix()))
@@ -169,6 +194,7 @@ func runCheck(args []string) (bool, error) {
 	summary := map[string]any{
 		"phase": *phase, "scenario": *scenario, "ok": f.ok(), "findings": f,
 		"services": len(services), "acknowledged": len(acks), "ipaddresses": len(owners), "bitmaps": mapNames,
+		"node_ports": len(portHolders),
 	}
 	if len(examples) > 0 {
 		slices.Sort(examples)
@@ -180,27 +206,55 @@ func runCheck(args []string) (bool, error) {
 	return f.ok(), nil
 }
 
-// listServices returns namespace/name → spec.clusterIPs of every Service.
-func listServices(ctx context.Context, tg target) (map[string][]string, error) {
-	out := map[string][]string{}
+// listServices returns namespace/name → the cluster IPs and nodePorts of
+// every Service.
+func listServices(ctx context.Context, tg target) (map[string]allocated, error) {
+	out := map[string]allocated{}
 	opts := metav1.ListOptions{Limit: 500}
 	for {
 		list, err := tg.client.CoreV1().Services("").List(ctx, opts)
 		if err != nil {
 			return nil, fmt.Errorf("list Services through %s: %w", tg.name, err)
 		}
-		for _, svc := range list.Items {
-			ips := svc.Spec.ClusterIPs
-			if len(ips) == 0 && svc.Spec.ClusterIP != "" {
-				ips = []string{svc.Spec.ClusterIP}
-			}
-			out[svc.Namespace+"/"+svc.Name] = ips
+		for i := range list.Items {
+			svc := &list.Items[i]
+			out[svc.Namespace+"/"+svc.Name] = allocatedOf(svc)
 		}
 		if list.Continue == "" {
 			return out, nil
 		}
 		opts.Continue = list.Continue
 	}
+}
+
+// nodePortBitsMissing counts the held node ports whose bit is clear in the
+// node-port map (bit i is the range's base + i).
+func nodePortBitsMissing(ctx context.Context, etcd *clientv3.Client, layout etcdlayout.Layout, held map[int32][]string) (int, error) {
+	key := layout.ServiceNodePortRange()
+	resp, err := etcd.Get(ctx, key)
+	if err != nil {
+		return 0, fmt.Errorf("read %s: %w", key, err)
+	}
+	if len(resp.Kvs) == 0 {
+		return len(held), nil
+	}
+	ra, err := etcdlayout.DecodeRangeAllocation(resp.Kvs[0].Value)
+	if err != nil {
+		return 0, etcdlayout.WithKey(key, err)
+	}
+	rng, err := portrange.Parse(ra.Range)
+	if err != nil {
+		return 0, fmt.Errorf("%s: %w", key, err)
+	}
+	missing := 0
+	for port := range held {
+		i := int(port) - rng.Base()
+		b := len(ra.Data) - 1 - i/8
+		if !rng.Contains(int(port)) || b < 0 || ra.Data[b]&(1<<(i%8)) == 0 {
+			missing++
+		}
+	}
+	return missing, nil
 }
 
 func readAcks(path string) ([]ack, error) {
