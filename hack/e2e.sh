@@ -3,7 +3,8 @@
 # binary, starts the server as a separate process on a temporary data dir
 # (embedded etcd, free port), and checks what kubectl prints for create, get
 # (tables, short names), apply --server-side, get --watch, delete, a bad
-# input, and a restart on the same data. Everything runs on 127.0.0.1 and is
+# input, a NodePort Service (its port, a taken port refused, freed by delete),
+# and a restart on the same data. Everything runs on 127.0.0.1 and is
 # cleaned up on exit.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -181,10 +182,21 @@ if k create service clusterip bad1 --tcp=80 --clusterip=10.96.0.256 2>"$work/err
 grep -q 'spec.clusterIPs' "$work/err" || fail "malformed IP message: $(cat "$work/err")"
 if k create service clusterip bad2 --tcp=80 --clusterip=10.96.0.10 2>"$work/err"; then fail "duplicate IP accepted"; fi
 grep -q 'provided IP is already allocated' "$work/err" || fail "duplicate IP message: $(cat "$work/err")"
-if k create service nodeport np --tcp=80 2>"$work/err"; then fail "NodePort accepted"; fi
-grep -q 'node ports' "$work/err" || fail "NodePort message: $(cat "$work/err")"
+if k create service nodeport np-bad --tcp=80 --node-port=20000 2>"$work/err"; then fail "node port outside the range accepted"; fi
+grep -q 'provided port is not in the valid range. The range of valid ports is 30000-32767' "$work/err" || fail "node port range message: $(cat "$work/err")"
 k get --raw /readyz >/dev/null || fail "server unhealthy after bad input"
 pass "bad input refused with clear messages, server healthy"
+
+echo "== node ports"
+k create service nodeport np --tcp=80 >/dev/null || fail "create service nodeport"
+grep -Eq '^np +NodePort +[0-9.]+ +<none> +80:3[0-9]{4}/TCP' <<<"$(k get svc np --no-headers)" || fail "get svc np: $(k get svc np --no-headers)"
+np_port=$(k get svc np -o jsonpath='{.spec.ports[0].nodePort}')
+if k create service nodeport np2 --tcp=81 --node-port="$np_port" 2>"$work/err"; then fail "node port $np_port handed out twice"; fi
+grep -q 'provided port is already allocated' "$work/err" || fail "taken node port message: $(cat "$work/err")"
+k delete svc np >/dev/null
+k create service nodeport np2 --tcp=81 --node-port="$np_port" >/dev/null || fail "node port $np_port not freed by the delete"
+k delete svc np2 >/dev/null
+pass "NodePort: 80:$np_port/TCP, a taken port refused, freed by delete"
 
 echo "== delete"
 web_ip=$(k get svc web -o jsonpath='{.spec.clusterIP}')
