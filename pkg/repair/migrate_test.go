@@ -279,28 +279,39 @@ func TestMigrateToBitmapRefusesUnrepresentable(t *testing.T) {
 // dual-stack, every 50th headless.
 func createMany(t *testing.T, client kubernetes.Interface, n int) {
 	t.Helper()
+	createConcurrently(t, client, n, 16, func(i int) *corev1.Service {
+		svc := &corev1.Service{
+			ObjectMeta: metav1.ObjectMeta{Name: fmt.Sprintf("svc-%05d", i), Namespace: "default"},
+			Spec:       corev1.ServiceSpec{Ports: []corev1.ServicePort{{Port: 80, TargetPort: intstr.FromInt32(80)}}},
+		}
+		switch {
+		case i%50 == 0:
+			svc.Spec.ClusterIP = corev1.ClusterIPNone
+		case i%5 == 0:
+			policy := corev1.IPFamilyPolicyRequireDualStack
+			svc.Spec.IPFamilyPolicy = &policy
+		}
+		return svc
+	})
+}
+
+// createConcurrently creates the Services newService(1..n) in namespace
+// default with clients concurrent clients, and fails the test on the first
+// error.
+func createConcurrently(t *testing.T, client kubernetes.Interface, n, clients int, newService func(i int) *corev1.Service) {
+	t.Helper()
 	ctx := context.Background()
 	var next atomic.Int64
 	var wg sync.WaitGroup
-	errs := make(chan error, 16)
-	for range 16 {
+	errs := make(chan error, clients)
+	for range clients {
 		wg.Go(func() {
 			for {
 				i := int(next.Add(1))
 				if i > n {
 					return
 				}
-				svc := &corev1.Service{
-					ObjectMeta: metav1.ObjectMeta{Name: fmt.Sprintf("svc-%05d", i), Namespace: "default"},
-					Spec:       corev1.ServiceSpec{Ports: []corev1.ServicePort{{Port: 80, TargetPort: intstr.FromInt32(80)}}},
-				}
-				switch {
-				case i%50 == 0:
-					svc.Spec.ClusterIP = corev1.ClusterIPNone
-				case i%5 == 0:
-					policy := corev1.IPFamilyPolicyRequireDualStack
-					svc.Spec.IPFamilyPolicy = &policy
-				}
+				svc := newService(i)
 				if _, err := client.CoreV1().Services("default").Create(ctx, svc, metav1.CreateOptions{}); err != nil {
 					errs <- fmt.Errorf("create %s: %w", svc.Name, err)
 					return

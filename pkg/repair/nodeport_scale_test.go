@@ -5,8 +5,6 @@ import (
 	"fmt"
 	"os"
 	"strconv"
-	"sync"
-	"sync/atomic"
 	"testing"
 	"time"
 
@@ -39,33 +37,13 @@ func TestNodePortScaleTiming(t *testing.T) {
 	rng := portrange.MustParse("30000-62767")
 	srv := testserver.Start(t, testserver.Options{ServiceRange: "10.0.0.0/16", Configure: func(c *apiserver.Config) { c.NodePortRange = rng }})
 	start := time.Now()
-	var next atomic.Int64
-	var wg sync.WaitGroup
-	errs := make(chan error, 32)
-	for range 32 {
-		wg.Go(func() {
-			for {
-				i := int(next.Add(1))
-				if i > n {
-					return
-				}
-				svc := &corev1.Service{
-					ObjectMeta: metav1.ObjectMeta{Name: fmt.Sprintf("np-%05d", i)},
-					Spec: corev1.ServiceSpec{Type: corev1.ServiceTypeNodePort,
-						Ports: []corev1.ServicePort{{Port: 80, TargetPort: intstr.FromInt32(80)}}},
-				}
-				if _, err := srv.Client.CoreV1().Services("default").Create(ctx, svc, metav1.CreateOptions{}); err != nil {
-					errs <- err
-					return
-				}
-			}
-		})
-	}
-	wg.Wait()
-	close(errs)
-	for err := range errs {
-		t.Fatal(err)
-	}
+	createConcurrently(t, srv.Client, n, 32, func(i int) *corev1.Service {
+		return &corev1.Service{
+			ObjectMeta: metav1.ObjectMeta{Name: fmt.Sprintf("np-%05d", i)},
+			Spec: corev1.ServiceSpec{Type: corev1.ServiceTypeNodePort,
+				Ports: []corev1.ServicePort{{Port: 80, TargetPort: intstr.FromInt32(80)}}},
+		}
+	})
 	t.Logf("created %d NodePort Services in %v", n, time.Since(start))
 	store, err := portalloc.NewEtcd(srv.Etcd.Client(), etcdlayout.Layout{}.ServiceNodePortRange(), rng, bitmap.EtcdOptions{})
 	if err != nil {

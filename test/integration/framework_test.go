@@ -2,6 +2,7 @@ package integration
 
 import (
 	"context"
+	"io"
 	"testing"
 	"time"
 
@@ -73,4 +74,19 @@ func testContext(t *testing.T) context.Context {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	t.Cleanup(cancel)
 	return ctx
+}
+
+// scrapeMetrics returns the server's /metrics text.
+func scrapeMetrics(t *testing.T, ctx context.Context, c kubernetes.Interface) string {
+	t.Helper()
+	body, err := c.CoreV1().RESTClient().Get().AbsPath("/metrics").Stream(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer body.Close()
+	out, err := io.ReadAll(body)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return string(out)
 }

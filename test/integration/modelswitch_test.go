@@ -3,7 +3,6 @@ package integration
 import (
 	"context"
 	"fmt"
-	"io"
 	"net/netip"
 	"strings"
 	"testing"
@@ -133,19 +132,7 @@ func TestMetricsEndpoint(t *testing.T) { forEachModel(t, testMetricsEndpoint) }
 func testMetricsEndpoint(t *testing.T, model string) {
 	ctx := testContext(t)
 	s := startServer(t, serverOptions{model: model, serviceRange: "10.0.0.0/24"})
-	scrape := func() string {
-		t.Helper()
-		body, err := s.client.CoreV1().RESTClient().Get().AbsPath("/metrics").Stream(ctx)
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer body.Close()
-		out, err := io.ReadAll(body)
-		if err != nil {
-			t.Fatal(err)
-		}
-		return string(out)
-	}
+	scrape := func() string { return scrapeMetrics(t, ctx, s.client) }
 	text := scrape()
 	for _, want := range []string{
 		`kube_apiserver_clusterip_allocator_available_ips{cidr="10.0.0.0/24"}`,

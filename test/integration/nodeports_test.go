@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"context"
 	"fmt"
-	"io"
 	"slices"
 	"strings"
 	"sync"
@@ -287,19 +286,7 @@ func TestNodePorts(t *testing.T) {
 func TestNodePortMetrics(t *testing.T) {
 	s := startServer(t, serverOptions{serviceRange: "10.96.0.0/16"})
 	ctx := testContext(t)
-	scrape := func() string {
-		t.Helper()
-		body, err := s.client.CoreV1().RESTClient().Get().AbsPath("/metrics").Stream(ctx)
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer body.Close()
-		out, err := io.ReadAll(body)
-		if err != nil {
-			t.Fatal(err)
-		}
-		return string(out)
-	}
+	scrape := func() string { return scrapeMetrics(t, ctx, s.client) }
 	text := scrape()
 	for _, want := range []string{
 		"kube_apiserver_nodeport_allocator_allocated_ports 0",
