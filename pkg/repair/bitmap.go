@@ -11,6 +11,7 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/record"
@@ -232,6 +233,7 @@ func (r *BitmapRepair) repairFamily(ctx context.Context, store BitmapStore, stor
 	// The changes this pass makes, merged onto a fresh map if the write
 	// loses to a concurrent allocation.
 	var toSet, toClear []netip.Addr
+	holders := map[netip.Addr]*corev1.Service{} // the Service each toSet address was found on
 
 	for i := range services {
 		svc := &services[i]
@@ -261,6 +263,7 @@ func (r *BitmapRepair) repairFamily(ctx context.Context, store BitmapStore, stor
 					_ = storedAlloc.Release(ctx, ip, allocation.Owner{})
 				} else {
 					toSet = append(toSet, ip)
+					holders[ip] = svc
 					report(svc, Problem{Type: TypeRepair, Reason: ReasonNotAllocated, IP: text, Service: key(svc), Fixed: !r.cfg.DryRun,
 						Message: fmt.Sprintf("Cluster IP [%s]:%s is not allocated; repairing", family, text)})
 				}
@@ -302,18 +305,22 @@ func (r *BitmapRepair) repairFamily(ctx context.Context, store BitmapStore, stor
 		return outcome, nil
 	}
 	if !stored.Exists() || !bytes.Equal(data, stored.Data) {
-		wrote, setMeanwhile, err := writeMerged(ctx, store, data, stored, toSet, toClear)
+		stillHeld := func(ctx context.Context, ip netip.Addr) (bool, error) {
+			return r.stillHolds(ctx, holders[ip], ip)
+		}
+		wrote, notMissing, err := writeMerged(ctx, store, data, stored, toSet, toClear, stillHeld)
 		if err != nil {
 			return familyOutcome{}, err
 		}
 		outcome.wrote = wrote
-		if len(setMeanwhile) > 0 {
+		if len(notMissing) > 0 {
 			// Their bits were set after the pass's read by the allocation
-			// that stored the Service (the bit precedes the Service): not
-			// a fault, so no ClusterIPNotAllocated for them.
+			// that stored the Service (the bit precedes the Service), or
+			// their Service was deleted since the pass listed it: not a
+			// fault, so no ClusterIPNotAllocated for them.
 			notMissing := func(p Problem) bool {
 				ip, err := netip.ParseAddr(p.IP)
-				return p.Reason == ReasonNotAllocated && err == nil && setMeanwhile[ip]
+				return p.Reason == ReasonNotAllocated && err == nil && notMissing[ip]
 			}
 			problems = slices.DeleteFunc(problems, notMissing)
 			events = slices.DeleteFunc(events, func(e eventFor) bool { return notMissing(e.problem) })
@@ -356,51 +363,94 @@ func (r *BitmapRepair) repairFamily(ctx context.Context, store BitmapStore, stor
 // attempt is one read and one compare-and-swap with nothing in between, so
 // the pass makes progress at any create rate.
 //
-// setMeanwhile are the addresses of toSet found set in a fresh read: someone
-// set them after the pass's read, so they were not missing.
-func writeMerged(ctx context.Context, store BitmapStore, data []byte, stored bitmap.StoredMap, toSet, toClear []netip.Addr) (wrote bool, setMeanwhile map[netip.Addr]bool, err error) {
+// notMissing are the addresses of toSet that the merge did not set: found
+// set in a fresh read (someone set them after the pass's read, so they were
+// not missing), or still clear there while stillHeld says their Service no
+// longer holds them (deleted, and its bit freed, between the pass's list and
+// its write: setting the bit then would leave a stale bit and report a false
+// ClusterIPNotAllocated). stillHeld is asked at most once per address.
+func writeMerged(ctx context.Context, store BitmapStore, data []byte, stored bitmap.StoredMap, toSet, toClear []netip.Addr,
+	stillHeld func(context.Context, netip.Addr) (bool, error)) (wrote bool, notMissing map[netip.Addr]bool, err error) {
 	rev := stored.Revision
-	setMeanwhile = map[netip.Addr]bool{}
+	notMissing = map[netip.Addr]bool{}
+	held := map[netip.Addr]bool{}
 	for attempt := 1; ; attempt++ {
 		_, err := store.CompareAndWrite(ctx, data, rev)
 		if err == nil {
-			return true, setMeanwhile, nil
+			return true, notMissing, nil
 		}
 		if !errors.Is(err, bitmap.ErrConflict) || attempt >= maxMergeAttempts {
-			return false, setMeanwhile, err
+			return false, notMissing, err
 		}
 		fresh, err := store.ReadStored(ctx)
 		if err != nil {
-			return false, setMeanwhile, fmt.Errorf("bitmap repair: %w", err)
+			return false, notMissing, fmt.Errorf("bitmap repair: %w", err)
 		}
 		if !fresh.Exists() {
 			// Deleted meanwhile: rebuilding it is a decision for a new pass.
-			return false, setMeanwhile, fmt.Errorf("bitmap repair: %s map deleted during the pass: %w", store.Range().Prefix(), bitmap.ErrConflict)
+			return false, notMissing, fmt.Errorf("bitmap repair: %s map deleted during the pass: %w", store.Range().Prefix(), bitmap.ErrConflict)
 		}
 		merged, err := bitmap.NewAllocator(store.Range())
 		if err != nil {
-			return false, setMeanwhile, err
+			return false, notMissing, err
 		}
 		if err := merged.Restore(store.Range().Prefix().String(), fresh.Data); err != nil {
-			return false, setMeanwhile, fmt.Errorf("bitmap repair: restore stored map of %s: %w", store.Range().Prefix(), err)
+			return false, notMissing, fmt.Errorf("bitmap repair: restore stored map of %s: %w", store.Range().Prefix(), err)
 		}
 		for _, ip := range toSet {
-			if err := merged.Allocate(ctx, ip, allocation.Owner{}); errors.Is(err, allocation.ErrAllocated) {
-				setMeanwhile[ip] = true
+			if has, _ := merged.Has(ctx, ip); has {
+				notMissing[ip] = true
+				continue
 			}
+			ok, checked := held[ip]
+			if !checked {
+				if ok, err = stillHeld(ctx, ip); err != nil {
+					return false, notMissing, fmt.Errorf("bitmap repair: %w", err)
+				}
+				held[ip] = ok
+			}
+			if !ok {
+				notMissing[ip] = true
+				continue
+			}
+			delete(notMissing, ip)
+			_ = merged.Allocate(ctx, ip, allocation.Owner{})
 		}
 		for _, ip := range toClear {
 			_ = merged.Release(ctx, ip, allocation.Owner{}) // no longer set: nothing to do
 		}
 		_, data = merged.Snapshot()
 		if bytes.Equal(data, fresh.Data) {
-			return false, setMeanwhile, nil
+			return false, notMissing, nil
 		}
 		rev = fresh.Revision
 	}
 }
 
-// servesFamily reports whether some store serves the family.
+// stillHolds reports whether svc, read again, still exists with the same
+// UID and holds ip.
+func (r *BitmapRepair) stillHolds(ctx context.Context, svc *corev1.Service, ip netip.Addr) (bool, error) {
+	if svc == nil {
+		return true, nil
+	}
+	cur, err := r.cfg.Client.CoreV1().Services(svc.Namespace).Get(ctx, svc.Name, metav1.GetOptions{})
+	if apierrors.IsNotFound(err) {
+		return false, nil
+	}
+	if err != nil {
+		return false, fmt.Errorf("read Service %s/%s again: %w", svc.Namespace, svc.Name, err)
+	}
+	if cur.UID != svc.UID {
+		return false, nil
+	}
+	for _, text := range serviceIPs(cur) {
+		if a, ok := parseServiceIP(text); ok && a == ip {
+			return true, nil
+		}
+	}
+	return false, nil
+}
+
 func (r *BitmapRepair) servesFamily(ipv6 bool) bool {
 	return slices.ContainsFunc(r.cfg.Stores, func(s BitmapStore) bool { return s.Range().IPv6() == ipv6 })
 }
