@@ -10,6 +10,12 @@ if [ -n "$unformatted" ]; then
   echo "gofmt would change:"; echo "$unformatted"; exit 1
 fi
 
+echo "== tracked files under 1 MB (build outputs belong in .gitignore)"
+big=$(git ls-files -z 2>/dev/null | xargs -0 -r stat -c '%s %n' 2>/dev/null | awk '$1 > 1048576 {print $2 " (" $1 " bytes)"}')
+if [ -n "$big" ]; then
+  echo "tracked files over 1 MB:"; echo "$big"; exit 1
+fi
+
 echo "== go vet"
 go vet ./...
 
