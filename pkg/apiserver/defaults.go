@@ -64,7 +64,8 @@ func defaultService(svc *corev1.Service) {
 	if externallyAccessible && svc.Spec.ExternalTrafficPolicy == "" {
 		svc.Spec.ExternalTrafficPolicy = corev1.ServiceExternalTrafficPolicyCluster
 	}
-	if svc.Spec.InternalTrafficPolicy == nil && svc.Spec.Type != corev1.ServiceTypeExternalName {
+	if svc.Spec.InternalTrafficPolicy == nil && (svc.Spec.Type == corev1.ServiceTypeClusterIP ||
+		svc.Spec.Type == corev1.ServiceTypeNodePort || svc.Spec.Type == corev1.ServiceTypeLoadBalancer) {
 		cluster := corev1.ServiceInternalTrafficPolicyCluster
 		svc.Spec.InternalTrafficPolicy = &cluster
 	}

@@ -7,7 +7,9 @@ import (
 	networkingv1 "k8s.io/api/networking/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/runtime/serializer/json"
 	"k8s.io/apimachinery/pkg/runtime/serializer/protobuf"
+	"k8s.io/apimachinery/pkg/runtime/serializer/recognizer"
 	"k8s.io/apiserver/pkg/registry/generic"
 	genericregistry "k8s.io/apiserver/pkg/registry/generic/registry"
 	"k8s.io/apiserver/pkg/storage/storagebackend"
@@ -26,7 +28,8 @@ var resourcePrefixes = map[schema.GroupResource]string{
 
 // restOptionsGetter gives every resource a storage on etcd with
 // kube-apiserver's key layout and encoding: protobuf with the "k8s\x00"
-// envelope (the apimachinery protobuf serializer), external version v1.
+// envelope (the apimachinery protobuf serializer), external version v1;
+// JSON values are read too.
 // Reads go through the watch cache.
 type restOptionsGetter struct {
 	base storagebackend.Config
@@ -49,8 +52,14 @@ func (g *restOptionsGetter) GetRESTOptions(resource schema.GroupResource, _ runt
 	external := schema.GroupVersion{Group: resource.Group, Version: "v1"}
 	internal := schema.GroupVersion{Group: resource.Group, Version: runtime.APIVersionInternal}
 	serializer := protobuf.NewSerializer(Scheme, Scheme)
+	// Values are written as protobuf and read as protobuf or JSON: a
+	// cluster that ran kube-apiserver with --storage-media-type=
+	// application/json, or an old one, has JSON values, and kube-apiserver
+	// reads them.
+	decoder := recognizer.NewDecoder(serializer,
+		json.NewSerializerWithOptions(json.DefaultMetaFactory, Scheme, Scheme, json.SerializerOptions{}))
 	cfg := g.base
-	cfg.Codec = Codecs.CodecForVersions(serializer, serializer, external, internal)
+	cfg.Codec = Codecs.CodecForVersions(serializer, decoder, external, internal)
 	cfg.EncodeVersioner = external
 	return generic.RESTOptions{
 		StorageConfig:           cfg.ForResource(resource),

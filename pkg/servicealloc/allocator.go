@@ -159,35 +159,44 @@ func ownerOf(svc *corev1.Service) allocation.Owner {
 
 // PrepareCreate normalizes, defaults and validates svc for a create, changing
 // it in place. It reserves nothing. Errors are API status errors (422).
-func (a *Allocator) PrepareCreate(svc *corev1.Service) error {
+//
+// kube-apiserver reserves addresses and ports before it validates the
+// Service, so when a request is both invalid and asks for something it
+// cannot have, its answer is the allocation error. We validate first, so
+// that nothing is ever reserved for an invalid Service, and give the same
+// answer: an invalid Service is tried against the allocators' dry-run
+// views, and a refusal from them is returned instead of the validation
+// causes.
+func (a *Allocator) PrepareCreate(ctx context.Context, svc *corev1.Service) error {
 	normalizeClusterIPs(svc, nil)
 	defaultNodePortFields(svc)
-	errs := a.defaultIPFamilies(svc, nil)
-	if len(errs) == 0 {
-		errs = a.validate(svc, nil)
+	if errs := a.initIPFamilies(svc, nil); len(errs) > 0 {
+		return apierrors.NewInvalid(serviceKind, svc.Name, errs)
 	}
-	if len(errs) > 0 {
+	if errs := a.validate(svc, nil); len(errs) > 0 {
+		if _, err := a.AllocateCreate(ctx, svc.DeepCopy(), true); err != nil {
+			return err
+		}
 		return apierrors.NewInvalid(serviceKind, svc.Name, errs)
 	}
 	return nil
 }
 
-// PrepareUpdate is PrepareCreate for an update from old to svc: it also keeps
-// allocated values the client left out and drops the IP fields when the type
-// becomes ExternalName.
-func (a *Allocator) PrepareUpdate(svc, old *corev1.Service) error {
-	normalizeClusterIPs(svc, old)
-	dropTypeDependentFields(svc, old)
-	dropExternalFields(svc, old)
-	dropNodePortFields(svc, old)
+// PrepareUpdate is PrepareCreate for an update from old to svc. Before the
+// checks, it keeps the allocated values the client left out and drops the
+// fields the new type cannot have (see defaults.go).
+func (a *Allocator) PrepareUpdate(ctx context.Context, svc, old *corev1.Service) error {
 	patchAllocatedValues(svc, old)
-	patchNodePorts(svc, old)
+	normalizeClusterIPs(svc, old)
 	defaultNodePortFields(svc)
-	errs := a.defaultIPFamilies(svc, old)
-	if len(errs) == 0 {
-		errs = a.validate(svc, old)
+	if errs := a.initIPFamilies(svc, old); len(errs) > 0 {
+		return apierrors.NewInvalid(serviceKind, svc.Name, errs)
 	}
-	if len(errs) > 0 {
+	dropTypeDependentFields(svc, old)
+	if errs := a.validate(svc, old); len(errs) > 0 {
+		if _, err := a.AllocateUpdate(ctx, svc.DeepCopy(), old, true); err != nil {
+			return err
+		}
 		return apierrors.NewInvalid(serviceKind, svc.Name, errs)
 	}
 	return nil
@@ -198,9 +207,11 @@ func (a *Allocator) validate(svc, old *corev1.Service) field.ErrorList {
 	if old == nil {
 		errs = ValidateService(svc)
 	} else {
-		errs = append(validateService(svc, old), validateIPFieldsUpdate(svc, old)...)
+		// Metadata is left to the strategy: the store fills in system
+		// fields (uid, creationTimestamp) a client may omit only after
+		// this hook.
+		errs = append(validateSpecUpdate(svc, old), validateService(svc, old)...)
 	}
-	errs = append(errs, validateNodePortFields(svc)...)
 	if a.nodePorts == nil && (svc.Spec.Type == corev1.ServiceTypeNodePort || svc.Spec.Type == corev1.ServiceTypeLoadBalancer) {
 		errs = append(errs, field.Invalid(typePath, svc.Spec.Type,
 			"this server allocates cluster IPs only and does not allocate node ports: "+
@@ -269,7 +280,7 @@ func (a *Allocator) allocateFamilies(ctx context.Context, txn *Transaction, svc 
 			addr, err := netip.ParseAddr(out[i])
 			if err != nil {
 				return fail(apierrors.NewInvalid(serviceKind, svc.Name, field.ErrorList{
-					field.Invalid(clusterIPsPath.Index(i), out[i], invalidIPMessage(err))}))
+					field.Invalid(clusterIPsPath.Index(i), out[i], "must be a valid IP address, (e.g. 10.9.8.7 or 2001:db8::ffff)")}))
 			}
 			if err := alloc.Allocate(ctx, addr, txn.owner); err != nil {
 				return fail(a.staticError(svc, i, addr, err))

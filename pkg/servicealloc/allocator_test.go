@@ -9,6 +9,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/intstr"
 
 	"github.com/allocator/allocator/pkg/allocation"
 )
@@ -16,10 +17,13 @@ import (
 func svc(mutate ...func(*corev1.Service)) *corev1.Service {
 	s := &corev1.Service{
 		ObjectMeta: metav1.ObjectMeta{Name: "web", Namespace: "default", ResourceVersion: "1"},
+		// As decoding defaults it (pkg/apiserver/defaults.go).
 		Spec: corev1.ServiceSpec{
-			Type:     corev1.ServiceTypeClusterIP,
-			Selector: map[string]string{"app": "web"},
-			Ports:    []corev1.ServicePort{{Port: 80, Protocol: corev1.ProtocolTCP}},
+			Type:                  corev1.ServiceTypeClusterIP,
+			Selector:              map[string]string{"app": "web"},
+			Ports:                 []corev1.ServicePort{{Port: 80, Protocol: corev1.ProtocolTCP, TargetPort: intstr.FromInt32(80)}},
+			SessionAffinity:       corev1.ServiceAffinityNone,
+			InternalTrafficPolicy: ptr(corev1.ServiceInternalTrafficPolicyCluster),
 		},
 	}
 	for _, m := range mutate {
@@ -88,10 +92,12 @@ func TestPrepareCreate(t *testing.T) {
 			s.Spec.ClusterIPs = []string{"10.0.0.5", "fd00::5"}
 			s.Spec.ClusterIP = "10.0.0.5"
 		}), wantErr: "SingleStack"},
+		// Its endpoints are the user's, of any family: kube-apiserver gives
+		// it both families even on a single-stack cluster (issue 17, item 6).
 		{name: "headless selectorless on single", ranges: single, svc: svc(func(s *corev1.Service) {
 			s.Spec.ClusterIP = "None"
 			s.Spec.Selector = nil
-		}), wantPolicy: corev1.IPFamilyPolicyRequireDualStack, wantFamilies: []corev1.IPFamily{"IPv4"}},
+		}), wantPolicy: corev1.IPFamilyPolicyRequireDualStack, wantFamilies: []corev1.IPFamily{"IPv4", "IPv6"}},
 		{name: "headless with selector on dual", ranges: dual, svc: svc(func(s *corev1.Service) { s.Spec.ClusterIP = "None" }),
 			wantPolicy: corev1.IPFamilyPolicySingleStack, wantFamilies: []corev1.IPFamily{"IPv4"}},
 		{name: "non-canonical IP", ranges: single, svc: svc(func(s *corev1.Service) { s.Spec.ClusterIP = "010.0.0.5" }),
@@ -124,7 +130,7 @@ func TestPrepareCreate(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			a, _ := newAlloc(t, tt.ranges...)
-			err := a.PrepareCreate(tt.svc)
+			err := a.PrepareCreate(context.Background(), tt.svc)
 			if tt.wantErr != "" {
 				if err == nil || !strings.Contains(err.Error(), tt.wantErr) || !apierrors.IsInvalid(err) {
 					t.Fatalf("want 422 containing %q, got %v", tt.wantErr, err)
@@ -148,7 +154,7 @@ func TestAllocateCreateCommitRevert(t *testing.T) {
 	ctx := context.Background()
 	a, mems := newAlloc(t, "10.0.0.0/24", "fd00::/120")
 	s := svc(func(s *corev1.Service) { s.Spec.IPFamilyPolicy = ptr(corev1.IPFamilyPolicyRequireDualStack) })
-	if err := a.PrepareCreate(s); err != nil {
+	if err := a.PrepareCreate(context.Background(), s); err != nil {
 		t.Fatal(err)
 	}
 	txn, err := a.AllocateCreate(ctx, s, false)
@@ -167,7 +173,7 @@ func TestAllocateCreateCommitRevert(t *testing.T) {
 	// A failure on the second family releases the first.
 	mems[1].notReady = true
 	s2 := svc(func(s *corev1.Service) { s.Spec.IPFamilyPolicy = ptr(corev1.IPFamilyPolicyRequireDualStack) })
-	if err := a.PrepareCreate(s2); err != nil {
+	if err := a.PrepareCreate(context.Background(), s2); err != nil {
 		t.Fatal(err)
 	}
 	_, err = a.AllocateCreate(ctx, s2, false)
@@ -189,7 +195,7 @@ func TestAllocateErrors(t *testing.T) {
 	a, _ := newAlloc(t, "10.0.0.0/30") // .1 and .2; .3 is the broadcast address
 	for i := 0; i < 2; i++ {
 		s := svc()
-		if err := a.PrepareCreate(s); err != nil {
+		if err := a.PrepareCreate(context.Background(), s); err != nil {
 			t.Fatal(err)
 		}
 		if _, err := a.AllocateCreate(ctx, s, false); err != nil {
@@ -197,25 +203,25 @@ func TestAllocateErrors(t *testing.T) {
 		}
 	}
 	s := svc()
-	_ = a.PrepareCreate(s)
+	_ = a.PrepareCreate(context.Background(), s)
 	_, err := a.AllocateCreate(ctx, s, false)
 	if !apierrors.IsInternalError(err) || !strings.Contains(err.Error(), "failed to allocate a serviceIP: range is full") {
 		t.Errorf("full: %v", err)
 	}
 	s = svc(func(s *corev1.Service) { s.Spec.ClusterIP = "10.0.0.1" })
-	_ = a.PrepareCreate(s)
+	_ = a.PrepareCreate(context.Background(), s)
 	_, err = a.AllocateCreate(ctx, s, false)
 	if !apierrors.IsInvalid(err) || !strings.Contains(err.Error(), `spec.clusterIPs: Invalid value: ["10.0.0.1"]: failed to allocate IP 10.0.0.1: provided IP is already allocated`) {
 		t.Errorf("taken: %v", err)
 	}
 	s = svc(func(s *corev1.Service) { s.Spec.ClusterIP = "10.0.0.3" })
-	_ = a.PrepareCreate(s)
+	_ = a.PrepareCreate(context.Background(), s)
 	_, err = a.AllocateCreate(ctx, s, false)
 	if !apierrors.IsInvalid(err) || !strings.Contains(err.Error(), "is not in the valid range") {
 		t.Errorf("broadcast address: %v", err)
 	}
 	s = svc(func(s *corev1.Service) { s.Spec.ClusterIP = "10.9.0.1" })
-	_ = a.PrepareCreate(s)
+	_ = a.PrepareCreate(context.Background(), s)
 	_, err = a.AllocateCreate(ctx, s, false)
 	if !apierrors.IsInvalid(err) || !strings.Contains(err.Error(), "is not in the valid range") {
 		t.Errorf("out of range: %v", err)
@@ -227,7 +233,7 @@ func TestDryRunReservesNothing(t *testing.T) {
 	a, mems := newAlloc(t, "10.0.0.0/24")
 	for _, ip := range []string{"", "10.0.0.7"} {
 		s := svc(func(s *corev1.Service) { s.Spec.ClusterIP = ip })
-		if err := a.PrepareCreate(s); err != nil {
+		if err := a.PrepareCreate(context.Background(), s); err != nil {
 			t.Fatal(err)
 		}
 		txn, err := a.AllocateCreate(ctx, s, true)
@@ -246,7 +252,7 @@ func TestAllocateUpdate(t *testing.T) {
 	a, mems := newAlloc(t, "10.0.0.0/24", "fd00::/120")
 	create := func(mutate ...func(*corev1.Service)) *corev1.Service {
 		s := svc(mutate...)
-		if err := a.PrepareCreate(s); err != nil {
+		if err := a.PrepareCreate(context.Background(), s); err != nil {
 			t.Fatal(err)
 		}
 		txn, err := a.AllocateCreate(ctx, s, false)
@@ -259,7 +265,7 @@ func TestAllocateUpdate(t *testing.T) {
 	update := func(old *corev1.Service, mutate func(*corev1.Service)) (*corev1.Service, *Transaction, error) {
 		s := old.DeepCopy()
 		mutate(s)
-		if err := a.PrepareUpdate(s, old); err != nil {
+		if err := a.PrepareUpdate(context.Background(), s, old); err != nil {
 			return nil, nil, err
 		}
 		txn, err := a.AllocateUpdate(ctx, s, old, false)

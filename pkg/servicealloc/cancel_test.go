@@ -86,7 +86,7 @@ func TestReleasesOutliveTheRequest(t *testing.T) {
 
 	t.Run("revert of a failed create", func(t *testing.T) {
 		s := svc(func(s *corev1.Service) { s.Name = "revert"; s.Spec.ClusterIP = "10.0.0.10" })
-		if err := a.PrepareCreate(s); err != nil {
+		if err := a.PrepareCreate(context.Background(), s); err != nil {
 			t.Fatal(err)
 		}
 		txn, err := a.AllocateCreate(context.Background(), s, false)
@@ -105,7 +105,7 @@ func TestReleasesOutliveTheRequest(t *testing.T) {
 			s.Spec.ClusterIPs = []string{"10.0.0.11", "fd00::11"}
 			s.Spec.ClusterIP = "10.0.0.11"
 		})
-		if err := a.PrepareCreate(old); err != nil {
+		if err := a.PrepareCreate(context.Background(), old); err != nil {
 			t.Fatal(err)
 		}
 		txn, err := a.AllocateCreate(context.Background(), old, false)
@@ -116,7 +116,7 @@ func TestReleasesOutliveTheRequest(t *testing.T) {
 		s := old.DeepCopy()
 		s.Spec.IPFamilyPolicy = ptr(corev1.IPFamilyPolicySingleStack)
 		s.Spec.IPFamilies = s.Spec.IPFamilies[:1]
-		if err := a.PrepareUpdate(s, old); err != nil {
+		if err := a.PrepareUpdate(context.Background(), s, old); err != nil {
 			t.Fatal(err)
 		}
 		txn, err = a.AllocateUpdate(context.Background(), s, old, false)
@@ -141,7 +141,7 @@ func TestReleasesOutliveTheRequest(t *testing.T) {
 			s.Spec.ClusterIPs = []string{"10.0.0.12", "fd00::12"}
 			s.Spec.ClusterIP = "10.0.0.12"
 		})
-		if err := wrapped.PrepareCreate(s); err != nil {
+		if err := wrapped.PrepareCreate(context.Background(), s); err != nil {
 			t.Fatal(err)
 		}
 		_, err = wrapped.AllocateCreate(ctx, s, false)

@@ -38,7 +38,7 @@ func FuzzCreate(f *testing.F) {
 				s.Spec.IPFamilyPolicy = ptr(corev1.IPFamilyPolicy(policy))
 			}
 		})
-		if err := a.PrepareCreate(s); err != nil {
+		if err := a.PrepareCreate(context.Background(), s); err != nil {
 			return
 		}
 		txn, err := a.AllocateCreate(ctx, s, false)

@@ -59,9 +59,12 @@ func needsHealthCheckNodePort(svc *corev1.Service) bool {
 
 // NodePortsOf returns the node ports a stored Service holds (every non-zero
 // nodePort, once, and the healthCheckNodePort), in ascending order. Repair
-// and delete use it.
+// and delete use it. Only NodePort and LoadBalancer Services hold node
+// ports: an ExternalName Service may carry a nodePort value (validation lets
+// it through, as upstream's does), but nothing was reserved for it, so
+// releasing it would free a port another Service holds.
 func NodePortsOf(svc *corev1.Service) []int {
-	if svc == nil {
+	if svc == nil || !needsNodePorts(svc) {
 		return nil
 	}
 	var out []int
@@ -90,88 +93,19 @@ func defaultNodePortFields(svc *corev1.Service) {
 	}
 }
 
-// dropNodePortFields clears what a type change leaves meaningless, when the
-// client did not change it (upstream's dropTypeDependentFields): the
-// nodePorts when the type no longer needs them, the healthCheckNodePort,
-// allocateLoadBalancerNodePorts off LoadBalancer, externalTrafficPolicy off
-// NodePort/LoadBalancer.
-func dropNodePortFields(svc, old *corev1.Service) {
-	if needsNodePorts(old) && !needsNodePorts(svc) && sameNodePorts(svc, old) {
-		for i := range svc.Spec.Ports {
-			svc.Spec.Ports[i].NodePort = 0
-		}
-	}
-	if needsHealthCheckNodePort(old) && !needsHealthCheckNodePort(svc) &&
-		svc.Spec.HealthCheckNodePort == old.Spec.HealthCheckNodePort {
-		svc.Spec.HealthCheckNodePort = 0
-	}
-	if svc.Spec.Type != corev1.ServiceTypeLoadBalancer && ptrEqual(svc.Spec.AllocateLoadBalancerNodePorts, old.Spec.AllocateLoadBalancerNodePorts) {
-		svc.Spec.AllocateLoadBalancerNodePorts = nil
-	}
-	if !needsNodePorts(svc) && svc.Spec.ExternalTrafficPolicy == old.Spec.ExternalTrafficPolicy {
-		svc.Spec.ExternalTrafficPolicy = ""
-	}
-}
-
-// sameNodePorts reports whether svc's ports carry the nodePorts old's ports
-// carried, port by port.
-func sameNodePorts(svc, old *corev1.Service) bool {
-	if len(svc.Spec.Ports) != len(old.Spec.Ports) {
-		return false
-	}
-	for i := range svc.Spec.Ports {
-		if svc.Spec.Ports[i].NodePort != old.Spec.Ports[i].NodePort {
-			return false
-		}
-	}
-	return true
-}
-
-// patchNodePorts keeps the allocated node ports when an update (kubectl
-// replace or apply of a manifest without them) leaves them out: a port with
-// no nodePort gets the nodePort of the old port of the same name, unless the
-// update gave that nodePort to another port (upstream's patchAllocatedValues).
-func patchNodePorts(svc, old *corev1.Service) {
-	if needsNodePorts(old) && needsNodePorts(svc) {
-		inBoth := map[int32]bool{}
-		oldPorts := map[int32]bool{}
-		for _, p := range old.Spec.Ports {
-			oldPorts[p.NodePort] = p.NodePort != 0
-		}
-		for _, p := range svc.Spec.Ports {
-			if oldPorts[p.NodePort] {
-				inBoth[p.NodePort] = true
-			}
-		}
-		byName := map[string]int32{}
-		for _, p := range old.Spec.Ports {
-			byName[p.Name] = p.NodePort
-		}
-		for i := range svc.Spec.Ports {
-			p := &svc.Spec.Ports[i]
-			if p.NodePort == 0 && !inBoth[byName[p.Name]] {
-				p.NodePort = byName[p.Name]
-			}
-		}
-	}
-	if needsHealthCheckNodePort(old) && needsHealthCheckNodePort(svc) && svc.Spec.HealthCheckNodePort == 0 {
-		svc.Spec.HealthCheckNodePort = old.Spec.HealthCheckNodePort
-	}
-}
-
-// validateNodePortFields refuses node-port fields on types that have none.
+// validateNodePortFields refuses nodePorts on a ClusterIP Service and two
+// ports of one protocol on one nodePort (53/TCP and 53/UDP may share one).
+// Other types are not checked here, as upstream does not: an update away
+// from NodePort drops unchanged nodePorts (dropTypeDependentFields).
 func validateNodePortFields(svc *corev1.Service) field.ErrorList {
 	var errs field.ErrorList
-	if !needsNodePorts(svc) {
+	if svc.Spec.Type == corev1.ServiceTypeClusterIP {
 		for i, p := range svc.Spec.Ports {
 			if p.NodePort != 0 {
-				errs = append(errs, field.Forbidden(field.NewPath("spec", "ports").Index(i).Child("nodePort"),
-					fmt.Sprintf("may not be used when `type` is '%s'", svc.Spec.Type)))
+				errs = append(errs, field.Forbidden(portsPath.Index(i).Child("nodePort"), "may not be used when `type` is 'ClusterIP'"))
 			}
 		}
 	}
-	// One nodePort per protocol: 53/TCP and 53/UDP may share one, two TCP
-	// ports may not (upstream's Duplicate, checked before any reservation).
 	type protoPort struct {
 		protocol corev1.Protocol
 		nodePort int32
@@ -183,13 +117,9 @@ func validateNodePortFields(svc *corev1.Service) field.ErrorList {
 		}
 		k := protoPort{p.Protocol, p.NodePort}
 		if seen[k] {
-			errs = append(errs, field.Duplicate(field.NewPath("spec", "ports").Index(i).Child("nodePort"), p.NodePort))
+			errs = append(errs, field.Duplicate(portsPath.Index(i).Child("nodePort"), p.NodePort))
 		}
 		seen[k] = true
-	}
-	if svc.Spec.HealthCheckNodePort != 0 && !needsHealthCheckNodePort(svc) {
-		errs = append(errs, field.Invalid(field.NewPath("spec", "healthCheckNodePort"), svc.Spec.HealthCheckNodePort,
-			"may only be set when `type` is 'LoadBalancer' and `externalTrafficPolicy` is 'Local'"))
 	}
 	return errs
 }
@@ -342,7 +272,11 @@ func (a *Allocator) allocateNodePortsUpdate(ctx context.Context, txn *Transactio
 		return nil
 	}
 	alloc := a.nodePortAllocator(dryRun)
-	oldPorts := NodePortsOf(old)
+	// Only old's nodePorts count as held by a port: its healthCheckNodePort
+	// is not, so a port asking for it is reserved anew and refused as
+	// taken. One node port must never serve two roles, or releasing one
+	// role frees a port the other still uses.
+	oldPorts := nodePortsOnly(old)
 	var drop []int
 	if needsNodePorts(old) && !needsNodePorts(svc) {
 		drop = append(drop, nodePortsOnly(old)...)
@@ -384,17 +318,10 @@ func (a *Allocator) allocateNodePortsUpdate(ctx context.Context, txn *Transactio
 		}
 	case needsHealthCheckNodePort(old) && !needsHealthCheckNodePort(svc):
 		drop = append(drop, int(old.Spec.HealthCheckNodePort))
-	case needsHealthCheckNodePort(svc) && svc.Spec.HealthCheckNodePort != old.Spec.HealthCheckNodePort:
-		// Upstream refuses the change (an omitted one was kept by
-		// patchNodePorts): node proxies and load balancers probe the old
-		// port until they see the new one.
-		return apierrors.NewInvalid(serviceKind, svc.Name, field.ErrorList{field.Invalid(
-			field.NewPath("spec", "healthCheckNodePort"), svc.Spec.HealthCheckNodePort,
-			"cannot change healthCheckNodePort on loadBalancer service with externalTraffic=Local during update")})
 	}
 	if !dryRun {
-		// A port still used by svc in another role (a nodePort that became
-		// the healthCheckNodePort, or the reverse) stays allocated.
+		// A changed healthCheckNodePort was refused by validation, so a
+		// port svc still holds is one it held before: it stays allocated.
 		keep := NodePortsOf(svc)
 		for _, port := range drop {
 			if port != 0 && !slices.Contains(keep, port) && !slices.Contains(txn.ports.toRelease, port) {

@@ -42,7 +42,7 @@ type REST struct {
 }
 
 // NewREST installs the allocation hooks (BeginCreate, BeginUpdate,
-// AfterDelete) into store, which must be a store of *corev1.Service
+// AfterDelete) and the read defaulting (Decorator) into store, which must be a store of *corev1.Service
 // completed with options from TrackDeletes, and returns the storage to
 // serve. Serve the returned REST, not store: its Create and Update add what
 // the hooks cannot do alone.
@@ -55,6 +55,7 @@ func NewREST(store *genericregistry.Store, alloc *Allocator) (*REST, error) {
 	store.BeginCreate = r.beginCreate
 	store.BeginUpdate = r.beginUpdate
 	store.AfterDelete = r.afterDelete
+	store.Decorator = alloc.DefaultOnRead
 	return r, nil
 }
 
@@ -125,7 +126,7 @@ func (r *REST) Update(ctx context.Context, name string, objInfo rest.UpdatedObje
 
 func (r *REST) beginCreate(ctx context.Context, obj runtime.Object, options *metav1.CreateOptions) (genericregistry.FinishFunc, error) {
 	svc := obj.(*corev1.Service)
-	if err := r.alloc.PrepareCreate(svc); err != nil {
+	if err := r.alloc.PrepareCreate(ctx, svc); err != nil {
 		return nil, err
 	}
 	txn, err := r.alloc.AllocateCreate(ctx, svc, dryrun.IsDryRun(options.DryRun))
@@ -137,7 +138,9 @@ func (r *REST) beginCreate(ctx context.Context, obj runtime.Object, options *met
 
 func (r *REST) beginUpdate(ctx context.Context, obj, old runtime.Object, options *metav1.UpdateOptions) (genericregistry.FinishFunc, error) {
 	svc, oldSvc := obj.(*corev1.Service), old.(*corev1.Service)
-	if err := r.alloc.PrepareUpdate(svc, oldSvc); err != nil {
+	// The stored object may predate fields the update logic relies on.
+	r.alloc.DefaultOnRead(oldSvc)
+	if err := r.alloc.PrepareUpdate(ctx, svc, oldSvc); err != nil {
 		return nil, err
 	}
 	txn, err := r.alloc.AllocateUpdate(ctx, svc, oldSvc, dryrun.IsDryRun(options.DryRun))

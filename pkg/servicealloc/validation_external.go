@@ -19,25 +19,21 @@ import (
 // and session affinity. Texts are upstream's, word for word, because
 // clients and people match on them.
 //
-// Invariant: a value that was stored before may stay. Upstream validates new
-// externalIPs and source ranges strictly but accepts the ones the old object
-// already had (they may have been accepted by an older, looser release);
-// a Service written by kube-apiserver must stay editable through this
-// server (issue 10: labelling such a Service failed because of a field the
-// request did not touch).
-//
-// The "Required" checks upstream makes for defaulted fields
-// (sessionAffinity, internalTrafficPolicy, externalTrafficPolicy,
-// allocateLoadBalancerNodePorts) are not here: every request body is
-// defaulted on decode (pkg/apiserver's defaulting, like upstream's), so
-// they cannot fail through the API, and an embedding server with other
-// defaults should not be refused for them. healthCheckNodePort and
-// nodePort belong to node-port allocation and are validated there.
+// Invariant: a value that was stored before may stay as upstream lets it
+// stay. New externalIPs and source ranges are parsed strictly, the ones the
+// old object already had are not (an older, looser release may have
+// accepted them; a Service written by kube-apiserver must stay editable
+// through this server, issue 10); an old external IP still has to be an
+// address traffic can reach (not loopback, link-local or unspecified), as
+// upstream checks that on every update.
 
 // strictIPCIDRValidation is upstream's StrictIPCIDRValidation feature gate,
-// which is off by default: IPs with leading zeros and CIDRs with host bits
-// are accepted in the legacy fields (with a warning).
-const strictIPCIDRValidation = false
+// on by default from 1.36 (our API level is 1.37): IPs with leading zeros,
+// IPv4-mapped IPv6 addresses and CIDRs with host bits are refused in the
+// legacy fields (cluster IPs, externalIPs, loadBalancerSourceRanges and its
+// annotation, load-balancer ingress IPs), unless the stored object already
+// had the value.
+const strictIPCIDRValidation = true
 
 // maxClientIPAffinitySeconds is the longest ClientIP session affinity
 // timeout, one day (upstream's core.MaxClientIPServiceAffinitySeconds).
@@ -63,56 +59,85 @@ func externallyAccessible(svc *corev1.Service) bool {
 		(svc.Spec.Type == corev1.ServiceTypeClusterIP && len(svc.Spec.ExternalIPs) > 0)
 }
 
-// validateExternalFields checks the fields above for svc; old is the stored
-// Service of an update, nil for a create.
-func validateExternalFields(svc, old *corev1.Service) field.ErrorList {
+// validateExternalFields checks allocateLoadBalancerNodePorts,
+// loadBalancerClass, the traffic policies (with healthCheckNodePort) and
+// trafficDistribution of svc, in upstream's order.
+func validateExternalFields(svc *corev1.Service) field.ErrorList {
 	var allErrs field.ErrorList
 	spec := &svc.Spec
-
-	if spec.ClusterIP == corev1.ClusterIPNone && len(spec.ClusterIPs) <= 1 {
-		switch spec.Type {
-		case corev1.ServiceTypeLoadBalancer, corev1.ServiceTypeNodePort:
-			allErrs = append(allErrs, field.Invalid(clusterIPsPath.Index(0), corev1.ClusterIPNone,
-				fmt.Sprintf("may not be set to 'None' for %s services", spec.Type)))
-		}
-	}
-
-	allErrs = append(allErrs, validateSessionAffinityConfig(svc)...)
-	allErrs = append(allErrs, validateExternalIPs(svc, old)...)
-	allErrs = append(allErrs, validateSourceRanges(svc, old)...)
 
 	if spec.AllocateLoadBalancerNodePorts != nil && spec.Type != corev1.ServiceTypeLoadBalancer {
 		allErrs = append(allErrs, field.Forbidden(specPath.Child("allocateLoadBalancerNodePorts"), "may only be used when `type` is 'LoadBalancer'"))
 	}
+	if spec.Type == corev1.ServiceTypeLoadBalancer && spec.AllocateLoadBalancerNodePorts == nil {
+		// Upstream's path has no "spec." here.
+		allErrs = append(allErrs, field.Required(field.NewPath("allocateLoadBalancerNodePorts"), ""))
+	}
 
-	lbClassPath := specPath.Child("loadBalancerClass")
-	if old != nil && old.Spec.Type == corev1.ServiceTypeLoadBalancer && spec.Type == corev1.ServiceTypeLoadBalancer &&
-		!ptrEqual(old.Spec.LoadBalancerClass, spec.LoadBalancerClass) {
-		allErrs = append(allErrs, field.Invalid(lbClassPath, spec.LoadBalancerClass, "may not change once set"))
-	}
-	if spec.LoadBalancerClass != nil {
-		if spec.Type == corev1.ServiceTypeLoadBalancer {
-			for _, msg := range utilvalidation.IsQualifiedName(*spec.LoadBalancerClass) {
-				allErrs = append(allErrs, field.Invalid(lbClassPath, *spec.LoadBalancerClass, msg))
-			}
-		} else {
-			allErrs = append(allErrs, field.Forbidden(lbClassPath, "may only be used when `type` is 'LoadBalancer'"))
-		}
-	}
+	allErrs = append(allErrs, validateLoadBalancerClass(svc, nil)...)
 
 	etpPath := specPath.Child("externalTrafficPolicy")
-	if !externallyAccessible(svc) {
+	switch {
+	case !externallyAccessible(svc):
 		if spec.ExternalTrafficPolicy != "" {
 			allErrs = append(allErrs, field.Invalid(etpPath, spec.ExternalTrafficPolicy, "may only be set for externally-accessible services"))
 		}
-	} else if spec.ExternalTrafficPolicy != "" && !supportedExternalTrafficPolicies.Has(spec.ExternalTrafficPolicy) {
+	case spec.ExternalTrafficPolicy == "":
+		allErrs = append(allErrs, field.Required(etpPath, ""))
+	case !supportedExternalTrafficPolicies.Has(spec.ExternalTrafficPolicy):
 		allErrs = append(allErrs, field.NotSupported(etpPath, spec.ExternalTrafficPolicy, sets.List(supportedExternalTrafficPolicies)))
 	}
-	if spec.InternalTrafficPolicy != nil && !supportedInternalTrafficPolicies.Has(*spec.InternalTrafficPolicy) {
-		allErrs = append(allErrs, field.NotSupported(specPath.Child("internalTrafficPolicy"), *spec.InternalTrafficPolicy, sets.List(supportedInternalTrafficPolicies)))
+	// A needed healthCheckNodePort left at 0 is not an error here: node-port
+	// allocation picks one before the Service is stored.
+	hcPath := specPath.Child("healthCheckNodePort")
+	if !needsHealthCheckNodePort(svc) {
+		if spec.HealthCheckNodePort != 0 {
+			allErrs = append(allErrs, field.Invalid(hcPath, spec.HealthCheckNodePort,
+				"may only be set when `type` is 'LoadBalancer' and `externalTrafficPolicy` is 'Local'"))
+		}
+	} else if spec.HealthCheckNodePort != 0 {
+		for _, msg := range utilvalidation.IsValidPortNum(int(spec.HealthCheckNodePort)) {
+			allErrs = append(allErrs, field.Invalid(hcPath, spec.HealthCheckNodePort, msg))
+		}
 	}
+
+	itpPath := specPath.Child("internalTrafficPolicy")
+	switch {
+	case spec.InternalTrafficPolicy == nil:
+		// Not required on ExternalName: it was never checked there, and
+		// stored objects must stay valid.
+		if spec.Type == corev1.ServiceTypeClusterIP || spec.Type == corev1.ServiceTypeNodePort || spec.Type == corev1.ServiceTypeLoadBalancer {
+			allErrs = append(allErrs, field.Required(itpPath, ""))
+		}
+	case !supportedInternalTrafficPolicies.Has(*spec.InternalTrafficPolicy):
+		allErrs = append(allErrs, field.NotSupported(itpPath, *spec.InternalTrafficPolicy, sets.List(supportedInternalTrafficPolicies)))
+	}
+
 	if td := spec.TrafficDistribution; td != nil && !contains(supportedTrafficDistributions, *td) {
 		allErrs = append(allErrs, field.NotSupported(specPath.Child("trafficDistribution"), *td, supportedTrafficDistributions))
+	}
+	return allErrs
+}
+
+// validateLoadBalancerClass checks loadBalancerClass: a qualified name, only
+// on a LoadBalancer, and (old non-nil: an update) unchanged while the
+// Service stays a LoadBalancer.
+func validateLoadBalancerClass(svc, old *corev1.Service) field.ErrorList {
+	var allErrs field.ErrorList
+	p := specPath.Child("loadBalancerClass")
+	class := svc.Spec.LoadBalancerClass
+	if old != nil && old.Spec.Type == corev1.ServiceTypeLoadBalancer && svc.Spec.Type == corev1.ServiceTypeLoadBalancer &&
+		!ptrEqual(old.Spec.LoadBalancerClass, class) {
+		allErrs = append(allErrs, field.Invalid(p, class, "may not change once set"))
+	}
+	if class != nil {
+		if svc.Spec.Type == corev1.ServiceTypeLoadBalancer {
+			for _, msg := range utilvalidation.IsQualifiedName(*class) {
+				allErrs = append(allErrs, field.Invalid(p, *class, msg))
+			}
+		} else {
+			allErrs = append(allErrs, field.Forbidden(p, "may only be used when `type` is 'LoadBalancer'"))
+		}
 	}
 	return allErrs
 }
@@ -154,9 +179,10 @@ func validateSessionAffinityConfig(svc *corev1.Service) field.ErrorList {
 	return nil
 }
 
-// validateExternalIPs checks every new external IP: a valid address that is
-// not unspecified, loopback or link-local (upstream uses its endpoint-IP
-// rules here, for historical reasons).
+// validateExternalIPs checks every external IP: a valid address (parsed
+// strictly unless old had it) that is not unspecified, loopback or
+// link-local (upstream uses its endpoint-IP rules here, for historical
+// reasons).
 func validateExternalIPs(svc, old *corev1.Service) field.ErrorList {
 	var allErrs field.ErrorList
 	var existing []string
@@ -165,10 +191,7 @@ func validateExternalIPs(svc, old *corev1.Service) field.ErrorList {
 	}
 	for i, ip := range svc.Spec.ExternalIPs {
 		p := specPath.Child("externalIPs").Index(i)
-		if contains(existing, ip) {
-			continue
-		}
-		if errs := utilvalidation.IsValidIPForLegacyField(p, ip, strictIPCIDRValidation, nil); len(errs) > 0 {
+		if errs := utilvalidation.IsValidIPForLegacyField(p, ip, strictIPCIDRValidation, existing); len(errs) > 0 {
 			allErrs = append(allErrs, errs...)
 			continue
 		}

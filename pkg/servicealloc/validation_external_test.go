@@ -53,6 +53,7 @@ func TestValidateExternalFields(t *testing.T) {
 				`spec.loadBalancerClass: Invalid value: "-bad/": name part must consist of alphanumeric characters, '-', '_' or '.', and must start and end with an alphanumeric character (e.g. 'MyName',  or 'my.name',  or '123-abc', regex used for validation is '([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9]')`}},
 		{name: "source ranges on NodePort", svc: svc(func(s *corev1.Service) {
 			s.Spec.Type = corev1.ServiceTypeNodePort
+			s.Spec.ExternalTrafficPolicy = corev1.ServiceExternalTrafficPolicyCluster
 			s.Spec.LoadBalancerSourceRanges = []string{"192.0.2.0/24"}
 		}), want: []string{"spec.LoadBalancerSourceRanges: Forbidden: may only be used when `type` is 'LoadBalancer'"}},
 		{name: "source range not a CIDR", svc: lb(func(s *corev1.Service) { s.Spec.LoadBalancerSourceRanges = []string{"192.0.2.1"} }),
@@ -63,6 +64,7 @@ func TestValidateExternalFields(t *testing.T) {
 			`metadata.annotations[service.beta.kubernetes.io/load-balancer-source-ranges]: Invalid value: "nope": must be a valid CIDR value, (e.g. 10.9.8.0/24 or 2001:db8::/64)`}},
 		{name: "external IPs", svc: svc(func(s *corev1.Service) {
 			s.Spec.ExternalIPs = []string{"192.0.2.300", "0.0.0.0", "127.0.0.1", "169.254.1.1", "224.0.0.5", "::1", "fe80::1"}
+			s.Spec.ExternalTrafficPolicy = corev1.ServiceExternalTrafficPolicyCluster
 		}), want: []string{
 			`spec.externalIPs[0]: Invalid value: "192.0.2.300": must be a valid IP address, (e.g. 10.9.8.7 or 2001:db8::ffff)`,
 			`spec.externalIPs[1]: Invalid value: "0.0.0.0": may not be unspecified (0.0.0.0)`,
@@ -88,6 +90,7 @@ func TestValidateExternalFields(t *testing.T) {
 			want: []string{`spec.trafficDistribution: Unsupported value: "Anywhere": supported values: "PreferClose", "PreferSameZone", "PreferSameNode"`}},
 		{name: "allocateLoadBalancerNodePorts on NodePort", svc: svc(func(s *corev1.Service) {
 			s.Spec.Type = corev1.ServiceTypeNodePort
+			s.Spec.ExternalTrafficPolicy = corev1.ServiceExternalTrafficPolicyCluster
 			s.Spec.AllocateLoadBalancerNodePorts = ptr(false)
 		}), want: []string{"spec.allocateLoadBalancerNodePorts: Forbidden: may only be used when `type` is 'LoadBalancer'"}},
 		{name: "headless LoadBalancer", svc: lb(func(s *corev1.Service) { s.Spec.ClusterIP, s.Spec.ClusterIPs = "None", []string{"None"} }),
@@ -123,6 +126,9 @@ func TestValidateExternalFieldsUpdate(t *testing.T) {
 		s.Spec.LoadBalancerSourceRanges = []string{"192.0.2.1"}
 		s.Spec.LoadBalancerClass = ptr("example.com/a")
 	})
+	// An old external IP is not parsed again, but must still be one
+	// traffic can reach: upstream checks that on every update too.
+	const loopback0 = `spec.externalIPs[0]: Invalid value: "127.0.0.1": may not be in the loopback range (127.0.0.0/8, ::1/128)`
 	tests := []struct {
 		name string
 		svc  *corev1.Service
@@ -133,25 +139,25 @@ func TestValidateExternalFieldsUpdate(t *testing.T) {
 			s.Spec.ExternalIPs = []string{"127.0.0.1"}
 			s.Spec.LoadBalancerSourceRanges = []string{"192.0.2.1"}
 			s.Spec.LoadBalancerClass = ptr("example.com/a")
-		})},
+		}), want: []string{loopback0}},
 		{name: "new bad external IP", svc: lb(func(s *corev1.Service) {
 			s.Spec.ExternalIPs = []string{"127.0.0.1", "127.0.0.2"}
 			s.Spec.LoadBalancerSourceRanges = []string{"192.0.2.1"}
 			s.Spec.LoadBalancerClass = ptr("example.com/a")
-		}), want: []string{`spec.externalIPs[1]: Invalid value: "127.0.0.2": may not be in the loopback range (127.0.0.0/8, ::1/128)`}},
+		}), want: []string{loopback0, `spec.externalIPs[1]: Invalid value: "127.0.0.2": may not be in the loopback range (127.0.0.0/8, ::1/128)`}},
 		{name: "class changed", svc: lb(func(s *corev1.Service) {
 			s.Spec.ExternalIPs = []string{"127.0.0.1"}
 			s.Spec.LoadBalancerSourceRanges = []string{"192.0.2.1"}
 			s.Spec.LoadBalancerClass = ptr("example.com/b")
-		}), want: []string{`spec.loadBalancerClass: Invalid value: "example.com/b": may not change once set`}},
+		}), want: []string{`spec.loadBalancerClass: Invalid value: "example.com/b": may not change once set`, loopback0}},
 		{name: "class removed", svc: lb(func(s *corev1.Service) {
 			s.Spec.ExternalIPs = []string{"127.0.0.1"}
 			s.Spec.LoadBalancerSourceRanges = []string{"192.0.2.1"}
-		}), want: []string{`spec.loadBalancerClass: Invalid value: null: may not change once set`}},
+		}), want: []string{`spec.loadBalancerClass: Invalid value: null: may not change once set`, loopback0}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			got := errorTexts(validateService(tt.svc, legacy))
+			got := errorTexts(append(validateSpecUpdate(tt.svc, legacy), validateService(tt.svc, legacy)...))
 			if diff := cmp.Diff(tt.want, got); diff != "" {
 				t.Errorf("errors (-want +got):\n%s", diff)
 			}
@@ -168,14 +174,14 @@ func TestValidateExternalFieldsUpdate(t *testing.T) {
 // TestDropExternalFields: turning a LoadBalancer into a ClusterIP Service
 // with a patch of the type alone is accepted, because the fields only a
 // LoadBalancer can have are dropped when the client did not change them.
-func TestDropExternalFields(t *testing.T) {
+func TestDropTypeDependentFields(t *testing.T) {
 	old := lb(func(s *corev1.Service) { s.Spec.LoadBalancerClass = ptr("example.com/a") })
 	updated := old.DeepCopy()
 	updated.Spec.Type = corev1.ServiceTypeClusterIP
 	if errs := validateService(updated, old); len(errs) == 0 {
 		t.Fatalf("before the drop the update must be invalid")
 	}
-	dropExternalFields(updated, old)
+	dropTypeDependentFields(updated, old)
 	if errs := validateService(updated, old); len(errs) > 0 {
 		t.Errorf("after the drop: %v", errs)
 	}
@@ -186,7 +192,7 @@ func TestDropExternalFields(t *testing.T) {
 	changed := old.DeepCopy()
 	changed.Spec.Type = corev1.ServiceTypeClusterIP
 	changed.Spec.LoadBalancerClass = ptr("example.com/b")
-	dropExternalFields(changed, old)
+	dropTypeDependentFields(changed, old)
 	if diff := cmp.Diff([]string{"spec.loadBalancerClass: Forbidden: may only be used when `type` is 'LoadBalancer'"}, errorTexts(validateService(changed, old))); diff != "" {
 		t.Errorf("changed class (-want +got):\n%s", diff)
 	}

@@ -181,10 +181,11 @@ func TestNodePorts(t *testing.T) {
 		}
 		expectHeld(t, ctx, s.etcd, int(hc), int(np), 30081)
 
-		// A changed healthCheckNodePort is refused as upstream refuses it
-		// (nothing reserved, nothing released); one left out is kept.
+		// A changed healthCheckNodePort is refused as upstream (1.37) refuses
+		// it, by validation (nothing reserved, nothing released); one left
+		// out is kept.
 		_, err := updateErr(ctx, c, "lb-local", func(s *corev1.Service) { s.Spec.HealthCheckNodePort = 30099 })
-		expectStatus(t, err, 422, "spec.healthCheckNodePort: Invalid value: 30099: cannot change healthCheckNodePort on loadBalancer service with externalTraffic=Local during update")
+		expectStatus(t, err, 422, "spec.healthCheckNodePort: Forbidden: field is immutable")
 		expectHeld(t, ctx, s.etcd, int(hc), int(np), 30081)
 		lb = update(t, ctx, c, "lb-local", func(s *corev1.Service) { s.Spec.HealthCheckNodePort = 0 })
 		if lb.Spec.HealthCheckNodePort != hc {
@@ -198,6 +199,36 @@ func TestNodePorts(t *testing.T) {
 		expectHeld(t, ctx, s.etcd, int(np), 30081)
 		mustDelete(t, ctx, c, "lb-local")
 		mustDelete(t, ctx, c, "lb-bare")
+		expectHeld(t, ctx, s.etcd)
+	})
+
+	// Issue 17 item 1: a node port is never given twice within one Service.
+	// The health-check port is held by the Service but is not one of its
+	// ports' node ports, so a port asking for it must be refused as taken.
+	t.Run("a port asking for the health check port is refused", func(t *testing.T) {
+		lb := nodePortService("lb-swap", corev1.ServiceTypeLoadBalancer, tcp(80, 30093), tcp(81, 30076))
+		lb.Spec.ExternalTrafficPolicy = corev1.ServiceExternalTrafficPolicyLocal
+		lb.Spec.HealthCheckNodePort = 30118
+		mustCreate(t, ctx, c, lb)
+		expectHeld(t, ctx, s.etcd, 30076, 30093, 30118)
+
+		_, err := updateErr(ctx, c, "lb-swap", func(s *corev1.Service) {
+			s.Spec.Ports[0].NodePort, s.Spec.Ports[1].NodePort = 30076, 30118
+			s.Spec.HealthCheckNodePort = 0 // left out: kept
+		})
+		expectStatus(t, err, 422, "spec.ports[1].nodePort: Invalid value: 30118: provided port is already allocated")
+		expectHeld(t, ctx, s.etcd, 30076, 30093, 30118)
+
+		// Swapping the Service's own two node ports is fine and holds the same set.
+		got := update(t, ctx, c, "lb-swap", func(s *corev1.Service) {
+			s.Spec.Ports[0].NodePort, s.Spec.Ports[1].NodePort = 30076, 30093
+		})
+		if got.Spec.Ports[0].NodePort != 30076 || got.Spec.Ports[1].NodePort != 30093 || got.Spec.HealthCheckNodePort != 30118 {
+			t.Errorf("after the swap: ports %v, hc %d", got.Spec.Ports, got.Spec.HealthCheckNodePort)
+		}
+		expectHeld(t, ctx, s.etcd, 30076, 30093, 30118)
+
+		mustDelete(t, ctx, c, "lb-swap")
 		expectHeld(t, ctx, s.etcd)
 	})
 
