@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# Builds kube-apiserver VERSION (e.g. v1.32.13) from the published
+# Builds kube-apiserver VERSION (e.g. v1.32.13), or another command of
+# k8s.io/kubernetes/cmd named by COMPONENT (kube-controller-manager), from the published
 # k8s.io/kubernetes module through the Go module proxy, in a throwaway module
 # under the user's cache dir (never in this repository), and prints the
 # binary's path. The build runs only when the binary is missing.
@@ -10,10 +11,11 @@
 # v0.<minor>.<patch> of the same release.
 set -euo pipefail
 
-version=${1:?usage: kube-apiserver-build.sh vX.Y.Z}
+version=${1:?usage: kube-apiserver-build.sh vX.Y.Z [COMPONENT]}
+component=${2:-kube-apiserver}
 cache=${ALLOCATOR_KUBE_APISERVER_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/allocator/kube-apiserver}
 dir="$cache/$version"
-bin="$dir/kube-apiserver"
+bin="$dir/$component"
 if [ -x "$bin" ]; then echo "$bin"; exit 0; fi
 
 staging_version="v0.${version#v1.}"
@@ -39,7 +41,7 @@ go mod edit -go "$(sed -n 's/^go \([0-9.]*\)$/\1/p' "$upstream_mod")"
 # `go get` of the one package, not `go mod tidy`: tidy also resolves the tests
 # of every dependency, and some of their modules (e.g. k8s.io/csi-translation-lib)
 # are not served by every module proxy; the build needs none of them.
-go get "k8s.io/kubernetes/cmd/kube-apiserver@$version" >&2
-go build -trimpath -o "$bin.tmp" k8s.io/kubernetes/cmd/kube-apiserver >&2
+go get "k8s.io/kubernetes/cmd/$component@$version" >&2
+go build -trimpath -o "$bin.tmp" "k8s.io/kubernetes/cmd/$component" >&2
 mv "$bin.tmp" "$bin"
 echo "$bin"

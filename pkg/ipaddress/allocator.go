@@ -695,8 +695,9 @@ func (a *Allocator) DryRun() allocation.Interface { return dryRun{a} }
 
 type dryRun struct{ a *Allocator }
 
-// Allocate reports what Allocate would: ErrMismatchedNetwork, ErrAllocated
-// (from a fresh read) or nil.
+// Allocate reports what Allocate would: a *NotInRangeError (or
+// ErrMismatchedNetwork with no range served), ErrAllocated (from a fresh
+// read) or nil.
 func (d dryRun) Allocate(ctx context.Context, ip netip.Addr, _ allocation.Owner) error {
 	a := d.a
 	if !a.ready.Load() {
@@ -705,8 +706,17 @@ func (d dryRun) Allocate(ctx context.Context, ip netip.Addr, _ allocation.Owner)
 	a.mu.Lock()
 	inRange := ip.IsValid() && ip.Is6() == a.ipv6 && a.containsLocked(ip)
 	busy := a.inflight[ip] != nil
+	var first string
+	if len(a.ranges) > 0 {
+		first = a.ranges[0].rng.Prefix().String()
+	}
 	a.mu.Unlock()
 	if !inRange {
+		// Upstream's dry run asks one range's allocator (its
+		// MetaAllocator.DryRun), which answers "not in the valid range".
+		if first != "" {
+			return &allocation.NotInRangeError{IP: ip, ValidRange: first}
+		}
 		return allocation.ErrMismatchedNetwork
 	}
 	if busy {

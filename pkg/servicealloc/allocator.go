@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"net/netip"
+	"slices"
 
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -99,6 +100,10 @@ type Transaction struct {
 	toRelease []netip.Addr // released by Commit
 	ports     portTxn
 	done      bool
+	// probe marks the dry run PrepareCreate/PrepareUpdate make of a real
+	// request that failed validation, to answer with the error the real
+	// allocation would give (upstream allocates before it validates).
+	probe bool
 }
 
 // Commit finishes a successful operation: addresses the update dropped are
@@ -174,7 +179,7 @@ func (a *Allocator) PrepareCreate(ctx context.Context, svc *corev1.Service) erro
 		return apierrors.NewInvalid(serviceKind, svc.Name, errs)
 	}
 	if errs := a.validate(svc, nil); len(errs) > 0 {
-		if _, err := a.AllocateCreate(ctx, svc.DeepCopy(), true); err != nil {
+		if _, err := a.allocateCreate(ctx, &Transaction{a: a, owner: ownerOf(svc), probe: true}, svc.DeepCopy(), true); err != nil {
 			return err
 		}
 		return apierrors.NewInvalid(serviceKind, svc.Name, errs)
@@ -194,7 +199,7 @@ func (a *Allocator) PrepareUpdate(ctx context.Context, svc, old *corev1.Service)
 	}
 	dropTypeDependentFields(svc, old)
 	if errs := a.validate(svc, old); len(errs) > 0 {
-		if _, err := a.AllocateUpdate(ctx, svc.DeepCopy(), old, true); err != nil {
+		if _, err := a.allocateUpdate(ctx, &Transaction{a: a, owner: ownerOf(svc), probe: true}, svc.DeepCopy(), old, true); err != nil {
 			return err
 		}
 		return apierrors.NewInvalid(serviceKind, svc.Name, errs)
@@ -226,7 +231,10 @@ func (a *Allocator) validate(svc, old *corev1.Service) field.ErrorList {
 // dry-run views: conflicts are reported, nothing is reserved, and the
 // returned transaction releases nothing.
 func (a *Allocator) AllocateCreate(ctx context.Context, svc *corev1.Service, dryRun bool) (*Transaction, error) {
-	txn := &Transaction{a: a, owner: ownerOf(svc)}
+	return a.allocateCreate(ctx, &Transaction{a: a, owner: ownerOf(svc)}, svc, dryRun)
+}
+
+func (a *Allocator) allocateCreate(ctx context.Context, txn *Transaction, svc *corev1.Service, dryRun bool) (*Transaction, error) {
 	if err := a.allocateClusterIPsCreate(ctx, txn, svc, dryRun); err != nil {
 		return nil, err
 	}
@@ -283,7 +291,7 @@ func (a *Allocator) allocateFamilies(ctx context.Context, txn *Transaction, svc 
 					field.Invalid(clusterIPsPath.Index(i), out[i], "must be a valid IP address, (e.g. 10.9.8.7 or 2001:db8::ffff)")}))
 			}
 			if err := alloc.Allocate(ctx, addr, txn.owner); err != nil {
-				return fail(a.staticError(svc, i, addr, err))
+				return fail(a.staticError(svc, len(families), addr, err, dryRun && !txn.probe))
 			}
 			if !dryRun {
 				txn.reserved = append(txn.reserved, addr)
@@ -307,16 +315,31 @@ func (a *Allocator) allocateFamilies(ctx context.Context, txn *Transaction, svc 
 }
 
 // staticError maps an error of allocating a requested address to the API
-// error upstream returns (422 on spec.clusterIPs[i]), except for conditions
-// that are not the user's fault.
-func (a *Allocator) staticError(svc *corev1.Service, i int, addr netip.Addr, err error) error {
+// error upstream returns (422 on spec.clusterIPs), except for conditions
+// that are not the user's fault. Upstream (IPAddress model only, since
+// 1.33) says an address no served range holds, the network and broadcast
+// addresses among them, "does not match the current range"; its dry run
+// asks one range's allocator, which says "not in the valid range". Both
+// models answer the same.
+//
+// The value shown is spec.clusterIPs with an empty marker for each family
+// still to be picked, as upstream shows it (["10.200.0.5",""]).
+func (a *Allocator) staticError(svc *corev1.Service, families int, addr netip.Addr, err error, userDryRun bool) error {
+	shown := slices.Clone(svc.Spec.ClusterIPs)
+	for len(shown) < families {
+		shown = append(shown, "")
+	}
 	switch {
 	case errors.Is(err, allocation.ErrNotReady):
 		return a.notReady(err)
-	case errors.Is(err, allocation.ErrAllocated), errors.Is(err, allocation.ErrNotInRange),
-		errors.Is(err, allocation.ErrMismatchedNetwork):
+	case errors.Is(err, allocation.ErrNotInRange), errors.Is(err, allocation.ErrMismatchedNetwork):
+		if !userDryRun {
+			err = allocation.ErrMismatchedNetwork
+		}
+		fallthrough
+	case errors.Is(err, allocation.ErrAllocated):
 		return apierrors.NewInvalid(serviceKind, svc.Name, field.ErrorList{
-			field.Invalid(clusterIPsPath, svc.Spec.ClusterIPs,
+			field.Invalid(clusterIPsPath, shown,
 				fmt.Sprintf("failed to allocate IP %s: %v", addr, err))})
 	default:
 		return apierrors.NewInternalError(fmt.Errorf("failed to allocate IP %s: %w", addr, err))
@@ -348,7 +371,10 @@ func (a *Allocator) notReady(err error) error {
 // (type ExternalName, dual- to single-stack) are released by Commit. svc must
 // have been through PrepareUpdate.
 func (a *Allocator) AllocateUpdate(ctx context.Context, svc, old *corev1.Service, dryRun bool) (*Transaction, error) {
-	txn := &Transaction{a: a, owner: ownerOf(svc)}
+	return a.allocateUpdate(ctx, &Transaction{a: a, owner: ownerOf(svc)}, svc, old, dryRun)
+}
+
+func (a *Allocator) allocateUpdate(ctx context.Context, txn *Transaction, svc, old *corev1.Service, dryRun bool) (*Transaction, error) {
 	if err := a.allocateClusterIPsUpdate(ctx, txn, svc, old, dryRun); err != nil {
 		return nil, err
 	}

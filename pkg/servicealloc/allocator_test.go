@@ -217,13 +217,14 @@ func TestAllocateErrors(t *testing.T) {
 	s = svc(func(s *corev1.Service) { s.Spec.ClusterIP = "10.0.0.3" })
 	_ = a.PrepareCreate(context.Background(), s)
 	_, err = a.AllocateCreate(ctx, s, false)
-	if !apierrors.IsInvalid(err) || !strings.Contains(err.Error(), "is not in the valid range") {
+	// Upstream's answer (IPAddress model, testdata/parity clusterips/broadcast-v4).
+	if !apierrors.IsInvalid(err) || !strings.Contains(err.Error(), "failed to allocate IP 10.0.0.3: the provided network does not match the current range") {
 		t.Errorf("broadcast address: %v", err)
 	}
 	s = svc(func(s *corev1.Service) { s.Spec.ClusterIP = "10.9.0.1" })
 	_ = a.PrepareCreate(context.Background(), s)
 	_, err = a.AllocateCreate(ctx, s, false)
-	if !apierrors.IsInvalid(err) || !strings.Contains(err.Error(), "is not in the valid range") {
+	if !apierrors.IsInvalid(err) || !strings.Contains(err.Error(), "failed to allocate IP 10.9.0.1: the provided network does not match the current range") {
 		t.Errorf("out of range: %v", err)
 	}
 }

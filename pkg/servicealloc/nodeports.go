@@ -128,6 +128,10 @@ func validateNodePortFields(svc *corev1.Service) field.ErrorList {
 type portTxn struct {
 	reserved  []int // released by Revert
 	toRelease []int // released by Commit
+	// dryHeld is what a dry run would have reserved: the dry-run view
+	// reserves nothing, so a port asked for twice in one request is
+	// refused here as the real request refuses it.
+	dryHeld map[int]bool
 }
 
 // nodePorts returns the allocator to use for a request: the dry-run view for
@@ -141,12 +145,20 @@ func (a *Allocator) nodePortAllocator(dryRun bool) portalloc.Interface {
 
 // reservePort reserves port for the request and records it in txn.
 func (a *Allocator) reservePort(ctx context.Context, txn *Transaction, alloc portalloc.Interface, port int, dryRun bool) error {
+	if dryRun && txn.ports.dryHeld[port] {
+		return portalloc.ErrAllocated
+	}
 	if err := alloc.Allocate(ctx, port); err != nil {
 		return err
 	}
 	if !dryRun {
 		txn.ports.reserved = append(txn.ports.reserved, port)
+		return nil
 	}
+	if txn.ports.dryHeld == nil {
+		txn.ports.dryHeld = map[int]bool{}
+	}
+	txn.ports.dryHeld[port] = true
 	return nil
 }
 
@@ -283,6 +295,14 @@ func (a *Allocator) allocateNodePortsUpdate(ctx context.Context, txn *Transactio
 	}
 	if needsNodePorts(svc) {
 		reserved := map[int32]bool{}
+		// A (protocol, nodePort) given twice is upstream's plain error: a
+		// 500 "duplicate nodePort: {TCP 30047}" (the create path refuses
+		// the second reservation instead).
+		type protoPort struct {
+			Protocol corev1.Protocol
+			NodePort int32
+		}
+		seen := map[protoPort]bool{}
 		for i := range svc.Spec.Ports {
 			p := &svc.Spec.Ports[i]
 			path := field.NewPath("spec", "ports").Index(i).Child("nodePort")
@@ -296,13 +316,18 @@ func (a *Allocator) allocateNodePortsUpdate(ctx context.Context, txn *Transactio
 					}
 					reserved[p.NodePort] = true
 				}
-				continue
+			} else {
+				port, err := a.reserveNextPort(ctx, txn, alloc, dryRun)
+				if err != nil {
+					return a.nextNodePortError(err)
+				}
+				p.NodePort = int32(port)
 			}
-			port, err := a.reserveNextPort(ctx, txn, alloc, dryRun)
-			if err != nil {
-				return a.nextNodePortError(err)
+			k := protoPort{p.Protocol, p.NodePort}
+			if seen[k] {
+				return fmt.Errorf("duplicate nodePort: %v", k)
 			}
-			p.NodePort = int32(port)
+			seen[k] = true
 		}
 		newPorts := nodePortsOnly(svc)
 		for _, port := range nodePortsOnly(old) {

@@ -97,12 +97,18 @@ func TestWarnings(t *testing.T) {
 		s.Spec.ExternalIPs = []string{"010.0.0.1", "2001:DB8::1", "not-an-ip"}
 		s.Spec.LoadBalancerSourceRanges = []string{"192.0.2.1/24"}
 		s.Spec.ExternalName = "ignored.example.com"
+		s.Annotations = map[string]string{annotationTopologyAwareHints: "auto"}
+		td := corev1.ServiceTrafficDistributionPreferClose
+		s.Spec.TrafficDistribution = &td
 	})
 	want := []string{
+		"annotation service.kubernetes.io/topology-aware-hints is deprecated, please use service.kubernetes.io/topology-mode instead",
 		`spec.externalIPs[0]: non-standard IP address "010.0.0.1" is invalid: use "10.0.0.1"`,
 		`spec.externalIPs[1]: IPv6 address "2001:DB8::1" should be in RFC 5952 canonical format ("2001:db8::1")`,
+		"spec.externalIPs is deprecated and may no longer be implemented in some clusters",
 		`spec.loadBalancerSourceRanges[0]: CIDR value "192.0.2.1/24" is ambiguous in this context (should be "192.0.2.0/24" or "192.0.2.1/32"?)`,
 		`spec.externalName is ignored when spec.type is not "ExternalName"`,
+		`spec.trafficDistribution: "PreferClose" is deprecated; use "PreferSameZone"`,
 	}
 	if diff := cmp.Diff(want, WarningsForService(s, nil)); diff != "" {
 		t.Errorf("spec warnings (-want +got):\n%s", diff)

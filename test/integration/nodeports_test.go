@@ -110,9 +110,10 @@ func TestNodePorts(t *testing.T) {
 		expectStatus(t, err, 422, `Service "np-c" is invalid: spec.ports[0].nodePort: Invalid value: 20000: provided port is not in the valid range. The range of valid ports is 30000-32767`)
 		_, err = create(ctx, c, nodePortService("np-d", corev1.ServiceTypeClusterIP, tcp(83, 30083)))
 		expectStatus(t, err, 422, "spec.ports[0].nodePort: Forbidden: may not be used when `type` is 'ClusterIP'")
-		// Two TCP ports on one nodePort: upstream's Duplicate, nothing reserved.
+		// Two TCP ports on one nodePort: upstream's answer (it reserves the
+		// second before it validates), nothing reserved.
 		_, err = create(ctx, c, nodePortService("np-e", corev1.ServiceTypeNodePort, tcp(84, 30084), tcp(85, 30084)))
-		expectStatus(t, err, 422, "spec.ports[1].nodePort: Duplicate value: 30084")
+		expectStatus(t, err, 422, "spec.ports[1].nodePort: Invalid value: 30084: provided port is already allocated")
 		expectHeld(t, ctx, s.etcd, 30080)
 		mustDelete(t, ctx, c, "np-a")
 		expectHeld(t, ctx, s.etcd)

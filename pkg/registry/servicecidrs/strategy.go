@@ -13,13 +13,14 @@ import (
 	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/runtime"
+	utilvalidation "k8s.io/apimachinery/pkg/util/validation"
 	"k8s.io/apimachinery/pkg/util/validation/field"
 	"k8s.io/apiserver/pkg/registry/generic"
 	"k8s.io/apiserver/pkg/storage/names"
+	netutils "k8s.io/utils/net"
 	"sigs.k8s.io/structured-merge-diff/v6/fieldpath"
 
 	"github.com/allocator/allocator/pkg/servicecidr"
-	"github.com/allocator/allocator/pkg/subrange"
 )
 
 type strategy struct {
@@ -49,37 +50,47 @@ func (strategy) PrepareForUpdate(ctx context.Context, obj, old runtime.Object) {
 
 var cidrsPath = field.NewPath("spec", "cidrs")
 
-// ValidateCIDRs checks a ServiceCIDR's spec.cidrs: one or two canonical
-// CIDRs, at most one per IP family.
+// ValidateCIDRs checks a ServiceCIDR's spec.cidrs, with upstream's texts
+// and in its order: one or two CIDRs, each valid and canonical, and two of
+// different families.
 func ValidateCIDRs(cidrs []string) field.ErrorList {
-	var errs field.ErrorList
 	switch {
 	case len(cidrs) == 0:
-		return field.ErrorList{field.Required(cidrsPath, "at least one CIDR is required")}
+		return field.ErrorList{field.Required(cidrsPath, "at least one CIDR required")}
 	case len(cidrs) > 2:
-		return field.ErrorList{field.Invalid(cidrsPath, cidrs, "may only hold up to 2 values")}
+		return field.ErrorList{field.Invalid(cidrsPath, specValue{cidrs}, "may only hold up to 2 values")}
 	}
-	var v4, v6 int
+	var errs field.ErrorList
 	for i, text := range cidrs {
-		prefix, err := subrange.ParsePrefix(text)
-		if err != nil {
-			reason := err.Error()
-			if pe, ok := err.(*subrange.ParseError); ok {
-				reason = pe.Reason
-			}
-			errs = append(errs, field.Invalid(cidrsPath.Index(i), text, "must be a valid CIDR in canonical form: "+reason))
-			continue
-		}
-		if prefix.Addr().Is4() {
-			v4++
-		} else {
-			v6++
-		}
+		errs = append(errs, utilvalidation.IsValidCIDR(cidrsPath.Index(i), text)...)
 	}
-	if v4 > 1 || v6 > 1 {
-		errs = append(errs, field.Invalid(cidrsPath, cidrs, "may specify no more than one IP for each IP family, i.e 192.168.0.0/24 and 2001:db8::/64"))
+	if len(cidrs) == 2 {
+		first, second := familyOfCIDR(cidrs[0]), familyOfCIDR(cidrs[1])
+		if first != "" && first == second {
+			errs = append(errs, field.Invalid(cidrsPath, cidrs, "may specify no more than one IP for each IP family, i.e 192.168.0.0/24 and 2001:db8::/64"))
+		}
 	}
 	return errs
+}
+
+// specValue is the value upstream shows for a spec.cidrs of more than two:
+// its internal spec, marshalled with Go's field names (it has no JSON tags).
+type specValue struct {
+	CIDRs []string
+}
+
+// familyOfCIDR is "4" or "6" for a CIDR that parses (leniently, as
+// upstream's family check does), "" otherwise.
+func familyOfCIDR(text string) string {
+	_, ipnet, err := netutils.ParseCIDRSloppy(text)
+	switch {
+	case err != nil:
+		return ""
+	case ipnet.IP.To4() != nil:
+		return "4"
+	default:
+		return "6"
+	}
 }
 
 func (strategy) Validate(ctx context.Context, obj runtime.Object) field.ErrorList {
@@ -88,14 +99,25 @@ func (strategy) Validate(ctx context.Context, obj runtime.Object) field.ErrorLis
 	return append(errs, ValidateCIDRs(sc.Spec.CIDRs)...)
 }
 
+// ValidateUpdate allows one change of spec.cidrs only: a single-stack
+// ServiceCIDR gaining the other family (then validated as a new spec).
 func (s strategy) ValidateUpdate(ctx context.Context, obj, old runtime.Object) field.ErrorList {
 	sc, oldSC := obj.(*networkingv1.ServiceCIDR), old.(*networkingv1.ServiceCIDR)
 	errs := apimachineryvalidation.ValidateObjectMetaUpdate(&sc.ObjectMeta, &oldSC.ObjectMeta, field.NewPath("metadata"))
-	errs = append(errs, s.Validate(ctx, obj)...)
-	// The only change allowed: a single-stack ServiceCIDR gains the other family.
-	grows := len(oldSC.Spec.CIDRs) == 1 && len(sc.Spec.CIDRs) == 2 && sc.Spec.CIDRs[0] == oldSC.Spec.CIDRs[0]
-	if !grows {
-		errs = append(errs, apimachineryvalidation.ValidateImmutableField(sc.Spec.CIDRs, oldSC.Spec.CIDRs, cidrsPath)...)
+	switch {
+	case len(oldSC.Spec.CIDRs) == len(sc.Spec.CIDRs):
+		for i, text := range oldSC.Spec.CIDRs {
+			if text != sc.Spec.CIDRs[i] {
+				errs = append(errs, field.Invalid(cidrsPath.Index(i), sc.Spec.CIDRs[i], apimachineryvalidation.FieldImmutableErrorMsg))
+			}
+		}
+	case len(oldSC.Spec.CIDRs) == 1 && len(sc.Spec.CIDRs) == 2:
+		if sc.Spec.CIDRs[0] != oldSC.Spec.CIDRs[0] {
+			errs = append(errs, field.Invalid(cidrsPath.Index(0), sc.Spec.CIDRs[0], apimachineryvalidation.FieldImmutableErrorMsg))
+		}
+		errs = append(errs, ValidateCIDRs(sc.Spec.CIDRs)...)
+	default:
+		errs = append(errs, field.Invalid(cidrsPath, sc.Spec.CIDRs, apimachineryvalidation.FieldImmutableErrorMsg))
 	}
 	return errs
 }

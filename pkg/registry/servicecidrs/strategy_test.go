@@ -16,12 +16,15 @@ func TestValidateCIDRs(t *testing.T) {
 	}{
 		{cidrs: []string{"10.0.0.0/24"}},
 		{cidrs: []string{"10.0.0.0/24", "fd00::/64"}},
-		{cidrs: nil, wantErr: "Required"},
-		{cidrs: []string{"10.0.0.0/24", "fd00::/64", "10.1.0.0/24"}, wantErr: "up to 2"},
+		// upstream's texts, as testdata/parity records them
+		{cidrs: nil, wantErr: "spec.cidrs: Required value: at least one CIDR required"},
+		{cidrs: []string{"10.0.0.0/24", "fd00::/64", "10.1.0.0/24"}, wantErr: `spec.cidrs: Invalid value: {"CIDRs":["10.0.0.0/24","fd00::/64","10.1.0.0/24"]}: may only hold up to 2 values`},
 		{cidrs: []string{"10.0.0.0/24", "10.1.0.0/24"}, wantErr: "no more than one IP for each IP family"},
-		{cidrs: []string{"10.0.0.1/24"}, wantErr: "host bits"},
+		{cidrs: []string{"10.0.0.1/24"}, wantErr: `spec.cidrs[0]: Invalid value: "10.0.0.1/24": must not have bits set beyond the prefix length`},
+		{cidrs: []string{"010.0.0.0/24"}, wantErr: "must not have leading 0s in IP or prefix length"},
 		{cidrs: []string{"::ffff:10.0.0.0/120"}, wantErr: "IPv4-mapped"},
-		{cidrs: []string{"FD00::/64"}, wantErr: "canonical"},
+		{cidrs: []string{"FD00::/64"}, wantErr: `must be in canonical form ("fd00::/64")`},
+		{cidrs: []string{"10.0.0.0"}, wantErr: "must be a valid CIDR value, (e.g. 10.9.8.0/24 or 2001:db8::/64)"},
 	}
 	for _, tt := range tests {
 		errs := ValidateCIDRs(tt.cidrs)

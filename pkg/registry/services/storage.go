@@ -36,11 +36,13 @@ func NewREST(scheme *runtime.Scheme, optsGetter generic.RESTOptionsGetter, alloc
 		PredicateFunc:             nil,
 		DefaultQualifiedResource:  corev1.Resource("services"),
 		SingularQualifiedResource: corev1.Resource("service"),
-		CreateStrategy:            main,
-		UpdateStrategy:            main,
-		DeleteStrategy:            main,
-		ResetFieldsStrategy:       main,
-		TableConvertor:            tableConvertor,
+		// kube-apiserver answers a Service DELETE with the deleted object.
+		ReturnDeletedObject: true,
+		CreateStrategy:      main,
+		UpdateStrategy:      main,
+		DeleteStrategy:      main,
+		ResetFieldsStrategy: main,
+		TableConvertor:      tableConvertor,
 	}
 	if err := store.CompleteWithOptions(&generic.StoreOptions{RESTOptions: servicealloc.TrackDeletes(optsGetter), AttrFunc: GetAttrs}); err != nil {
 		return nil, nil, fmt.Errorf("complete services store: %w", err)

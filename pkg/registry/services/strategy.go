@@ -78,12 +78,13 @@ func (strategy) GetResetFields() map[fieldpath.APIVersion]*fieldpath.Set {
 	}
 }
 
-// PrepareForUpdate keeps the stored spec (a status update cannot write it)
-// and defaults ipMode, as decoding does, for callers that bypass decoding.
+// PrepareForUpdate keeps the stored spec (a status update cannot write it).
+// ipMode is defaulted at decoding only, by the type the request carried, as
+// upstream does: a status PUT whose body says ClusterIP gets no default and
+// is refused for a LoadBalancer (testdata/parity, status/put-ignores-spec).
 func (statusStrategy) PrepareForUpdate(ctx context.Context, obj, old runtime.Object) {
 	svc, oldSvc := obj.(*corev1.Service), old.(*corev1.Service)
 	svc.Spec = *oldSvc.Spec.DeepCopy()
-	servicealloc.DefaultLoadBalancerIPMode(svc)
 }
 
 func (statusStrategy) ValidateUpdate(ctx context.Context, obj, old runtime.Object) field.ErrorList {
