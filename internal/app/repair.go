@@ -3,6 +3,7 @@ package app
 import (
 	"context"
 	"fmt"
+	"github.com/allocator/allocator/pkg/model"
 	"io"
 	"slices"
 	"time"
@@ -174,46 +175,48 @@ func runRepair(ctx context.Context, o *repairOptions, streams Streams) error {
 
 // runner builds the repair controller of the chosen model.
 func (o *repairOptions) runner(ctx context.Context, client kubernetes.Interface, recorder record.EventRecorder) (passRunner, string, error) {
-	model := o.model
+	m, err := model.Parse(o.model, true)
+	if err != nil {
+		return nil, "", err
+	}
 	var stores []repair.BitmapStore
-	if model == "bitmap" || (model == "auto" && len(o.cluster.etcdServers) > 0) {
-		etcd, err := o.cluster.etcdClient(ctx)
-		if err != nil {
+	var etcd *clientv3.Client
+	if m == model.Bitmap || (m == model.Auto && len(o.cluster.etcdServers) > 0) {
+		if etcd, err = o.cluster.etcdClient(ctx); err != nil {
 			return nil, "", err
 		}
 		context.AfterFunc(ctx, func() { etcd.Close() })
+	}
+	if etcd != nil {
+		if m, err = model.Detect(ctx, m, etcd, o.cluster.etcdPrefix); err != nil {
+			return nil, "", err
+		}
+	} else if m, err = model.Detect(ctx, m, nil, o.cluster.etcdPrefix); err != nil {
+		return nil, "", err
+	}
+	if m == model.Bitmap {
 		if stores, err = o.cluster.bitmapStores(ctx, etcd, nil); err != nil {
 			return nil, "", err
 		}
 		o.etcd, o.stores = etcd, stores
-		if model == "auto" {
-			model = "ipaddress"
-			if len(stores) > 0 {
-				model = "bitmap"
-			}
-		}
 	}
-	if model == "auto" {
-		model = "ipaddress"
-	}
-	switch model {
-	case "bitmap":
+	switch m {
+	case model.Bitmap:
 		if len(stores) == 0 {
 			return nil, "", fmt.Errorf("no bitmap map found under %s/ranges: give --service-cluster-ip-range to create it", o.cluster.etcdPrefix)
 		}
 		r, err := repair.NewBitmapRepair(repair.BitmapConfig{
 			Client: client, Stores: stores, Recorder: recorder, DryRun: o.dryRun, LeakGrace: o.leakGrace, Interval: o.interval,
 		})
-		return r, model, err
-	case "ipaddress":
+		return r, string(m), err
+	case model.IPAddress:
 		r, err := repair.NewIPAddressRepair(repair.IPAddressConfig{
 			Client: client, Recorder: recorder, DryRun: o.dryRun, OrphanGrace: o.orphanGrace, Interval: o.interval,
 			Progress: o.progressWriter(),
 		})
-		return r, model, err
-	default:
-		return nil, "", fmt.Errorf("unknown model %q: use bitmap, ipaddress or auto", o.model)
+		return r, string(m), err
 	}
+	return nil, "", fmt.Errorf("unknown model %q", m) // Detect resolved auto
 }
 
 // runOneShot makes one pass, and in the bitmap model up to two more,

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"fmt"
+	"github.com/allocator/allocator/pkg/model"
 	"io"
 	"math/big"
 	"strings"
@@ -66,41 +67,33 @@ func runStatus(ctx context.Context, o *statusOptions, streams Streams) error {
 	if err != nil {
 		return err
 	}
-	model := o.model
+	m, err := model.Parse(o.model, true)
+	if err != nil {
+		return err
+	}
 	var usage *status.Usage
-	if model == "bitmap" || (model == "auto" && len(o.cluster.etcdServers) > 0) {
+	if m == model.Bitmap || (m == model.Auto && len(o.cluster.etcdServers) > 0) {
 		etcd, err := o.cluster.etcdClient(ctx)
 		if err != nil {
 			return err
 		}
 		defer etcd.Close()
-		if model == "auto" {
-			found, err := status.HasBitmap(ctx, etcd, o.cluster.etcdPrefix)
-			if err != nil {
-				return err
-			}
-			model = "ipaddress"
-			if found {
-				model = "bitmap"
-			}
+		if m, err = model.Detect(ctx, m, etcd, o.cluster.etcdPrefix); err != nil {
+			return err
 		}
-		if model == "bitmap" {
+		if m == model.Bitmap {
 			if usage, err = status.FromBitmap(ctx, etcd, o.cluster.etcdPrefix, client); err != nil {
 				return fmt.Errorf("status: %w", err)
 			}
 		}
 	}
-	switch model {
-	case "bitmap":
-	case "ipaddress", "auto":
+	if m == model.Auto || m == model.IPAddress {
 		if usage, err = status.FromIPAddresses(ctx, client); err != nil {
 			if apierrors.IsNotFound(err) {
 				return fmt.Errorf("status: the cluster serves no networking.k8s.io/v1 ServiceCIDRs (a kube-apiserver ≤ 1.32 is in the bitmap model): give --etcd-servers to read its maps (%w)", err)
 			}
 			return fmt.Errorf("status: %w", err)
 		}
-	default:
-		return fmt.Errorf("unknown model %q: use bitmap, ipaddress or auto", o.model)
 	}
 	if ns := o.cluster.namespace(); ns != "" {
 		for i := range usage.CIDRs {

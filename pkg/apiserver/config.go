@@ -3,6 +3,7 @@ package apiserver
 import (
 	"context"
 	"fmt"
+	"github.com/allocator/allocator/pkg/model"
 	"net"
 	"net/netip"
 	"os"
@@ -34,7 +35,7 @@ type AllocatorSpec struct {
 	// <EtcdPrefix>/ranges/secondaryserviceips.
 	Primary bool
 	// Model is ModelBitmap or ModelIPAddress (--allocator).
-	Model string
+	Model model.Name
 	// Etcd is a client on the server's etcd; the server owns and closes it.
 	Etcd *clientv3.Client
 	// EtcdPrefix is --etcd-prefix, e.g. "/registry".
@@ -89,7 +90,7 @@ type Config struct {
 	// EtcdTLS secures the connection to EtcdServers (empty: plain http).
 	EtcdTLS EtcdTLS
 	// Model is the allocator model passed to NewAllocator.
-	Model string
+	Model model.Name
 	// NewAllocator builds each family's allocator. Nil means, by Model:
 	// EtcdBitmapFactory (bitmap) or IPAddressFactory (ipaddress).
 	NewAllocator AllocatorFactory
@@ -216,7 +217,7 @@ func (o *Options) Config(etcdServers []string) (*Config, error) {
 		EtcdServers:           etcdServers,
 		EtcdPrefix:            o.EtcdPrefix,
 		EtcdTLS:               o.etcdTLS(),
-		Model:                 o.Allocator,
+		Model:                 model.Name(o.Allocator),
 		RepairInterval:        o.RepairInterval,
 		ServerURL:             serverURL,
 		KubeconfigPath:        kubeconfig,

@@ -3,6 +3,7 @@ package apiserver
 import (
 	"errors"
 	"fmt"
+	"github.com/allocator/allocator/pkg/model"
 	"net"
 	"net/netip"
 	"path/filepath"
@@ -16,10 +17,10 @@ import (
 	"github.com/allocator/allocator/pkg/subrange"
 )
 
-// Allocator models accepted by --allocator.
+// Allocator models accepted by --allocator, spelled by pkg/model.
 const (
-	ModelBitmap    = "bitmap"
-	ModelIPAddress = "ipaddress"
+	ModelBitmap    = model.Bitmap
+	ModelIPAddress = model.IPAddress
 )
 
 // Options are the command-line options of the server. Flag names follow
@@ -61,7 +62,7 @@ func NewOptions() *Options {
 		BindAddress:           "127.0.0.1",
 		EtcdPrefix:            "/registry",
 		DataDir:               "./allocator-data",
-		Allocator:             ModelIPAddress,
+		Allocator:             string(ModelIPAddress),
 		RepairInterval:        repair.DefaultInterval,
 		Security:              NewSecurityOptions(),
 	}
@@ -95,7 +96,7 @@ func (o *Options) Validate() error {
 	if cidrs, err := ParseServiceCIDRs(o.ServiceClusterIPRange); err != nil {
 		errs = append(errs, err)
 	} else {
-		errs = append(errs, checkRangeForModel(cidrs, o.Allocator)...)
+		errs = append(errs, checkRangeForModel(cidrs, model.Name(o.Allocator))...)
 	}
 	if _, err := portrange.Parse(o.ServiceNodePortRange); err != nil {
 		errs = append(errs, fmt.Errorf("--service-node-port-range: %w", err))
@@ -115,9 +116,7 @@ func (o *Options) Validate() error {
 	if o.RepairInterval <= 0 {
 		errs = append(errs, fmt.Errorf("--repair-interval %v: must be a positive duration such as 30s or 3m (the repair controller cannot be turned off)", o.RepairInterval))
 	}
-	switch o.Allocator {
-	case ModelBitmap, ModelIPAddress:
-	default:
+	if _, err := model.Parse(o.Allocator, false); err != nil {
 		errs = append(errs, fmt.Errorf("--allocator %q: must be %s or %s", o.Allocator, ModelBitmap, ModelIPAddress))
 	}
 	errs = append(errs, o.etcdTLS().validate()...)
@@ -161,14 +160,14 @@ const bitmapMinIPv6Bits = 108
 // checkRangeForModel refuses ranges the allocator model cannot serve: too
 // large for the model (as kube-apiserver's flag checks) or without any
 // usable address.
-func checkRangeForModel(cidrs []netip.Prefix, model string) []error {
+func checkRangeForModel(cidrs []netip.Prefix, name model.Name) []error {
 	var errs []error
 	m := subrange.ModelBitmap
-	if model == ModelIPAddress {
+	if name == ModelIPAddress {
 		m = subrange.ModelIPAddress
 	}
 	for _, prefix := range cidrs {
-		if model == ModelBitmap && prefix.Addr().Is6() && prefix.Bits() < bitmapMinIPv6Bits {
+		if name == ModelBitmap && prefix.Addr().Is6() && prefix.Bits() < bitmapMinIPv6Bits {
 			errs = append(errs, fmt.Errorf("--service-cluster-ip-range %s: the bitmap model needs an IPv6 prefix of /%d or longer",
 				prefix, bitmapMinIPv6Bits))
 			continue

@@ -1,6 +1,7 @@
 package apiserver
 
 import (
+	"github.com/allocator/allocator/pkg/model"
 	"os"
 	"path/filepath"
 	"strings"
@@ -60,7 +61,9 @@ func TestOptionsValidate(t *testing.T) {
 
 func TestRangeForModel(t *testing.T) {
 	for _, tt := range []struct {
-		rng, model, wantErr string
+		rng     string
+		model   model.Name
+		wantErr string
 	}{
 		{"10.0.0.0/12", ModelBitmap, ""},
 		{"10.0.0.0/8", ModelBitmap, "/12 or longer"},
@@ -72,7 +75,7 @@ func TestRangeForModel(t *testing.T) {
 		{"10.0.0.0/32", ModelBitmap, "no usable address"},
 	} {
 		o := NewOptions()
-		o.ServiceClusterIPRange, o.Allocator = tt.rng, tt.model
+		o.ServiceClusterIPRange, o.Allocator = tt.rng, string(tt.model)
 		err := o.Validate()
 		if (tt.wantErr == "") != (err == nil) || (err != nil && !strings.Contains(err.Error(), tt.wantErr)) {
 			t.Errorf("%s %s: want %q, got %v", tt.rng, tt.model, tt.wantErr, err)

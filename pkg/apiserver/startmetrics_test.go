@@ -57,9 +57,9 @@ func TestFreshServerMetricsHaveNoErrors(t *testing.T) {
 		model     string
 		configure func(*apiserver.Config)
 	}{
-		{name: "ipaddress", model: apiserver.ModelIPAddress},
-		{name: "bitmap", model: apiserver.ModelBitmap},
-		{name: "ipaddress with informer lag", model: apiserver.ModelIPAddress, configure: func(cfg *apiserver.Config) {
+		{name: "ipaddress", model: string(apiserver.ModelIPAddress)},
+		{name: "bitmap", model: string(apiserver.ModelBitmap)},
+		{name: "ipaddress with informer lag", model: string(apiserver.ModelIPAddress), configure: func(cfg *apiserver.Config) {
 			cfg.NewAllocator = func(ctx context.Context, spec apiserver.AllocatorSpec) (allocation.Interface, error) {
 				a, err := apiserver.IPAddressFactory(ctx, spec)
 				if err != nil {

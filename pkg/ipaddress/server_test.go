@@ -23,7 +23,7 @@ import (
 // allocators under test own every IPAddress of the range.
 func startServer(t *testing.T, serviceRange string) *rest.Config {
 	t.Helper()
-	return testserver.Start(t, testserver.Options{ServiceRange: serviceRange, Model: apiserver.ModelBitmap}).RESTConfig
+	return testserver.Start(t, testserver.Options{ServiceRange: serviceRange, Model: string(apiserver.ModelBitmap)}).RESTConfig
 }
 
 func newClient(t *testing.T, cfg *rest.Config) kubernetes.Interface {

@@ -146,18 +146,3 @@ func serviceNamespaces(ctx context.Context, client kubernetes.Interface) (map[ne
 		opts.Continue = list.Continue
 	}
 }
-
-// HasBitmap reports whether a RangeAllocation exists under prefix.
-func HasBitmap(ctx context.Context, etcd clientv3.KV, prefix string) (bool, error) {
-	layout := etcdlayout.Layout{Prefix: prefix}
-	for _, key := range []string{layout.PrimaryServiceIPRange(), layout.SecondaryServiceIPRange()} {
-		resp, err := etcd.Get(ctx, key, clientv3.WithCountOnly())
-		if err != nil {
-			return false, fmt.Errorf("read %s: %w", key, err)
-		}
-		if resp.Count > 0 {
-			return true, nil
-		}
-	}
-	return false, nil
-}

@@ -15,6 +15,7 @@ import (
 	"k8s.io/klog/v2"
 
 	"github.com/allocator/allocator/pkg/etcdlayout"
+	"github.com/allocator/allocator/pkg/model"
 )
 
 // DefaultTTL is the default lease TTL of a replica record.
@@ -27,7 +28,7 @@ type Config struct {
 	// Prefix is the etcd prefix ("/registry").
 	Prefix string
 	// Model is ModelBitmap or ModelIPAddress.
-	Model string
+	Model model.Name
 	// ID names the replica; default host-pid-random.
 	ID string
 	// TTL is the lease TTL of the record (default DefaultTTL, at least 2 s).
@@ -154,7 +155,7 @@ func (c *Coordinator) register(ctx context.Context) error {
 	if c.cfg.Model == ModelBitmap {
 		initial.DualWrite, initial.Reason = true, "a bitmap-model replica started"
 	} else {
-		exists, err := bitmapExists(ctx, client, c.cfg.Prefix)
+		exists, err := model.BitmapExists(ctx, client, c.cfg.Prefix)
 		if err != nil {
 			cleanup()
 			return err
@@ -217,7 +218,7 @@ func (c *Coordinator) putRecord(ctx context.Context, lease clientv3.LeaseID, rec
 	if err != nil {
 		return fmt.Errorf("transition: encode record: %w", err)
 	}
-	key := c.layout.AllocatorReplicasPrefix(c.cfg.Model) + c.cfg.ID
+	key := c.layout.AllocatorReplicasPrefix(string(c.cfg.Model)) + c.cfg.ID
 	if _, err := c.cfg.Client.Put(ctx, key, string(value), clientv3.WithLease(lease)); err != nil {
 		return fmt.Errorf("transition: write replica record %s: %w", key, err)
 	}

@@ -11,12 +11,13 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/allocator/allocator/pkg/etcdlayout"
+	"github.com/allocator/allocator/pkg/model"
 )
 
-// Models, as --allocator spells them.
+// Models, spelled by pkg/model.
 const (
-	ModelBitmap    = "bitmap"
-	ModelIPAddress = "ipaddress"
+	ModelBitmap    = model.Bitmap
+	ModelIPAddress = model.IPAddress
 )
 
 // State is the cluster-wide transition state.
@@ -43,8 +44,8 @@ func (s State) String() string {
 
 // Record is one replica's entry under the replicas prefix.
 type Record struct {
-	ID    string `json:"id"`
-	Model string `json:"model"`
+	ID    string     `json:"id"`
+	Model model.Name `json:"model"`
 	// DualWrite and StateRevision are what the replica acts on: it has
 	// applied the state written at StateRevision, and every allocation it
 	// began before writing this record has finished.
@@ -113,8 +114,8 @@ func ensureState(ctx context.Context, client *clientv3.Client, prefix string, in
 }
 
 // ListRecords returns the live replica records of model ("" for every model).
-func ListRecords(ctx context.Context, client *clientv3.Client, prefix, model string) ([]Record, error) {
-	p := etcdlayout.Layout{Prefix: prefix}.AllocatorReplicasPrefix(model)
+func ListRecords(ctx context.Context, client *clientv3.Client, prefix string, m model.Name) ([]Record, error) {
+	p := etcdlayout.Layout{Prefix: prefix}.AllocatorReplicasPrefix(string(m))
 	resp, err := client.Get(ctx, p, clientv3.WithPrefix())
 	if err != nil {
 		return nil, fmt.Errorf("list replica records %s: %w", p, err)
@@ -128,22 +129,6 @@ func ListRecords(ctx context.Context, client *clientv3.Client, prefix, model str
 		out = append(out, r)
 	}
 	return out, nil
-}
-
-// bitmapExists reports whether either RangeAllocation key of the service IP
-// ranges exists.
-func bitmapExists(ctx context.Context, client *clientv3.Client, prefix string) (bool, error) {
-	l := etcdlayout.Layout{Prefix: prefix}
-	for _, key := range []string{l.PrimaryServiceIPRange(), l.SecondaryServiceIPRange()} {
-		resp, err := client.Get(ctx, key, clientv3.WithCountOnly())
-		if err != nil {
-			return false, fmt.Errorf("look for bitmap %s: %w", key, err)
-		}
-		if resp.Count > 0 {
-			return true, nil
-		}
-	}
-	return false, nil
 }
 
 // APIServer is a live kube-apiserver identity lease: a writer this program
@@ -255,7 +240,7 @@ func Finish(ctx context.Context, client *clientv3.Client, prefix string, opts Fi
 	if err != nil {
 		return State{}, fmt.Errorf("encode transition state: %w", err)
 	}
-	bitmapReplicas := l.AllocatorReplicasPrefix(ModelBitmap)
+	bitmapReplicas := l.AllocatorReplicasPrefix(string(ModelBitmap))
 	resp, err := client.Txn(ctx).
 		If(clientv3.Compare(clientv3.CreateRevision(bitmapReplicas), "=", 0).WithPrefix()).
 		Then(clientv3.OpPut(l.AllocatorState(), string(value))).

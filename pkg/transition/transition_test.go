@@ -3,6 +3,7 @@ package transition
 import (
 	"context"
 	"errors"
+	"github.com/allocator/allocator/pkg/model"
 	"strings"
 	"sync"
 	"testing"
@@ -18,11 +19,11 @@ import (
 
 const prefix = "/registry"
 
-func join(t *testing.T, ctx context.Context, client *clientv3.Client, model, id string) *Coordinator {
+func join(t *testing.T, ctx context.Context, client *clientv3.Client, m, id string) *Coordinator {
 	t.Helper()
-	c, err := Join(ctx, Config{Client: client, Prefix: prefix, Model: model, ID: id, TTL: 2 * time.Second})
+	c, err := Join(ctx, Config{Client: client, Prefix: prefix, Model: model.Name(m), ID: id, TTL: 2 * time.Second})
 	if err != nil {
-		t.Fatalf("join %s %s: %v", model, id, err)
+		t.Fatalf("join %s %s: %v", m, id, err)
 	}
 	t.Cleanup(func() { _ = c.Close(context.Background()) })
 	return c
@@ -37,9 +38,9 @@ func TestInitialState(t *testing.T) {
 		model    string
 		wantDual bool
 	}{
-		{"fresh IPAddress cluster", false, ModelIPAddress, false},
-		{"IPAddress replica on a bitmap cluster", true, ModelIPAddress, true},
-		{"fresh bitmap cluster", false, ModelBitmap, true},
+		{"fresh IPAddress cluster", false, string(ModelIPAddress), false},
+		{"IPAddress replica on a bitmap cluster", true, string(ModelIPAddress), true},
+		{"fresh bitmap cluster", false, string(ModelBitmap), true},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			client := etcdtest.New(t).Client()
@@ -54,7 +55,7 @@ func TestInitialState(t *testing.T) {
 			}
 			// A second replica of the other model agrees: the state is stored once.
 			other := ModelIPAddress
-			if tc.model == ModelIPAddress {
+			if tc.model == string(ModelIPAddress) {
 				other = ModelBitmap
 			}
 			c2, err := Join(ctx, Config{Client: client, Prefix: prefix, Model: other, ID: "r2", TTL: 2 * time.Second})
@@ -97,8 +98,8 @@ func TestFinishRefusesWhileBitmapReplicaLive(t *testing.T) {
 	if _, err := client.Put(ctx, etcdlayout.Layout{}.PrimaryServiceIPRange(), "x"); err != nil {
 		t.Fatal(err)
 	}
-	ipr := join(t, ctx, client, ModelIPAddress, "ip-1")
-	bm := join(t, ctx, client, ModelBitmap, "bm-1")
+	ipr := join(t, ctx, client, string(ModelIPAddress), "ip-1")
+	bm := join(t, ctx, client, string(ModelBitmap), "bm-1")
 	waitFor(t, "the IPAddress replica to dual-write", ipr.DualWrite)
 
 	if _, err := Finish(ctx, client, prefix, FinishOptions{By: "test"}); !errors.Is(err, ErrBitmapWritersLive) {
@@ -132,7 +133,7 @@ func TestFinishRefusesWhileBitmapReplicaLive(t *testing.T) {
 	if !ipr.DualWrite() {
 		t.Fatal("acknowledged dual write but does not dual-write")
 	}
-	join(t, ctx, client, ModelBitmap, "bm-3")
+	join(t, ctx, client, string(ModelBitmap), "bm-3")
 }
 
 // A kill leaves the record until the lease expires; Finish succeeds after.
@@ -166,7 +167,7 @@ func TestSwitchWaitsForAllocationsInFlight(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	client := etcdtest.New(t).Client()
-	ipr := join(t, ctx, client, ModelIPAddress, "ip-1") // fresh cluster: dual write off
+	ipr := join(t, ctx, client, string(ModelIPAddress), "ip-1") // fresh cluster: dual write off
 	dual, done, err := ipr.Begin(ctx)
 	if err != nil || dual {
 		t.Fatalf("Begin = %v, %v; want false, nil", dual, err)
@@ -201,7 +202,7 @@ func TestStaleLeaseReRegisters(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	client := etcdtest.New(t).Client()
-	bm := join(t, ctx, client, ModelBitmap, "bm-1")
+	bm := join(t, ctx, client, string(ModelBitmap), "bm-1")
 	// Simulate a freeze: the lease is revoked behind the replica's back, as
 	// the server would after the TTL, and its freshness has run out.
 	bm.mu.Lock()
@@ -223,7 +224,7 @@ func TestStaleLeaseReRegisters(t *testing.T) {
 		t.Fatalf("Begin of the thawed bitmap replica: err = %v, want ErrRetired", err)
 	}
 	// An IPAddress replica in the same situation re-registers and goes on.
-	ipr := join(t, ctx, client, ModelIPAddress, "ip-1")
+	ipr := join(t, ctx, client, string(ModelIPAddress), "ip-1")
 	ipr.mu.Lock()
 	ipr.freshUntil = time.Time{}
 	ipr.mu.Unlock()

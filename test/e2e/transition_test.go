@@ -100,7 +100,7 @@ func testRollingSwitch(t *testing.T, bin string, kill bool) {
 	cidr := netip.MustParsePrefix(transitionRange)
 	etcd := etcdtest.New(t)
 	f := newFleet(t, bin, etcd, 3, transitionServeArgs...)
-	f.startAll(transition.ModelBitmap)
+	f.startAll(string(transition.ModelBitmap))
 
 	seed := loadSeed(t)
 	l := startLoad(t, f, loadConfig{
@@ -112,7 +112,7 @@ func testRollingSwitch(t *testing.T, bin string, kill bool) {
 		l.waitAcksVia(r.serving.Load(), 5, 30*time.Second)
 	}
 	switchStart := time.Now()
-	for _, model := range []string{transition.ModelIPAddress, transition.ModelBitmap} {
+	for _, model := range []string{string(transition.ModelIPAddress), string(transition.ModelBitmap)} {
 		for i, r := range f.replicas {
 			sig := syscall.SIGTERM
 			if kill && i == 1 {
@@ -131,7 +131,7 @@ func testRollingSwitch(t *testing.T, bin string, kill bool) {
 	t.Logf("the six switches took %s", time.Since(switchStart).Round(time.Second))
 	l.summary()
 	l.mu.Lock()
-	for _, model := range []string{transition.ModelBitmap, transition.ModelIPAddress} {
+	for _, model := range []string{string(transition.ModelBitmap), string(transition.ModelIPAddress)} {
 		if l.byModel[model] < 30 {
 			t.Errorf("only %d creates were acknowledged by %s-model replicas: the load did not overlap the transition", l.byModel[model], model)
 		}
@@ -159,7 +159,7 @@ func testRollingSwitch(t *testing.T, bin string, kill bool) {
 // grace periods.
 func verifyRepairJob(t *testing.T, f *fleet, loads ...*load) {
 	t.Helper()
-	for _, model := range []string{transition.ModelBitmap, transition.ModelIPAddress} {
+	for _, model := range []string{string(transition.ModelBitmap), string(transition.ModelIPAddress)} {
 		out, _, code := runCLI(t, f.bin, "repair", "--dry-run", "-o", "json", "--model", model,
 			"--etcd-servers", f.endpoints(), "--kubeconfig", f.mustPick().kubeconfig)
 		var report repair.Report
@@ -201,7 +201,7 @@ func verifyRecords(t *testing.T, f *fleet, timeout time.Duration) {
 		}
 		got = map[int]string{}
 		for _, r := range records {
-			got[r.PID] = r.Model
+			got[r.PID] = string(r.Model)
 		}
 		return maps.Equal(got, want), nil
 	})
@@ -236,8 +236,8 @@ func testFinish(t *testing.T, bin string) {
 	etcd := etcdtest.New(t)
 	f := newFleet(t, bin, etcd, 2, transitionServeArgs...)
 	r1, r2 := f.replicas[0], f.replicas[1]
-	bitmapEP := f.start(r1, transition.ModelBitmap)
-	f.start(r2, transition.ModelIPAddress)
+	bitmapEP := f.start(r1, string(transition.ModelBitmap))
+	f.start(r2, string(transition.ModelIPAddress))
 	seed := loadSeed(t)
 	statics := lowerBand(cidr)
 	burst := func(prefix string, creates int, statics []netip.Addr) *load {
@@ -268,7 +268,7 @@ func testFinish(t *testing.T, bin string) {
 
 	// Switch r1 too, let the repair give every address its IPAddress, finish.
 	f.stop(r1, syscall.SIGTERM)
-	f.start(r1, transition.ModelIPAddress)
+	f.start(r1, string(transition.ModelIPAddress))
 	verifyClaims(t, f, cidr, true, 60*time.Second)
 	_, _, code = runCLI(t, bin, append([]string{"transition", "finish"}, common...)...)
 	if code != 0 {
@@ -315,7 +315,7 @@ func testFinish(t *testing.T, bin string) {
 	// A bitmap replica started now refuses, with the reason.
 	r3 := f.newReplica("r3")
 	f.replicas = append(f.replicas, r3)
-	p := f.launch(r3, transition.ModelBitmap)
+	p := f.launch(r3, string(transition.ModelBitmap))
 	select {
 	case <-p.exited:
 	case <-time.After(30 * time.Second):
@@ -338,10 +338,10 @@ func testFinish(t *testing.T, bin string) {
 	if st := transitionStatus(t, bin, common); !st.State.DualWrite {
 		t.Fatalf("dual write off after resume: %+v\n%s", st.State, out)
 	}
-	f.start(r3, transition.ModelBitmap)
+	f.start(r3, string(transition.ModelBitmap))
 	l2 := burst("resumed", 90, statics[20:30])
 	l2.mu.Lock()
-	viaBitmap := l2.byModel[transition.ModelBitmap]
+	viaBitmap := l2.byModel[string(transition.ModelBitmap)]
 	l2.mu.Unlock()
 	if viaBitmap == 0 {
 		t.Errorf("no create was acknowledged by the resumed bitmap replica")

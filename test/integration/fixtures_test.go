@@ -29,11 +29,11 @@ func TestServesUpstreamData(t *testing.T) {
 		fixture string
 		model   string
 	}{
-		{fixtures.Bitmap132, apiserver.ModelBitmap},
+		{fixtures.Bitmap132, string(apiserver.ModelBitmap)},
 		// 1.33 stored IPAddress and ServiceCIDR as networking.k8s.io/v1beta1
 		// and dual-wrote the bitmap.
-		{fixtures.IPAddress133, apiserver.ModelIPAddress},
-		{fixtures.IPAddress136, apiserver.ModelIPAddress},
+		{fixtures.IPAddress133, string(apiserver.ModelIPAddress)},
+		{fixtures.IPAddress136, string(apiserver.ModelIPAddress)},
 	} {
 		t.Run(tc.fixture, func(t *testing.T) {
 			f := fixtures.Load(t, tc.fixture)
@@ -82,7 +82,7 @@ func TestServesUpstreamData(t *testing.T) {
 			}
 
 			switch tc.model {
-			case apiserver.ModelBitmap:
+			case string(apiserver.ModelBitmap):
 				// The RangeAllocation kube-apiserver wrote is still the truth
 				// and now also holds the new Services.
 				resp, err := etcd.Client().Get(ctx, "/registry/ranges/serviceips")
@@ -93,7 +93,7 @@ func TestServesUpstreamData(t *testing.T) {
 				if err != nil || ra.Range != "10.96.0.0/16" {
 					t.Fatalf("decode RangeAllocation: %v %v", ra, err)
 				}
-			case apiserver.ModelIPAddress:
+			case string(apiserver.ModelIPAddress):
 				for ip, want := range f.Expect.IPAddresses {
 					obj, err := c.NetworkingV1().IPAddresses().Get(ctx, ip, metav1.GetOptions{})
 					if err != nil {

@@ -37,7 +37,7 @@ type serverOptions struct {
 }
 
 // models are the allocator models every allocation test runs with.
-var models = []string{apiserver.ModelBitmap, apiserver.ModelIPAddress}
+var models = []string{string(apiserver.ModelBitmap), string(apiserver.ModelIPAddress)}
 
 // forEachModel runs test once per allocator model.
 func forEachModel(t *testing.T, test func(t *testing.T, model string)) {

@@ -174,7 +174,7 @@ func TestLoadBalancerStatus(t *testing.T) {
 // through the API: upstream's texts, class immutability, and the warnings
 // upstream sends for accepted but non-canonical values.
 func TestExternalFieldsValidation(t *testing.T) {
-	s := startLBServer(t, apiserver.ModelIPAddress, nil)
+	s := startLBServer(t, string(apiserver.ModelIPAddress), nil)
 	ctx := testContext(t)
 	warnings := &warningCollector{}
 	cfg := rest.CopyConfig(s.RESTConfig)

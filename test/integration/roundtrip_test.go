@@ -155,8 +155,8 @@ func TestKubeAPIServerServicesRoundTrip(t *testing.T) {
 	for _, tc := range []struct {
 		fixture, model, template string
 	}{
-		{fixtures.IPAddress136, apiserver.ModelIPAddress, "fx/dyn-01"},
-		{fixtures.Bitmap132, apiserver.ModelBitmap, "default/dyn-01"},
+		{fixtures.IPAddress136, string(apiserver.ModelIPAddress), "fx/dyn-01"},
+		{fixtures.Bitmap132, string(apiserver.ModelBitmap), "default/dyn-01"},
 	} {
 		t.Run(tc.model, func(t *testing.T) {
 			ctx := testContext(t)

@@ -140,7 +140,7 @@ func testSingleStack(t *testing.T, model string) {
 		if *svc.Spec.IPFamilyPolicy != corev1.IPFamilyPolicySingleStack || len(svc.Spec.IPFamilies) != 1 || svc.Spec.IPFamilies[0] != corev1.IPv4Protocol {
 			t.Errorf("families %v policy %v", svc.Spec.IPFamilies, *svc.Spec.IPFamilyPolicy)
 		}
-		if model == apiserver.ModelIPAddress {
+		if model == string(apiserver.ModelIPAddress) {
 			ipa, err := c.NetworkingV1().IPAddresses().Get(ctx, svc.Spec.ClusterIP, metav1.GetOptions{})
 			if err != nil {
 				t.Fatalf("IPAddress of dyn: %v", err)
@@ -387,7 +387,7 @@ func testSingleStack(t *testing.T, model string) {
 		if stored, ok := obj.(*corev1.Service); !ok || stored.Spec.ClusterIP != "10.96.0.91" || stored.Namespace != "default" {
 			t.Errorf("decoded %T %+v", obj, obj)
 		}
-		if model == apiserver.ModelIPAddress {
+		if model == string(apiserver.ModelIPAddress) {
 			resp, err := s.etcd.Client().Get(ctx, "/registry/ipaddresses/10.96.0.91")
 			if err != nil || len(resp.Kvs) != 1 {
 				t.Fatalf("IPAddress key: %v %v", resp, err)

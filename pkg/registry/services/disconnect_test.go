@@ -45,7 +45,7 @@ func TestClientDisconnectsMidAllocation(t *testing.T) {
 	)
 	srv := testserver.Start(t, testserver.Options{
 		ServiceRange: "10.0.0.0/24",
-		Model:        apiserver.ModelBitmap,
+		Model:        string(apiserver.ModelBitmap),
 		Configure: func(cfg *apiserver.Config) {
 			cfg.NewAllocator = func(ctx context.Context, spec apiserver.AllocatorSpec) (allocation.Interface, error) {
 				a, err := apiserver.EtcdBitmapFactory(ctx, spec)

@@ -92,7 +92,7 @@ const holdFinalizer = "example.com/hold"
 // losers released again, the second Service lost its address, and the next
 // create got it too.
 func TestConcurrentFinalizerRemovalReleasesOnce(t *testing.T) {
-	for _, model := range []string{apiserver.ModelBitmap, apiserver.ModelIPAddress} {
+	for _, model := range []string{string(apiserver.ModelBitmap), string(apiserver.ModelIPAddress)} {
 		t.Run(model, func(t *testing.T) { testFinalizerRemovalReleasesOnce(t, model) })
 	}
 }
@@ -105,7 +105,7 @@ func testFinalizerRemovalReleasesOnce(t *testing.T, model string) {
 		Model:        model,
 		Configure: func(cfg *apiserver.Config) {
 			factory := apiserver.EtcdBitmapFactory
-			if model == apiserver.ModelIPAddress {
+			if model == string(apiserver.ModelIPAddress) {
 				factory = apiserver.IPAddressFactory
 			}
 			cfg.NewAllocator = func(ctx context.Context, spec apiserver.AllocatorSpec) (allocation.Interface, error) {
@@ -173,7 +173,7 @@ func testFinalizerRemovalReleasesOnce(t *testing.T, model string) {
 		}
 		// The address is free: another Service takes it.
 		takerName := "taker-" + name
-		if model == apiserver.ModelIPAddress {
+		if model == string(apiserver.ModelIPAddress) {
 			takerName = name // same name and IP: the re-created Service
 		}
 		taker := &corev1.Service{
@@ -211,7 +211,7 @@ func testFinalizerRemovalReleasesOnce(t *testing.T, model string) {
 			t.Fatalf("round %d (%d updates passed): %s released %d times, still allocated to %s: %v; want one release and the taker's allocation intact",
 				round, succeeded, ip, n, takerName, has)
 		}
-		if model == apiserver.ModelIPAddress {
+		if model == string(apiserver.ModelIPAddress) {
 			obj, err := srv.Client.NetworkingV1().IPAddresses().Get(ctx, ip.String(), metav1.GetOptions{})
 			if err != nil {
 				t.Fatalf("round %d: the re-created Service's IPAddress %s: %v", round, ip, err)
