@@ -2,7 +2,9 @@
 # Checks deploy/ and the delegated-auth flags of `allocator serve` against a
 # REAL kube-apiserver started with --authorization-mode=RBAC (loopback only):
 #
-#  1. `kubectl apply --dry-run=server -f deploy/` is accepted.
+#  1. `kubectl apply --dry-run=server -f deploy/` is accepted and creates no
+#     Pod (the static pod lives in deploy/static-pod/, which apply does not
+#     recurse into).
 #  2. `allocator repair` runs as the ServiceAccount of deploy/rbac.yaml
 #     (kubeconfig with `as:` impersonation) and deletes a seeded orphan
 #     IPAddress; with any one of the rules' verbs it needs taken away from
@@ -94,7 +96,8 @@ k -n kube-system create serviceaccount default >/dev/null 2>&1 || true
 
 # 1. Server-side dry run of every manifest.
 if out=$(k apply --dry-run=server -f deploy/ 2>&1); then
-  pass "kubectl apply --dry-run=server -f deploy/ ($(echo "$out" | wc -l) objects)"
+  if echo "$out" | grep -q '^pod/'; then failed "kubectl apply -f deploy/ would create a Pod: $out"; fi
+  pass "kubectl apply --dry-run=server -f deploy/ ($(echo "$out" | wc -l) objects, no Pod)"
 else
   failed "kubectl apply --dry-run=server -f deploy/: $out"
 fi

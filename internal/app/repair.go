@@ -3,7 +3,6 @@ package app
 import (
 	"context"
 	"fmt"
-	"github.com/allocator/allocator/pkg/model"
 	"io"
 	"slices"
 	"time"
@@ -13,6 +12,7 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/record"
 
+	"github.com/allocator/allocator/pkg/model"
 	"github.com/allocator/allocator/pkg/repair"
 	"github.com/allocator/allocator/pkg/transition"
 )

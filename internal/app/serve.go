@@ -56,6 +56,9 @@ func runServe(ctx context.Context, opts *apiserver.Options, streams Streams) err
 	if err := opts.Validate(); err != nil {
 		return err
 	}
+	for _, w := range opts.Security.Warnings() {
+		fmt.Fprintf(streams.Err, "warning: %s\n", w)
+	}
 	// Before any etcd client exists: gRPC's logger is process-wide.
 	quietGRPC.Do(func() { grpclog.SetLoggerV2(leveledGRPCLogger{}) })
 	release, err := lockDataDir(opts.DataDir)

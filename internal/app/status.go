@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"context"
 	"fmt"
-	"github.com/allocator/allocator/pkg/model"
 	"io"
 	"math/big"
 	"strings"
@@ -13,6 +12,7 @@ import (
 	"github.com/spf13/cobra"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 
+	"github.com/allocator/allocator/pkg/model"
 	"github.com/allocator/allocator/pkg/status"
 )
 

@@ -3,7 +3,6 @@ package apiserver
 import (
 	"context"
 	"fmt"
-	"github.com/allocator/allocator/pkg/model"
 	"net"
 	"net/netip"
 	"os"
@@ -20,6 +19,7 @@ import (
 	"github.com/allocator/allocator/pkg/allocation"
 	"github.com/allocator/allocator/pkg/bitmap"
 	generatedopenapi "github.com/allocator/allocator/pkg/generated/openapi"
+	"github.com/allocator/allocator/pkg/model"
 	"github.com/allocator/allocator/pkg/portrange"
 	"github.com/allocator/allocator/pkg/repair"
 	"github.com/allocator/allocator/pkg/subrange"

@@ -3,7 +3,6 @@ package apiserver
 import (
 	"errors"
 	"fmt"
-	"github.com/allocator/allocator/pkg/model"
 	"net"
 	"net/netip"
 	"path/filepath"
@@ -12,6 +11,7 @@ import (
 
 	"github.com/spf13/pflag"
 
+	"github.com/allocator/allocator/pkg/model"
 	"github.com/allocator/allocator/pkg/portrange"
 	"github.com/allocator/allocator/pkg/repair"
 	"github.com/allocator/allocator/pkg/subrange"

@@ -141,6 +141,17 @@ func (o *SecurityOptions) Validate() []error {
 	return errs
 }
 
+// Warnings are settings that are valid but likely not what the operator
+// meant; serve prints each at start-up.
+func (o *SecurityOptions) Warnings() []string {
+	var out []string
+	if o.Audit.LogOptions.Path != "" && o.Audit.PolicyFile == "" {
+		out = append(out, "--audit-log-path is set without --audit-policy-file: no audit event is recorded (as on kube-apiserver); "+
+			"give a policy, e.g. deploy/examples/audit-policy.yaml")
+	}
+	return out
+}
+
 // checkCAFile checks that path, when set, holds at least one PEM certificate.
 func checkCAFile(flag, path string) error {
 	if path == "" {

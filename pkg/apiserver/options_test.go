@@ -1,7 +1,6 @@
 package apiserver
 
 import (
-	"github.com/allocator/allocator/pkg/model"
 	"os"
 	"path/filepath"
 	"strings"
@@ -9,6 +8,8 @@ import (
 	"time"
 
 	"k8s.io/client-go/tools/clientcmd"
+
+	"github.com/allocator/allocator/pkg/model"
 )
 
 func TestParseServiceCIDRs(t *testing.T) {
@@ -108,5 +109,23 @@ func TestAdminKubeconfigReusesToken(t *testing.T) {
 	cfg, err := clientcmd.LoadFromFile(path)
 	if err != nil || cfg.Clusters[kubeconfigCluster].Server != "https://127.0.0.1:2" {
 		t.Fatalf("kubeconfig %+v %v", cfg, err)
+	}
+}
+
+// TestAuditLogWithoutPolicyWarns: an audit log without a policy records
+// nothing, as on kube-apiserver; serve says so in one line.
+func TestAuditLogWithoutPolicyWarns(t *testing.T) {
+	o := NewOptions()
+	if w := o.Security.Warnings(); len(w) != 0 {
+		t.Errorf("defaults warn: %v", w)
+	}
+	o.Security.Audit.LogOptions.Path = filepath.Join(t.TempDir(), "audit.log")
+	w := o.Security.Warnings()
+	if len(w) != 1 || !strings.Contains(w[0], "--audit-log-path is set without --audit-policy-file: no audit event is recorded") {
+		t.Errorf("log without policy: %v", w)
+	}
+	o.Security.Audit.PolicyFile = "policy.yaml"
+	if w := o.Security.Warnings(); len(w) != 0 {
+		t.Errorf("log with policy warns: %v", w)
 	}
 }

@@ -3,7 +3,6 @@ package transition
 import (
 	"context"
 	"errors"
-	"github.com/allocator/allocator/pkg/model"
 	"strings"
 	"sync"
 	"testing"
@@ -15,6 +14,7 @@ import (
 
 	"github.com/allocator/allocator/internal/etcdtest"
 	"github.com/allocator/allocator/pkg/etcdlayout"
+	"github.com/allocator/allocator/pkg/model"
 )
 
 const prefix = "/registry"
