@@ -41,7 +41,8 @@ start-up message prints the flags repair and migrate need). It listens with a
 self-signed certificate, writes <data-dir>/admin.kubeconfig (mode 0600) with a
 generated admin token, and prints the kubectl command line to use. One serve
 per --data-dir: a second one exits at once, naming the first one's pid. It
-stops within seconds on SIGINT or SIGTERM, open watches included; a restart on
+stops within seconds on SIGINT or SIGTERM, open watches included, once the
+Service writes in progress have finished with their releases; a restart on
 the same --data-dir keeps the data.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {

@@ -315,8 +315,32 @@ func (s *Server) Run(ctx context.Context) error {
 		}()
 	}
 	defer context.AfterFunc(ctx, s.watches.stop)()
-	return s.generic.PrepareRun().RunWithContext(ctx)
+	// On shutdown, Service writes in progress finish first, with their
+	// releases, while the server still serves (the IPAddress model releases
+	// through its own API); new ones are refused with 503 meanwhile. Only
+	// then does the generic server stop (issue 20: a SIGTERM during deletes
+	// left addresses held without a Service).
+	serving, stopServing := context.WithCancel(context.WithoutCancel(ctx))
+	defer stopServing()
+	go func() {
+		select {
+		case <-ctx.Done():
+		case <-serving.Done():
+			return
+		}
+		dctx, cancel := context.WithTimeout(serving, drainTimeout)
+		defer cancel()
+		if err := s.alloc.Drain(dctx); err != nil {
+			logger(ctx).Info("Stopping with Service writes in progress; repair frees what they leave", "err", err)
+		}
+		stopServing()
+	}()
+	return s.generic.PrepareRun().RunWithContext(serving)
 }
+
+// drainTimeout bounds how long a shutdown waits for Service writes in
+// progress (each release is bounded by 30 s on its own).
+const drainTimeout = 30 * time.Second
 
 // Allocator returns the Service allocator the registry uses.
 func (s *Server) Allocator() *servicealloc.Allocator { return s.alloc }

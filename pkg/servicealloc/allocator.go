@@ -44,6 +44,7 @@ type Allocator struct {
 	byFamily   map[corev1.IPFamily]allocation.Interface
 	nodePorts  portalloc.Interface // nil: NodePort and LoadBalancer are refused
 	retryAfter int32
+	writes     writes // Service writes in progress, for Drain
 }
 
 // New checks cfg and returns an Allocator.

@@ -8,6 +8,7 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metainternalversion "k8s.io/apimachinery/pkg/apis/meta/internalversion"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
@@ -99,6 +100,11 @@ func (r *REST) Create(ctx context.Context, obj runtime.Object, createValidation 
 	if !ok {
 		return nil, apierrors.NewBadRequest(fmt.Sprintf("not a Service: %T", obj))
 	}
+	done, err := r.alloc.beginWrite()
+	if err != nil {
+		return nil, err
+	}
+	defer done()
 	if svc.Name != "" {
 		_, err := r.Store.Get(ctx, svc.Name, &metav1.GetOptions{})
 		switch {
@@ -118,10 +124,36 @@ func (r *REST) Create(ctx context.Context, obj runtime.Object, createValidation 
 // stored, so its transaction is committed and all others are reverted.
 func (r *REST) Update(ctx context.Context, name string, objInfo rest.UpdatedObjectInfo, createValidation rest.ValidateObjectFunc,
 	updateValidation rest.ValidateObjectUpdateFunc, forceAllowCreate bool, options *metav1.UpdateOptions) (runtime.Object, bool, error) {
+	done, err := r.alloc.beginWrite()
+	if err != nil {
+		return nil, false, err
+	}
+	defer done()
 	attempts := &attemptLog{}
 	out, created, err := r.Store.Update(withAttempts(ctx, attempts), name, objInfo, createValidation, updateValidation, forceAllowCreate, options)
 	attempts.settle(ctx, err == nil)
 	return out, created, err
+}
+
+// Delete deletes through the store, whose AfterDelete hook releases; a
+// shutdown waits for both.
+func (r *REST) Delete(ctx context.Context, name string, deleteValidation rest.ValidateObjectFunc, options *metav1.DeleteOptions) (runtime.Object, bool, error) {
+	done, err := r.alloc.beginWrite()
+	if err != nil {
+		return nil, false, err
+	}
+	defer done()
+	return r.Store.Delete(ctx, name, deleteValidation, options)
+}
+
+// DeleteCollection is Delete for many Services.
+func (r *REST) DeleteCollection(ctx context.Context, deleteValidation rest.ValidateObjectFunc, options *metav1.DeleteOptions, listOptions *metainternalversion.ListOptions) (runtime.Object, error) {
+	done, err := r.alloc.beginWrite()
+	if err != nil {
+		return nil, err
+	}
+	defer done()
+	return r.Store.DeleteCollection(ctx, deleteValidation, options, listOptions)
 }
 
 func (r *REST) beginCreate(ctx context.Context, obj runtime.Object, options *metav1.CreateOptions) (genericregistry.FinishFunc, error) {
