@@ -8,7 +8,6 @@ import (
 	"net/http"
 	"time"
 
-	corev1 "k8s.io/api/core/v1"
 	networkingv1 "k8s.io/api/networking/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -170,31 +169,47 @@ func (t *Target) send(ctx context.Context, s Step) (answer, error) {
 // up to 30 s, and answers with the condition alone. A second more lets the
 // server's allocator, which learns of ranges from a watch, catch up.
 func (t *Target) waitReady(ctx context.Context, name string) (answer, error) {
-	deadline := time.Now().Add(30 * time.Second)
-	for {
+	var ready answer
+	err := poll(ctx, 30*time.Second, func() (bool, error) {
 		a := t.do(ctx, t.request(http.MethodGet, KindServiceCIDR, name))
+		if a.err != nil {
+			return false, nil
+		}
 		var obj networkingv1.ServiceCIDR
-		if a.err == nil {
-			if err := json.Unmarshal(a.body, &obj); err != nil {
-				return answer{}, fmt.Errorf("decode ServiceCIDR %s: %w", name, err)
-			}
-			for _, c := range obj.Status.Conditions {
-				if c.Type == networkingv1.ServiceCIDRConditionReady && c.Status == metav1.ConditionTrue {
-					body, err := json.Marshal(map[string]any{"kind": "ServiceCIDR", "status": map[string]any{"ready": c.Status, "reason": c.Reason}})
-					if err != nil {
-						return answer{}, err
-					}
-					time.Sleep(time.Second)
-					return answer{code: a.code, body: body}, nil
-				}
+		if err := json.Unmarshal(a.body, &obj); err != nil {
+			return false, fmt.Errorf("decode ServiceCIDR %s: %w", name, err)
+		}
+		for _, c := range obj.Status.Conditions {
+			if c.Type == networkingv1.ServiceCIDRConditionReady && c.Status == metav1.ConditionTrue {
+				body, err := json.Marshal(map[string]any{"kind": "ServiceCIDR", "status": map[string]any{"ready": c.Status, "reason": c.Reason}})
+				ready = answer{code: a.code, body: body}
+				return true, err
 			}
 		}
+		return false, nil
+	})
+	if err != nil {
+		return answer{}, fmt.Errorf("ServiceCIDR %s not ready: %w", name, err)
+	}
+	time.Sleep(time.Second)
+	return ready, nil
+}
+
+// poll calls done every 100 ms until it reports true or an error, ctx ends,
+// or timeout passes.
+func poll(ctx context.Context, timeout time.Duration, done func() (bool, error)) error {
+	deadline := time.Now().Add(timeout)
+	for {
+		ok, err := done()
+		if ok || err != nil {
+			return err
+		}
 		if time.Now().After(deadline) {
-			return answer{}, fmt.Errorf("ServiceCIDR %s not ready after 30s", name)
+			return fmt.Errorf("not done after %s", timeout)
 		}
 		select {
 		case <-ctx.Done():
-			return answer{}, ctx.Err()
+			return ctx.Err()
 		case <-time.After(100 * time.Millisecond):
 		}
 	}
@@ -204,21 +219,18 @@ func (t *Target) waitReady(ctx context.Context, name string) (answer, error) {
 // body of the PUT.
 func mutate(s Step, current []byte) ([]byte, error) {
 	if s.Kind == KindServiceCIDR {
-		var obj networkingv1.ServiceCIDR
-		if err := json.Unmarshal(current, &obj); err != nil {
-			return nil, fmt.Errorf("decode current ServiceCIDR: %w", err)
-		}
-		if s.MutateCIDR != nil {
-			s.MutateCIDR(&obj)
-		}
-		return json.Marshal(&obj)
+		return mutateAs(current, s.MutateCIDR)
 	}
-	var obj corev1.Service
+	return mutateAs(current, s.Mutate)
+}
+
+func mutateAs[T any](current []byte, change func(*T)) ([]byte, error) {
+	var obj T
 	if err := json.Unmarshal(current, &obj); err != nil {
-		return nil, fmt.Errorf("decode current Service: %w", err)
+		return nil, fmt.Errorf("decode the current %T: %w", obj, err)
 	}
-	if s.Mutate != nil {
-		s.Mutate(&obj)
+	if change != nil {
+		change(&obj)
 	}
 	return json.Marshal(&obj)
 }
@@ -257,21 +269,13 @@ func (t *Target) remove(ctx context.Context, k Kind, name string) error {
 	if err := t.request(http.MethodDelete, k, name).Do(ctx).Error(); err != nil && !apierrors.IsNotFound(err) {
 		return fmt.Errorf("clean up %s/%s: %w", k, name, err)
 	}
-	deadline := time.Now().Add(60 * time.Second)
-	for {
-		err := t.request(http.MethodGet, k, name).Do(ctx).Error()
-		if apierrors.IsNotFound(err) {
-			return nil
-		}
-		if time.Now().After(deadline) {
-			return fmt.Errorf("clean up %s/%s: still there after 60s (last: %v)", k, name, err)
-		}
-		select {
-		case <-ctx.Done():
-			return ctx.Err()
-		case <-time.After(100 * time.Millisecond):
-		}
+	err := poll(ctx, 60*time.Second, func() (bool, error) {
+		return apierrors.IsNotFound(t.request(http.MethodGet, k, name).Do(ctx).Error()), nil
+	})
+	if err != nil {
+		return fmt.Errorf("clean up %s/%s: still there: %w", k, name, err)
 	}
+	return nil
 }
 
 // statusOf extracts the Status of a refused request: the body the server
