@@ -4,7 +4,6 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/hex"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"os"
@@ -214,9 +213,9 @@ func (c *Coordinator) record(state State) Record {
 }
 
 func (c *Coordinator) putRecord(ctx context.Context, lease clientv3.LeaseID, rec Record) error {
-	value, err := json.Marshal(rec)
+	value, err := rec.encode()
 	if err != nil {
-		return fmt.Errorf("transition: encode record: %w", err)
+		return fmt.Errorf("transition: %w", err)
 	}
 	key := c.layout.AllocatorReplicasPrefix(string(c.cfg.Model)) + c.cfg.ID
 	if _, err := c.cfg.Client.Put(ctx, key, string(value), clientv3.WithLease(lease)); err != nil {

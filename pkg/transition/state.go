@@ -32,6 +32,8 @@ type State struct {
 	Reason  string    `json:"reason,omitempty"`
 	// Revision is the etcd ModRevision of the state key (not stored).
 	Revision int64 `json:"-"`
+	// Format is the layout version it was written in (see Format).
+	Format int `json:"format,omitempty"`
 }
 
 func (s State) String() string {
@@ -55,6 +57,8 @@ type Record struct {
 	PID           int       `json:"pid,omitempty"`
 	Version       string    `json:"version,omitempty"`
 	Started       time.Time `json:"started"`
+	// Format is the layout version it was written in (see Format).
+	Format int `json:"format,omitempty"`
 }
 
 // ErrRetired is returned to a bitmap-model replica when the transition was
@@ -82,6 +86,9 @@ func decodeState(value []byte, rev int64) (State, error) {
 	if err := json.Unmarshal(value, &s); err != nil {
 		return State{}, fmt.Errorf("decode transition state: %w", err)
 	}
+	if err := checkFormat("the transition state", s.Format); err != nil {
+		return State{}, err
+	}
 	s.Revision = rev
 	return s, nil
 }
@@ -90,9 +97,9 @@ func decodeState(value []byte, rev int64) (State, error) {
 // stored. Concurrent callers agree: the create is create-if-absent.
 func ensureState(ctx context.Context, client *clientv3.Client, prefix string, initial State) (State, error) {
 	key := etcdlayout.Layout{Prefix: prefix}.AllocatorState()
-	value, err := json.Marshal(initial)
+	value, err := initial.encode()
 	if err != nil {
-		return State{}, fmt.Errorf("encode transition state: %w", err)
+		return State{}, err
 	}
 	resp, err := client.Txn(ctx).
 		If(clientv3.Compare(clientv3.CreateRevision(key), "=", 0)).
@@ -125,6 +132,9 @@ func ListRecords(ctx context.Context, client *clientv3.Client, prefix string, m 
 		var r Record
 		if err := json.Unmarshal(kv.Value, &r); err != nil {
 			return nil, fmt.Errorf("decode replica record %s: %w", kv.Key, err)
+		}
+		if err := checkFormat(fmt.Sprintf("replica record %s", kv.Key), r.Format); err != nil {
+			return nil, err
 		}
 		out = append(out, r)
 	}
@@ -236,9 +246,9 @@ func Finish(ctx context.Context, client *clientv3.Client, prefix string, opts Fi
 	}
 	l := etcdlayout.Layout{Prefix: prefix}
 	state := State{DualWrite: false, Changed: time.Now().UTC(), By: opts.By, Reason: "transition finished"}
-	value, err := json.Marshal(state)
+	value, err := state.encode()
 	if err != nil {
-		return State{}, fmt.Errorf("encode transition state: %w", err)
+		return State{}, err
 	}
 	bitmapReplicas := l.AllocatorReplicasPrefix(string(ModelBitmap))
 	resp, err := client.Txn(ctx).
@@ -267,9 +277,9 @@ func Finish(ctx context.Context, client *clientv3.Client, prefix string, opts Fi
 func Resume(ctx context.Context, client *clientv3.Client, prefix, by string) (State, error) {
 	l := etcdlayout.Layout{Prefix: prefix}
 	state := State{DualWrite: true, Changed: time.Now().UTC(), By: by, Reason: "transition resumed"}
-	value, err := json.Marshal(state)
+	value, err := state.encode()
 	if err != nil {
-		return State{}, fmt.Errorf("encode transition state: %w", err)
+		return State{}, err
 	}
 	resp, err := client.Put(ctx, l.AllocatorState(), string(value))
 	if err != nil {
