@@ -305,12 +305,19 @@ func (r *BitmapRepair) repairFamily(ctx context.Context, store BitmapStore, stor
 		return outcome, nil
 	}
 	if !stored.Exists() || !bytes.Equal(data, stored.Data) {
-		stillHeld := func(ctx context.Context, ip netip.Addr) (bool, error) {
+		stillHeld := func(ctx context.Context, slot int) (bool, error) {
+			ip, _ := rng.Addr(uint64(slot))
 			return r.stillHolds(ctx, holders[ip], ip)
 		}
-		wrote, notMissing, err := writeMerged(ctx, store, data, stored, toSet, toClear, stillHeld)
+		wrote, notMissingSlot, err := mergeWrite(ctx, store, int(rng.Size()), int(rng.StaticSize()), data, stored,
+			slotsOf(rng, toSet), slotsOf(rng, toClear), stillHeld)
 		if err != nil {
-			return familyOutcome{}, err
+			return familyOutcome{}, fmt.Errorf("bitmap repair: %s: %w", rng.Prefix(), err)
+		}
+		notMissing := map[netip.Addr]bool{}
+		for slot := range notMissingSlot {
+			ip, _ := rng.Addr(uint64(slot))
+			notMissing[ip] = true
 		}
 		outcome.wrote = wrote
 		if len(notMissing) > 0 {
@@ -348,83 +355,15 @@ func (r *BitmapRepair) repairFamily(ctx context.Context, store BitmapStore, stor
 	return outcome, nil
 }
 
-// writeMerged writes a family's repaired map. The first attempt writes data,
-// the map rebuilt from the read the pass started with, with a
-// compare-and-swap on that read's revision. When an allocation wins the race,
-// the pass's changes are merged onto a fresh read instead of rebuilding the
-// whole map (which lists every Service again and, under sustained creates,
-// lost every race: "gave up after 10 writes lost to concurrent allocations",
-// and /readyz waits for the first pass, issue 11 defect 6): addresses
-// Services hold are set if missing, and confirmed leaks are cleared only if
-// still set. That is safe on a fresh map because a bit set since the read
-// belongs to a create in flight and is left alone, and a confirmed leak has
-// been allocated with no Service for longer than LeakGrace, longer than any
-// create can hold it unstored, so nobody else can be about to use it. Each
-// attempt is one read and one compare-and-swap with nothing in between, so
-// the pass makes progress at any create rate.
-//
-// notMissing are the addresses of toSet that the merge did not set: found
-// set in a fresh read (someone set them after the pass's read, so they were
-// not missing), or still clear there while stillHeld says their Service no
-// longer holds them (deleted, and its bit freed, between the pass's list and
-// its write: setting the bit then would leave a stale bit and report a false
-// ClusterIPNotAllocated). stillHeld is asked at most once per address.
-func writeMerged(ctx context.Context, store BitmapStore, data []byte, stored bitmap.StoredMap, toSet, toClear []netip.Addr,
-	stillHeld func(context.Context, netip.Addr) (bool, error)) (wrote bool, notMissing map[netip.Addr]bool, err error) {
-	rev := stored.Revision
-	notMissing = map[netip.Addr]bool{}
-	held := map[netip.Addr]bool{}
-	for attempt := 1; ; attempt++ {
-		_, err := store.CompareAndWrite(ctx, data, rev)
-		if err == nil {
-			return true, notMissing, nil
+// slotsOf maps addresses of rng to their slots in its map.
+func slotsOf(rng subrange.Range, ips []netip.Addr) []int {
+	slots := make([]int, 0, len(ips))
+	for _, ip := range ips {
+		if i, ok := rng.Index(ip); ok {
+			slots = append(slots, int(i))
 		}
-		if !errors.Is(err, bitmap.ErrConflict) || attempt >= maxMergeAttempts {
-			return false, notMissing, err
-		}
-		fresh, err := store.ReadStored(ctx)
-		if err != nil {
-			return false, notMissing, fmt.Errorf("bitmap repair: %w", err)
-		}
-		if !fresh.Exists() {
-			// Deleted meanwhile: rebuilding it is a decision for a new pass.
-			return false, notMissing, fmt.Errorf("bitmap repair: %s map deleted during the pass: %w", store.Range().Prefix(), bitmap.ErrConflict)
-		}
-		merged, err := bitmap.NewAllocator(store.Range())
-		if err != nil {
-			return false, notMissing, err
-		}
-		if err := merged.Restore(store.Range().Prefix().String(), fresh.Data); err != nil {
-			return false, notMissing, fmt.Errorf("bitmap repair: restore stored map of %s: %w", store.Range().Prefix(), err)
-		}
-		for _, ip := range toSet {
-			if has, _ := merged.Has(ctx, ip); has {
-				notMissing[ip] = true
-				continue
-			}
-			ok, checked := held[ip]
-			if !checked {
-				if ok, err = stillHeld(ctx, ip); err != nil {
-					return false, notMissing, fmt.Errorf("bitmap repair: %w", err)
-				}
-				held[ip] = ok
-			}
-			if !ok {
-				notMissing[ip] = true
-				continue
-			}
-			delete(notMissing, ip)
-			_ = merged.Allocate(ctx, ip, allocation.Owner{})
-		}
-		for _, ip := range toClear {
-			_ = merged.Release(ctx, ip, allocation.Owner{}) // no longer set: nothing to do
-		}
-		_, data = merged.Snapshot()
-		if bytes.Equal(data, fresh.Data) {
-			return false, notMissing, nil
-		}
-		rev = fresh.Revision
 	}
+	return slots
 }
 
 // stillHolds reports whether svc, read again, still exists with the same

@@ -10,6 +10,8 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/record"
 
@@ -142,6 +144,7 @@ func (r *NodePortRepair) pass(ctx context.Context, stored bitmap.StoredMap, serv
 		}
 	}
 	var toSet, toClear []int
+	holders := map[int]*corev1.Service{} // the Service each toSet slot was found on
 	for i := range services {
 		svc := &services[i]
 		for _, port := range servicealloc.NodePortsOf(svc) {
@@ -158,6 +161,7 @@ func (r *NodePortRepair) pass(ctx context.Context, stored bitmap.StoredMap, serv
 				// Held and allocated: what stays in storedSet are leaks.
 			default:
 				toSet = append(toSet, slot)
+				holders[slot] = svc
 				add(svc, Problem{Type: TypeRepair, Reason: ReasonPortNotAllocated, IP: text, Service: key(svc), Fixed: !r.cfg.DryRun,
 					Message: fmt.Sprintf("Port %d is not allocated; repairing", port)})
 			}
@@ -189,9 +193,13 @@ func (r *NodePortRepair) pass(ctx context.Context, stored bitmap.StoredMap, serv
 	}
 	data := rebuilt.Bytes()
 	if !stored.Exists() || !bytes.Equal(data, stored.Data) {
-		wrote, setMeanwhile, err := r.writeMerged(ctx, data, stored, toSet, toClear)
+		stillHeld := func(ctx context.Context, slot int) (bool, error) {
+			port, _ := rng.Port(slot)
+			return r.stillHolds(ctx, holders[slot], port)
+		}
+		wrote, notMissingSlot, err := mergeWrite(ctx, r.cfg.Store, rng.Size(), rng.StaticSize(), data, stored, toSet, toClear, stillHeld)
 		if err != nil {
-			return nil, err
+			return nil, fmt.Errorf("node-port repair: %s: %w", rng, err)
 		}
 		if wrote {
 			report.Writes++
@@ -199,7 +207,7 @@ func (r *NodePortRepair) pass(ctx context.Context, stored bitmap.StoredMap, serv
 		notMissing := func(p Problem) bool {
 			port, err := strconv.Atoi(p.IP)
 			slot, _ := rng.Index(port)
-			return p.Reason == ReasonPortNotAllocated && err == nil && setMeanwhile[slot]
+			return p.Reason == ReasonPortNotAllocated && err == nil && notMissingSlot[slot]
 		}
 		report.Problems = slices.DeleteFunc(report.Problems, notMissing)
 		events = slices.DeleteFunc(events, func(e eventFor) bool { return notMissing(e.problem) })
@@ -216,45 +224,18 @@ func (r *NodePortRepair) pass(ctx context.Context, stored bitmap.StoredMap, serv
 	return report, nil
 }
 
-// writeMerged is the bitmap repair's writeMerged on slots: the rebuilt map
-// with a CAS on the pass's revision, and after a lost compare the pass's
-// changes merged onto a fresh read (missing ports set, confirmed leaks
-// cleared if still set), so a pass makes progress under any create rate.
-func (r *NodePortRepair) writeMerged(ctx context.Context, data []byte, stored bitmap.StoredMap, toSet, toClear []int) (bool, map[int]bool, error) {
-	rng := r.cfg.Store.Range()
-	rev := stored.Revision
-	setMeanwhile := map[int]bool{}
-	for attempt := 1; ; attempt++ {
-		_, err := r.cfg.Store.CompareAndWrite(ctx, data, rev)
-		if err == nil {
-			return true, setMeanwhile, nil
-		}
-		if !errors.Is(err, bitmap.ErrConflict) || attempt >= maxMergeAttempts {
-			return false, setMeanwhile, err
-		}
-		fresh, err := r.cfg.Store.ReadStored(ctx)
-		if err != nil {
-			return false, setMeanwhile, fmt.Errorf("node-port repair: %w", err)
-		}
-		if !fresh.Exists() {
-			return false, setMeanwhile, fmt.Errorf("node-port repair: map deleted during the pass: %w", bitmap.ErrConflict)
-		}
-		merged, _ := bitset.New(rng.Size(), rng.StaticSize())
-		if err := merged.SetBytes(fresh.Data); err != nil {
-			return false, setMeanwhile, fmt.Errorf("node-port repair: stored map of %s: %w", rng, err)
-		}
-		for _, slot := range toSet {
-			if !merged.Set(slot) {
-				setMeanwhile[slot] = true
-			}
-		}
-		for _, slot := range toClear {
-			merged.Clear(slot)
-		}
-		data = merged.Bytes()
-		if bytes.Equal(data, fresh.Data) {
-			return false, setMeanwhile, nil
-		}
-		rev = fresh.Revision
+// stillHolds reads svc again and reports whether it still holds port: a
+// Service deleted (or re-created) since the pass listed it does not.
+func (r *NodePortRepair) stillHolds(ctx context.Context, svc *corev1.Service, port int) (bool, error) {
+	if svc == nil {
+		return true, nil
 	}
+	cur, err := r.cfg.Client.CoreV1().Services(svc.Namespace).Get(ctx, svc.Name, metav1.GetOptions{})
+	if apierrors.IsNotFound(err) {
+		return false, nil
+	}
+	if err != nil {
+		return false, fmt.Errorf("read Service %s/%s again: %w", svc.Namespace, svc.Name, err)
+	}
+	return cur.UID == svc.UID && slices.Contains(servicealloc.NodePortsOf(cur), port), nil
 }
