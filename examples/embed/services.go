@@ -8,7 +8,6 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
-	"k8s.io/apimachinery/pkg/util/intstr"
 	"k8s.io/apimachinery/pkg/util/validation/field"
 	"k8s.io/apiserver/pkg/registry/generic"
 	genericregistry "k8s.io/apiserver/pkg/registry/generic/registry"
@@ -36,7 +35,9 @@ func newSchemes() (served, openAPI *runtime.Scheme, err error) {
 		return nil, nil, err
 	}
 	served.AddKnownTypes(schema.GroupVersion{Version: runtime.APIVersionInternal}, &corev1.Service{}, &corev1.ServiceList{})
-	served.AddTypeDefaultingFunc(&corev1.Service{}, func(obj any) { defaultService(obj.(*corev1.Service)) })
+	// The decode-time defaults upstream gives a v1 Service (servicealloc
+	// has them; upstream's live in k8s.io/kubernetes).
+	served.AddTypeDefaultingFunc(&corev1.Service{}, func(obj any) { servicealloc.DefaultService(obj.(*corev1.Service)) })
 	// The generic server needs the option and status types in an
 	// unversioned v1.
 	metav1.AddToGroupVersion(served, schema.GroupVersion{Version: "v1"})
@@ -49,34 +50,6 @@ func newSchemes() (served, openAPI *runtime.Scheme, err error) {
 	}
 	metav1.AddToGroupVersion(openAPI, schema.GroupVersion{Version: "v1"})
 	return served, openAPI, nil
-}
-
-// defaultService fills in the decode-time defaults validation requires.
-// Upstream's are in k8s.io/kubernetes, which cannot be imported; these are
-// the least a ClusterIP Service needs (pkg/apiserver has the full set;
-// NodePort and LoadBalancer are refused here anyway, as this server
-// configures no node ports). The IP-family defaults depend on the cluster's
-// ranges, so servicealloc applies them itself, on create and update.
-func defaultService(svc *corev1.Service) {
-	if svc.Spec.Type == "" {
-		svc.Spec.Type = corev1.ServiceTypeClusterIP
-	}
-	if svc.Spec.SessionAffinity == "" {
-		svc.Spec.SessionAffinity = corev1.ServiceAffinityNone
-	}
-	if svc.Spec.InternalTrafficPolicy == nil && svc.Spec.Type == corev1.ServiceTypeClusterIP {
-		cluster := corev1.ServiceInternalTrafficPolicyCluster
-		svc.Spec.InternalTrafficPolicy = &cluster
-	}
-	for i := range svc.Spec.Ports {
-		port := &svc.Spec.Ports[i]
-		if port.Protocol == "" {
-			port.Protocol = corev1.ProtocolTCP
-		}
-		if port.TargetPort == intstr.FromInt32(0) || port.TargetPort == intstr.FromString("") {
-			port.TargetPort = intstr.FromInt32(port.Port)
-		}
-	}
 }
 
 // serviceStrategy is the create, update and delete behaviour of Services.

@@ -5,7 +5,6 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/runtime"
-	"k8s.io/apimachinery/pkg/util/intstr"
 
 	"github.com/allocator/allocator/pkg/servicealloc"
 )
@@ -15,65 +14,15 @@ import (
 // IP-family defaults depend on the cluster's ranges, so they are not here:
 // pkg/servicealloc applies them when a Service is created or updated.
 func addDefaultingFuncs(s *runtime.Scheme) error {
-	s.AddTypeDefaultingFunc(&corev1.Service{}, func(obj interface{}) { defaultService(obj.(*corev1.Service)) })
+	s.AddTypeDefaultingFunc(&corev1.Service{}, func(obj interface{}) { servicealloc.DefaultService(obj.(*corev1.Service)) })
 	s.AddTypeDefaultingFunc(&corev1.ServiceList{}, func(obj interface{}) {
 		list := obj.(*corev1.ServiceList)
 		for i := range list.Items {
-			defaultService(&list.Items[i])
+			servicealloc.DefaultService(&list.Items[i])
 		}
 	})
 	s.AddTypeDefaultingFunc(&corev1.Namespace{}, func(obj interface{}) { defaultNamespace(obj.(*corev1.Namespace)) })
 	return nil
-}
-
-func defaultService(svc *corev1.Service) {
-	if svc.Spec.SessionAffinity == "" {
-		svc.Spec.SessionAffinity = corev1.ServiceAffinityNone
-	}
-	if svc.Spec.SessionAffinity == corev1.ServiceAffinityNone {
-		svc.Spec.SessionAffinityConfig = nil
-	}
-	if svc.Spec.SessionAffinity == corev1.ServiceAffinityClientIP {
-		if svc.Spec.SessionAffinityConfig == nil {
-			svc.Spec.SessionAffinityConfig = &corev1.SessionAffinityConfig{}
-		}
-		if svc.Spec.SessionAffinityConfig.ClientIP == nil {
-			svc.Spec.SessionAffinityConfig.ClientIP = &corev1.ClientIPConfig{}
-		}
-		if svc.Spec.SessionAffinityConfig.ClientIP.TimeoutSeconds == nil {
-			timeout := corev1.DefaultClientIPServiceAffinitySeconds
-			svc.Spec.SessionAffinityConfig.ClientIP.TimeoutSeconds = &timeout
-		}
-	}
-	if svc.Spec.Type == "" {
-		svc.Spec.Type = corev1.ServiceTypeClusterIP
-	}
-	for i := range svc.Spec.Ports {
-		port := &svc.Spec.Ports[i]
-		if port.Protocol == "" {
-			port.Protocol = corev1.ProtocolTCP
-		}
-		if port.TargetPort == intstr.FromInt32(0) || port.TargetPort == intstr.FromString("") {
-			port.TargetPort = intstr.FromInt32(port.Port)
-		}
-	}
-	// Every externally-accessible Service, including a ClusterIP one with
-	// externalIPs, gets the policy (validation allows it only on those).
-	externallyAccessible := svc.Spec.Type == corev1.ServiceTypeNodePort || svc.Spec.Type == corev1.ServiceTypeLoadBalancer ||
-		(svc.Spec.Type == corev1.ServiceTypeClusterIP && len(svc.Spec.ExternalIPs) > 0)
-	if externallyAccessible && svc.Spec.ExternalTrafficPolicy == "" {
-		svc.Spec.ExternalTrafficPolicy = corev1.ServiceExternalTrafficPolicyCluster
-	}
-	if svc.Spec.InternalTrafficPolicy == nil && (svc.Spec.Type == corev1.ServiceTypeClusterIP ||
-		svc.Spec.Type == corev1.ServiceTypeNodePort || svc.Spec.Type == corev1.ServiceTypeLoadBalancer) {
-		cluster := corev1.ServiceInternalTrafficPolicyCluster
-		svc.Spec.InternalTrafficPolicy = &cluster
-	}
-	if svc.Spec.Type == corev1.ServiceTypeLoadBalancer && svc.Spec.AllocateLoadBalancerNodePorts == nil {
-		allocate := true
-		svc.Spec.AllocateLoadBalancerNodePorts = &allocate
-	}
-	servicealloc.DefaultLoadBalancerIPMode(svc)
 }
 
 func defaultNamespace(ns *corev1.Namespace) {

@@ -6,6 +6,11 @@ import (
 	"errors"
 	"fmt"
 
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
+
 	"github.com/allocator/allocator/pkg/bitmap"
 	"github.com/allocator/allocator/pkg/bitset"
 )
@@ -90,4 +95,20 @@ func mergeWrite(ctx context.Context, store storedMap, size, static int, data []b
 		}
 		rev = fresh.Revision
 	}
+}
+
+// sameService reads svc again and returns it when it still exists with the
+// same UID; nil when it was deleted, or deleted and created again, since
+// the pass listed it.
+func sameService(ctx context.Context, client kubernetes.Interface, svc *corev1.Service) (*corev1.Service, error) {
+	cur, err := client.CoreV1().Services(svc.Namespace).Get(ctx, svc.Name, metav1.GetOptions{})
+	switch {
+	case apierrors.IsNotFound(err):
+		return nil, nil
+	case err != nil:
+		return nil, fmt.Errorf("read Service %s/%s again: %w", svc.Namespace, svc.Name, err)
+	case cur.UID != svc.UID:
+		return nil, nil
+	}
+	return cur, nil
 }

@@ -10,8 +10,6 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
-	apierrors "k8s.io/apimachinery/pkg/api/errors"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/record"
 
@@ -230,12 +228,9 @@ func (r *NodePortRepair) stillHolds(ctx context.Context, svc *corev1.Service, po
 	if svc == nil {
 		return true, nil
 	}
-	cur, err := r.cfg.Client.CoreV1().Services(svc.Namespace).Get(ctx, svc.Name, metav1.GetOptions{})
-	if apierrors.IsNotFound(err) {
-		return false, nil
+	cur, err := sameService(ctx, r.cfg.Client, svc)
+	if cur == nil || err != nil {
+		return false, err
 	}
-	if err != nil {
-		return false, fmt.Errorf("read Service %s/%s again: %w", svc.Namespace, svc.Name, err)
-	}
-	return cur.UID == svc.UID && slices.Contains(servicealloc.NodePortsOf(cur), port), nil
+	return slices.Contains(servicealloc.NodePortsOf(cur), port), nil
 }
