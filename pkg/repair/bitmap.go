@@ -1,7 +1,6 @@
 package repair
 
 import (
-	"bytes"
 	"cmp"
 	"context"
 	"errors"
@@ -15,35 +14,19 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/record"
 
-	"github.com/allocator/allocator/pkg/allocation"
 	"github.com/allocator/allocator/pkg/bitmap"
+	"github.com/allocator/allocator/pkg/rangerepair"
 	"github.com/allocator/allocator/pkg/subrange"
 )
 
 // DefaultInterval is how often the periodic repair runs, as upstream.
 const DefaultInterval = 3 * time.Minute
 
-// leakPasses is how many consecutive passes must see an address allocated
-// with no Service before it is freed. An allocation is written before its
-// Service (design.md §7), so one pass can see the bit of a Service that is
-// still being created; three passes minutes apart cannot, unless it leaked.
-const leakPasses = 3
-
-// maxConflictReruns bounds how often one pass reruns a family whose write
-// lost to a concurrent allocation. With the merge below a rerun is rare: it
-// happens only when maxMergeAttempts merges in a row lost.
-const maxConflictReruns = 10
-
-// maxMergeAttempts bounds how often one family's changes are merged onto a
-// freshly read map after losing the compare-and-swap to an allocation.
-const maxMergeAttempts = 100
-
 // BitmapStore is what the bitmap repair needs of one family's stored map;
 // *bitmap.EtcdAllocator implements it.
 type BitmapStore interface {
 	Range() subrange.Range
-	ReadStored(ctx context.Context) (bitmap.StoredMap, error)
-	CompareAndWrite(ctx context.Context, data []byte, revision int64) (int64, error)
+	rangerepair.Store
 }
 
 var _ BitmapStore = (*bitmap.EtcdAllocator)(nil)
@@ -65,9 +48,9 @@ type BitmapConfig struct {
 	DryRun bool
 	// LeakGrace is the least time between the first pass that sees an
 	// address leaked and the pass that frees it (default DefaultLeakGrace),
-	// on top of the leakPasses rule: passes run back to back (a rerun, a
-	// one-shot job run three times) must not free the address of a Service
-	// whose create is merely slow.
+	// on top of the rangerepair.LeakPasses rule: passes run back to back (a
+	// rerun, a one-shot job run three times) must not free the address of a
+	// Service whose create is merely slow.
 	LeakGrace time.Duration
 	// Now is the clock (default time.Now).
 	Now func() time.Time
@@ -99,20 +82,14 @@ const leakGraceMargin = 30 * time.Second
 // once defaulted to 10 s and did exactly that (issue 11, defect 2).
 const DefaultLeakGrace = RequestTimeout + leakGraceMargin
 
-// leakState tracks one address seen allocated with no Service.
-type leakState struct {
-	passesLeft int       // passes to go before it may be freed
-	firstSeen  time.Time // when a pass first saw it leaked
-}
-
-// BitmapRepair rebuilds the bitmap model's RangeAllocations from the Services.
-// See the package doc for its rules.
+// BitmapRepair rebuilds the bitmap model's RangeAllocations from the Services,
+// one rangerepair.Repairer per family. See the package doc for its rules.
 type BitmapRepair struct {
 	cfg BitmapConfig
-	// leaks counts, per address, the passes left before a leaked address is
-	// freed. Only the goroutine running a pass touches it; RunOnce must not
-	// be called concurrently.
-	leaks map[netip.Addr]leakState
+	// families are the repair cores of cfg.Stores, in order; they carry the
+	// leak counts from pass to pass, so RunOnce must not be called
+	// concurrently.
+	families []*rangerepair.Repairer[netip.Addr]
 }
 
 // NewBitmapRepair checks cfg and returns a repair controller.
@@ -129,7 +106,18 @@ func NewBitmapRepair(cfg BitmapConfig) (*BitmapRepair, error) {
 	if cfg.Now == nil {
 		cfg.Now = time.Now
 	}
-	return &BitmapRepair{cfg: cfg, leaks: map[netip.Addr]leakState{}}, nil
+	r := &BitmapRepair{cfg: cfg}
+	for _, store := range cfg.Stores {
+		family, err := rangerepair.New(rangerepair.Config[netip.Addr]{
+			Store: store, Space: addrSpace{store.Range()}, Services: cfg.Client.CoreV1(),
+			Holds: holdsIP, LeakGrace: cfg.LeakGrace, Now: cfg.Now,
+		})
+		if err != nil {
+			return nil, fmt.Errorf("bitmap repair: %w", err)
+		}
+		r.families = append(r.families, family)
+	}
+	return r, nil
 }
 
 // Run repairs every Interval until ctx ends. A failed pass is retried with
@@ -144,46 +132,25 @@ func (r *BitmapRepair) Run(ctx context.Context, firstPass chan<- struct{}) error
 func (r *BitmapRepair) RunOnce(ctx context.Context) (*Report, error) {
 	start := time.Now()
 	report := &Report{Model: "bitmap", DryRun: r.cfg.DryRun}
-	pending := slices.Clone(r.cfg.Stores)
-	for attempt := 1; len(pending) > 0; attempt++ {
-		if attempt > maxConflictReruns {
-			return nil, fmt.Errorf("bitmap repair: gave up after %d writes lost to concurrent allocations", maxConflictReruns)
-		}
-		// The maps are read before the Services are listed: an address
-		// allocated after the read is not in the map, and one allocated
-		// before it whose Service is not stored yet looks leaked for one
-		// pass only (see leakPasses).
-		maps := make([]bitmap.StoredMap, len(pending))
-		for i, store := range pending {
-			m, err := store.ReadStored(ctx)
-			if err != nil {
-				return nil, fmt.Errorf("bitmap repair: %w", err)
-			}
-			maps[i] = m
-		}
+	list := func(ctx context.Context) ([]corev1.Service, error) {
 		services, err := listServices(ctx, r.cfg.Client)
-		if err != nil {
-			return nil, fmt.Errorf("bitmap repair: %w", err)
-		}
 		report.Services = len(services)
-
-		var conflicted []BitmapStore
-		for i, store := range pending {
-			outcome, err := r.repairFamily(ctx, store, maps[i], services)
-			if errors.Is(err, bitmap.ErrConflict) {
-				conflicted = append(conflicted, store)
-				continue
-			}
-			if err != nil {
-				return nil, err
-			}
-			report.Problems = append(report.Problems, outcome.problems...)
-			report.Allocated += outcome.allocated
-			if outcome.wrote {
-				report.Writes++
-			}
+		return services, err
+	}
+	err := rangerepair.Run(ctx, r.families, list, func(ctx context.Context, i int, pass *rangerepair.Pass[netip.Addr], services []corev1.Service) error {
+		outcome, err := r.repairFamily(ctx, i, pass, services)
+		if err != nil {
+			return err
 		}
-		pending = conflicted
+		report.Problems = append(report.Problems, outcome.problems...)
+		report.Allocated += outcome.allocated
+		if outcome.wrote {
+			report.Writes++
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, fmt.Errorf("bitmap repair: %w", err)
 	}
 	report.Duration = time.Since(start)
 	return report, nil
@@ -195,22 +162,12 @@ type familyOutcome struct {
 	wrote     bool
 }
 
-// repairFamily rebuilds one family's map from services and writes it back if
-// it differs. Leak counters, events and metrics are committed only once the
-// write succeeded, so a pass rerun after a conflict counts nothing twice.
-func (r *BitmapRepair) repairFamily(ctx context.Context, store BitmapStore, stored bitmap.StoredMap, services []corev1.Service) (familyOutcome, error) {
-	rng := store.Range()
-	storedAlloc, err := bitmap.NewAllocator(rng)
-	if err != nil {
-		return familyOutcome{}, err
-	}
-	if err := storedAlloc.Restore(rng.Prefix().String(), stored.Data); err != nil {
-		return familyOutcome{}, fmt.Errorf("bitmap repair: restore stored map of %s: %w", rng.Prefix(), err)
-	}
-	rebuilt, err := bitmap.NewAllocator(rng)
-	if err != nil {
-		return familyOutcome{}, err
-	}
+// repairFamily reports what pass finds in the map of cfg.Stores[i] and
+// commits it. Events and metrics follow only a successful commit, so a pass
+// rerun after a conflict reports nothing twice.
+func (r *BitmapRepair) repairFamily(ctx context.Context, i int, pass *rangerepair.Pass[netip.Addr], services []corev1.Service) (familyOutcome, error) {
+	rng := r.cfg.Stores[i].Range()
+	primary := i == 0
 	family := familyName(rng.IPv6())
 	var problems []Problem
 	type eventFor struct {
@@ -227,12 +184,6 @@ func (r *BitmapRepair) repairFamily(ctx context.Context, store BitmapStore, stor
 			events = append(events, eventFor{svc, p})
 		}
 	}
-	leaks := map[netip.Addr]leakState{}
-	now := r.cfg.Now()
-	// The changes this pass makes, merged onto a fresh map if the write
-	// loses to a concurrent allocation.
-	var toSet, toClear []netip.Addr
-	holders := map[netip.Addr]*corev1.Service{} // the Service each toSet address was found on
 
 	for i := range services {
 		svc := &services[i]
@@ -240,108 +191,67 @@ func (r *BitmapRepair) repairFamily(ctx context.Context, store BitmapStore, stor
 			ip, ok := parseServiceIP(text)
 			if !ok {
 				// Reported once, by the primary family's pass.
-				if store == r.cfg.Stores[0] {
+				if primary {
 					report(svc, Problem{Type: TypeInvalid, Reason: ReasonNotValid, IP: text, Service: key(svc),
 						Message: fmt.Sprintf("Cluster IP %s is not a valid IP; please recreate service", text)})
 				}
 				continue
 			}
 			if ip.Is6() != rng.IPv6() {
-				if !r.servesFamily(ip.Is6()) && store == r.cfg.Stores[0] {
+				if !r.servesFamily(ip.Is6()) && primary {
 					fam := familyName(ip.Is6())
 					report(svc, Problem{Type: TypeInvalid, Reason: ReasonNotValid, IP: text, Service: key(svc),
 						Message: fmt.Sprintf("Cluster IP %s(%s) is of ip family that is no longer configured on cluster; please recreate service", text, fam)})
 				}
 				continue
 			}
-			err := rebuilt.Allocate(ctx, ip, allocation.Owner{})
-			switch {
-			case err == nil:
-				if has, _ := storedAlloc.Has(ctx, ip); has {
-					// Take it out of the stored set: what remains are leaks.
-					_ = storedAlloc.Release(ctx, ip, allocation.Owner{})
-				} else {
-					toSet = append(toSet, ip)
-					holders[ip] = svc
-					report(svc, Problem{Type: TypeRepair, Reason: ReasonNotAllocated, IP: text, Service: key(svc), Fixed: !r.cfg.DryRun,
-						Message: fmt.Sprintf("Cluster IP [%s]:%s is not allocated; repairing", family, text)})
-				}
-			case errors.Is(err, allocation.ErrAllocated):
+			switch pass.Hold(svc, ip) {
+			case rangerepair.Held:
+			case rangerepair.Missing:
+				report(svc, Problem{Type: TypeRepair, Reason: ReasonNotAllocated, IP: text, Service: key(svc), Fixed: !r.cfg.DryRun,
+					Message: fmt.Sprintf("Cluster IP [%s]:%s is not allocated; repairing", family, text)})
+			case rangerepair.Duplicate:
 				report(svc, Problem{Type: TypeDuplicate, Reason: ReasonAlreadyAllocated, IP: text, Service: key(svc),
 					Message: fmt.Sprintf("Cluster IP [%s]:%s was assigned to multiple services; please recreate service", family, text)})
-			case errors.Is(err, allocation.ErrNotInRange):
+			case rangerepair.OutOfRange:
 				report(svc, Problem{Type: TypeOutOfRange, Reason: ReasonOutOfRange, IP: text, Service: key(svc),
 					Message: fmt.Sprintf("Cluster IP [%s]:%s is not within the service CIDR %s; please recreate service", family, text, rng.Prefix())})
-			default:
-				report(svc, Problem{Type: TypeUnknown, Reason: ReasonUnknown, IP: text, Service: key(svc),
-					Message: fmt.Sprintf("Unable to allocate cluster IP [%s]:%s due to an unknown error", family, text)})
 			}
 		}
 	}
 
-	// What is left in the stored set is allocated with no Service.
-	_ = storedAlloc.ForEach(ctx, func(ip netip.Addr) {
-		state, seen := r.leaks[ip]
-		if !seen {
-			state = leakState{passesLeft: leakPasses - 1, firstSeen: now}
-		}
-		if state.passesLeft > 0 || now.Sub(state.firstSeen) < r.cfg.LeakGrace {
-			state.passesLeft = max(state.passesLeft-1, 0)
-			leaks[ip] = state
-			_ = rebuilt.Allocate(ctx, ip, allocation.Owner{}) // keep it for now
+	// What no Service holds is leaked.
+	pass.Leaked(func(ip netip.Addr, freed bool) {
+		if !freed {
 			report(nil, Problem{Type: TypeLeak, IP: ip.String(),
-				Message: fmt.Sprintf("Cluster IP [%s]:%s is allocated but no Service uses it; it is freed on the %s pass that sees it", family, ip, ordinal(leakPasses))})
+				Message: fmt.Sprintf("Cluster IP [%s]:%s is allocated but no Service uses it; it is freed on the %s pass that sees it", family, ip, ordinal(rangerepair.LeakPasses))})
 			return
 		}
-		toClear = append(toClear, ip)
 		report(nil, Problem{Type: TypeLeak, IP: ip.String(), Fixed: !r.cfg.DryRun,
 			Message: fmt.Sprintf("Cluster IP [%s]:%s appears to have leaked: cleaning up", family, ip)})
 	})
 
-	_, data := rebuilt.Snapshot()
-	outcome := familyOutcome{problems: problems, allocated: rebuilt.Used()}
+	outcome := familyOutcome{problems: problems, allocated: pass.Allocated()}
 	if r.cfg.DryRun {
 		return outcome, nil
 	}
-	if !stored.Exists() || !bytes.Equal(data, stored.Data) {
-		stillHeld := func(ctx context.Context, slot int) (bool, error) {
-			ip, _ := rng.Addr(uint64(slot))
-			return r.stillHolds(ctx, holders[ip], ip)
-		}
-		wrote, notMissingSlot, err := mergeWrite(ctx, store, int(rng.Size()), int(rng.StaticSize()), data, stored,
-			slotsOf(rng, toSet), slotsOf(rng, toClear), stillHeld)
-		if err != nil {
-			return familyOutcome{}, fmt.Errorf("bitmap repair: %s: %w", rng.Prefix(), err)
-		}
-		notMissing := map[netip.Addr]bool{}
-		for slot := range notMissingSlot {
-			ip, _ := rng.Addr(uint64(slot))
-			notMissing[ip] = true
-		}
-		outcome.wrote = wrote
-		if len(notMissing) > 0 {
-			// Their bits were set after the pass's read by the allocation
-			// that stored the Service (the bit precedes the Service), or
-			// their Service was deleted since the pass listed it: not a
-			// fault, so no ClusterIPNotAllocated for them.
-			notMissing := func(p Problem) bool {
-				ip, err := netip.ParseAddr(p.IP)
-				return p.Reason == ReasonNotAllocated && err == nil && notMissing[ip]
-			}
-			problems = slices.DeleteFunc(problems, notMissing)
-			events = slices.DeleteFunc(events, func(e eventFor) bool { return notMissing(e.problem) })
-			outcome.problems = problems
-		}
+	res, err := pass.Commit(ctx)
+	if err != nil {
+		return familyOutcome{}, err
 	}
-	// Committed: forget leaks of this family that are no longer leaked, keep
-	// the new counts, and tell the world.
-	for ip := range r.leaks {
-		if ip.Is6() == rng.IPv6() {
-			delete(r.leaks, ip)
+	outcome.wrote = res.Wrote
+	if len(res.NotMissing) > 0 {
+		// Their bits were set after the pass's read by the allocation that
+		// stored the Service (the bit precedes the Service), or their Service
+		// was deleted since the pass listed it: not a fault, so no
+		// ClusterIPNotAllocated for them.
+		notMissing := func(p Problem) bool {
+			ip, err := netip.ParseAddr(p.IP)
+			return p.Reason == ReasonNotAllocated && err == nil && res.NotMissing[ip]
 		}
-	}
-	for ip, state := range leaks {
-		r.leaks[ip] = state
+		problems = slices.DeleteFunc(problems, notMissing)
+		events = slices.DeleteFunc(events, func(e eventFor) bool { return notMissing(e.problem) })
+		outcome.problems = problems
 	}
 	for _, p := range problems {
 		r.cfg.Metrics.problem(p)
@@ -354,33 +264,32 @@ func (r *BitmapRepair) repairFamily(ctx context.Context, store BitmapStore, stor
 	return outcome, nil
 }
 
-// slotsOf maps addresses of rng to their slots in its map.
-func slotsOf(rng subrange.Range, ips []netip.Addr) []int {
-	slots := make([]int, 0, len(ips))
-	for _, ip := range ips {
-		if i, ok := rng.Index(ip); ok {
-			slots = append(slots, int(i))
-		}
-	}
-	return slots
+// addrSpace is a ClusterIP range as the repair core's Space: slot i is the
+// address network+1+i.
+type addrSpace struct{ rng subrange.Range }
+
+func (s addrSpace) Slots() int       { return int(s.rng.Size()) }
+func (s addrSpace) StaticSlots() int { return int(s.rng.StaticSize()) }
+func (s addrSpace) String() string   { return s.rng.Prefix().String() }
+
+func (s addrSpace) Index(ip netip.Addr) (int, bool) {
+	i, ok := s.rng.Index(ip)
+	return int(i), ok
 }
 
-// stillHolds reports whether svc, read again, still exists with the same
-// UID and holds ip.
-func (r *BitmapRepair) stillHolds(ctx context.Context, svc *corev1.Service, ip netip.Addr) (bool, error) {
-	if svc == nil {
-		return true, nil
-	}
-	cur, err := sameService(ctx, r.cfg.Client, svc)
-	if cur == nil || err != nil {
-		return false, err
-	}
-	for _, text := range serviceIPs(cur) {
+func (s addrSpace) Key(i int) netip.Addr {
+	ip, _ := s.rng.Addr(uint64(i)) // the core asks only for slots of the range
+	return ip
+}
+
+// holdsIP reports whether svc holds ip.
+func holdsIP(svc *corev1.Service, ip netip.Addr) bool {
+	for _, text := range serviceIPs(svc) {
 		if a, ok := parseServiceIP(text); ok && a == ip {
-			return true, nil
+			return true
 		}
 	}
-	return false, nil
+	return false
 }
 
 func (r *BitmapRepair) servesFamily(ipv6 bool) bool {

@@ -6,7 +6,11 @@
 // # Bitmap repair
 //
 // BitmapRepair rebuilds each family's RangeAllocation from the Services and
-// writes it back. Invariants and why:
+// writes it back. The leak counting, the merged compare-and-swap write and
+// the re-read of a Service before its missing bit is set are
+// pkg/rangerepair's, the one core the node-port repair (NodePortRepair) uses
+// too; this package says what a ClusterIP is and reports with upstream's
+// texts. Invariants and why:
 //
 //   - The stored maps are read before the Services are listed. An allocation
 //     is written before its Service (kube-apiserver does the same), so an
@@ -27,13 +31,9 @@
 //     pass makes progress at any create rate (rebuilding from a new Service
 //     list every time lost every race under sustained creates). A bit set
 //     since the read is a create in flight and is kept; a confirmed leak is
-//     cleared only if still set; a missing bit is set on the fresh read only
-//     after its Service is read again and still holds it (a Service deleted
-//     between the list and the write gets no stale bit and no false "not
-//     allocated" event). This write is one function, mergeWrite (merge.go),
-//     on map slots, which the ClusterIP bitmap repair and the node-port
-//     repair both call, so the two cannot drift apart again (the deleted-
-//     Service fix once reached only the ClusterIP copy). Leak counts, events and metrics are committed
+//     cleared only if still set. A Service whose missing bit the merge would
+//     set is read again first: one deleted since the list gets no bit and no
+//     ClusterIPNotAllocated. Leak counts, events and metrics are committed
 //     only with a successful write, so a rerun counts nothing twice. An
 //     unchanged map is not rewritten. A missing map is created.
 //   - Addresses Services hold but the map lacks are re-marked

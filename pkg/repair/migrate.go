@@ -21,6 +21,7 @@ import (
 	"github.com/allocator/allocator/pkg/allocation"
 	"github.com/allocator/allocator/pkg/bitmap"
 	"github.com/allocator/allocator/pkg/ipaddress"
+	"github.com/allocator/allocator/pkg/rangerepair"
 	"github.com/allocator/allocator/pkg/subrange"
 )
 
@@ -424,7 +425,7 @@ func readBits(ctx context.Context, store BitmapStore) (*bitmap.Allocator, bitmap
 // listed) and clear now: they were released since. kept are the addresses
 // the map must now hold.
 func mergeIntoBitmap(ctx context.Context, store BitmapStore, ips []netip.Addr, before *bitmap.Allocator, dryRun bool) (created, present int, kept []netip.Addr, err error) {
-	for attempt := 1; attempt <= maxConflictReruns; attempt++ {
+	for attempt := 1; attempt <= rangerepair.MaxConflictReruns; attempt++ {
 		merged, stored, err := readBits(ctx, store)
 		if err != nil {
 			return 0, 0, nil, err
@@ -458,7 +459,7 @@ func mergeIntoBitmap(ctx context.Context, store BitmapStore, ips []netip.Addr, b
 		}
 		return created, present, kept, nil
 	}
-	return 0, 0, nil, fmt.Errorf("migrate: %s: gave up after %d writes lost to concurrent allocations", store.Range().Prefix(), maxConflictReruns)
+	return 0, 0, nil, fmt.Errorf("migrate: %s: gave up after %d writes lost to concurrent allocations", store.Range().Prefix(), rangerepair.MaxConflictReruns)
 }
 
 func bitmapHolds(ctx context.Context, store BitmapStore, ips []netip.Addr) (bool, error) {

@@ -1,7 +1,6 @@
 package repair
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -13,9 +12,8 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/record"
 
-	"github.com/allocator/allocator/pkg/bitmap"
-	"github.com/allocator/allocator/pkg/bitset"
 	"github.com/allocator/allocator/pkg/portrange"
+	"github.com/allocator/allocator/pkg/rangerepair"
 	"github.com/allocator/allocator/pkg/servicealloc"
 )
 
@@ -27,7 +25,10 @@ import (
 // one port (PortAlreadyAllocated) and ports outside the range
 // (PortOutOfRange) are reported, never changed. The map is written with a
 // CAS on the revision the pass read; a lost compare merges the pass's
-// changes onto a fresh read. The node-port map is the same in both IP
+// changes onto a fresh read, after reading again a Service whose port it
+// would set (one deleted meanwhile gets no bit and no PortNotAllocated). All
+// of that is pkg/rangerepair's, shared with the bitmap repair; this file
+// holds upstream's texts. The node-port map is the same in both IP
 // models, so IP-model migration never touches it.
 
 // Event reasons of the node-port repair, as upstream's.
@@ -45,8 +46,7 @@ const ResourceNodePort = "nodePort"
 // *portalloc.EtcdAllocator implements it.
 type NodePortStore interface {
 	Range() portrange.Range
-	ReadStored(ctx context.Context) (bitmap.StoredMap, error)
-	CompareAndWrite(ctx context.Context, data []byte, revision int64) (int64, error)
+	rangerepair.Store
 }
 
 // NodePortConfig configures a NodePortRepair.
@@ -62,10 +62,12 @@ type NodePortConfig struct {
 	Now       func() time.Time
 }
 
-// NodePortRepair rebuilds the node-port map from the Services.
+// NodePortRepair rebuilds the node-port map from the Services: a thin layer
+// over one rangerepair.Repairer, which carries the leak counts from pass to
+// pass (passes must not run concurrently).
 type NodePortRepair struct {
-	cfg   NodePortConfig
-	leaks map[int]leakState // by port; only the goroutine running a pass
+	cfg  NodePortConfig
+	core *rangerepair.Repairer[int]
 }
 
 // NewNodePortRepair checks cfg and returns a repair controller.
@@ -82,7 +84,14 @@ func NewNodePortRepair(cfg NodePortConfig) (*NodePortRepair, error) {
 	if cfg.Now == nil {
 		cfg.Now = time.Now
 	}
-	return &NodePortRepair{cfg: cfg, leaks: map[int]leakState{}}, nil
+	core, err := rangerepair.New(rangerepair.Config[int]{
+		Store: cfg.Store, Space: portSpace{cfg.Store.Range()}, Services: cfg.Client.CoreV1(),
+		Holds: holdsPort, LeakGrace: cfg.LeakGrace, Now: cfg.Now,
+	})
+	if err != nil {
+		return nil, fmt.Errorf("node-port repair: %w", err)
+	}
+	return &NodePortRepair{cfg: cfg, core: core}, nil
 }
 
 // Run repairs every Interval until ctx ends; a failed pass is retried with
@@ -96,38 +105,22 @@ func (r *NodePortRepair) Run(ctx context.Context, firstPass chan<- struct{}) err
 // problem's IP field holds the port.
 func (r *NodePortRepair) RunOnce(ctx context.Context) (*Report, error) {
 	start := time.Now()
-	for attempt := 1; attempt <= maxConflictReruns; attempt++ {
-		stored, err := r.cfg.Store.ReadStored(ctx)
-		if err != nil {
-			return nil, fmt.Errorf("node-port repair: %w", err)
-		}
-		services, err := listServices(ctx, r.cfg.Client)
-		if err != nil {
-			return nil, fmt.Errorf("node-port repair: %w", err)
-		}
-		report, err := r.pass(ctx, stored, services)
-		if errors.Is(err, bitmap.ErrConflict) {
-			continue
-		}
-		if err != nil {
-			return nil, err
-		}
-		report.Duration = time.Since(start)
-		return report, nil
+	var report *Report
+	list := func(ctx context.Context) ([]corev1.Service, error) { return listServices(ctx, r.cfg.Client) }
+	err := rangerepair.Run(ctx, []*rangerepair.Repairer[int]{r.core}, list, func(ctx context.Context, _ int, pass *rangerepair.Pass[int], services []corev1.Service) error {
+		var err error
+		report, err = r.pass(ctx, pass, services)
+		return err
+	})
+	if err != nil {
+		return nil, fmt.Errorf("node-port repair: %w", err)
 	}
-	return nil, fmt.Errorf("node-port repair: gave up after %d writes lost to concurrent allocations", maxConflictReruns)
+	report.Duration = time.Since(start)
+	return report, nil
 }
 
-func (r *NodePortRepair) pass(ctx context.Context, stored bitmap.StoredMap, services []corev1.Service) (*Report, error) {
+func (r *NodePortRepair) pass(ctx context.Context, pass *rangerepair.Pass[int], services []corev1.Service) (*Report, error) {
 	rng := r.cfg.Store.Range()
-	newSet := func() *bitset.Set {
-		s, _ := bitset.New(rng.Size(), rng.StaticSize()) // a valid Range always fits
-		return s
-	}
-	storedSet, rebuilt := newSet(), newSet()
-	if err := storedSet.SetBytes(stored.Data); err != nil {
-		return nil, fmt.Errorf("node-port repair: stored map of %s: %w", rng, err)
-	}
 	report := &Report{Model: "nodeport", DryRun: r.cfg.DryRun, Services: len(services)}
 	type eventFor struct {
 		svc     *corev1.Service
@@ -141,76 +134,55 @@ func (r *NodePortRepair) pass(ctx context.Context, stored bitmap.StoredMap, serv
 			events = append(events, eventFor{svc, p})
 		}
 	}
-	var toSet, toClear []int
-	holders := map[int]*corev1.Service{} // the Service each toSet slot was found on
 	for i := range services {
 		svc := &services[i]
 		for _, port := range servicealloc.NodePortsOf(svc) {
 			text := strconv.Itoa(port)
-			slot, ok := rng.Index(port)
-			switch {
-			case !ok:
+			switch pass.Hold(svc, port) {
+			case rangerepair.Held:
+			case rangerepair.OutOfRange:
 				add(svc, Problem{Type: TypeOutOfRange, Reason: ReasonPortOutOfRange, IP: text, Service: key(svc),
 					Message: fmt.Sprintf("Port %d is not within the port range %s; please recreate service", port, rng)})
-			case !rebuilt.Set(slot):
+			case rangerepair.Duplicate:
 				add(svc, Problem{Type: TypeDuplicate, Reason: ReasonPortAlreadyAllocated, IP: text, Service: key(svc),
 					Message: fmt.Sprintf("Port %d was assigned to multiple services; please recreate service", port)})
-			case storedSet.Clear(slot):
-				// Held and allocated: what stays in storedSet are leaks.
-			default:
-				toSet = append(toSet, slot)
-				holders[slot] = svc
+			case rangerepair.Missing:
 				add(svc, Problem{Type: TypeRepair, Reason: ReasonPortNotAllocated, IP: text, Service: key(svc), Fixed: !r.cfg.DryRun,
 					Message: fmt.Sprintf("Port %d is not allocated; repairing", port)})
 			}
 		}
 	}
-	now := r.cfg.Now()
-	leaks := map[int]leakState{}
-	storedSet.ForEach(func(slot int) {
-		port, _ := rng.Port(slot)
-		state, seen := r.leaks[port]
-		if !seen {
-			state = leakState{passesLeft: leakPasses - 1, firstSeen: now}
-		}
-		if state.passesLeft > 0 || now.Sub(state.firstSeen) < r.cfg.LeakGrace {
-			state.passesLeft = max(state.passesLeft-1, 0)
-			leaks[port] = state
-			rebuilt.Set(slot)
+	pass.Leaked(func(port int, freed bool) {
+		if !freed {
 			add(nil, Problem{Type: TypeLeak, IP: strconv.Itoa(port),
-				Message: fmt.Sprintf("Port %d is allocated but no Service uses it; it is freed on the %s pass that sees it", port, ordinal(leakPasses))})
+				Message: fmt.Sprintf("Port %d is allocated but no Service uses it; it is freed on the %s pass that sees it", port, ordinal(rangerepair.LeakPasses))})
 			return
 		}
-		toClear = append(toClear, slot)
 		add(nil, Problem{Type: TypeLeak, IP: strconv.Itoa(port), Fixed: !r.cfg.DryRun,
 			Message: fmt.Sprintf("the node port %d appears to have leaked: cleaning up", port)})
 	})
-	report.Allocated = rebuilt.Used()
+	report.Allocated = pass.Allocated()
 	if r.cfg.DryRun {
 		return report, nil
 	}
-	data := rebuilt.Bytes()
-	if !stored.Exists() || !bytes.Equal(data, stored.Data) {
-		stillHeld := func(ctx context.Context, slot int) (bool, error) {
-			port, _ := rng.Port(slot)
-			return r.stillHolds(ctx, holders[slot], port)
-		}
-		wrote, notMissingSlot, err := mergeWrite(ctx, r.cfg.Store, rng.Size(), rng.StaticSize(), data, stored, toSet, toClear, stillHeld)
-		if err != nil {
-			return nil, fmt.Errorf("node-port repair: %s: %w", rng, err)
-		}
-		if wrote {
-			report.Writes++
-		}
+	res, err := pass.Commit(ctx)
+	if err != nil {
+		return nil, err
+	}
+	if res.Wrote {
+		report.Writes++
+	}
+	if len(res.NotMissing) > 0 {
+		// Set since the pass's read by the allocation that stored the
+		// Service, or the Service was deleted since the pass listed it: no
+		// PortNotAllocated for them.
 		notMissing := func(p Problem) bool {
 			port, err := strconv.Atoi(p.IP)
-			slot, _ := rng.Index(port)
-			return p.Reason == ReasonPortNotAllocated && err == nil && notMissingSlot[slot]
+			return p.Reason == ReasonPortNotAllocated && err == nil && res.NotMissing[port]
 		}
 		report.Problems = slices.DeleteFunc(report.Problems, notMissing)
 		events = slices.DeleteFunc(events, func(e eventFor) bool { return notMissing(e.problem) })
 	}
-	r.leaks = leaks
 	for _, p := range report.Problems {
 		r.cfg.Metrics.portProblem(p)
 	}
@@ -222,15 +194,16 @@ func (r *NodePortRepair) pass(ctx context.Context, stored bitmap.StoredMap, serv
 	return report, nil
 }
 
-// stillHolds reads svc again and reports whether it still holds port: a
-// Service deleted (or re-created) since the pass listed it does not.
-func (r *NodePortRepair) stillHolds(ctx context.Context, svc *corev1.Service, port int) (bool, error) {
-	if svc == nil {
-		return true, nil
-	}
-	cur, err := sameService(ctx, r.cfg.Client, svc)
-	if cur == nil || err != nil {
-		return false, err
-	}
-	return slices.Contains(servicealloc.NodePortsOf(cur), port), nil
+// portSpace is a node-port range as the repair core's Space: slot i is the
+// port base+i.
+type portSpace struct{ portrange.Range }
+
+func (s portSpace) Key(i int) int {
+	port, _ := s.Port(i) // the core asks only for slots of the range
+	return port
+}
+
+// holdsPort reports whether svc holds port.
+func holdsPort(svc *corev1.Service, port int) bool {
+	return slices.Contains(servicealloc.NodePortsOf(svc), port)
 }

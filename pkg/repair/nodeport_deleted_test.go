@@ -28,33 +28,33 @@ func (s *racingPortStore) CompareAndWrite(ctx context.Context, data []byte, revi
 	return s.EtcdAllocator.CompareAndWrite(ctx, data, revision)
 }
 
-// TestNodePortRepairServiceDeletedDuringPass is the node-port twin of
-// TestBitmapRepairServiceDeletedDuringPass, through the same merge: a
-// Service listed without its port and deleted before the pass writes (while
-// an allocation moves the map on, so the write is merged onto a fresh read)
-// gets no port and no PortNotAllocated; a Service that still exists gets
-// its port.
+// TestNodePortRepairServiceDeletedDuringPass is
+// TestBitmapRepairServiceDeletedDuringPass for node ports: a Service listed
+// without its port's bit and deleted before the pass writes (while an
+// allocation moves the map on, so the write is merged onto a fresh read)
+// gets no bit and no PortNotAllocated; a Service that still exists gets its
+// bit.
 func TestNodePortRepairServiceDeletedDuringPass(t *testing.T) {
 	ctx := testContext(t)
 	srv := testserver.Start(t, testserver.Options{ServiceRange: "10.0.0.0/24"})
 	etcd := srv.Etcd.Client()
 	old := time.Now().Add(-time.Hour)
-	plantNodePortService(t, etcd, "gone", 30160, old)
-	plantNodePortService(t, etcd, "kept", 30170, old)
+	plantNodePortService(t, etcd, "gone", 30060, old)
+	plantNodePortService(t, etcd, "kept", 30070, old)
 	waitListed(t, srv, "default", "gone", true)
 	waitListed(t, srv, "default", "kept", true)
 
-	base, err := portalloc.NewEtcd(etcd, etcdlayout.Layout{}.ServiceNodePortRange(), portrange.MustParse(portrange.Default), bitmap.EtcdOptions{})
+	ports, err := portalloc.NewEtcd(etcd, etcdlayout.Layout{}.ServiceNodePortRange(), portrange.MustParse(portrange.Default), bitmap.EtcdOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
-	store := &racingPortStore{EtcdAllocator: base}
+	store := &racingPortStore{EtcdAllocator: ports}
 	store.before = func() {
 		if err := srv.Client.CoreV1().Services("default").Delete(ctx, "gone", metav1.DeleteOptions{}); err != nil {
 			t.Errorf("delete gone: %v", err)
 		}
 		// Another allocation: the pass's compare-and-swap now fails.
-		if err := store.Allocate(ctx, 30180); err != nil {
+		if err := store.Allocate(ctx, 30080); err != nil {
 			t.Errorf("allocate: %v", err)
 		}
 	}
@@ -72,13 +72,13 @@ func TestNodePortRepairServiceDeletedDuringPass(t *testing.T) {
 			notAllocated = append(notAllocated, p.IP)
 		}
 	}
-	if len(notAllocated) != 1 || notAllocated[0] != "30170" {
-		t.Errorf("PortNotAllocated for %v, want only 30170 (gone was deleted before the write)", notAllocated)
+	if len(notAllocated) != 1 || notAllocated[0] != "30070" {
+		t.Errorf("PortNotAllocated for %v, want only 30070 (gone was deleted before the write)", notAllocated)
 	}
-	for port, want := range map[int]bool{30160: false, 30170: true, 30180: true} {
+	for port, want := range map[int]bool{30060: false, 30070: true, 30080: true} {
 		has, err := store.Has(ctx, port)
 		if err != nil || has != want {
-			t.Errorf("port %d held = %v (%v), want %v", port, has, err, want)
+			t.Errorf("bit of %d = %v (%v), want %v", port, has, err, want)
 		}
 	}
 }
