@@ -187,11 +187,11 @@ func (o *repairOptions) runner(ctx context.Context, client kubernetes.Interface,
 		}
 		context.AfterFunc(ctx, func() { etcd.Close() })
 	}
+	var kv clientv3.KV // nil without etcd (a nil *Client would not be a nil KV)
 	if etcd != nil {
-		if m, err = model.Detect(ctx, m, etcd, o.cluster.etcdPrefix); err != nil {
-			return nil, "", err
-		}
-	} else if m, err = model.Detect(ctx, m, nil, o.cluster.etcdPrefix); err != nil {
+		kv = etcd
+	}
+	if m, err = model.Detect(ctx, m, kv, o.cluster.etcdPrefix); err != nil {
 		return nil, "", err
 	}
 	if m == model.Bitmap {
