@@ -196,7 +196,11 @@ func TestDualWrite(t *testing.T) {
 			}
 		}
 
+		// An address neither call above took (AllocateNext picks at random).
 		taken := netip.MustParseAddr("10.0.0.20")
+		if taken == dynamic {
+			taken = taken.Next()
+		}
 		if err := b.Allocate(ctx, taken, bitmapOnly); err != nil {
 			t.Fatal(err)
 		}
