@@ -21,7 +21,7 @@ import (
 
 	"github.com/allocator/allocator/pkg/bitmap"
 	"github.com/allocator/allocator/pkg/etcdlayout"
-	"github.com/allocator/allocator/pkg/repair"
+	ipcontroller "github.com/allocator/allocator/pkg/ipallocator/controller"
 	"github.com/allocator/allocator/pkg/subrange"
 )
 
@@ -172,7 +172,7 @@ func (f *clusterFlags) etcdClient(ctx context.Context) (*clientv3.Client, error)
 // --service-cluster-ip-range, else from the ranges the stored maps record,
 // else from fallback (the default ServiceCIDR's CIDRs). It returns no stores,
 // and no error, when nothing says which ranges to use.
-func (f *clusterFlags) bitmapStores(ctx context.Context, etcd *clientv3.Client, fallback []string) ([]repair.BitmapStore, error) {
+func (f *clusterFlags) bitmapStores(ctx context.Context, etcd *clientv3.Client, fallback []string) ([]ipcontroller.BitmapStore, error) {
 	layout := etcdlayout.Layout{Prefix: f.etcdPrefix}
 	keys := []string{layout.PrimaryServiceIPRange(), layout.SecondaryServiceIPRange()}
 	var ranges []string
@@ -201,7 +201,7 @@ func (f *clusterFlags) bitmapStores(ctx context.Context, etcd *clientv3.Client, 
 	if len(ranges) > len(keys) {
 		return nil, fmt.Errorf("at most two service ranges (one per family), got %v", ranges)
 	}
-	var stores []repair.BitmapStore
+	var stores []ipcontroller.BitmapStore
 	for i, text := range ranges {
 		prefix, err := subrange.ParsePrefix(strings.TrimSpace(text))
 		if err != nil {

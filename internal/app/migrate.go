@@ -9,7 +9,8 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
 
-	"github.com/allocator/allocator/pkg/repair"
+	"github.com/allocator/allocator/internal/progress"
+	ipcontroller "github.com/allocator/allocator/pkg/ipallocator/controller"
 )
 
 type migrateOptions struct {
@@ -67,40 +68,40 @@ func runMigrate(ctx context.Context, o *migrateOptions, streams Streams) error {
 	if err != nil {
 		return err
 	}
-	cfg := repair.MigrateConfig{Client: client, DryRun: o.dryRun}
+	cfg := ipcontroller.MigrateConfig{Client: client, DryRun: o.dryRun}
 	if o.progress || isTerminal(streams.Err) {
-		cfg.Progress = streams.Err
+		cfg.Progress = progress.Writer(streams.Err)
 	}
-	var report *repair.MigrationReport
+	var rep *ipcontroller.MigrationReport
 	switch o.to {
 	case "ipaddress":
-		report, err = repair.MigrateToIPAddress(ctx, cfg)
+		rep, err = ipcontroller.MigrateToIPAddress(ctx, cfg)
 	case "bitmap":
-		report, err = o.migrateToBitmap(ctx, client, cfg)
+		rep, err = o.migrateToBitmap(ctx, client, cfg)
 	default:
 		return fmt.Errorf("--to must be ipaddress or bitmap, got %q", o.to)
 	}
 	if err != nil {
-		return interrupted(ctx, err, streams, o.rerun, migrationDone(o.to, report))
+		return interrupted(ctx, err, streams, o.rerun, migrationDone(o.to, rep))
 	}
 	if o.output == "json" {
-		err = writeJSON(streams.Out, newMigrationJSON(report))
+		err = writeJSON(streams.Out, newMigrationJSON(rep))
 	} else {
-		err = writeProblems(streams.Out, report.Problems, report.DryRun, migrationSummary(report))
+		err = writeProblems(streams.Out, rep.Problems, rep.DryRun, migrationSummary(rep))
 	}
 	if err != nil {
 		return err
 	}
-	if n := report.Unresolved(); n > 0 {
+	if n := rep.Unresolved(); n > 0 {
 		return errProblemsLeft(n)
 	}
-	if !o.dryRun && !report.Verified {
+	if !o.dryRun && !rep.Verified {
 		return &exitError{code: 2, msg: "the verification found the two views disagreeing; run again"}
 	}
 	return nil
 }
 
-func (o *migrateOptions) migrateToBitmap(ctx context.Context, client kubernetes.Interface, cfg repair.MigrateConfig) (*repair.MigrationReport, error) {
+func (o *migrateOptions) migrateToBitmap(ctx context.Context, client kubernetes.Interface, cfg ipcontroller.MigrateConfig) (*ipcontroller.MigrationReport, error) {
 	etcd, err := o.cluster.etcdClient(ctx)
 	if err != nil {
 		return nil, err
@@ -113,7 +114,7 @@ func (o *migrateOptions) migrateToBitmap(ctx context.Context, client kubernetes.
 	if cfg.Stores, err = o.cluster.bitmapStores(ctx, etcd, fallback); err != nil {
 		return nil, err
 	}
-	return repair.MigrateToBitmap(ctx, cfg)
+	return ipcontroller.MigrateToBitmap(ctx, cfg)
 }
 
 // defaultServiceCIDRs returns the CIDRs of the ServiceCIDR "kubernetes" (the
@@ -131,7 +132,7 @@ func defaultServiceCIDRs(ctx context.Context, client kubernetes.Interface) ([]st
 
 // migrationDone says how far an interrupted migration got, and why stopping
 // there is safe.
-func migrationDone(to string, r *repair.MigrationReport) string {
+func migrationDone(to string, r *ipcontroller.MigrationReport) string {
 	if to == "bitmap" || r == nil {
 		// Each family's map is one compare-and-swap write: written whole or not at all.
 		return "the migration stopped before it finished; each bitmap is written whole or not at all, so nothing is half-done."

@@ -12,8 +12,12 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/record"
 
+	"github.com/allocator/allocator/internal/progress"
+	ipcontroller "github.com/allocator/allocator/pkg/ipallocator/controller"
 	"github.com/allocator/allocator/pkg/model"
-	"github.com/allocator/allocator/pkg/repair"
+	portcontroller "github.com/allocator/allocator/pkg/portallocator/controller"
+	"github.com/allocator/allocator/pkg/rangerepair"
+	"github.com/allocator/allocator/pkg/report"
 	"github.com/allocator/allocator/pkg/transition"
 )
 
@@ -31,14 +35,14 @@ type repairOptions struct {
 
 	// etcd and stores are set by runner when the bitmap is reachable.
 	etcd   *clientv3.Client
-	stores []repair.BitmapStore
+	stores []ipcontroller.BitmapStore
 }
 
 // compareModels reports where the bitmap and the IPAddress objects disagree
 // while both are kept: dual write on (pkg/transition). Without a stored
 // state (a kube-apiserver cluster) or after `allocator transition finish`
 // one of the two is not kept, and drift is expected.
-func (o *repairOptions) compareModels(ctx context.Context, client kubernetes.Interface) ([]repair.Problem, error) {
+func (o *repairOptions) compareModels(ctx context.Context, client kubernetes.Interface) ([]report.Problem, error) {
 	if o.etcd == nil || len(o.stores) == 0 {
 		return nil, nil
 	}
@@ -49,7 +53,7 @@ func (o *repairOptions) compareModels(ctx context.Context, client kubernetes.Int
 	if !stored || !state.DualWrite {
 		return nil, nil
 	}
-	return repair.CompareModels(ctx, client, o.stores)
+	return ipcontroller.CompareModels(ctx, client, o.stores)
 }
 
 func newRepairCommand(streams Streams, plugin bool) *cobra.Command {
@@ -85,17 +89,17 @@ running.`,
 	fs.BoolVar(&o.dryRun, "dry-run", false, "report what would change and change nothing")
 	fs.StringVarP(&o.output, "output", "o", "table", "output format: table or json")
 	fs.DurationVar(&o.interval, "interval", 0, "keep running, one pass every interval (0: one pass and exit)")
-	fs.DurationVar(&o.leakGrace, "leak-grace", repair.DefaultLeakGrace,
+	fs.DurationVar(&o.leakGrace, "leak-grace", rangerepair.DefaultLeakGrace,
 		"bitmap model: least time between the first pass that sees a leak and the one that frees it; "+
 			"keep it above the API server's request timeout (60 s), or a slow create's address can be freed and handed out twice")
 	fs.BoolVar(&o.progress, "progress", false, "ipaddress model: print each pass's progress to stderr, a redrawn line on a terminal (the default there), plain lines elsewhere")
-	fs.DurationVar(&o.orphanGrace, "orphan-grace", repair.DefaultOrphanGrace, "ipaddress model: least age of an IPAddress with no Service before it is deleted")
+	fs.DurationVar(&o.orphanGrace, "orphan-grace", ipcontroller.DefaultOrphanGrace, "ipaddress model: least age of an IPAddress with no Service before it is deleted")
 	return cmd
 }
 
 // passRunner is one model's repair pass.
 type passRunner interface {
-	RunOnce(ctx context.Context) (*repair.Report, error)
+	RunOnce(ctx context.Context) (*report.Report, error)
 }
 
 func runRepair(ctx context.Context, o *repairOptions, streams Streams) error {
@@ -111,7 +115,7 @@ func runRepair(ctx context.Context, o *repairOptions, streams Streams) error {
 	}
 	var recorder record.EventRecorder
 	if !o.dryRun {
-		recorder = repair.NewSyncEventRecorder(client, func(err error) { fmt.Fprintf(streams.Err, "warning: %v\n", err) })
+		recorder = report.NewSyncEventRecorder(client, func(err error) { fmt.Fprintf(streams.Err, "warning: %v\n", err) })
 	}
 	runner, model, err := o.runner(ctx, client, recorder)
 	if err != nil {
@@ -135,11 +139,11 @@ func runRepair(ctx context.Context, o *repairOptions, streams Streams) error {
 	}
 	if o.interval > 0 {
 		for {
-			report, err := runner.RunOnce(ctx)
+			rep, err := runner.RunOnce(ctx)
 			now := time.Now().UTC()
 			if err != nil {
 				fmt.Fprintf(streams.Err, "%s repair pass failed: %v\n", now.Format(time.RFC3339), err)
-			} else if err := printRepairPass(streams, o.output, report, now); err != nil {
+			} else if err := printRepairPass(streams, o.output, rep, now); err != nil {
 				return err
 			}
 			select {
@@ -149,7 +153,7 @@ func runRepair(ctx context.Context, o *repairOptions, streams Streams) error {
 			}
 		}
 	}
-	report, err := runOneShot(ctx, runner, model, o)
+	rep, err := runOneShot(ctx, runner, model, o)
 	if err != nil {
 		return interrupted(ctx, err, streams, o.rerun, "the repair pass stopped between two addresses; every fix it made is complete.")
 	}
@@ -160,14 +164,14 @@ func runRepair(ctx context.Context, o *repairOptions, streams Streams) error {
 	for _, d := range disagreements {
 		// An address the pass already reports (a leak, a missing
 		// allocation) is not listed twice.
-		if !slices.ContainsFunc(report.Problems, func(p repair.Problem) bool { return p.IP == d.IP }) {
-			report.Problems = append(report.Problems, d)
+		if !slices.ContainsFunc(rep.Problems, func(p report.Problem) bool { return p.IP == d.IP }) {
+			rep.Problems = append(rep.Problems, d)
 		}
 	}
-	if err := printRepair(streams, o.output, report); err != nil {
+	if err := printRepair(streams, o.output, rep); err != nil {
 		return err
 	}
-	if n := report.Unresolved(); n > 0 {
+	if n := rep.Unresolved(); n > 0 {
 		return errProblemsLeft(n)
 	}
 	return nil
@@ -179,7 +183,7 @@ func (o *repairOptions) runner(ctx context.Context, client kubernetes.Interface,
 	if err != nil {
 		return nil, "", err
 	}
-	var stores []repair.BitmapStore
+	var stores []ipcontroller.BitmapStore
 	var etcd *clientv3.Client
 	if m == model.Bitmap || (m == model.Auto && len(o.cluster.etcdServers) > 0) {
 		if etcd, err = o.cluster.etcdClient(ctx); err != nil {
@@ -205,14 +209,14 @@ func (o *repairOptions) runner(ctx context.Context, client kubernetes.Interface,
 		if len(stores) == 0 {
 			return nil, "", fmt.Errorf("no bitmap map found under %s/ranges: give --service-cluster-ip-range to create it", o.cluster.etcdPrefix)
 		}
-		r, err := repair.NewBitmapRepair(repair.BitmapConfig{
+		r, err := ipcontroller.NewBitmapRepair(ipcontroller.BitmapConfig{
 			Client: client, Stores: stores, Recorder: recorder, DryRun: o.dryRun, LeakGrace: o.leakGrace, Interval: o.interval,
 		})
 		return r, string(m), err
 	case model.IPAddress:
-		r, err := repair.NewIPAddressRepair(repair.IPAddressConfig{
+		r, err := ipcontroller.NewIPAddressRepair(ipcontroller.IPAddressConfig{
 			Client: client, Recorder: recorder, DryRun: o.dryRun, OrphanGrace: o.orphanGrace, Interval: o.interval,
-			Progress: o.progressWriter(),
+			Progress: progress.Writer(o.progressWriter()),
 		})
 		return r, string(m), err
 	}
@@ -223,18 +227,18 @@ func (o *repairOptions) runner(ctx context.Context, client kubernetes.Interface,
 // --leak-grace/2 apart (so the third runs --leak-grace after the first, when
 // the repair may free it), while suspected leaks are pending, so a one-shot
 // job can free a leak the three-pass rule has confirmed. The reports are merged.
-func runOneShot(ctx context.Context, runner passRunner, model string, o *repairOptions) (*repair.Report, error) {
-	var reports []*repair.Report
+func runOneShot(ctx context.Context, runner passRunner, model string, o *repairOptions) (*report.Report, error) {
+	var reports []*report.Report
 	for pass := 1; ; pass++ {
-		report, err := runner.RunOnce(ctx)
+		rep, err := runner.RunOnce(ctx)
 		if err != nil {
 			return nil, err
 		}
-		reports = append(reports, report)
+		reports = append(reports, rep)
 		// Leaks of the bitmap and of the node-port map wait for three passes;
 		// the IPAddress model's orphans have their own grace.
-		pending := slices.ContainsFunc(report.Problems, func(p repair.Problem) bool {
-			return p.Type == repair.TypeLeak && !p.Fixed && (model == "bitmap" || p.Resource == repair.ResourceNodePort)
+		pending := slices.ContainsFunc(rep.Problems, func(p report.Problem) bool {
+			return p.Type == report.TypeLeak && !p.Fixed && (model == "bitmap" || p.Resource == portcontroller.ResourceNodePort)
 		})
 		if o.dryRun || !pending || pass == 3 {
 			break
@@ -250,7 +254,7 @@ func runOneShot(ctx context.Context, runner passRunner, model string, o *repairO
 
 // mergeReports folds consecutive passes into one report: a problem fixed by
 // any pass is fixed; counts are the last pass's; writes and time add up.
-func mergeReports(reports []*repair.Report) *repair.Report {
+func mergeReports(reports []*report.Report) *report.Report {
 	last := reports[len(reports)-1]
 	merged := *last
 	merged.Problems = nil
@@ -274,21 +278,21 @@ func mergeReports(reports []*repair.Report) *repair.Report {
 	return &merged
 }
 
-func printRepair(streams Streams, format string, report *repair.Report) error {
+func printRepair(streams Streams, format string, rep *report.Report) error {
 	if format == "json" {
-		return writeJSON(streams.Out, newRepairJSON(report))
+		return writeJSON(streams.Out, newRepairJSON(rep))
 	}
-	return writeProblems(streams.Out, report.Problems, report.DryRun, repairSummary(report))
+	return writeProblems(streams.Out, rep.Problems, rep.DryRun, repairSummary(rep))
 }
 
 // printRepairPass prints one pass of repair --interval, stamped with the time
 // it ended, so a long-running job's output says when each pass happened.
-func printRepairPass(streams Streams, format string, report *repair.Report, at time.Time) error {
+func printRepairPass(streams Streams, format string, rep *report.Report, at time.Time) error {
 	stamp := at.UTC().Format(time.RFC3339)
 	if format == "json" {
-		out := newRepairJSON(report)
+		out := newRepairJSON(rep)
 		out.Time = stamp
 		return writeJSON(streams.Out, out)
 	}
-	return writeProblems(streams.Out, report.Problems, report.DryRun, stamp+" "+repairSummary(report))
+	return writeProblems(streams.Out, rep.Problems, rep.DryRun, stamp+" "+repairSummary(rep))
 }

@@ -11,15 +11,16 @@ import (
 	"github.com/allocator/allocator/pkg/bitmap"
 	"github.com/allocator/allocator/pkg/etcdlayout"
 	"github.com/allocator/allocator/pkg/portalloc"
+	portcontroller "github.com/allocator/allocator/pkg/portallocator/controller"
 	"github.com/allocator/allocator/pkg/portrange"
-	"github.com/allocator/allocator/pkg/repair"
+	"github.com/allocator/allocator/pkg/report"
 )
 
 // nodePortRepair returns the node-port repair over the stored map at
 // <prefix>/ranges/servicenodeports, with the range the map itself names (the
 // job does not know the server's --service-node-port-range), or nil when
 // there is no map (a cluster that never served node ports).
-func (o *repairOptions) nodePortRepair(ctx context.Context, etcd *clientv3.Client, client kubernetes.Interface, recorder record.EventRecorder) (*repair.NodePortRepair, error) {
+func (o *repairOptions) nodePortRepair(ctx context.Context, etcd *clientv3.Client, client kubernetes.Interface, recorder record.EventRecorder) (*portcontroller.NodePortRepair, error) {
 	key := etcdlayout.Layout{Prefix: o.cluster.etcdPrefix}.ServiceNodePortRange()
 	resp, err := etcd.Get(ctx, key)
 	if err != nil {
@@ -40,7 +41,7 @@ func (o *repairOptions) nodePortRepair(ctx context.Context, etcd *clientv3.Clien
 	if err != nil {
 		return nil, err
 	}
-	return repair.NewNodePortRepair(repair.NodePortConfig{
+	return portcontroller.NewNodePortRepair(portcontroller.NodePortConfig{
 		Client: client, Store: store, Recorder: recorder, DryRun: o.dryRun, LeakGrace: o.leakGrace, Interval: o.interval,
 	})
 }
@@ -50,11 +51,11 @@ func (o *repairOptions) nodePortRepair(ctx context.Context, etcd *clientv3.Clien
 // writes and time added up.
 type withNodePorts struct {
 	ips   passRunner
-	ports *repair.NodePortRepair
+	ports *portcontroller.NodePortRepair
 }
 
-func (w withNodePorts) RunOnce(ctx context.Context) (*repair.Report, error) {
-	report, err := w.ips.RunOnce(ctx)
+func (w withNodePorts) RunOnce(ctx context.Context) (*report.Report, error) {
+	rep, err := w.ips.RunOnce(ctx)
 	if err != nil {
 		return nil, err
 	}
@@ -62,8 +63,8 @@ func (w withNodePorts) RunOnce(ctx context.Context) (*repair.Report, error) {
 	if err != nil {
 		return nil, err
 	}
-	merged := *report
-	merged.Problems = append(append([]repair.Problem(nil), report.Problems...), ports.Problems...)
+	merged := *rep
+	merged.Problems = append(append([]report.Problem(nil), rep.Problems...), ports.Problems...)
 	merged.Writes += ports.Writes
 	merged.Duration += ports.Duration
 	return &merged, nil

@@ -8,7 +8,8 @@ import (
 	"text/tabwriter"
 	"time"
 
-	"github.com/allocator/allocator/pkg/repair"
+	ipcontroller "github.com/allocator/allocator/pkg/ipallocator/controller"
+	"github.com/allocator/allocator/pkg/report"
 )
 
 // exitError carries a process exit code other than 1 (problems left: 2).
@@ -63,8 +64,8 @@ var dryRunWording = strings.NewReplacer(
 // problemsForOutput returns the problems as the report should show them:
 // never nil (JSON "problems": [] rather than null), and in dry-run wording
 // when dryRun is set. The input is not modified.
-func problemsForOutput(problems []repair.Problem, dryRun bool) []repair.Problem {
-	out := make([]repair.Problem, len(problems))
+func problemsForOutput(problems []report.Problem, dryRun bool) []report.Problem {
+	out := make([]report.Problem, len(problems))
 	copy(out, problems)
 	if dryRun {
 		for i := range out {
@@ -88,14 +89,14 @@ type repairJSON struct {
 	Services        int              `json:"services"`
 	Allocated       int              `json:"allocated"`
 	Writes          int              `json:"writes"`
-	Problems        []repair.Problem `json:"problems"`
+	Problems        []report.Problem `json:"problems"`
 	Unresolved      int              `json:"unresolved"`
 	DurationSeconds float64          `json:"durationSeconds"`
 	// Time is when the pass ended (RFC 3339), set by repair --interval.
 	Time string `json:"time,omitempty"`
 }
 
-func newRepairJSON(r *repair.Report) repairJSON {
+func newRepairJSON(r *report.Report) repairJSON {
 	return repairJSON{
 		Model: r.Model, DryRun: r.DryRun, Services: r.Services, Allocated: r.Allocated, Writes: r.Writes,
 		Problems: problemsForOutput(r.Problems, r.DryRun), Unresolved: r.Unresolved(), DurationSeconds: seconds(r.Duration),
@@ -103,7 +104,7 @@ func newRepairJSON(r *repair.Report) repairJSON {
 }
 
 // repairSummary is the closing line of a repair report in table form.
-func repairSummary(r *repair.Report) string {
+func repairSummary(r *report.Report) string {
 	var b strings.Builder
 	fmt.Fprintf(&b, "%s repair", r.Model)
 	if r.DryRun {
@@ -130,12 +131,12 @@ type migrationJSON struct {
 	Addresses       int              `json:"addresses"`
 	Created         int              `json:"created"`
 	Present         int              `json:"present"`
-	Problems        []repair.Problem `json:"problems"`
+	Problems        []report.Problem `json:"problems"`
 	Verified        bool             `json:"verified"`
 	DurationSeconds float64          `json:"durationSeconds"`
 }
 
-func newMigrationJSON(r *repair.MigrationReport) migrationJSON {
+func newMigrationJSON(r *ipcontroller.MigrationReport) migrationJSON {
 	return migrationJSON{
 		Direction: r.Direction, DryRun: r.DryRun, Services: r.Services, Addresses: r.Addresses,
 		Created: r.Created, Present: r.Present, Problems: problemsForOutput(r.Problems, r.DryRun),
@@ -144,7 +145,7 @@ func newMigrationJSON(r *repair.MigrationReport) migrationJSON {
 }
 
 // migrationSummary is the closing line of a migration report in table form.
-func migrationSummary(r *repair.MigrationReport) string {
+func migrationSummary(r *ipcontroller.MigrationReport) string {
 	var b strings.Builder
 	b.WriteString(r.Direction)
 	if r.DryRun {
@@ -165,7 +166,7 @@ func migrationSummary(r *repair.MigrationReport) string {
 }
 
 // writeProblems prints problems as a table, then the summary line.
-func writeProblems(w io.Writer, problems []repair.Problem, dryRun bool, summary string) error {
+func writeProblems(w io.Writer, problems []report.Problem, dryRun bool, summary string) error {
 	if len(problems) > 0 {
 		tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
 		fmt.Fprintln(tw, "TYPE\tIP\tSERVICE\tFIXED\tMESSAGE")

@@ -7,7 +7,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/allocator/allocator/pkg/repair"
+	ipcontroller "github.com/allocator/allocator/pkg/ipallocator/controller"
+	"github.com/allocator/allocator/pkg/report"
 )
 
 func TestErrProblemsLeft(t *testing.T) {
@@ -18,46 +19,46 @@ func TestErrProblemsLeft(t *testing.T) {
 	}
 }
 
-var leak = repair.Problem{Type: repair.TypeLeak, IP: "10.0.0.200",
+var leak = report.Problem{Type: report.TypeLeak, IP: "10.0.0.200",
 	Message: "Cluster IP [IPv4]:10.0.0.200 appears to have leaked: cleaning up"}
-var notAllocated = repair.Problem{Type: repair.TypeRepair, IP: "10.0.0.50", Service: "default/planted",
+var notAllocated = report.Problem{Type: report.TypeRepair, IP: "10.0.0.50", Service: "default/planted",
 	Message: "Cluster IP [IPv4]:10.0.0.50 is not allocated; repairing"}
 
 func TestRepairTable(t *testing.T) {
 	tests := []struct {
 		name   string
-		report repair.Report
+		rep    report.Report
 		want   []string // lines or fragments expected, in order
 		absent []string
 	}{{
 		name: "dry run says would",
-		report: repair.Report{Model: "bitmap", DryRun: true, Services: 3, Allocated: 2,
-			Problems: []repair.Problem{leak, notAllocated}, Duration: 12 * time.Millisecond},
+		rep: report.Report{Model: "bitmap", DryRun: true, Services: 3, Allocated: 2,
+			Problems: []report.Problem{leak, notAllocated}, Duration: 12 * time.Millisecond},
 		want: []string{"appears to have leaked: would clean up", "is not allocated; would repair",
 			"bitmap repair (dry run, nothing changed): 3 services, 2 allocated, 2 problems (2 would need a fix), 12ms"},
 		absent: []string{": cleaning up", "; repairing", "writes"},
 	}, {
 		name: "real pass keeps upstream's texts",
-		report: repair.Report{Model: "bitmap", Services: 1, Allocated: 2, Writes: 1,
-			Problems: []repair.Problem{{Type: leak.Type, IP: leak.IP, Message: leak.Message, Fixed: true}}, Duration: 3 * time.Millisecond},
+		rep: report.Report{Model: "bitmap", Services: 1, Allocated: 2, Writes: 1,
+			Problems: []report.Problem{{Type: leak.Type, IP: leak.IP, Message: leak.Message, Fixed: true}}, Duration: 3 * time.Millisecond},
 		want: []string{"appears to have leaked: cleaning up",
 			"bitmap repair: 1 service, 2 allocated, 1 problem (0 unresolved), 1 write, 3ms"},
 		absent: []string{"would"},
 	}, {
 		name:   "consistent",
-		report: repair.Report{Model: "ipaddress", Services: 4, Allocated: 4},
+		rep:    report.Report{Model: "ipaddress", Services: 4, Allocated: 4},
 		want:   []string{"ipaddress repair: 4 services, 4 allocated, 0 problems (0 unresolved), 0 writes, 0s"},
 		absent: []string{"TYPE"},
 	}}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			var out bytes.Buffer
-			if err := printRepair(Streams{Out: &out}, "table", &tt.report); err != nil {
+			if err := printRepair(Streams{Out: &out}, "table", &tt.rep); err != nil {
 				t.Fatal(err)
 			}
 			checkText(t, out.String(), tt.want, tt.absent)
-			if tt.report.Problems != nil && tt.report.Problems[0].Message != leak.Message && tt.report.Problems[0].Message != notAllocated.Message {
-				t.Errorf("rendering modified the report: %q", tt.report.Problems[0].Message)
+			if tt.rep.Problems != nil && tt.rep.Problems[0].Message != leak.Message && tt.rep.Problems[0].Message != notAllocated.Message {
+				t.Errorf("rendering modified the report: %q", tt.rep.Problems[0].Message)
 			}
 		})
 	}
@@ -83,12 +84,12 @@ func checkText(t *testing.T, got string, want, absent []string) {
 
 func TestRepairJSON(t *testing.T) {
 	tests := []struct {
-		name   string
-		report repair.Report
-		check  func(t *testing.T, m map[string]any)
+		name  string
+		rep   report.Report
+		check func(t *testing.T, m map[string]any)
 	}{{
-		name:   "no problems is an empty list, duration in seconds",
-		report: repair.Report{Model: "bitmap", Duration: 12 * time.Millisecond},
+		name: "no problems is an empty list, duration in seconds",
+		rep:  report.Report{Model: "bitmap", Duration: 12 * time.Millisecond},
 		check: func(t *testing.T, m map[string]any) {
 			if p, ok := m["problems"].([]any); !ok || len(p) != 0 {
 				t.Errorf("problems = %#v, want []", m["problems"])
@@ -101,8 +102,8 @@ func TestRepairJSON(t *testing.T) {
 			}
 		},
 	}, {
-		name:   "dry-run wording",
-		report: repair.Report{Model: "bitmap", DryRun: true, Problems: []repair.Problem{leak}},
+		name: "dry-run wording",
+		rep:  report.Report{Model: "bitmap", DryRun: true, Problems: []report.Problem{leak}},
 		check: func(t *testing.T, m map[string]any) {
 			msg := m["problems"].([]any)[0].(map[string]any)["message"]
 			if msg != "Cluster IP [IPv4]:10.0.0.200 appears to have leaked: would clean up" {
@@ -116,7 +117,7 @@ func TestRepairJSON(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			var out bytes.Buffer
-			if err := printRepair(Streams{Out: &out}, "json", &tt.report); err != nil {
+			if err := printRepair(Streams{Out: &out}, "json", &tt.rep); err != nil {
 				t.Fatal(err)
 			}
 			if !strings.Contains(out.String(), `"problems": [`) {
@@ -133,16 +134,16 @@ func TestRepairJSON(t *testing.T) {
 
 func TestRepairPassTimestamp(t *testing.T) {
 	at := time.Date(2026, 11, 23, 14, 5, 6, 0, time.UTC)
-	report := &repair.Report{Model: "bitmap"}
+	rep := &report.Report{Model: "bitmap"}
 	var out bytes.Buffer
-	if err := printRepairPass(Streams{Out: &out}, "table", report, at); err != nil {
+	if err := printRepairPass(Streams{Out: &out}, "table", rep, at); err != nil {
 		t.Fatal(err)
 	}
 	if !strings.HasPrefix(out.String(), "2026-11-23T14:05:06Z bitmap repair: ") {
 		t.Errorf("table pass has no timestamp: %q", out.String())
 	}
 	out.Reset()
-	if err := printRepairPass(Streams{Out: &out}, "json", report, at); err != nil {
+	if err := printRepairPass(Streams{Out: &out}, "json", rep, at); err != nil {
 		t.Fatal(err)
 	}
 	if !strings.Contains(out.String(), `"time": "2026-11-23T14:05:06Z"`) {
@@ -153,25 +154,25 @@ func TestRepairPassTimestamp(t *testing.T) {
 func TestMigrationRendering(t *testing.T) {
 	tests := []struct {
 		name   string
-		report repair.MigrationReport
+		rep    ipcontroller.MigrationReport
 		format string
 		want   []string
 		absent []string
 	}{{
 		name:   "dry run table",
-		report: repair.MigrationReport{Direction: repair.ToBitmap, DryRun: true, Services: 5, Addresses: 5, Created: 5, Duration: 12 * time.Millisecond},
+		rep:    ipcontroller.MigrationReport{Direction: ipcontroller.ToBitmap, DryRun: true, Services: 5, Addresses: 5, Created: 5, Duration: 12 * time.Millisecond},
 		format: "table",
 		want:   []string{"(dry run, nothing changed; pass --dry-run=false to migrate): 5 services, 5 addresses (would create 5, 0 already present), 0 problems, 12ms"},
 		absent: []string{"5 created", "verified"},
 	}, {
 		name:   "real run table",
-		report: repair.MigrationReport{Direction: repair.ToIPAddress, Services: 1, Addresses: 1, Created: 1, Verified: true, Duration: time.Second},
+		rep:    ipcontroller.MigrationReport{Direction: ipcontroller.ToIPAddress, Services: 1, Addresses: 1, Created: 1, Verified: true, Duration: time.Second},
 		format: "table",
 		want:   []string{": 1 service, 1 address (1 created, 0 already present), 0 problems, verified=true, 1s"},
 		absent: []string{"would"},
 	}, {
 		name:   "json",
-		report: repair.MigrationReport{Direction: repair.ToBitmap, DryRun: true, Duration: 1500 * time.Millisecond},
+		rep:    ipcontroller.MigrationReport{Direction: ipcontroller.ToBitmap, DryRun: true, Duration: 1500 * time.Millisecond},
 		format: "json",
 		want:   []string{`"problems": []`, `"durationSeconds": 1.5`},
 		absent: []string{`null`, `"duration":`},
@@ -181,9 +182,9 @@ func TestMigrationRendering(t *testing.T) {
 			var out bytes.Buffer
 			var err error
 			if tt.format == "json" {
-				err = writeJSON(&out, newMigrationJSON(&tt.report))
+				err = writeJSON(&out, newMigrationJSON(&tt.rep))
 			} else {
-				err = writeProblems(&out, tt.report.Problems, tt.report.DryRun, migrationSummary(&tt.report))
+				err = writeProblems(&out, tt.rep.Problems, tt.rep.DryRun, migrationSummary(&tt.rep))
 			}
 			if err != nil {
 				t.Fatal(err)

@@ -16,7 +16,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
 
-	"github.com/allocator/allocator/pkg/repair"
+	ipcontroller "github.com/allocator/allocator/pkg/ipallocator/controller"
 	"github.com/allocator/allocator/pkg/transition"
 )
 
@@ -135,11 +135,11 @@ func runTransition(ctx context.Context, o *transitionOptions, verb string, strea
 				}
 			}
 		}
-		report, err := repair.MigrateToBitmap(ctx, repair.MigrateConfig{Client: client, Stores: stores, SkipUnrepresentable: true})
+		rep, err := ipcontroller.MigrateToBitmap(ctx, ipcontroller.MigrateConfig{Client: client, Stores: stores, SkipUnrepresentable: true})
 		if err != nil {
 			return fmt.Errorf("carry the IPAddresses into the bitmap: %w", err)
 		}
-		fmt.Fprintf(streams.Out, "Every IPAddress-model replica dual-writes; bitmap brought up to date: %s\n", report.String())
+		fmt.Fprintf(streams.Out, "Every IPAddress-model replica dual-writes; bitmap brought up to date: %s\n", rep.String())
 	}
 	status, err := transition.ReadStatus(ctx, etcd, prefix)
 	if err != nil {

@@ -14,7 +14,7 @@ import (
 	"github.com/allocator/allocator/pkg/bitmap"
 	"github.com/allocator/allocator/pkg/dualwrite"
 	"github.com/allocator/allocator/pkg/ipaddress"
-	"github.com/allocator/allocator/pkg/repair"
+	"github.com/allocator/allocator/pkg/report"
 	"github.com/allocator/allocator/pkg/subrange"
 )
 
@@ -31,7 +31,7 @@ func IPAddressFactory(ctx context.Context, spec AllocatorSpec) (allocation.Inter
 	// A ServiceCIDR the allocator cannot serve (an IPv6 prefix shorter than
 	// /64) is accepted by the API like upstream's, so the refusal is made
 	// visible as a Warning event on it, with upstream's message.
-	recorder := repair.NewEventRecorder(ctx, client)
+	recorder := report.NewEventRecorder(ctx, client)
 	onRefused := func(r ipaddress.RefusedCIDR) {
 		obj := &networkingv1.ServiceCIDR{ObjectMeta: metav1.ObjectMeta{Name: r.ServiceCIDR}}
 		recorder.Eventf(obj, corev1.EventTypeWarning, ReasonServiceCIDRNotServed, "CIDR %s is not served: %v", r.CIDR, r.Err)

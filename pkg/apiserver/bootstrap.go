@@ -18,7 +18,7 @@ import (
 	restclient "k8s.io/client-go/rest"
 
 	"github.com/allocator/allocator/pkg/allocation"
-	"github.com/allocator/allocator/pkg/repair"
+	"github.com/allocator/allocator/pkg/report"
 	"github.com/allocator/allocator/pkg/servicealloc"
 )
 
@@ -43,7 +43,7 @@ func (s *Server) runBootstrap(ctx context.Context, loopback *restclient.Config) 
 		log.Error(err, "Bootstrap cannot build a client")
 		return nil
 	}
-	s.recorder = repair.NewEventRecorder(ctx, client)
+	s.recorder = report.NewEventRecorder(ctx, client)
 	rebuilt := !s.cfg.RebuildAllocations
 	err = wait.PollUntilContextCancel(ctx, 500*time.Millisecond, true, func(ctx context.Context) (bool, error) {
 		if err := s.bootstrapOnce(ctx, client, &rebuilt); err != nil {

@@ -21,7 +21,7 @@ import (
 	generatedopenapi "github.com/allocator/allocator/pkg/generated/openapi"
 	"github.com/allocator/allocator/pkg/model"
 	"github.com/allocator/allocator/pkg/portrange"
-	"github.com/allocator/allocator/pkg/repair"
+	"github.com/allocator/allocator/pkg/report"
 	"github.com/allocator/allocator/pkg/subrange"
 	"github.com/allocator/allocator/pkg/transition"
 )
@@ -247,7 +247,7 @@ func (c *Config) Complete() CompletedConfig {
 		c.Model = ModelIPAddress
 	}
 	if c.RepairInterval <= 0 {
-		c.RepairInterval = repair.DefaultInterval
+		c.RepairInterval = report.DefaultInterval
 	}
 	c.joinTransition = c.NewAllocator == nil
 	if c.NewAllocator == nil {

@@ -13,7 +13,7 @@ import (
 
 	"github.com/allocator/allocator/pkg/model"
 	"github.com/allocator/allocator/pkg/portrange"
-	"github.com/allocator/allocator/pkg/repair"
+	"github.com/allocator/allocator/pkg/report"
 	"github.com/allocator/allocator/pkg/subrange"
 )
 
@@ -63,7 +63,7 @@ func NewOptions() *Options {
 		EtcdPrefix:            "/registry",
 		DataDir:               "./allocator-data",
 		Allocator:             string(ModelIPAddress),
-		RepairInterval:        repair.DefaultInterval,
+		RepairInterval:        report.DefaultInterval,
 		Security:              NewSecurityOptions(),
 	}
 }

@@ -10,7 +10,9 @@ import (
 	"k8s.io/client-go/kubernetes"
 
 	"github.com/allocator/allocator/pkg/dualwrite"
-	"github.com/allocator/allocator/pkg/repair"
+	ipcontroller "github.com/allocator/allocator/pkg/ipallocator/controller"
+	portcontroller "github.com/allocator/allocator/pkg/portallocator/controller"
+	"github.com/allocator/allocator/pkg/report"
 	"github.com/allocator/allocator/pkg/transition"
 )
 
@@ -63,7 +65,7 @@ func (s *Server) startTransitionRepair(ctx context.Context, client kubernetes.In
 	if s.transition == nil {
 		return nil
 	}
-	recorder := repair.NewEventRecorder(ctx, client)
+	recorder := report.NewEventRecorder(ctx, client)
 	var runner repairRunner
 	switch s.cfg.Model {
 	case ModelIPAddress:
@@ -71,7 +73,7 @@ func (s *Server) startTransitionRepair(ctx context.Context, client kubernetes.In
 		if !ok || len(stores) == 0 {
 			return nil
 		}
-		r, err := repair.NewBitmapRepair(repair.BitmapConfig{
+		r, err := ipcontroller.NewBitmapRepair(ipcontroller.BitmapConfig{
 			Client: client, Stores: stores, Recorder: recorder, Metrics: s.repairMetrics, Interval: s.cfg.RepairInterval,
 			Companion: true,
 		})
@@ -80,7 +82,7 @@ func (s *Server) startTransitionRepair(ctx context.Context, client kubernetes.In
 		}
 		runner = r
 	case ModelBitmap:
-		r, err := repair.NewIPAddressRepair(repair.IPAddressConfig{
+		r, err := ipcontroller.NewIPAddressRepair(ipcontroller.IPAddressConfig{
 			Client: client, Recorder: recorder, Metrics: s.repairMetrics, Interval: s.cfg.RepairInterval,
 			CarryOver: func() bool { return true },
 		})
@@ -132,7 +134,7 @@ type repairRunner interface {
 }
 
 func (s *Server) newRepairController(ctx context.Context, client kubernetes.Interface) (repairRunner, error) {
-	recorder := repair.NewEventRecorder(ctx, client)
+	recorder := report.NewEventRecorder(ctx, client)
 	switch s.cfg.Model {
 	case ModelBitmap:
 		stores, ok := s.bitmapStores()
@@ -140,11 +142,11 @@ func (s *Server) newRepairController(ctx context.Context, client kubernetes.Inte
 			logger(ctx).Info("Allocators keep no stored map; the bitmap repair controller does not run")
 			return nil, nil
 		}
-		return repair.NewBitmapRepair(repair.BitmapConfig{
+		return ipcontroller.NewBitmapRepair(ipcontroller.BitmapConfig{
 			Client: client, Stores: stores, Recorder: recorder, Metrics: s.repairMetrics, Interval: s.cfg.RepairInterval,
 		})
 	case ModelIPAddress:
-		cfg := repair.IPAddressConfig{
+		cfg := ipcontroller.IPAddressConfig{
 			Client: client, Recorder: recorder, Metrics: s.repairMetrics, Interval: s.cfg.RepairInterval,
 		}
 		if s.transition != nil {
@@ -153,7 +155,7 @@ func (s *Server) newRepairController(ctx context.Context, client kubernetes.Inte
 			// without an event.
 			cfg.CarryOver = s.transition.DualWrite
 		}
-		return repair.NewIPAddressRepair(cfg)
+		return ipcontroller.NewIPAddressRepair(cfg)
 	default:
 		return nil, fmt.Errorf("repair controller: unknown model %q", s.cfg.Model)
 	}
@@ -161,14 +163,14 @@ func (s *Server) newRepairController(ctx context.Context, client kubernetes.Inte
 
 // bitmapStores returns the allocators' stored maps (the dual-written ones in
 // the IPAddress model), if every allocator has one.
-func (s *Server) bitmapStores() ([]repair.BitmapStore, bool) {
-	var stores []repair.BitmapStore
+func (s *Server) bitmapStores() ([]ipcontroller.BitmapStore, bool) {
+	var stores []ipcontroller.BitmapStore
 	for _, a := range s.allocators {
 		if d, ok := a.(*dualwrite.Allocator); ok {
 			stores = append(stores, d.Bitmap())
 			continue
 		}
-		store, ok := a.(repair.BitmapStore)
+		store, ok := a.(ipcontroller.BitmapStore)
 		if !ok {
 			return nil, false
 		}
@@ -187,20 +189,20 @@ func (s *Server) bitmapStores() ([]repair.BitmapStore, bool) {
 func (s *Server) migrateFromOtherModel(ctx context.Context, client kubernetes.Interface) error {
 	log := logger(ctx)
 	var (
-		report *repair.MigrationReport
-		err    error
+		rep *ipcontroller.MigrationReport
+		err error
 	)
 	switch s.cfg.Model {
 	case ModelIPAddress:
-		report, err = repair.MigrateToIPAddress(ctx, repair.MigrateConfig{Client: client})
+		rep, err = ipcontroller.MigrateToIPAddress(ctx, ipcontroller.MigrateConfig{Client: client})
 		if err == nil && s.transition != nil && s.transition.DualWrite() {
 			// A rolled-back replica must find every address in the bitmap,
 			// also those allocated while dual write was off.
 			if stores, ok := s.bitmapStores(); ok && len(stores) > 0 {
-				var toBitmap *repair.MigrationReport
-				toBitmap, err = repair.MigrateToBitmap(ctx, repair.MigrateConfig{Client: client, Stores: stores, SkipUnrepresentable: true})
+				var toBitmap *ipcontroller.MigrationReport
+				toBitmap, err = ipcontroller.MigrateToBitmap(ctx, ipcontroller.MigrateConfig{Client: client, Stores: stores, SkipUnrepresentable: true})
 				if err == nil {
-					report.Problems = append(report.Problems, toBitmap.Problems...)
+					rep.Problems = append(rep.Problems, toBitmap.Problems...)
 				}
 			}
 		}
@@ -219,20 +221,20 @@ func (s *Server) migrateFromOtherModel(ctx context.Context, client kubernetes.In
 				return fmt.Errorf("bitmap model: %w", err)
 			}
 		}
-		report, err = repair.MigrateToBitmap(ctx, repair.MigrateConfig{Client: client, Stores: stores, SkipUnrepresentable: true})
+		rep, err = ipcontroller.MigrateToBitmap(ctx, ipcontroller.MigrateConfig{Client: client, Stores: stores, SkipUnrepresentable: true})
 	default:
 		return nil
 	}
 	if err != nil {
 		return fmt.Errorf("carry over allocations to the %s model: %w", s.cfg.Model, err)
 	}
-	if report.Created > 0 || len(report.Problems) > 0 {
-		log.Info("Carried allocations over from the other model", "report", report.String())
+	if rep.Created > 0 || len(rep.Problems) > 0 {
+		log.Info("Carried allocations over from the other model", "report", rep.String())
 	}
-	for _, p := range report.Problems {
+	for _, p := range rep.Problems {
 		log.Info("Allocation not carried over", "type", p.Type, "ip", p.IP, "service", p.Service, "message", p.Message)
 	}
-	if !report.Verified && len(report.Problems) == 0 {
+	if !rep.Verified && len(rep.Problems) == 0 {
 		return errors.New("carry over allocations: the verification failed")
 	}
 	return nil
@@ -246,8 +248,8 @@ func (s *Server) startNodePortRepair(ctx context.Context, client kubernetes.Inte
 	if s.nodePorts == nil {
 		return nil
 	}
-	r, err := repair.NewNodePortRepair(repair.NodePortConfig{
-		Client: client, Store: s.nodePorts, Recorder: repair.NewEventRecorder(ctx, client),
+	r, err := portcontroller.NewNodePortRepair(portcontroller.NodePortConfig{
+		Client: client, Store: s.nodePorts, Recorder: report.NewEventRecorder(ctx, client),
 		Metrics: s.repairMetrics, Interval: s.cfg.RepairInterval,
 	})
 	if err != nil {

@@ -38,7 +38,7 @@ import (
 	"github.com/allocator/allocator/pkg/registry/namespaces"
 	"github.com/allocator/allocator/pkg/registry/servicecidrs"
 	"github.com/allocator/allocator/pkg/registry/services"
-	"github.com/allocator/allocator/pkg/repair"
+	"github.com/allocator/allocator/pkg/report"
 	"github.com/allocator/allocator/pkg/servicealloc"
 	"github.com/allocator/allocator/pkg/servicecidr"
 	"github.com/allocator/allocator/pkg/transition"
@@ -59,7 +59,7 @@ type Server struct {
 	// on /metrics together with the process-wide ones.
 	registry      metrics.KubeRegistry
 	allocMetrics  *allocmetrics.Metrics
-	repairMetrics *repair.Metrics
+	repairMetrics *report.Metrics
 	// repairFirstPass is closed once the repair controller's first full
 	// pass succeeded; /readyz waits for it.
 	repairFirstPass chan struct{}
@@ -103,7 +103,7 @@ func (c CompletedConfig) New(ctx context.Context) (*Server, error) {
 	}
 	s := &Server{
 		cfg: c.Config, generic: generic, etcd: etcdClient, open: &atomic.Bool{},
-		registry: metrics.NewKubeRegistry(), allocMetrics: allocmetrics.New(), repairMetrics: repair.NewMetrics(),
+		registry: metrics.NewKubeRegistry(), allocMetrics: allocmetrics.New(), repairMetrics: report.NewMetrics(),
 		repairFirstPass: make(chan struct{}),
 	}
 	s.watches = newWatchTerminator()

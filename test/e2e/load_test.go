@@ -21,7 +21,7 @@ import (
 	"github.com/allocator/allocator/pkg/bitmap"
 	"github.com/allocator/allocator/pkg/etcdlayout"
 	"github.com/allocator/allocator/pkg/ipaddress"
-	"github.com/allocator/allocator/pkg/repair"
+	"github.com/allocator/allocator/pkg/report"
 	"github.com/allocator/allocator/pkg/subrange"
 )
 
@@ -576,7 +576,7 @@ func verifyNoRepairEvents(t *testing.T, f *fleet) {
 	if err != nil {
 		t.Fatalf("list events: %v", err)
 	}
-	bad := map[string]bool{repair.ReasonNotAllocated: true, repair.ReasonAlreadyAllocated: true, repair.ReasonWrongReference: true}
+	bad := map[string]bool{report.ReasonNotAllocated: true, report.ReasonAlreadyAllocated: true, report.ReasonWrongReference: true}
 	reasons := map[string]int{}
 	for _, e := range events.Items {
 		reasons[e.Reason]++

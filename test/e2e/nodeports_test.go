@@ -13,8 +13,9 @@ import (
 	"github.com/allocator/allocator/internal/etcdtest"
 	"github.com/allocator/allocator/pkg/bitmap"
 	"github.com/allocator/allocator/pkg/portalloc"
+	portcontroller "github.com/allocator/allocator/pkg/portallocator/controller"
 	"github.com/allocator/allocator/pkg/portrange"
-	"github.com/allocator/allocator/pkg/repair"
+	"github.com/allocator/allocator/pkg/report"
 )
 
 // kubectl runs the real kubectl against s and returns its combined output
@@ -95,15 +96,15 @@ func TestRepairCLINodePorts(t *testing.T) {
 	}
 	common := []string{"--kubeconfig", kubeconfig, "--etcd-servers", strings.Join(etcd.Endpoints(), ",")}
 	out, code := runJob(t, bin, append([]string{"repair", "--dry-run", "-o", "json"}, common...)...)
-	var report repair.Report
-	if err := json.Unmarshal([]byte(out), &report); err != nil {
+	var rep report.Report
+	if err := json.Unmarshal([]byte(out), &rep); err != nil {
 		t.Fatalf("dry-run output is not a JSON report: %v\n%s", err, out)
 	}
-	found := slices.ContainsFunc(report.Problems, func(p repair.Problem) bool {
-		return p.Type == repair.TypeLeak && p.IP == "30300" && p.Resource == repair.ResourceNodePort
+	found := slices.ContainsFunc(rep.Problems, func(p report.Problem) bool {
+		return p.Type == report.TypeLeak && p.IP == "30300" && p.Resource == portcontroller.ResourceNodePort
 	})
 	if code != 2 || !found {
-		t.Fatalf("dry run: exit %d, problems %+v", code, report.Problems)
+		t.Fatalf("dry run: exit %d, problems %+v", code, rep.Problems)
 	}
 	out, code = runJob(t, bin, append([]string{"repair", "--leak-grace", "1s"}, common...)...)
 	if code != 0 || !strings.Contains(out, "nodePort:30300") {

@@ -32,7 +32,8 @@ import (
 	"github.com/allocator/allocator/pkg/allocation"
 	"github.com/allocator/allocator/pkg/bitmap"
 	"github.com/allocator/allocator/pkg/etcdlayout"
-	"github.com/allocator/allocator/pkg/repair"
+	ipcontroller "github.com/allocator/allocator/pkg/ipallocator/controller"
+	"github.com/allocator/allocator/pkg/report"
 	"github.com/allocator/allocator/pkg/subrange"
 )
 
@@ -206,19 +207,19 @@ func TestRepairCLIBitmap(t *testing.T) {
 	common := []string{"--kubeconfig", kubeconfig, "--etcd-servers", strings.Join(etcd.Endpoints(), ",")}
 
 	out, code := runJob(t, bin, append([]string{"repair", "--dry-run", "-o", "json"}, common...)...)
-	var report repair.Report
-	if err := json.Unmarshal([]byte(out), &report); err != nil {
+	var rep report.Report
+	if err := json.Unmarshal([]byte(out), &rep); err != nil {
 		t.Fatalf("dry-run output is not a JSON report: %v\n%s", err, out)
 	}
-	if code != 2 || report.Model != "bitmap" || !report.DryRun || report.Writes != 0 {
-		t.Fatalf("dry run: exit %d, report %+v", code, report)
+	if code != 2 || rep.Model != "bitmap" || !rep.DryRun || rep.Writes != 0 {
+		t.Fatalf("dry run: exit %d, report %+v", code, rep)
 	}
 	found := map[string]bool{}
-	for _, p := range report.Problems {
+	for _, p := range rep.Problems {
 		found[p.Type+" "+p.IP] = true
 	}
 	if !found["leak 10.0.0.200"] || !found["repair 10.0.0.50"] {
-		t.Fatalf("dry run did not report the planted problems: %+v", report.Problems)
+		t.Fatalf("dry run did not report the planted problems: %+v", rep.Problems)
 	}
 	if has, _ := store.Has(ctx, netip.MustParseAddr("10.0.0.50")); has {
 		t.Fatalf("dry run marked 10.0.0.50")
@@ -235,13 +236,13 @@ func TestRepairCLIBitmap(t *testing.T) {
 		t.Fatalf("repair did not free the leaked 10.0.0.200")
 	}
 	events, err := client.CoreV1().Events("default").List(ctx, metav1.ListOptions{})
-	if err != nil || !hasEvent(events.Items, "planted", repair.ReasonNotAllocated) {
-		t.Fatalf("no %s event on planted: %v", repair.ReasonNotAllocated, err)
+	if err != nil || !hasEvent(events.Items, "planted", report.ReasonNotAllocated) {
+		t.Fatalf("no %s event on planted: %v", report.ReasonNotAllocated, err)
 	}
 
 	out, code = runJob(t, bin, append([]string{"repair", "-o", "json"}, common...)...)
-	if err := json.Unmarshal([]byte(out), &report); err != nil || code != 0 || !report.Consistent() {
-		t.Fatalf("second run: exit %d, %v, %+v", code, err, report)
+	if err := json.Unmarshal([]byte(out), &rep); err != nil || code != 0 || !rep.Consistent() {
+		t.Fatalf("second run: exit %d, %v, %+v", code, err, rep)
 	}
 
 	// What only a person can fix keeps the exit code non-zero.
@@ -283,20 +284,20 @@ func TestMigrateCLI(t *testing.T) {
 		t.Fatalf("the bitmap-model server did not keep 11 IPAddresses: %v", err)
 	}
 	out, code := runJob(t, bin, append([]string{"migrate", "--to", "ipaddress", "-o", "json"}, common...)...)
-	var report repair.MigrationReport
-	if err := json.Unmarshal([]byte(out), &report); err != nil || code != 0 || !report.DryRun || report.Present != 11 || report.Created != 0 {
-		t.Fatalf("dry run: exit %d, %v, %+v", code, err, report)
+	var rep ipcontroller.MigrationReport
+	if err := json.Unmarshal([]byte(out), &rep); err != nil || code != 0 || !rep.DryRun || rep.Present != 11 || rep.Created != 0 {
+		t.Fatalf("dry run: exit %d, %v, %+v", code, err, rep)
 	}
 	out, code = runJob(t, bin, append([]string{"migrate", "--to", "ipaddress", "--dry-run=false", "-o", "json"}, common...)...)
-	if err := json.Unmarshal([]byte(out), &report); err != nil || code != 0 || !report.Verified || report.Present != 11 {
-		t.Fatalf("migrate: exit %d, %v, %+v", code, err, report)
+	if err := json.Unmarshal([]byte(out), &rep); err != nil || code != 0 || !rep.Verified || rep.Present != 11 {
+		t.Fatalf("migrate: exit %d, %v, %+v", code, err, rep)
 	}
 	if list, _ := client.NetworkingV1().IPAddresses().List(ctx, metav1.ListOptions{}); len(list.Items) != 11 {
 		t.Fatalf("%d IPAddresses after migration, want 11", len(list.Items))
 	}
 	out, code = runJob(t, bin, append([]string{"migrate", "--to", "bitmap", "--dry-run=false", "-o", "json"}, common...)...)
-	if err := json.Unmarshal([]byte(out), &report); err != nil || code != 0 || !report.Verified || report.Present != 11 {
-		t.Fatalf("migrate back: exit %d, %v, %+v", code, err, report)
+	if err := json.Unmarshal([]byte(out), &rep); err != nil || code != 0 || !rep.Verified || rep.Present != 11 {
+		t.Fatalf("migrate back: exit %d, %v, %+v", code, err, rep)
 	}
 	if _, code := runJob(t, bin, "migrate", "--to", "sideways", "--kubeconfig", kubeconfig); code != 1 {
 		t.Fatalf("bad --to: exit %d, want 1", code)

@@ -16,7 +16,7 @@ import (
 
 	"github.com/allocator/allocator/internal/etcdtest"
 	"github.com/allocator/allocator/pkg/etcdlayout"
-	"github.com/allocator/allocator/pkg/repair"
+	"github.com/allocator/allocator/pkg/report"
 	"github.com/allocator/allocator/pkg/subrange"
 	"github.com/allocator/allocator/pkg/transition"
 )
@@ -162,14 +162,14 @@ func verifyRepairJob(t *testing.T, f *fleet, loads ...*load) {
 	for _, model := range []string{string(transition.ModelBitmap), string(transition.ModelIPAddress)} {
 		out, _, code := runCLI(t, f.bin, "repair", "--dry-run", "-o", "json", "--model", model,
 			"--etcd-servers", f.endpoints(), "--kubeconfig", f.mustPick().kubeconfig)
-		var report repair.Report
-		if err := json.Unmarshal([]byte(out), &report); err != nil {
+		var rep report.Report
+		if err := json.Unmarshal([]byte(out), &rep); err != nil {
 			t.Errorf("repair --model %s: exit %d, output is not a JSON report: %v", model, code, err)
 			continue
 		}
 		leaks := 0
-		for _, p := range report.Problems {
-			if p.Type == repair.TypeLeak {
+		for _, p := range rep.Problems {
+			if p.Type == report.TypeLeak {
 				leaks++
 				var history []string
 				if ip, err := netip.ParseAddr(p.IP); err == nil {
@@ -182,7 +182,7 @@ func verifyRepairJob(t *testing.T, f *fleet, loads ...*load) {
 			}
 			t.Errorf("repair --model %s found %s %s (%s): %s", model, p.Type, p.IP, p.Service, p.Message)
 		}
-		t.Logf("repair --model %s: exit %d, %d Services, %d addresses allocated, %d leaks", model, code, report.Services, report.Allocated, leaks)
+		t.Logf("repair --model %s: exit %d, %d Services, %d addresses allocated, %d leaks", model, code, rep.Services, rep.Allocated, leaks)
 	}
 }
 

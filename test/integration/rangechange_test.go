@@ -16,7 +16,7 @@ import (
 	"github.com/allocator/allocator/internal/etcdtest"
 	"github.com/allocator/allocator/pkg/apiserver"
 	"github.com/allocator/allocator/pkg/bitmap"
-	"github.com/allocator/allocator/pkg/repair"
+	"github.com/allocator/allocator/pkg/report"
 	"github.com/allocator/allocator/pkg/subrange"
 )
 
@@ -159,7 +159,7 @@ func TestRangeShrinkBitmap(t *testing.T) {
 		}
 		for _, e := range events.Items {
 			if e.InvolvedObject.Kind == "Service" && e.InvolvedObject.Name == "outside" &&
-				e.Reason == repair.ReasonOutOfRange && strings.Contains(e.Message, "10.0.1.50") && e.Type == corev1.EventTypeWarning {
+				e.Reason == report.ReasonOutOfRange && strings.Contains(e.Message, "10.0.1.50") && e.Type == corev1.EventTypeWarning {
 				return true, nil
 			}
 		}

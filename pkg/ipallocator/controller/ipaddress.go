@@ -1,0 +1,876 @@
+package controller
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/netip"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	networkingv1 "k8s.io/api/networking/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/client-go/informers"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/tools/cache"
+	"k8s.io/client-go/tools/record"
+	"k8s.io/client-go/util/workqueue"
+	"k8s.io/klog/v2"
+
+	"github.com/allocator/allocator/pkg/allocation"
+	"github.com/allocator/allocator/pkg/ipaddress"
+	"github.com/allocator/allocator/pkg/report"
+)
+
+// DefaultOrphanGrace is the default IPAddressConfig.OrphanGrace: upstream's
+// 60 s, the API server's default request timeout.
+const DefaultOrphanGrace = 60 * time.Second
+
+// DefaultIPAddressWorkers is the default IPAddressConfig.Workers.
+const DefaultIPAddressWorkers = 2
+
+// ErrNoServiceCIDR is returned by a pass that finds no ServiceCIDR at all: on
+// such a cluster every ClusterIP would look out of range, so the pass waits
+// for the default ServiceCIDR instead (upstream waits for it too).
+var ErrNoServiceCIDR = errors.New("no ServiceCIDR exists yet")
+
+// errChanged marks an object that changed between the fresh read and the
+// conditional write; the address is reconciled again (Run: requeued with
+// backoff; RunOnce: the pass reports the error).
+var errChanged = errors.New("changed while being repaired")
+
+// IPAddressConfig configures an IPAddressRepair.
+type IPAddressConfig struct {
+	// Client reads Services, IPAddresses and ServiceCIDRs and writes
+	// IPAddresses.
+	Client kubernetes.Interface
+	// Informers is an optional shared factory on Client, used by Run (so the
+	// server's allocator and the repair share one watch). Nil: Run makes one
+	// and shuts it down when it returns.
+	Informers informers.SharedInformerFactory
+	// Recorder receives the events; nil emits none.
+	Recorder record.EventRecorder
+	// Metrics counts problems; nil counts nothing.
+	Metrics *report.Metrics
+	// Interval is the period of Run's full passes (default DefaultInterval).
+	Interval time.Duration
+	// OrphanGrace is how old an IPAddress must be before the repair deletes
+	// or re-creates it (default DefaultOrphanGrace).
+	OrphanGrace time.Duration
+	// Workers is the number of Run's event-driven workers (default
+	// DefaultIPAddressWorkers).
+	Workers int
+	// DryRun reports what a pass would change and changes nothing (no write,
+	// no event, no metric).
+	DryRun bool
+	// Progress, if set, reports each full pass over the addresses; the
+	// standalone job sets it (internal/progress), the server does not.
+	Progress report.StartProgress
+	// Now is the clock the grace period is measured with (default time.Now).
+	Now func() time.Time
+	// CarryOver, if set and true, says that bitmap-model writers may be
+	// live (a transition is on, see pkg/transition): they record their
+	// allocations in the bitmap only, so a Service address without an
+	// IPAddress is their normal state, not a fault. Its IPAddress is then
+	// created without a ClusterIPNotAllocated event or problem, and counted
+	// as carried over (CarriedOver).
+	CarryOver func() bool
+}
+
+// IPAddressRepair keeps the IPAddress model consistent with the Services
+// (design.md §8): every ClusterIP inside some ServiceCIDR has an IPAddress
+// named after it, with parentRef {group: "", resource: services, namespace,
+// name} and the labels ipaddress.kubernetes.io/ip-family and
+// ipaddress.kubernetes.io/managed-by=ipallocator.k8s.io. Creating the
+// missing ones is also the migration from the bitmap model.
+//
+// Run watches Services, IPAddresses and ServiceCIDRs, reconciles each
+// changed address in a rate-limited work queue and makes a full pass every
+// Interval; RunOnce makes one full pass from fresh lists, without
+// informers, for the standalone job.
+//
+// Invariants and why:
+//
+//   - The unit of work is one address: the Services holding it and the
+//     IPAddress named after it are judged together, so two Services sharing
+//     an address and an IPAddress pointing elsewhere are one decision.
+//   - Reads come from a snapshot (lists or caches) that may be stale, so no
+//     write trusts it alone. Before creating an IPAddress the Service is
+//     read again (same UID, still holding the address): a Service deleted
+//     since the snapshot must not get its address back. The create itself
+//     is the atomic claim: AlreadyExists means someone (normally the
+//     allocator, whose claim precedes the Service) holds the address, and
+//     the repair judges the object it finds, never overwrites it.
+//   - One Service keeps a shared address: the one the IPAddress already
+//     references, else the oldest (then namespace/name). The others get
+//     ClusterIPAlreadyAllocated and are never changed: only a person can
+//     decide which Service to recreate.
+//   - Deleting is the dangerous write: an IPAddress exists before its
+//     Service is stored (the allocator claims first), so an IPAddress
+//     without a Service may belong to a create in flight. An orphaned
+//     IPAddress managed by ipallocator.k8s.io is deleted only when it is
+//     older than OrphanGrace, after a fresh GET of it and of its parent
+//     Service still finds no owner, and with the UID and resourceVersion of
+//     that GET as delete preconditions, so an object re-created or changed
+//     in between is never removed. Upstream deletes an IPAddress whose parent
+//     exists but does not hold the address at once; we apply the grace
+//     period there too, because a Service being updated to add a secondary
+//     address is in exactly that state until its update is stored.
+//   - parentRef is immutable, so an IPAddress of ours that references the
+//     wrong parent while a Service holds the address is fixed by delete and
+//     create (IPAddressWrongReference when the parent Service exists but
+//     does not hold it, as upstream; ClusterIPNotAllocated "has a wrong
+//     reference" when the parent is gone or no Service). It is done only
+//     when it is safe: the IPAddress is older than OrphanGrace, a fresh GET
+//     shows it unchanged, the holder still holds the address and the
+//     referenced Service does not; the delete is conditional as above. If an
+//     allocation takes the address between the delete and the create, the
+//     create fails with AlreadyExists and the conflict is reported as
+//     ClusterIPAlreadyAllocated, not overwritten.
+//   - A wrong family label on an IPAddress of ours is fixed by an update
+//     conditional on its resourceVersion (labels are mutable; upstream
+//     re-creates the object, which frees the address for a moment).
+//   - IPAddresses not labelled managed-by=ipallocator.k8s.io are never
+//     written. One holding a Service's address for another parent is
+//     reported as ClusterIPAlreadyAllocated; one referencing a Service that
+//     does not hold it is reported as a leak; both stay unresolved.
+//   - A ClusterIP inside no ServiceCIDR (ready or not: a terminating one
+//     still covers its addresses) is ClusterIPOutOfRange and gets no
+//     IPAddress; one that does not parse is ClusterIPNotValid. A pass that
+//     finds no ServiceCIDR at all fails with ErrNoServiceCIDR rather than
+//     call every address out of range.
+//   - Events are emitted when the repair changed something or found what
+//     only a person can fix, never for a pending orphan, and never in
+//     dry-run. Events concern the Service, except IPAddressNotAllocated and
+//     IPAddressWrongReference, which concern the IPAddress (as upstream).
+//   - Passes and workers may act on one address at once (Run's periodic
+//     pass runs beside the workers, and several replicas may run the
+//     repair): every write is create-if-absent or conditional on what a fresh
+//     read saw, so the loser of a race fails and re-reads, and nothing is
+//     lost or duplicated.
+type IPAddressRepair struct {
+	cfg     IPAddressConfig
+	carried atomic.Uint64
+}
+
+// CarriedOver is how many IPAddresses the repair created, while CarryOver
+// was true, for addresses a bitmap-model writer had allocated.
+func (r *IPAddressRepair) CarriedOver() uint64 { return r.carried.Load() }
+
+// NewIPAddressRepair checks cfg and returns a repair controller.
+func NewIPAddressRepair(cfg IPAddressConfig) (*IPAddressRepair, error) {
+	if cfg.Client == nil {
+		return nil, errors.New("ipaddress repair: a client is required")
+	}
+	if cfg.Interval <= 0 {
+		cfg.Interval = report.DefaultInterval
+	}
+	if cfg.OrphanGrace <= 0 {
+		cfg.OrphanGrace = DefaultOrphanGrace
+	}
+	if cfg.Workers <= 0 {
+		cfg.Workers = DefaultIPAddressWorkers
+	}
+	if cfg.Now == nil {
+		cfg.Now = time.Now
+	}
+	return &IPAddressRepair{cfg: cfg}, nil
+}
+
+// RunOnce makes one full pass from consistent lists of IPAddresses,
+// ServiceCIDRs and Services; it needs no informers. An address whose repair
+// failed does not stop the pass: the report covers every address and the
+// error lists the failures.
+func (r *IPAddressRepair) RunOnce(ctx context.Context) (*report.Report, error) {
+	view, err := newListView(ctx, r.cfg.Client)
+	if err != nil {
+		return nil, fmt.Errorf("ipaddress repair: %w", err)
+	}
+	return r.pass(ctx, view)
+}
+
+// Run watches Services, IPAddresses and ServiceCIDRs until ctx ends. It first
+// makes full passes from the caches until one succeeds (retried with
+// backoff, never abandoned) and closes firstPass, if not nil, after it;
+// then workers reconcile every changed address and a full pass runs every
+// Interval. Run never stops by itself and returns nil when ctx ends, once
+// every goroutine it started has stopped.
+func (r *IPAddressRepair) Run(ctx context.Context, firstPass chan<- struct{}) error {
+	logger := klog.FromContext(ctx).WithValues("controller", "ipaddress-repair")
+	ctx = klog.NewContext(ctx, logger)
+	factory := r.cfg.Informers
+	if factory == nil {
+		factory = informers.NewSharedInformerFactory(r.cfg.Client, 0)
+		defer factory.Shutdown() // after cancel below: waits for the informers
+	}
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	svcInf := factory.Core().V1().Services()
+	ipInf := factory.Networking().V1().IPAddresses()
+	cidrInf := factory.Networking().V1().ServiceCIDRs()
+	if _, exists := svcInf.Informer().GetIndexer().GetIndexers()[serviceIndex]; !exists {
+		err := svcInf.Informer().AddIndexers(cache.Indexers{serviceIndex: func(obj any) ([]string, error) {
+			svc, ok := obj.(*corev1.Service)
+			if !ok {
+				return nil, nil
+			}
+			return addressKeys(svc), nil
+		}})
+		if err != nil {
+			return fmt.Errorf("ipaddress repair: index services: %w", err)
+		}
+	}
+	view := &informerView{
+		serviceIndexer: svcInf.Informer().GetIndexer(),
+		serviceLister:  svcInf.Lister(),
+		ipLister:       ipInf.Lister(),
+		cidrLister:     cidrInf.Lister(),
+	}
+
+	queue := workqueue.NewTypedRateLimitingQueueWithConfig(
+		workqueue.DefaultTypedControllerRateLimiter[string](),
+		workqueue.TypedRateLimitingQueueConfig[string]{Name: "ipaddress-repair"},
+	)
+	defer queue.ShutDown()
+	enqueueService := func(obj any) {
+		if tomb, ok := obj.(cache.DeletedFinalStateUnknown); ok {
+			obj = tomb.Obj
+		}
+		if svc, ok := obj.(*corev1.Service); ok {
+			for _, k := range addressKeys(svc) {
+				queue.Add(k)
+			}
+		}
+	}
+	enqueueIPAddress := func(obj any) {
+		if tomb, ok := obj.(cache.DeletedFinalStateUnknown); ok {
+			obj = tomb.Obj
+		}
+		if ipa, ok := obj.(*networkingv1.IPAddress); ok {
+			queue.Add(ipa.Name)
+		}
+	}
+	// A ServiceCIDR change moves addresses in or out of range: look at every
+	// address a Service holds.
+	enqueueAll := func(any) {
+		for _, k := range view.serviceIndexer.ListIndexFuncValues(serviceIndex) {
+			queue.Add(k)
+		}
+	}
+	var regs []cache.ResourceEventHandlerRegistration
+	for _, h := range []struct {
+		inf     cache.SharedIndexInformer
+		handler cache.ResourceEventHandler
+	}{
+		{svcInf.Informer(), cache.ResourceEventHandlerFuncs{
+			AddFunc:    enqueueService,
+			UpdateFunc: func(old, cur any) { enqueueService(old); enqueueService(cur) },
+			DeleteFunc: enqueueService,
+		}},
+		{ipInf.Informer(), cache.ResourceEventHandlerFuncs{
+			AddFunc:    enqueueIPAddress,
+			UpdateFunc: func(_, cur any) { enqueueIPAddress(cur) },
+			DeleteFunc: enqueueIPAddress,
+		}},
+		{cidrInf.Informer(), cache.ResourceEventHandlerFuncs{
+			AddFunc:    enqueueAll,
+			UpdateFunc: func(_, cur any) { enqueueAll(cur) },
+			DeleteFunc: enqueueAll,
+		}},
+	} {
+		reg, err := h.inf.AddEventHandler(h.handler)
+		if err != nil {
+			return fmt.Errorf("ipaddress repair: watch: %w", err)
+		}
+		defer func() { _ = h.inf.RemoveEventHandler(reg) }()
+		regs = append(regs, reg)
+	}
+	factory.Start(ctx.Done())
+	synced := make([]cache.InformerSynced, len(regs))
+	for i, reg := range regs {
+		synced[i] = reg.HasSynced
+	}
+	if !cache.WaitForCacheSync(ctx.Done(), synced...) {
+		return nil // ctx ended
+	}
+
+	var workers sync.WaitGroup
+	defer workers.Wait()
+	defer queue.ShutDown() // runs before Wait: workers see the shutdown
+	startWorkers := func() {
+		for range r.cfg.Workers {
+			workers.Go(func() {
+				for r.processNext(ctx, queue, view) {
+				}
+			})
+		}
+	}
+
+	started := false
+	report.Loop(ctx, r.cfg.Interval, func(ctx context.Context) error {
+		rep, err := r.pass(ctx, view)
+		if err != nil {
+			return err
+		}
+		logger.V(2).Info("IPAddress repair pass done", "report", rep.String())
+		if !started {
+			started = true
+			startWorkers()
+		}
+		report.CloseOnce(&firstPass)
+		return nil
+	}, func(err error, retryIn time.Duration) {
+		switch {
+		case errors.Is(err, errChanged):
+			logger.V(2).Info("IPAddress changed while being repaired, pass retried", "retryIn", retryIn, "reason", err.Error())
+		case errors.Is(err, ErrNoServiceCIDR) && !started:
+			// At start-up the pass may run before the server created the
+			// default ServiceCIDR: waiting is expected, not an error.
+			logger.V(2).Info("IPAddress repair waits for a ServiceCIDR", "retryIn", retryIn)
+		default:
+			r.cfg.Metrics.ReconcileError()
+			logger.Error(err, "IPAddress repair pass failed", "retryIn", retryIn)
+		}
+	})
+	return nil
+}
+
+// processNext reconciles one queued address; false when the queue shut down.
+func (r *IPAddressRepair) processNext(ctx context.Context, queue workqueue.TypedRateLimitingInterface[string], view ipView) bool {
+	k, quit := queue.Get()
+	if quit {
+		return false
+	}
+	defer queue.Done(k)
+	out, err := r.reconcile(ctx, view, k)
+	r.commit(out)
+	logger := klog.FromContext(ctx)
+	for _, p := range out.problems {
+		logger.V(2).Info("IPAddress repair", "ip", p.IP, "service", p.Service, "type", p.Type, "fixed", p.Fixed, "message", p.Message)
+	}
+	if err != nil {
+		switch {
+		case ctx.Err() != nil:
+		case errors.Is(err, errChanged):
+			// An ordinary race with a writer (a Service or IPAddress
+			// changed between the read and the write): not an error.
+			logger.V(2).Info("IPAddress changed while being repaired, retrying", "key", k, "reason", err.Error())
+		default:
+			r.cfg.Metrics.ReconcileError()
+			logger.Error(err, "IPAddress repair failed, retrying", "key", k)
+		}
+		queue.AddRateLimited(k)
+		return true
+	}
+	queue.Forget(k)
+	if out.retryAfter > 0 {
+		queue.AddAfter(k, out.retryAfter)
+	}
+	return true
+}
+
+// pass reconciles every address of view.
+func (r *IPAddressRepair) pass(ctx context.Context, view ipView) (*report.Report, error) {
+	start := time.Now()
+	ranges, err := view.cidrs()
+	if err != nil {
+		return nil, fmt.Errorf("ipaddress repair: %w", err)
+	}
+	if ranges.empty() {
+		return nil, fmt.Errorf("ipaddress repair: %w", ErrNoServiceCIDR)
+	}
+	keys, err := view.keys()
+	if err != nil {
+		return nil, fmt.Errorf("ipaddress repair: %w", err)
+	}
+	services, allocated, err := view.counts()
+	if err != nil {
+		return nil, fmt.Errorf("ipaddress repair: %w", err)
+	}
+	rep := &report.Report{Model: "ipaddress", DryRun: r.cfg.DryRun, Services: services}
+	var failed []error
+	progress := r.cfg.Progress.Start("addresses checked", len(keys))
+	defer progress.Stop()
+	for _, k := range keys {
+		if err := ctx.Err(); err != nil {
+			return nil, fmt.Errorf("ipaddress repair: %w", err)
+		}
+		out, err := r.reconcile(ctx, view, k)
+		progress.Add(1)
+		r.commit(out)
+		rep.Problems = append(rep.Problems, out.problems...)
+		rep.Writes += out.writes
+		allocated += out.created - out.deleted
+		if err != nil {
+			failed = append(failed, err)
+		}
+	}
+	rep.Allocated = allocated
+	rep.Duration = time.Since(start)
+	if len(failed) > 0 {
+		return rep, fmt.Errorf("ipaddress repair: %d of %d addresses failed: %w", len(failed), len(keys), errors.Join(failed...))
+	}
+	return rep, nil
+}
+
+// outcome is what reconciling one address found and did.
+type outcome struct {
+	problems []report.Problem
+	events   []pendingEvent
+	writes   int
+	created  int
+	deleted  int
+	carried  int // created for a bitmap-model allocation (CarryOver)
+	// retryAfter asks Run to look at the address again then (an orphan
+	// still inside its grace period).
+	retryAfter time.Duration
+}
+
+type pendingEvent struct {
+	obj     runtime.Object
+	reason  string
+	message string
+}
+
+// report records a problem, and an event on obj when it has a reason.
+func (o *outcome) note(obj runtime.Object, p report.Problem) {
+	o.problems = append(o.problems, p)
+	if obj != nil && p.Reason != "" {
+		o.events = append(o.events, pendingEvent{obj: obj, reason: p.Reason, message: p.Message})
+	}
+}
+
+// commit counts and emits what a reconcile found, unless dry-running.
+func (r *IPAddressRepair) commit(o outcome) {
+	if r.cfg.DryRun {
+		return
+	}
+	for _, p := range o.problems {
+		r.cfg.Metrics.ObserveProblem(p)
+	}
+	r.carried.Add(uint64(o.carried))
+	if r.cfg.Recorder != nil {
+		for _, e := range o.events {
+			r.cfg.Recorder.Event(e.obj, corev1.EventTypeWarning, e.reason, e.message)
+		}
+	}
+}
+
+// reconcile judges one work key: an address, or an invalid ClusterIP.
+func (r *IPAddressRepair) reconcile(ctx context.Context, view ipView, k string) (outcome, error) {
+	var out outcome
+	holders, err := view.holders(k)
+	if err != nil {
+		return out, err
+	}
+	if text, invalid := strings.CutPrefix(k, invalidKeyPrefix); invalid {
+		// Upstream formats the unparsed net.IP here and prints "<nil>"; we
+		// print the text the Service holds.
+		for _, svc := range holders {
+			out.note(svc, report.Problem{Type: report.TypeInvalid, Reason: report.ReasonNotValid, IP: text, Service: report.ServiceKey(svc),
+				Message: fmt.Sprintf("Cluster IP %s is not a valid IP; please recreate Service", text)})
+		}
+		return out, nil
+	}
+	ip, err := netip.ParseAddr(k)
+	if err != nil || ip.String() != k {
+		// Not an address in canonical form: an IPAddress the API server
+		// would not have accepted, not ours to judge.
+		return out, nil
+	}
+	ipa, err := view.ipAddress(k)
+	if err != nil {
+		return out, err
+	}
+	if len(holders) == 0 {
+		err = r.reconcileOrphan(ctx, view, ip, ipa, &out)
+		return out, err
+	}
+	ranges, err := view.cidrs()
+	if err != nil {
+		return out, err
+	}
+	if !ranges.contains(ip) {
+		for _, svc := range holders {
+			out.note(svc, report.Problem{Type: report.TypeOutOfRange, Reason: report.ReasonOutOfRange, IP: k, Service: report.ServiceKey(svc),
+				Message: fmt.Sprintf("Cluster IP [%s]: %s is not within any configured Service CIDR; please recreate service", familyName(ip.Is6()), ip)})
+		}
+		return out, nil
+	}
+	err = r.reconcileHeld(ctx, view, ip, holders, ipa, &out, true)
+	return out, err
+}
+
+// reconcileHeld makes sure the address held by holders (oldest first) has
+// the right IPAddress. ipa is the IPAddress seen, nil if none. mayRetry
+// allows one re-judgement when a create meets an object the snapshot missed.
+func (r *IPAddressRepair) reconcileHeld(ctx context.Context, view ipView, ip netip.Addr, holders []*corev1.Service, ipa *networkingv1.IPAddress, out *outcome, mayRetry bool) error {
+	family := familyName(ip.Is6())
+	owner := holders[0]
+	if ipa != nil {
+		for _, svc := range holders {
+			if references(ipa, svc) {
+				owner = svc
+				break
+			}
+		}
+	}
+	reportDuplicates := func() {
+		for _, svc := range holders {
+			if svc != owner {
+				out.note(svc, duplicateProblem(ip, svc))
+			}
+		}
+	}
+
+	if ipa == nil {
+		p := report.Problem{Type: report.TypeRepair, Reason: report.ReasonNotAllocated, IP: ip.String(), Service: report.ServiceKey(owner),
+			Message: fmt.Sprintf("Cluster IP [%s]: %s is not allocated; repairing", family, ip)}
+		if r.cfg.DryRun {
+			out.note(owner, p)
+			reportDuplicates()
+			return nil
+		}
+		fresh, err := r.freshHolder(ctx, owner, ip)
+		if err != nil || fresh == nil {
+			return err // gone or changed since the snapshot: nothing to repair
+		}
+		err = r.create(ctx, ip, fresh)
+		switch {
+		case err == nil && r.cfg.CarryOver != nil && r.cfg.CarryOver():
+			out.writes++
+			out.created++
+			out.carried++
+			klog.FromContext(ctx).V(4).Info("Carried a bitmap-model allocation over to an IPAddress", "ip", ip, "service", report.ServiceKey(fresh))
+			reportDuplicates()
+			return nil
+		case err == nil:
+			out.writes++
+			out.created++
+			p.Fixed = true
+			out.note(fresh, p)
+			reportDuplicates()
+			return nil
+		case apierrors.IsAlreadyExists(err) && mayRetry:
+			// Claimed since the snapshot (normally by the allocator, for
+			// the Service being created): judge what is there.
+			cur, err := r.cfg.Client.NetworkingV1().IPAddresses().Get(ctx, ip.String(), metav1.GetOptions{})
+			if apierrors.IsNotFound(err) {
+				return fmt.Errorf("ipaddress %s: %w", ip, errChanged)
+			}
+			if err != nil {
+				return fmt.Errorf("get ipaddress %s: %w", ip, err)
+			}
+			return r.reconcileHeld(ctx, view, ip, holders, cur, out, false)
+		case apierrors.IsAlreadyExists(err):
+			return fmt.Errorf("create ipaddress %s for service %s: %w", ip, report.ServiceKey(fresh), errChanged)
+		default:
+			return fmt.Errorf("create ipaddress %s for service %s: %w", ip, report.ServiceKey(fresh), err)
+		}
+	}
+	reportDuplicates()
+
+	if !ipaddress.IsManaged(ipa) {
+		if references(ipa, owner) {
+			out.note(nil, report.Problem{Type: report.TypeRepair, IP: ip.String(), Service: report.ServiceKey(owner),
+				Message: fmt.Sprintf("IPAddress %s of Service %s has the labels %v, not the ones of %s; it is not managed by the repair and left as it is", ip, report.ServiceKey(owner), ipa.Labels, ipaddress.ManagedBy)})
+		} else {
+			// Another controller's object holds the address.
+			out.note(owner, duplicateProblem(ip, owner))
+		}
+		return nil
+	}
+	if references(ipa, owner) {
+		if want := familyName(ip.Is6()); ipa.Labels[ipaddress.LabelIPFamily] != want {
+			return r.fixFamilyLabel(ctx, ip, owner, ipa, out)
+		}
+		return nil
+	}
+	return r.repoint(ctx, view, ip, owner, ipa, out)
+}
+
+func duplicateProblem(ip netip.Addr, svc *corev1.Service) report.Problem {
+	return report.Problem{Type: report.TypeDuplicate, Reason: report.ReasonAlreadyAllocated, IP: ip.String(), Service: report.ServiceKey(svc),
+		Message: fmt.Sprintf("Cluster IP [%s]:%s was assigned to multiple services; please recreate service", familyName(ip.Is6()), ip)}
+}
+
+// fixFamilyLabel sets the ip-family label of an IPAddress of ours with an
+// update conditional on the resourceVersion seen.
+func (r *IPAddressRepair) fixFamilyLabel(ctx context.Context, ip netip.Addr, owner *corev1.Service, ipa *networkingv1.IPAddress, out *outcome) error {
+	p := report.Problem{Type: report.TypeRepair, IP: ip.String(), Service: report.ServiceKey(owner),
+		Message: fmt.Sprintf("IPAddress %s has the label %s=%q; repairing", ip, ipaddress.LabelIPFamily, ipa.Labels[ipaddress.LabelIPFamily])}
+	if r.cfg.DryRun {
+		out.note(nil, p)
+		return nil
+	}
+	updated := ipa.DeepCopy()
+	updated.Labels[ipaddress.LabelIPFamily] = familyName(ip.Is6())
+	_, err := r.cfg.Client.NetworkingV1().IPAddresses().Update(ctx, updated, metav1.UpdateOptions{})
+	switch {
+	case err == nil:
+		out.writes++
+		p.Fixed = true
+		out.note(nil, p)
+		return nil
+	case apierrors.IsConflict(err), apierrors.IsNotFound(err):
+		return fmt.Errorf("label ipaddress %s: %w", ip, errChanged)
+	default:
+		return fmt.Errorf("label ipaddress %s: %w", ip, err)
+	}
+}
+
+// repoint re-creates an IPAddress of ours that references another parent for
+// owner, the Service that holds the address, when that is safe (see the
+// type's doc).
+func (r *IPAddressRepair) repoint(ctx context.Context, view ipView, ip netip.Addr, owner *corev1.Service, ipa *networkingv1.IPAddress, out *outcome) error {
+	family := familyName(ip.Is6())
+	parentExists := false
+	if isServiceRef(ipa) {
+		parent, err := view.service(ipa.Spec.ParentRef.Namespace, ipa.Spec.ParentRef.Name)
+		if err != nil {
+			return err
+		}
+		parentExists = parent != nil
+	}
+	var p report.Problem
+	var on runtime.Object
+	if parentExists {
+		p = report.Problem{Type: report.TypeRepair, Reason: report.ReasonWrongReference, IP: ip.String(), Service: report.ServiceKey(owner),
+			Message: fmt.Sprintf("IPAddress: %s for Service %s/%s has a wrong reference; cleaning up", ip, ipa.Spec.ParentRef.Namespace, ipa.Spec.ParentRef.Name)}
+		on = ipa
+	} else {
+		p = report.Problem{Type: report.TypeRepair, Reason: report.ReasonNotAllocated, IP: ip.String(), Service: report.ServiceKey(owner),
+			Message: fmt.Sprintf("the ClusterIP [%s]: %s for Service %s/%s has a wrong reference; repairing", family, ip, owner.Namespace, owner.Name)}
+		on = owner
+	}
+	if r.cfg.DryRun {
+		out.note(on, p)
+		return nil
+	}
+	if remaining := r.cfg.OrphanGrace - r.cfg.Now().Sub(ipa.CreationTimestamp.Time); remaining > 0 {
+		out.note(nil, report.Problem{Type: report.TypeRepair, IP: ip.String(), Service: report.ServiceKey(owner),
+			Message: fmt.Sprintf("IPAddress %s references %s, not Service %s that holds the address; it is re-created for that Service once it is %v old", ip, parentString(ipa), report.ServiceKey(owner), r.cfg.OrphanGrace)})
+		out.retryAfter = remaining
+		return nil
+	}
+
+	// Fresh reads: the object as it is now, the holder, the referenced parent.
+	api := r.cfg.Client.NetworkingV1().IPAddresses()
+	cur, err := api.Get(ctx, ip.String(), metav1.GetOptions{})
+	if apierrors.IsNotFound(err) {
+		return fmt.Errorf("ipaddress %s: %w", ip, errChanged)
+	}
+	if err != nil {
+		return fmt.Errorf("get ipaddress %s: %w", ip, err)
+	}
+	if cur.UID != ipa.UID || cur.ResourceVersion != ipa.ResourceVersion {
+		return fmt.Errorf("ipaddress %s: %w", ip, errChanged)
+	}
+	fresh, err := r.freshHolder(ctx, owner, ip)
+	if err != nil || fresh == nil {
+		return err
+	}
+	if isServiceRef(cur) {
+		parent, err := r.getService(ctx, cur.Spec.ParentRef.Namespace, cur.Spec.ParentRef.Name)
+		if err != nil {
+			return err
+		}
+		if parent != nil && holds(parent, ip) {
+			// Both hold it after all: the referenced one keeps it.
+			out.note(fresh, duplicateProblem(ip, fresh))
+			return nil
+		}
+	}
+	if err := r.deleteIfUnchanged(ctx, cur); err != nil {
+		return err
+	}
+	out.writes++
+	out.deleted++
+	err = r.create(ctx, ip, fresh)
+	switch {
+	case err == nil:
+		out.writes++
+		out.created++
+		p.Fixed = true
+		out.note(on, p)
+		return nil
+	case apierrors.IsAlreadyExists(err):
+		// An allocation took the address between the delete and the create.
+		out.note(on, p)
+		out.note(fresh, duplicateProblem(ip, fresh))
+		return nil
+	default:
+		// The address is now free; the next look creates it for the holder.
+		out.note(on, p)
+		return fmt.Errorf("re-create ipaddress %s for service %s: %w", ip, report.ServiceKey(fresh), err)
+	}
+}
+
+// reconcileOrphan handles an IPAddress that no Service holds.
+func (r *IPAddressRepair) reconcileOrphan(ctx context.Context, view ipView, ip netip.Addr, ipa *networkingv1.IPAddress, out *outcome) error {
+	if ipa == nil {
+		return nil
+	}
+	if !ipaddress.IsManaged(ipa) {
+		if isServiceRef(ipa) {
+			// Reported because it blocks the address; written by someone
+			// else, so only they (or a person) may remove it.
+			out.note(nil, report.Problem{Type: report.TypeLeak, IP: ip.String(), Service: parentString(ipa),
+				Message: fmt.Sprintf("IPAddress %s references Service %s, which does not hold it; it is managed by %q, not %s, and left untouched", ip, parentString(ipa), ipa.Labels[ipaddress.LabelManagedBy], ipaddress.ManagedBy)})
+		}
+		return nil
+	}
+	orphanProblem := func(ipa *networkingv1.IPAddress, parentExists bool) report.Problem {
+		p := report.Problem{Type: report.TypeLeak, Reason: report.ReasonIPNotAllocated, IP: ip.String()}
+		switch {
+		case !isServiceRef(ipa):
+			p.Message = fmt.Sprintf("IPAddress %s appears to have been modified, not referencing a Service %v: cleaning up", ip, ipa.Spec.ParentRef)
+		case parentExists:
+			p.Service = parentString(ipa)
+			p.Reason = report.ReasonWrongReference
+			p.Message = fmt.Sprintf("IPAddress: %s for Service %s has a wrong reference; cleaning up", ip, p.Service)
+		default:
+			p.Service = parentString(ipa)
+			p.Message = fmt.Sprintf("IPAddress: %s for Service %s appears to have leaked: cleaning up", ip, p.Service)
+		}
+		return p
+	}
+	parentExists := false
+	if isServiceRef(ipa) {
+		parent, err := view.service(ipa.Spec.ParentRef.Namespace, ipa.Spec.ParentRef.Name)
+		if err != nil {
+			return err
+		}
+		parentExists = parent != nil
+	}
+	if r.cfg.DryRun {
+		out.note(ipa, orphanProblem(ipa, parentExists))
+		return nil
+	}
+	if r.pendingOrphan(ip, ipa, out) {
+		return nil
+	}
+
+	// Fresh reads right before the delete: the object, then its owner.
+	cur, err := r.cfg.Client.NetworkingV1().IPAddresses().Get(ctx, ip.String(), metav1.GetOptions{})
+	if apierrors.IsNotFound(err) {
+		return nil // released meanwhile
+	}
+	if err != nil {
+		return fmt.Errorf("get ipaddress %s: %w", ip, err)
+	}
+	if !ipaddress.IsManaged(cur) || r.pendingOrphan(ip, cur, out) {
+		return nil
+	}
+	parentExists = false
+	if isServiceRef(cur) {
+		parent, err := r.getService(ctx, cur.Spec.ParentRef.Namespace, cur.Spec.ParentRef.Name)
+		if err != nil {
+			return err
+		}
+		if parent != nil && holds(parent, ip) {
+			return nil // its owner holds it after all
+		}
+		parentExists = parent != nil
+	}
+	if err := r.deleteIfUnchanged(ctx, cur); err != nil {
+		return err
+	}
+	out.writes++
+	out.deleted++
+	p := orphanProblem(cur, parentExists)
+	p.Fixed = true
+	out.note(cur, p)
+	return nil
+}
+
+// pendingOrphan reports an orphan still inside its grace period and asks for
+// a second look when it ends.
+func (r *IPAddressRepair) pendingOrphan(ip netip.Addr, ipa *networkingv1.IPAddress, out *outcome) bool {
+	remaining := r.cfg.OrphanGrace - r.cfg.Now().Sub(ipa.CreationTimestamp.Time)
+	if remaining <= 0 {
+		return false
+	}
+	out.note(nil, report.Problem{Type: report.TypeLeak, IP: ip.String(), Service: parentString(ipa),
+		Message: fmt.Sprintf("IPAddress %s (parent %s) is held by no Service; it is deleted once it is %v old", ip, parentString(ipa), r.cfg.OrphanGrace)})
+	out.retryAfter = remaining
+	return true
+}
+
+// deleteIfUnchanged deletes ipa on condition that its UID and
+// resourceVersion are still the ones read.
+func (r *IPAddressRepair) deleteIfUnchanged(ctx context.Context, ipa *networkingv1.IPAddress) error {
+	err := r.cfg.Client.NetworkingV1().IPAddresses().Delete(ctx, ipa.Name, metav1.DeleteOptions{
+		Preconditions: &metav1.Preconditions{UID: &ipa.UID, ResourceVersion: &ipa.ResourceVersion},
+	})
+	switch {
+	case err == nil:
+		return nil
+	case apierrors.IsConflict(err), apierrors.IsNotFound(err):
+		return fmt.Errorf("delete ipaddress %s: %w", ipa.Name, errChanged)
+	default:
+		return fmt.Errorf("delete ipaddress %s: %w", ipa.Name, err)
+	}
+}
+
+// freshHolder reads svc again and returns it if it is the same object and
+// still holds ip, nil if not.
+func (r *IPAddressRepair) freshHolder(ctx context.Context, svc *corev1.Service, ip netip.Addr) (*corev1.Service, error) {
+	fresh, err := r.getService(ctx, svc.Namespace, svc.Name)
+	if err != nil || fresh == nil {
+		return nil, err
+	}
+	if fresh.UID != svc.UID || !holds(fresh, ip) {
+		return nil, nil
+	}
+	return fresh, nil
+}
+
+// getService reads a Service from the API server, nil if there is none.
+func (r *IPAddressRepair) getService(ctx context.Context, namespace, name string) (*corev1.Service, error) {
+	svc, err := r.cfg.Client.CoreV1().Services(namespace).Get(ctx, name, metav1.GetOptions{})
+	if apierrors.IsNotFound(err) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, fmt.Errorf("get service %s/%s: %w", namespace, name, err)
+	}
+	return svc, nil
+}
+
+// create claims ip for svc, as the allocator would.
+func (r *IPAddressRepair) create(ctx context.Context, ip netip.Addr, svc *corev1.Service) error {
+	obj := ipaddress.NewObject(ip, allocation.Owner{Namespace: svc.Namespace, Name: svc.Name})
+	_, err := r.cfg.Client.NetworkingV1().IPAddresses().Create(ctx, obj, metav1.CreateOptions{})
+	return err
+}
+
+// isServiceRef reports whether the IPAddress's parent is a core Service.
+func isServiceRef(ipa *networkingv1.IPAddress) bool {
+	p := ipa.Spec.ParentRef
+	return p != nil && p.Group == "" && p.Resource == "services"
+}
+
+// references reports whether the IPAddress's parent is svc.
+func references(ipa *networkingv1.IPAddress, svc *corev1.Service) bool {
+	return ipaddress.OwnedBy(ipa, allocation.Owner{Namespace: svc.Namespace, Name: svc.Name})
+}
+
+// parentString spells the parent as "namespace/name" for a Service, as
+// "group/resource/namespace/name" otherwise.
+func parentString(ipa *networkingv1.IPAddress) string {
+	p := ipa.Spec.ParentRef
+	switch {
+	case p == nil:
+		return "no parent"
+	case isServiceRef(ipa):
+		return p.Namespace + "/" + p.Name
+	default:
+		return p.Group + "/" + p.Resource + "/" + p.Namespace + "/" + p.Name
+	}
+}

@@ -1,0 +1,296 @@
+package controller
+
+import (
+	"context"
+	"fmt"
+	"net/netip"
+	"slices"
+	"strings"
+
+	corev1 "k8s.io/api/core/v1"
+	networkingv1 "k8s.io/api/networking/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/client-go/kubernetes"
+	corelisters "k8s.io/client-go/listers/core/v1"
+	networkinglisters "k8s.io/client-go/listers/networking/v1"
+	"k8s.io/client-go/tools/cache"
+
+	"github.com/allocator/allocator/pkg/report"
+	"github.com/allocator/allocator/pkg/subrange"
+)
+
+// invalidKeyPrefix marks the work key of a ClusterIP that does not parse, so
+// that such keys never collide with an address.
+const invalidKeyPrefix = "!"
+
+// serviceIndex is the name of the index the repair adds to the Service
+// informer: Services by addressKey of each ClusterIP.
+const serviceIndex = "repair.allocator/clusterIP"
+
+// addressKeys returns the work keys of a Service's ClusterIPs: the canonical
+// address, or invalidKeyPrefix and the text for one that does not parse.
+func addressKeys(svc *corev1.Service) []string {
+	var keys []string
+	for _, text := range serviceIPs(svc) {
+		k := invalidKeyPrefix + text
+		if ip, ok := parseServiceIP(text); ok {
+			k = ip.String()
+		}
+		if !slices.Contains(keys, k) {
+			keys = append(keys, k)
+		}
+	}
+	return keys
+}
+
+// holds reports whether svc holds ip.
+func holds(svc *corev1.Service, ip netip.Addr) bool {
+	return slices.Contains(addressKeys(svc), ip.String())
+}
+
+// serviceCIDRs is the union of the prefixes of every ServiceCIDR, ready or
+// not: an address of a terminating ServiceCIDR is still allocated until its
+// Service goes, so it is in range for the repair.
+type serviceCIDRs struct {
+	ranges []subrange.Range
+	// wide are IPv6 prefixes the IPAddress model refuses to allocate from
+	// (shorter than /64); their addresses are still not "out of range".
+	wide []netip.Prefix
+}
+
+func newServiceCIDRs(cidrs []*networkingv1.ServiceCIDR) serviceCIDRs {
+	var s serviceCIDRs
+	for _, sc := range cidrs {
+		for _, text := range sc.Spec.CIDRs {
+			prefix, err := subrange.ParsePrefix(text)
+			if err != nil {
+				continue
+			}
+			rng, err := subrange.New(prefix, subrange.ModelIPAddress)
+			if err != nil {
+				s.wide = append(s.wide, prefix)
+				continue
+			}
+			s.ranges = append(s.ranges, rng)
+		}
+	}
+	return s
+}
+
+func (s serviceCIDRs) empty() bool { return len(s.ranges) == 0 && len(s.wide) == 0 }
+
+// contains reports whether ip is a usable address of some ServiceCIDR (not a
+// network address, not an IPv4 broadcast address), as upstream's
+// servicecidr.ContainsIP.
+func (s serviceCIDRs) contains(ip netip.Addr) bool {
+	for _, r := range s.ranges {
+		if r.Contains(ip) {
+			return true
+		}
+	}
+	for _, p := range s.wide {
+		if p.Contains(ip) && ip != p.Addr() {
+			return true
+		}
+	}
+	return false
+}
+
+// ipView is what a repair pass reads: a snapshot from fresh lists
+// (RunOnce) or the informers' caches (Run). Writes never trust it alone: each
+// is preceded by fresh reads and made conditional (see IPAddressRepair).
+type ipView interface {
+	// keys returns every work key: the addresses and invalid ClusterIPs of
+	// all Services and the names of all IPAddresses.
+	keys() ([]string, error)
+	// holders returns the Services holding the key, oldest first.
+	holders(key string) ([]*corev1.Service, error)
+	// ipAddress returns the IPAddress named name, nil if there is none.
+	ipAddress(name string) (*networkingv1.IPAddress, error)
+	// service returns the Service, nil if there is none.
+	service(namespace, name string) (*corev1.Service, error)
+	cidrs() (serviceCIDRs, error)
+	counts() (services, ipAddresses int, err error)
+}
+
+// listView is a snapshot of consistent lists, for one-shot passes that run
+// without informers (the standalone job).
+type listView struct {
+	byKey    map[string][]*corev1.Service
+	services map[string]*corev1.Service
+	ips      map[string]*networkingv1.IPAddress
+	ranges   serviceCIDRs
+}
+
+// newListView lists IPAddresses, then ServiceCIDRs, then Services. An
+// address is claimed before its Service is stored, so a Service created
+// during the lists may show up without the IPAddress it already has; the
+// repair's create then meets AlreadyExists and judges the object it finds.
+// The reverse order would let a Service deleted between the lists look like
+// it lost its IPAddress, and the repair would re-create it.
+func newListView(ctx context.Context, client kubernetes.Interface) (*listView, error) {
+	v := &listView{
+		byKey:    map[string][]*corev1.Service{},
+		services: map[string]*corev1.Service{},
+		ips:      map[string]*networkingv1.IPAddress{},
+	}
+	opts := metav1.ListOptions{Limit: 500}
+	for {
+		list, err := client.NetworkingV1().IPAddresses().List(ctx, opts)
+		if err != nil {
+			return nil, fmt.Errorf("list ipaddresses: %w", err)
+		}
+		for i := range list.Items {
+			v.ips[list.Items[i].Name] = &list.Items[i]
+		}
+		if list.Continue == "" {
+			break
+		}
+		opts.Continue = list.Continue
+	}
+	cidrList, err := client.NetworkingV1().ServiceCIDRs().List(ctx, metav1.ListOptions{})
+	if err != nil {
+		return nil, fmt.Errorf("list servicecidrs: %w", err)
+	}
+	cidrs := make([]*networkingv1.ServiceCIDR, len(cidrList.Items))
+	for i := range cidrList.Items {
+		cidrs[i] = &cidrList.Items[i]
+	}
+	v.ranges = newServiceCIDRs(cidrs)
+	services, err := report.ListServices(ctx, client) // oldest first
+	if err != nil {
+		return nil, err
+	}
+	for i := range services {
+		svc := &services[i]
+		v.services[report.ServiceKey(svc)] = svc
+		for _, k := range addressKeys(svc) {
+			v.byKey[k] = append(v.byKey[k], svc)
+		}
+	}
+	return v, nil
+}
+
+func (v *listView) keys() ([]string, error) {
+	keys := make([]string, 0, len(v.byKey)+len(v.ips))
+	for k := range v.byKey {
+		keys = append(keys, k)
+	}
+	for name := range v.ips {
+		if _, held := v.byKey[name]; !held {
+			keys = append(keys, name)
+		}
+	}
+	sortKeys(keys)
+	return keys, nil
+}
+
+func (v *listView) holders(key string) ([]*corev1.Service, error) { return v.byKey[key], nil }
+
+func (v *listView) ipAddress(name string) (*networkingv1.IPAddress, error) { return v.ips[name], nil }
+
+func (v *listView) service(namespace, name string) (*corev1.Service, error) {
+	return v.services[namespace+"/"+name], nil
+}
+
+func (v *listView) cidrs() (serviceCIDRs, error) { return v.ranges, nil }
+
+func (v *listView) counts() (int, int, error) { return len(v.services), len(v.ips), nil }
+
+// informerView reads the shared informers' caches.
+type informerView struct {
+	serviceIndexer cache.Indexer
+	serviceLister  corelisters.ServiceLister
+	ipLister       networkinglisters.IPAddressLister
+	cidrLister     networkinglisters.ServiceCIDRLister
+}
+
+func (v *informerView) keys() ([]string, error) {
+	keys := v.serviceIndexer.ListIndexFuncValues(serviceIndex)
+	ips, err := v.ipLister.List(labels.Everything())
+	if err != nil {
+		return nil, fmt.Errorf("list cached ipaddresses: %w", err)
+	}
+	for _, ipa := range ips {
+		keys = append(keys, ipa.Name)
+	}
+	sortKeys(keys)
+	return slices.Compact(keys), nil
+}
+
+func (v *informerView) holders(key string) ([]*corev1.Service, error) {
+	objs, err := v.serviceIndexer.ByIndex(serviceIndex, key)
+	if err != nil {
+		return nil, fmt.Errorf("cached services holding %s: %w", key, err)
+	}
+	out := make([]*corev1.Service, 0, len(objs))
+	for _, obj := range objs {
+		if svc, ok := obj.(*corev1.Service); ok {
+			out = append(out, svc)
+		}
+	}
+	slices.SortFunc(out, report.OldestFirst)
+	return out, nil
+}
+
+func (v *informerView) ipAddress(name string) (*networkingv1.IPAddress, error) {
+	ipa, err := v.ipLister.Get(name)
+	if apierrors.IsNotFound(err) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, fmt.Errorf("cached ipaddress %s: %w", name, err)
+	}
+	return ipa, nil
+}
+
+func (v *informerView) service(namespace, name string) (*corev1.Service, error) {
+	svc, err := v.serviceLister.Services(namespace).Get(name)
+	if apierrors.IsNotFound(err) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, fmt.Errorf("cached service %s/%s: %w", namespace, name, err)
+	}
+	return svc, nil
+}
+
+func (v *informerView) cidrs() (serviceCIDRs, error) {
+	list, err := v.cidrLister.List(labels.Everything())
+	if err != nil {
+		return serviceCIDRs{}, fmt.Errorf("list cached servicecidrs: %w", err)
+	}
+	return newServiceCIDRs(list), nil
+}
+
+func (v *informerView) counts() (int, int, error) {
+	services, err := v.serviceLister.List(labels.Everything())
+	if err != nil {
+		return 0, 0, fmt.Errorf("list cached services: %w", err)
+	}
+	ips, err := v.ipLister.List(labels.Everything())
+	if err != nil {
+		return 0, 0, fmt.Errorf("list cached ipaddresses: %w", err)
+	}
+	return len(services), len(ips), nil
+}
+
+// sortKeys orders addresses first (IPv4 before IPv6, numerically), then
+// invalid ClusterIPs and names that are no address, by text.
+func sortKeys(keys []string) {
+	slices.SortFunc(keys, func(a, b string) int {
+		ia, errA := netip.ParseAddr(a)
+		ib, errB := netip.ParseAddr(b)
+		switch {
+		case errA == nil && errB == nil:
+			return ia.Compare(ib)
+		case errA == nil:
+			return -1
+		case errB == nil:
+			return 1
+		}
+		return strings.Compare(a, b)
+	})
+}

@@ -1,0 +1,537 @@
+package controller
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"net/netip"
+	"slices"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	networkingv1 "k8s.io/api/networking/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
+
+	"github.com/allocator/allocator/pkg/allocation"
+	"github.com/allocator/allocator/pkg/bitmap"
+	"github.com/allocator/allocator/pkg/ipaddress"
+	"github.com/allocator/allocator/pkg/rangerepair"
+	"github.com/allocator/allocator/pkg/report"
+	"github.com/allocator/allocator/pkg/subrange"
+)
+
+// Migration directions.
+const (
+	ToIPAddress = "bitmap-to-ipaddress"
+	ToBitmap    = "ipaddress-to-bitmap"
+)
+
+// MigrateConfig configures a migration between the two models.
+type MigrateConfig struct {
+	// Client reads Services, IPAddresses and ServiceCIDRs and creates IPAddresses.
+	Client kubernetes.Interface
+	// Stores are the bitmap maps, primary family first (ToBitmap only).
+	Stores []BitmapStore
+	// DryRun reports what would change and changes nothing.
+	DryRun bool
+	// Workers is how many IPAddress creates run at once (default 16).
+	Workers int
+	// Progress reports the run (internal/progress on the CLI); nil reports
+	// nothing.
+	Progress report.StartProgress
+	// SkipUnrepresentable (ToBitmap) writes what the bitmap can hold even when
+	// some addresses cannot be represented; they are still reported. A server
+	// switching models at start uses it: refusing would leave it unable to
+	// start over one bad Service, while the bitmap repair reports it anyway.
+	SkipUnrepresentable bool
+}
+
+// MigrationReport is the outcome of a migration.
+type MigrationReport struct {
+	Direction string `json:"direction"`
+	DryRun    bool   `json:"dryRun"`
+	// Services is the number of Services examined.
+	Services int `json:"services"`
+	// Addresses is the number of addresses the target model holds for them.
+	Addresses int `json:"addresses"`
+	// Created is how many IPAddresses were created (or bits set) by this run;
+	// in a dry run, how many would be.
+	Created int `json:"created"`
+	// Present is how many were already there (a rerun after a crash finds
+	// the earlier run's work here).
+	Present int `json:"present"`
+	// Problems are what the migration could not carry over.
+	Problems []report.Problem `json:"problems"`
+	// Verified is true when a final read found both views in agreement.
+	Verified bool          `json:"verified"`
+	Duration time.Duration `json:"duration"`
+}
+
+// Unresolved counts the problems left.
+func (r *MigrationReport) Unresolved() int { return len(r.Problems) }
+
+func (r *MigrationReport) String() string {
+	return fmt.Sprintf("%s: %d services, %d addresses (%d created, %d already present), %d problems, verified=%v, %v",
+		r.Direction, r.Services, r.Addresses, r.Created, r.Present, len(r.Problems), r.Verified, r.Duration.Round(time.Millisecond))
+}
+
+// claim is one Service address to carry over.
+type claim struct {
+	ip    netip.Addr
+	owner allocation.Owner
+	svc   string
+}
+
+// serviceClaims lists every Service address, oldest Service first, and
+// reports the ones that cannot be addresses at all.
+func serviceClaims(services []corev1.Service) (claims []claim, problems []report.Problem) {
+	for i := range services {
+		svc := &services[i]
+		for _, text := range serviceIPs(svc) {
+			ip, ok := parseServiceIP(text)
+			if !ok {
+				problems = append(problems, report.Problem{Type: report.TypeInvalid, Reason: report.ReasonNotValid, IP: text, Service: report.ServiceKey(svc),
+					Message: fmt.Sprintf("Cluster IP %s is not a valid IP; please recreate service", text)})
+				continue
+			}
+			claims = append(claims, claim{ip: ip, owner: allocation.Owner{Namespace: svc.Namespace, Name: svc.Name}, svc: report.ServiceKey(svc)})
+		}
+	}
+	return claims, problems
+}
+
+// MigrateToIPAddress carries the bitmap model over to the IPAddress model:
+// every Service address inside a ServiceCIDR gets its IPAddress. It is a
+// sequence of create-if-absent claims, so it is idempotent, resumes where a
+// killed run stopped, and is safe while servers allocate (an address a server
+// claimed in between is found present, with its owner checked). It changes
+// no owner: an address already claimed by another Service is reported. When
+// it stops part-way (ctx cancelled, a create failed) it returns the report so
+// far with the error: Created and Present count what was done.
+func MigrateToIPAddress(ctx context.Context, cfg MigrateConfig) (*MigrationReport, error) {
+	start := time.Now()
+	rep := &MigrationReport{Direction: ToIPAddress, DryRun: cfg.DryRun}
+	cidrs, err := cfg.Client.NetworkingV1().ServiceCIDRs().List(ctx, metav1.ListOptions{})
+	if err != nil {
+		return nil, fmt.Errorf("migrate: list servicecidrs: %w", err)
+	}
+	var prefixes []netip.Prefix
+	for _, c := range cidrs.Items {
+		if c.DeletionTimestamp != nil {
+			continue
+		}
+		for _, text := range c.Spec.CIDRs {
+			if p, err := netip.ParsePrefix(text); err == nil {
+				prefixes = append(prefixes, p)
+			}
+		}
+	}
+	if len(prefixes) == 0 {
+		return nil, errors.New("migrate: no ServiceCIDR exists; create one (the server creates \"kubernetes\" from --service-cluster-ip-range)")
+	}
+	services, err := report.ListServices(ctx, cfg.Client)
+	if err != nil {
+		return nil, fmt.Errorf("migrate: %w", err)
+	}
+	rep.Services = len(services)
+	claims, problems := serviceClaims(services)
+	rep.Problems = problems
+
+	covered := func(ip netip.Addr) bool {
+		return slices.ContainsFunc(prefixes, func(p netip.Prefix) bool { return p.Contains(ip) && p.Addr() != ip })
+	}
+	var todo []claim
+	for _, c := range claims {
+		if !covered(c.ip) {
+			rep.Problems = append(rep.Problems, report.Problem{Type: report.TypeOutOfRange, Reason: report.ReasonOutOfRange, IP: c.ip.String(), Service: c.svc,
+				Message: fmt.Sprintf("Cluster IP [%s]:%s is not within any ServiceCIDR; it cannot get an IPAddress", familyName(c.ip.Is6()), c.ip)})
+			continue
+		}
+		todo = append(todo, c)
+	}
+
+	// One list finds what earlier runs (or the servers) already claimed, so a
+	// rerun, or a server's check at every start, costs two lists and no
+	// write when there is nothing to carry over.
+	existing, err := listIPAddressObjects(ctx, cfg.Client)
+	if err != nil {
+		return nil, fmt.Errorf("migrate: %w", err)
+	}
+	var missing []claim
+	for _, c := range todo {
+		obj, ok := existing[c.ip.String()]
+		switch {
+		case !ok:
+			missing = append(missing, c)
+		case checkOwner(obj, c) != nil:
+			rep.Problems = append(rep.Problems, *checkOwner(obj, c))
+		default:
+			rep.Present++
+		}
+	}
+	if cfg.DryRun {
+		rep.Created = len(missing)
+		missing = nil
+	}
+
+	var (
+		mu       sync.Mutex
+		created  atomic.Int64
+		present  atomic.Int64
+		firstErr error
+	)
+	progress := cfg.Progress.Start("IPAddresses", len(missing))
+	defer progress.Stop()
+	work := make(chan claim)
+	var wg sync.WaitGroup
+	workers := cfg.Workers
+	if workers <= 0 {
+		workers = 16
+	}
+	for range workers {
+		wg.Go(func() {
+			for c := range work {
+				p, isNew, err := carryOver(ctx, cfg, c)
+				mu.Lock()
+				switch {
+				case err != nil:
+					if firstErr == nil {
+						firstErr = err
+					}
+				case p != nil:
+					rep.Problems = append(rep.Problems, *p)
+				case isNew:
+					created.Add(1)
+				default:
+					present.Add(1)
+				}
+				mu.Unlock()
+				progress.Add(1)
+			}
+		})
+	}
+	for _, c := range missing {
+		mu.Lock()
+		failed := firstErr != nil
+		mu.Unlock()
+		if failed || ctx.Err() != nil {
+			break
+		}
+		work <- c
+	}
+	close(work)
+	wg.Wait()
+	rep.Created += int(created.Load())
+	rep.Present += int(present.Load())
+	rep.Addresses = rep.Created + rep.Present
+	// Interrupted (SIGINT) or failed: every claim is one create, whole or
+	// not made, so what was created stays valid and a rerun lists it as
+	// present. The partial report says how far it got. The context is
+	// checked first: creates cut short by the cancellation fail too, and
+	// are not the cause.
+	if err := ctx.Err(); err != nil {
+		rep.Duration = time.Since(start)
+		return rep, fmt.Errorf("migrate (resumable: rerun to continue): %w", err)
+	}
+	if firstErr != nil {
+		rep.Duration = time.Since(start)
+		return rep, fmt.Errorf("migrate (resumable: rerun to continue): %w", firstErr)
+	}
+	sortProblems(rep.Problems)
+
+	if !cfg.DryRun {
+		verified, err := verifyIPAddresses(ctx, cfg.Client, todo)
+		if err != nil {
+			return nil, err
+		}
+		rep.Verified = verified && len(rep.Problems) == 0
+	}
+	rep.Duration = time.Since(start)
+	return rep, nil
+}
+
+// carryOver claims one address for its Service. It returns a problem when
+// another Service holds the address, isNew when it created the object.
+func carryOver(ctx context.Context, cfg MigrateConfig, c claim) (*report.Problem, bool, error) {
+	api := cfg.Client.NetworkingV1().IPAddresses()
+	// The create is the atomic claim: AlreadyExists means a server or another
+	// run claimed the address since the list.
+	_, err := api.Create(ctx, ipaddress.NewObject(c.ip, c.owner), metav1.CreateOptions{})
+	switch {
+	case err == nil:
+		return nil, true, nil
+	case apierrors.IsAlreadyExists(err):
+		// Claimed earlier (a previous run, a server): check by whom.
+		existing, err := api.Get(ctx, c.ip.String(), metav1.GetOptions{})
+		if err != nil {
+			return nil, false, fmt.Errorf("get IPAddress %s: %w", c.ip, err)
+		}
+		return checkOwner(existing, c), false, nil
+	case apierrors.IsInvalid(err):
+		// The server refuses this address (e.g. a network or broadcast
+		// address): a problem of this Service, not a reason to stop.
+		return &report.Problem{Type: report.TypeInvalid, IP: c.ip.String(), Service: c.svc,
+			Message: fmt.Sprintf("Cluster IP [%s]:%s of %s cannot get an IPAddress: %v", familyName(c.ip.Is6()), c.ip, c.svc, err)}, false, nil
+	default:
+		return nil, false, fmt.Errorf("create IPAddress %s for %s: %w", c.ip, c.svc, err)
+	}
+}
+
+func checkOwner(obj *networkingv1.IPAddress, c claim) *report.Problem {
+	if ipaddress.OwnedBy(obj, c.owner) {
+		return nil
+	}
+	holder := "nothing"
+	if p := obj.Spec.ParentRef; p != nil {
+		holder = fmt.Sprintf("%s/%s/%s", p.Resource, p.Namespace, p.Name)
+	}
+	return &report.Problem{Type: report.TypeDuplicate, Reason: report.ReasonAlreadyAllocated, IP: c.ip.String(), Service: c.svc,
+		Message: fmt.Sprintf("Cluster IP [%s]:%s of %s is already claimed by an IPAddress referencing %s", familyName(c.ip.Is6()), c.ip, c.svc, holder)}
+}
+
+// verifyIPAddresses lists the IPAddresses and checks every claim has one
+// referencing its Service.
+func verifyIPAddresses(ctx context.Context, client kubernetes.Interface, claims []claim) (bool, error) {
+	byName, err := listIPAddressObjects(ctx, client)
+	if err != nil {
+		return false, fmt.Errorf("verify: %w", err)
+	}
+	for _, c := range claims {
+		obj, ok := byName[c.ip.String()]
+		if !ok {
+			return false, nil
+		}
+		if !ipaddress.OwnedBy(obj, c.owner) {
+			// Reported as a problem already; the views disagree.
+			return false, nil
+		}
+	}
+	return true, nil
+}
+
+// MigrateToBitmap carries the IPAddress model over to the bitmap model: each
+// family's RangeAllocation becomes the union of what it holds and every
+// IPAddress of that family. It refuses (reports, writes nothing) when an
+// address cannot be represented: outside the bitmap window, e.g. in an extra
+// ServiceCIDR or beyond the first 65,535 IPv6 addresses. The write is a CAS,
+// so concurrent bitmap allocations are never lost; rerunning is harmless.
+// Bits the union keeps that no Service holds are leaks, which the bitmap
+// repair frees safely.
+func MigrateToBitmap(ctx context.Context, cfg MigrateConfig) (_ *MigrationReport, err error) {
+	start := time.Now()
+	rep := &MigrationReport{Direction: ToBitmap, DryRun: cfg.DryRun}
+	if len(cfg.Stores) == 0 {
+		return nil, errors.New("migrate: no bitmap range configured")
+	}
+	// The maps are read before the lists: an address whose bit was set then
+	// and is clear at the merge was released after the lists were taken (a
+	// Service deleted meanwhile), and must not be set again — it would be
+	// refused to the next static create until the repair frees it.
+	before := make([]*bitmap.Allocator, len(cfg.Stores))
+	for i, store := range cfg.Stores {
+		if before[i], _, err = readBits(ctx, store); err != nil {
+			return nil, err
+		}
+	}
+	addrs, err := listIPAddresses(ctx, cfg.Client)
+	if err != nil {
+		return nil, err
+	}
+	services, err := report.ListServices(ctx, cfg.Client)
+	if err != nil {
+		return nil, fmt.Errorf("migrate: %w", err)
+	}
+	rep.Services = len(services)
+	owners := map[netip.Addr]string{}
+	claims, problems := serviceClaims(services)
+	rep.Problems = problems
+	for _, c := range claims {
+		owners[c.ip] = c.svc
+	}
+	// Every Service address must be carried over; so must every IPAddress
+	// (one whose Service is gone is a leak the bitmap repair will free).
+	want := map[netip.Addr]string{}
+	for _, a := range addrs {
+		want[a] = owners[a]
+	}
+	for _, c := range claims {
+		want[c.ip] = c.svc
+	}
+	perStore := make([][]netip.Addr, len(cfg.Stores))
+	for ip, svc := range want {
+		i := slices.IndexFunc(cfg.Stores, func(s BitmapStore) bool { return s.Range().Contains(ip) })
+		if i < 0 {
+			rep.Problems = append(rep.Problems, report.Problem{Type: report.TypeOutOfRange, IP: ip.String(), Service: svc,
+				Message: fmt.Sprintf("Cluster IP [%s]:%s cannot be represented in the bitmap model: it is outside %s", familyName(ip.Is6()), ip, storeRanges(cfg.Stores))})
+			continue
+		}
+		perStore[i] = append(perStore[i], ip)
+	}
+	sortProblems(rep.Problems)
+	if len(rep.Problems) > 0 && !cfg.SkipUnrepresentable {
+		rep.Duration = time.Since(start)
+		return rep, nil // refused: nothing written
+	}
+	progress := cfg.Progress.Start("bits", len(want))
+	defer progress.Stop()
+	for i, store := range cfg.Stores {
+		created, present, kept, err := mergeIntoBitmap(ctx, store, perStore[i], before[i], cfg.DryRun)
+		if err != nil {
+			return nil, err
+		}
+		perStore[i] = kept
+		rep.Created += created
+		rep.Present += present
+		progress.Add(created + present)
+	}
+	rep.Addresses = rep.Created + rep.Present
+	if !cfg.DryRun {
+		rep.Verified = true
+		for i, store := range cfg.Stores {
+			ok, err := bitmapHolds(ctx, store, perStore[i])
+			if err != nil {
+				return nil, err
+			}
+			rep.Verified = rep.Verified && ok
+		}
+	}
+	rep.Duration = time.Since(start)
+	return rep, nil
+}
+
+// readBits reads store's map into an in-memory allocator (empty when the key
+// does not exist).
+func readBits(ctx context.Context, store BitmapStore) (*bitmap.Allocator, bitmap.StoredMap, error) {
+	stored, err := store.ReadStored(ctx)
+	if err != nil {
+		return nil, stored, fmt.Errorf("migrate: %w", err)
+	}
+	bits, err := bitmap.NewAllocator(store.Range())
+	if err != nil {
+		return nil, stored, err
+	}
+	if err := bits.Restore(store.Range().Prefix().String(), stored.Data); err != nil {
+		return nil, stored, fmt.Errorf("migrate: %w", err)
+	}
+	return bits, stored, nil
+}
+
+// mergeIntoBitmap sets ips in store's map with a CAS write, rerun on
+// conflict, except those set in before (the map read before ips were
+// listed) and clear now: they were released since. kept are the addresses
+// the map must now hold.
+func mergeIntoBitmap(ctx context.Context, store BitmapStore, ips []netip.Addr, before *bitmap.Allocator, dryRun bool) (created, present int, kept []netip.Addr, err error) {
+	for attempt := 1; attempt <= rangerepair.MaxConflictReruns; attempt++ {
+		merged, stored, err := readBits(ctx, store)
+		if err != nil {
+			return 0, 0, nil, err
+		}
+		created, present, kept = 0, 0, kept[:0]
+		for _, ip := range ips {
+			if before != nil {
+				wasSet, _ := before.Has(ctx, ip)
+				isSet, _ := merged.Has(ctx, ip)
+				if wasSet && !isSet {
+					continue // released after the lists were taken
+				}
+			}
+			kept = append(kept, ip)
+			if err := merged.Allocate(ctx, ip, allocation.Owner{}); err == nil {
+				created++
+			} else {
+				present++
+			}
+		}
+		_, data := merged.Snapshot()
+		if dryRun || (stored.Exists() && bytes.Equal(data, stored.Data)) {
+			return created, present, kept, nil
+		}
+		_, err = store.CompareAndWrite(ctx, data, stored.Revision)
+		if errors.Is(err, bitmap.ErrConflict) {
+			continue
+		}
+		if err != nil {
+			return 0, 0, nil, fmt.Errorf("migrate: %w", err)
+		}
+		return created, present, kept, nil
+	}
+	return 0, 0, nil, fmt.Errorf("migrate: %s: gave up after %d writes lost to concurrent allocations", store.Range().Prefix(), rangerepair.MaxConflictReruns)
+}
+
+func bitmapHolds(ctx context.Context, store BitmapStore, ips []netip.Addr) (bool, error) {
+	check, _, err := readBits(ctx, store)
+	if err != nil {
+		return false, fmt.Errorf("verify: %w", err)
+	}
+	for _, ip := range ips {
+		if has, _ := check.Has(ctx, ip); !has {
+			return false, nil
+		}
+	}
+	return true, nil
+}
+
+// listIPAddressObjects lists every IPAddress, in pages, by name.
+func listIPAddressObjects(ctx context.Context, client kubernetes.Interface) (map[string]*networkingv1.IPAddress, error) {
+	byName := map[string]*networkingv1.IPAddress{}
+	opts := metav1.ListOptions{Limit: 500}
+	for {
+		list, err := client.NetworkingV1().IPAddresses().List(ctx, opts)
+		if err != nil {
+			return nil, fmt.Errorf("list ipaddresses: %w", err)
+		}
+		for i := range list.Items {
+			byName[list.Items[i].Name] = &list.Items[i]
+		}
+		if list.Continue == "" {
+			return byName, nil
+		}
+		opts.Continue = list.Continue
+	}
+}
+
+// listIPAddresses lists every IPAddress name that is an address.
+func listIPAddresses(ctx context.Context, client kubernetes.Interface) ([]netip.Addr, error) {
+	objs, err := listIPAddressObjects(ctx, client)
+	if err != nil {
+		return nil, err
+	}
+	var addrs []netip.Addr
+	for name := range objs {
+		if ip, err := subrange.ParseAddr(name); err == nil {
+			addrs = append(addrs, ip)
+		}
+	}
+	return addrs, nil
+}
+
+func storeRanges(stores []BitmapStore) string {
+	var out []string
+	for _, s := range stores {
+		out = append(out, s.Range().String())
+	}
+	return fmt.Sprint(out)
+}
+
+func sortProblems(problems []report.Problem) {
+	slices.SortStableFunc(problems, func(a, b report.Problem) int {
+		if a.Type != b.Type {
+			if a.Type < b.Type {
+				return -1
+			}
+			return 1
+		}
+		switch {
+		case a.IP < b.IP:
+			return -1
+		case a.IP > b.IP:
+			return 1
+		}
+		return 0
+	})
+}

@@ -1,0 +1,210 @@
+package controller
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"strconv"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/tools/record"
+
+	"github.com/allocator/allocator/pkg/portrange"
+	"github.com/allocator/allocator/pkg/rangerepair"
+	"github.com/allocator/allocator/pkg/report"
+	"github.com/allocator/allocator/pkg/servicealloc"
+)
+
+// Node-port repair follows the bitmap repair's rules with ports for
+// addresses (and upstream's portallocator repair for reasons and texts):
+// a port allocated with no Service is freed on the 3rd consecutive pass that
+// sees it and no sooner than LeakGrace after the first; a port a Service
+// holds that the map lacks is set again (PortNotAllocated); two Services on
+// one port (PortAlreadyAllocated) and ports outside the range
+// (PortOutOfRange) are reported, never changed. The map is written with a
+// CAS on the revision the pass read; a lost compare merges the pass's
+// changes onto a fresh read, after reading again a Service whose port it
+// would set (one deleted meanwhile gets no bit and no PortNotAllocated). All
+// of that is pkg/rangerepair's, shared with the bitmap repair; this file
+// holds upstream's texts. The node-port map is the same in both IP
+// models, so IP-model migration never touches it.
+
+// Event reasons of the node-port repair, as upstream's.
+const (
+	ReasonPortNotAllocated     = "PortNotAllocated"
+	ReasonPortOutOfRange       = "PortOutOfRange"
+	ReasonPortAlreadyAllocated = "PortAlreadyAllocated"
+	ReasonPortRangeFull        = "PortRangeFull"
+)
+
+// ResourceNodePort marks a node-port Problem.
+const ResourceNodePort = "nodePort"
+
+// NodePortStore is what the node-port repair needs of the stored map;
+// *portalloc.EtcdAllocator implements it.
+type NodePortStore interface {
+	Range() portrange.Range
+	rangerepair.Store
+}
+
+// NodePortConfig configures a NodePortRepair.
+type NodePortConfig struct {
+	Client   kubernetes.Interface
+	Store    NodePortStore
+	Recorder record.EventRecorder // nil emits none
+	Metrics  *report.Metrics      // nil counts nothing
+	Interval time.Duration        // default DefaultInterval
+	DryRun   bool
+	// LeakGrace: see BitmapConfig.LeakGrace (default DefaultLeakGrace).
+	LeakGrace time.Duration
+	Now       func() time.Time
+}
+
+// NodePortRepair rebuilds the node-port map from the Services: a thin layer
+// over one rangerepair.Repairer, which carries the leak counts from pass to
+// pass (passes must not run concurrently).
+type NodePortRepair struct {
+	cfg  NodePortConfig
+	core *rangerepair.Repairer[int]
+}
+
+// NewNodePortRepair checks cfg and returns a repair controller.
+func NewNodePortRepair(cfg NodePortConfig) (*NodePortRepair, error) {
+	if cfg.Client == nil || cfg.Store == nil {
+		return nil, errors.New("node-port repair: a client and a store are required")
+	}
+	if cfg.Interval <= 0 {
+		cfg.Interval = report.DefaultInterval
+	}
+	if cfg.LeakGrace <= 0 {
+		cfg.LeakGrace = rangerepair.DefaultLeakGrace
+	}
+	if cfg.Now == nil {
+		cfg.Now = time.Now
+	}
+	core, err := rangerepair.New(rangerepair.Config[int]{
+		Store: cfg.Store, Space: portSpace{cfg.Store.Range()}, Services: cfg.Client.CoreV1(),
+		Holds: holdsPort, LeakGrace: cfg.LeakGrace, Now: cfg.Now,
+	})
+	if err != nil {
+		return nil, fmt.Errorf("node-port repair: %w", err)
+	}
+	return &NodePortRepair{cfg: cfg, core: core}, nil
+}
+
+// Run repairs every Interval until ctx ends; a failed pass is retried with
+// backoff. firstPass, if not nil, is closed after the first good pass.
+func (r *NodePortRepair) Run(ctx context.Context, firstPass chan<- struct{}) error {
+	report.RunPasses(ctx, r.cfg.Interval, "Node-port repair", r.RunOnce, r.cfg.Metrics.PortReconcileError, firstPass)
+	return nil
+}
+
+// RunOnce makes one pass. Its report's Model is "nodeport" and each
+// problem's IP field holds the port.
+func (r *NodePortRepair) RunOnce(ctx context.Context) (*report.Report, error) {
+	start := time.Now()
+	var rep *report.Report
+	list := func(ctx context.Context) ([]corev1.Service, error) { return report.ListServices(ctx, r.cfg.Client) }
+	err := rangerepair.Run(ctx, []*rangerepair.Repairer[int]{r.core}, list, func(ctx context.Context, _ int, pass *rangerepair.Pass[int], services []corev1.Service) error {
+		var err error
+		rep, err = r.pass(ctx, pass, services)
+		return err
+	})
+	if err != nil {
+		return nil, fmt.Errorf("node-port repair: %w", err)
+	}
+	rep.Duration = time.Since(start)
+	return rep, nil
+}
+
+func (r *NodePortRepair) pass(ctx context.Context, pass *rangerepair.Pass[int], services []corev1.Service) (*report.Report, error) {
+	rng := r.cfg.Store.Range()
+	rep := &report.Report{Model: "nodeport", DryRun: r.cfg.DryRun, Services: len(services)}
+	type eventFor struct {
+		svc     *corev1.Service
+		problem report.Problem
+	}
+	var events []eventFor
+	add := func(svc *corev1.Service, p report.Problem) {
+		p.Resource = ResourceNodePort
+		rep.Problems = append(rep.Problems, p)
+		if svc != nil && p.Reason != "" {
+			events = append(events, eventFor{svc, p})
+		}
+	}
+	for i := range services {
+		svc := &services[i]
+		for _, port := range servicealloc.NodePortsOf(svc) {
+			text := strconv.Itoa(port)
+			switch pass.Hold(svc, port) {
+			case rangerepair.Held:
+			case rangerepair.OutOfRange:
+				add(svc, report.Problem{Type: report.TypeOutOfRange, Reason: ReasonPortOutOfRange, IP: text, Service: report.ServiceKey(svc),
+					Message: fmt.Sprintf("Port %d is not within the port range %s; please recreate service", port, rng)})
+			case rangerepair.Duplicate:
+				add(svc, report.Problem{Type: report.TypeDuplicate, Reason: ReasonPortAlreadyAllocated, IP: text, Service: report.ServiceKey(svc),
+					Message: fmt.Sprintf("Port %d was assigned to multiple services; please recreate service", port)})
+			case rangerepair.Missing:
+				add(svc, report.Problem{Type: report.TypeRepair, Reason: ReasonPortNotAllocated, IP: text, Service: report.ServiceKey(svc), Fixed: !r.cfg.DryRun,
+					Message: fmt.Sprintf("Port %d is not allocated; repairing", port)})
+			}
+		}
+	}
+	pass.Leaked(func(port int, freed bool) {
+		if !freed {
+			add(nil, report.Problem{Type: report.TypeLeak, IP: strconv.Itoa(port),
+				Message: fmt.Sprintf("Port %d is allocated but no Service uses it; it is freed on the %s pass that sees it", port, report.Ordinal(rangerepair.LeakPasses))})
+			return
+		}
+		add(nil, report.Problem{Type: report.TypeLeak, IP: strconv.Itoa(port), Fixed: !r.cfg.DryRun,
+			Message: fmt.Sprintf("the node port %d appears to have leaked: cleaning up", port)})
+	})
+	rep.Allocated = pass.Allocated()
+	if r.cfg.DryRun {
+		return rep, nil
+	}
+	res, err := pass.Commit(ctx)
+	if err != nil {
+		return nil, err
+	}
+	if res.Wrote {
+		rep.Writes++
+	}
+	if len(res.NotMissing) > 0 {
+		// Set since the pass's read by the allocation that stored the
+		// Service, or the Service was deleted since the pass listed it: no
+		// PortNotAllocated for them.
+		notMissing := func(p report.Problem) bool {
+			port, err := strconv.Atoi(p.IP)
+			return p.Reason == ReasonPortNotAllocated && err == nil && res.NotMissing[port]
+		}
+		rep.Problems = slices.DeleteFunc(rep.Problems, notMissing)
+		events = slices.DeleteFunc(events, func(e eventFor) bool { return notMissing(e.problem) })
+	}
+	for _, p := range rep.Problems {
+		r.cfg.Metrics.ObservePortProblem(p)
+	}
+	if r.cfg.Recorder != nil {
+		for _, e := range events {
+			r.cfg.Recorder.Event(e.svc, corev1.EventTypeWarning, e.problem.Reason, e.problem.Message)
+		}
+	}
+	return rep, nil
+}
+
+// portSpace is a node-port range as the repair core's Space: slot i is the
+// port base+i.
+type portSpace struct{ portrange.Range }
+
+func (s portSpace) Key(i int) int {
+	port, _ := s.Port(i) // the core asks only for slots of the range
+	return port
+}
+
+// holdsPort reports whether svc holds port.
+func holdsPort(svc *corev1.Service, port int) bool {
+	return slices.Contains(servicealloc.NodePortsOf(svc), port)
+}
