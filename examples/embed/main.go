@@ -12,7 +12,7 @@
 //
 // Left out to stay small: namespaces (a Service may be created in any
 // namespace), node ports (servicealloc.Config.NodePorts with a
-// pkg/portalloc allocator), the status subresource, and a repair controller
+// pkg/portallocator allocator), the status subresource, and a repair controller
 // (an address reserved by a server that died before storing its Service
 // stays taken until one runs).
 //

@@ -13,10 +13,10 @@ import (
 	"k8s.io/client-go/tools/record"
 
 	"github.com/allocator/allocator/internal/progress"
+	"github.com/allocator/allocator/pkg/allocator/rangerepair"
 	ipcontroller "github.com/allocator/allocator/pkg/ipallocator/controller"
 	"github.com/allocator/allocator/pkg/model"
 	portcontroller "github.com/allocator/allocator/pkg/portallocator/controller"
-	"github.com/allocator/allocator/pkg/rangerepair"
 	"github.com/allocator/allocator/pkg/report"
 	"github.com/allocator/allocator/pkg/transition"
 )

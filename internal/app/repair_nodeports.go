@@ -10,7 +10,7 @@ import (
 
 	"github.com/allocator/allocator/pkg/bitmap"
 	"github.com/allocator/allocator/pkg/etcdlayout"
-	"github.com/allocator/allocator/pkg/portalloc"
+	"github.com/allocator/allocator/pkg/portallocator"
 	portcontroller "github.com/allocator/allocator/pkg/portallocator/controller"
 	"github.com/allocator/allocator/pkg/portrange"
 	"github.com/allocator/allocator/pkg/report"
@@ -37,7 +37,7 @@ func (o *repairOptions) nodePortRepair(ctx context.Context, etcd *clientv3.Clien
 	if err != nil {
 		return nil, fmt.Errorf("%s holds range %q: %w", key, ra.Range, err)
 	}
-	store, err := portalloc.NewEtcd(etcd, key, rng, bitmap.EtcdOptions{})
+	store, err := portallocator.NewEtcd(etcd, key, rng, bitmap.EtcdOptions{})
 	if err != nil {
 		return nil, err
 	}

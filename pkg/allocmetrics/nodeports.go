@@ -7,7 +7,7 @@ import (
 	"k8s.io/component-base/metrics"
 
 	"github.com/allocator/allocator/pkg/allocation"
-	"github.com/allocator/allocator/pkg/portalloc"
+	"github.com/allocator/allocator/pkg/portallocator"
 )
 
 // Node-port metrics carry upstream's names (kube-apiserver's portallocator):
@@ -53,7 +53,7 @@ type usager interface {
 }
 
 // WrapPorts returns a counting a, and makes the node-port gauges report it.
-func (m *Metrics) WrapPorts(a portalloc.Interface) portalloc.Interface {
+func (m *Metrics) WrapPorts(a portallocator.Interface) portallocator.Interface {
 	if u, ok := a.(usager); ok {
 		m.ports.usage.track(u)
 	}
@@ -61,7 +61,7 @@ func (m *Metrics) WrapPorts(a portalloc.Interface) portalloc.Interface {
 }
 
 type instrumentedPorts struct {
-	portalloc.Interface
+	portallocator.Interface
 	m *portMetrics
 }
 

@@ -6,7 +6,7 @@ import (
 
 	"github.com/allocator/allocator/pkg/allocation"
 	"github.com/allocator/allocator/pkg/bitmap"
-	"github.com/allocator/allocator/pkg/dualwrite"
+	"github.com/allocator/allocator/pkg/ipallocator/dualwrite"
 	"github.com/allocator/allocator/pkg/subrange"
 )
 

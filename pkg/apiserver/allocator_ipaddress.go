@@ -12,8 +12,8 @@ import (
 
 	"github.com/allocator/allocator/pkg/allocation"
 	"github.com/allocator/allocator/pkg/bitmap"
-	"github.com/allocator/allocator/pkg/dualwrite"
-	"github.com/allocator/allocator/pkg/ipaddress"
+	"github.com/allocator/allocator/pkg/ipallocator/dualwrite"
+	"github.com/allocator/allocator/pkg/ipallocator/ipaddress"
 	"github.com/allocator/allocator/pkg/report"
 	"github.com/allocator/allocator/pkg/subrange"
 )
@@ -40,7 +40,7 @@ func IPAddressFactory(ctx context.Context, spec AllocatorSpec) (allocation.Inter
 	if err != nil || spec.Transition == nil {
 		return ipa, err
 	}
-	// Dual write (pkg/dualwrite) over the bitmap of the flag's range, which
+	// Dual write (pkg/ipallocator/dualwrite) over the bitmap of the flag's range, which
 	// a bitmap-model replica of this cluster would use.
 	rng, err := subrange.New(spec.Prefix, subrange.ModelBitmap)
 	if err != nil {

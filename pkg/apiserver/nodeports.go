@@ -11,7 +11,7 @@ import (
 	"github.com/allocator/allocator/pkg/allocation"
 	"github.com/allocator/allocator/pkg/bitmap"
 	"github.com/allocator/allocator/pkg/etcdlayout"
-	"github.com/allocator/allocator/pkg/portalloc"
+	"github.com/allocator/allocator/pkg/portallocator"
 	"github.com/allocator/allocator/pkg/portrange"
 )
 
@@ -19,10 +19,10 @@ import (
 // creates its map, empty, when it is missing, as kube-apiserver does at
 // start-up (create-if-absent, so replicas starting together cannot clobber
 // each other). Both IP models use it: upstream always keeps node ports in
-// the bitmap. A stored map of another range is re-ranged (portalloc.Open).
-func openNodePorts(ctx context.Context, client *clientv3.Client, etcdPrefix string, r portrange.Range) (*portalloc.EtcdAllocator, error) {
+// the bitmap. A stored map of another range is re-ranged (portallocator.Open).
+func openNodePorts(ctx context.Context, client *clientv3.Client, etcdPrefix string, r portrange.Range) (*portallocator.EtcdAllocator, error) {
 	key := etcdlayout.Layout{Prefix: etcdPrefix}.ServiceNodePortRange()
-	a, err := portalloc.NewEtcd(client, key, r, bitmap.EtcdOptions{})
+	a, err := portallocator.NewEtcd(client, key, r, bitmap.EtcdOptions{})
 	if err != nil {
 		return nil, fmt.Errorf("node-port range %s: %w", r, err)
 	}
@@ -42,7 +42,7 @@ func openNodePorts(ctx context.Context, client *clientv3.Client, etcdPrefix stri
 // gatedPorts is gatedAllocator for node ports: allocation.ErrNotReady (503)
 // until the server is open.
 type gatedPorts struct {
-	portalloc.Interface
+	portallocator.Interface
 	open *atomic.Bool
 }
 
@@ -60,6 +60,6 @@ func (g gatedPorts) AllocateNext(ctx context.Context) (int, error) {
 	return g.Interface.AllocateNext(ctx)
 }
 
-func (g gatedPorts) DryRun() portalloc.Interface {
+func (g gatedPorts) DryRun() portallocator.Interface {
 	return gatedPorts{Interface: g.Interface.DryRun(), open: g.open}
 }

@@ -9,8 +9,8 @@ import (
 	genericapiserver "k8s.io/apiserver/pkg/server"
 	"k8s.io/client-go/kubernetes"
 
-	"github.com/allocator/allocator/pkg/dualwrite"
 	ipcontroller "github.com/allocator/allocator/pkg/ipallocator/controller"
+	"github.com/allocator/allocator/pkg/ipallocator/dualwrite"
 	portcontroller "github.com/allocator/allocator/pkg/portallocator/controller"
 	"github.com/allocator/allocator/pkg/report"
 	"github.com/allocator/allocator/pkg/transition"

@@ -32,7 +32,7 @@ import (
 	"github.com/allocator/allocator/pkg/allocation"
 	"github.com/allocator/allocator/pkg/allocmetrics"
 	"github.com/allocator/allocator/pkg/embedetcd"
-	"github.com/allocator/allocator/pkg/portalloc"
+	"github.com/allocator/allocator/pkg/portallocator"
 	"github.com/allocator/allocator/pkg/registry/events"
 	"github.com/allocator/allocator/pkg/registry/ipaddresses"
 	"github.com/allocator/allocator/pkg/registry/namespaces"
@@ -50,7 +50,7 @@ type Server struct {
 	generic    *genericapiserver.GenericAPIServer
 	etcd       *clientv3.Client
 	alloc      *servicealloc.Allocator
-	nodePorts  *portalloc.EtcdAllocator
+	nodePorts  *portallocator.EtcdAllocator
 	allocators []allocation.Interface // ungated, primary first
 	open       *atomic.Bool
 	bootstrap  atomic.Bool

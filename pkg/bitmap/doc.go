@@ -4,7 +4,7 @@
 // static/dynamic bands, kube-apiserver's byte format); slot i is the address
 // network+1+i. The etcd store (the CAS and group-commit protocol below) is
 // generic over what a slot means: a Space names the range a RangeAllocation
-// covers, and pkg/portalloc builds node-port allocation on the same store.
+// covers, and pkg/portallocator builds node-port allocation on the same store.
 //
 // # IP-level allocators
 //

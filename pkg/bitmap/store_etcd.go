@@ -105,7 +105,7 @@ type Space interface {
 // bitset caches it with the ModRevision it was read at, and every change goes
 // through the CAS and group-commit protocol of the package doc. It does not
 // know what a slot means (see Space); EtcdAllocator maps IPs to its slots and
-// pkg/portalloc node ports.
+// pkg/portallocator node ports.
 type Store struct {
 	client *clientv3.Client
 	key    string

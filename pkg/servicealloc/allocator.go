@@ -15,7 +15,7 @@ import (
 	"k8s.io/klog/v2"
 
 	"github.com/allocator/allocator/pkg/allocation"
-	"github.com/allocator/allocator/pkg/portalloc"
+	"github.com/allocator/allocator/pkg/portallocator"
 )
 
 // serviceKind names Services in Invalid errors.
@@ -31,7 +31,7 @@ type Config struct {
 	// NodePorts allocates the node ports of Services of type NodePort and
 	// LoadBalancer (nodePort, healthCheckNodePort). When nil those types are
 	// refused with a 422 naming the limit.
-	NodePorts portalloc.Interface
+	NodePorts portallocator.Interface
 	// RetryAfterSeconds is the Retry-After sent with 503 when an allocator
 	// is not ready. Zero means 1.
 	RetryAfterSeconds int32
@@ -42,7 +42,7 @@ type Config struct {
 type Allocator struct {
 	families   []corev1.IPFamily
 	byFamily   map[corev1.IPFamily]allocation.Interface
-	nodePorts  portalloc.Interface // nil: NodePort and LoadBalancer are refused
+	nodePorts  portallocator.Interface // nil: NodePort and LoadBalancer are refused
 	retryAfter int32
 	writes     writes // Service writes in progress, for Drain
 }

@@ -12,7 +12,7 @@ import (
 	"k8s.io/klog/v2"
 
 	"github.com/allocator/allocator/pkg/allocation"
-	"github.com/allocator/allocator/pkg/portalloc"
+	"github.com/allocator/allocator/pkg/portallocator"
 )
 
 // Node ports follow upstream kube-apiserver's Service registry
@@ -136,7 +136,7 @@ type portTxn struct {
 
 // nodePorts returns the allocator to use for a request: the dry-run view for
 // a dry run.
-func (a *Allocator) nodePortAllocator(dryRun bool) portalloc.Interface {
+func (a *Allocator) nodePortAllocator(dryRun bool) portallocator.Interface {
 	if dryRun {
 		return a.nodePorts.DryRun()
 	}
@@ -144,9 +144,9 @@ func (a *Allocator) nodePortAllocator(dryRun bool) portalloc.Interface {
 }
 
 // reservePort reserves port for the request and records it in txn.
-func (a *Allocator) reservePort(ctx context.Context, txn *Transaction, alloc portalloc.Interface, port int, dryRun bool) error {
+func (a *Allocator) reservePort(ctx context.Context, txn *Transaction, alloc portallocator.Interface, port int, dryRun bool) error {
 	if dryRun && txn.ports.dryHeld[port] {
-		return portalloc.ErrAllocated
+		return portallocator.ErrAllocated
 	}
 	if err := alloc.Allocate(ctx, port); err != nil {
 		return err
@@ -163,7 +163,7 @@ func (a *Allocator) reservePort(ctx context.Context, txn *Transaction, alloc por
 }
 
 // reserveNextPort picks and reserves a free port.
-func (a *Allocator) reserveNextPort(ctx context.Context, txn *Transaction, alloc portalloc.Interface, dryRun bool) (int, error) {
+func (a *Allocator) reserveNextPort(ctx context.Context, txn *Transaction, alloc portallocator.Interface, dryRun bool) (int, error) {
 	port, err := alloc.AllocateNext(ctx)
 	if err != nil {
 		return 0, err
@@ -180,7 +180,7 @@ func (a *Allocator) nodePortError(svc *corev1.Service, path *field.Path, port in
 	switch {
 	case errors.Is(err, allocation.ErrNotReady):
 		return a.notReady(err)
-	case errors.Is(err, portalloc.ErrAllocated), errors.Is(err, portalloc.ErrNotInRange):
+	case errors.Is(err, portallocator.ErrAllocated), errors.Is(err, portallocator.ErrNotInRange):
 		return apierrors.NewInvalid(serviceKind, svc.Name, field.ErrorList{field.Invalid(path, port, err.Error())})
 	default:
 		return apierrors.NewInternalError(fmt.Errorf("failed to allocate nodePort %d: %w", port, err))
@@ -256,7 +256,7 @@ func requestedNodePort(port int32, ports []corev1.ServicePort) int32 {
 
 // allocateHealthCheckNodePort reserves the requested healthCheckNodePort or
 // picks one. Errors are 500 with upstream's texts.
-func (a *Allocator) allocateHealthCheckNodePort(ctx context.Context, txn *Transaction, alloc portalloc.Interface, svc *corev1.Service, dryRun bool) error {
+func (a *Allocator) allocateHealthCheckNodePort(ctx context.Context, txn *Transaction, alloc portallocator.Interface, svc *corev1.Service, dryRun bool) error {
 	if port := svc.Spec.HealthCheckNodePort; port != 0 {
 		if err := a.reservePort(ctx, txn, alloc, int(port), dryRun); err != nil {
 			if errors.Is(err, allocation.ErrNotReady) {

@@ -12,7 +12,7 @@ import (
 
 	"github.com/allocator/allocator/internal/etcdtest"
 	"github.com/allocator/allocator/pkg/bitmap"
-	"github.com/allocator/allocator/pkg/portalloc"
+	"github.com/allocator/allocator/pkg/portallocator"
 	portcontroller "github.com/allocator/allocator/pkg/portallocator/controller"
 	"github.com/allocator/allocator/pkg/portrange"
 	"github.com/allocator/allocator/pkg/report"
@@ -87,7 +87,7 @@ func TestRepairCLINodePorts(t *testing.T) {
 	etcd := etcdtest.New(t)
 	kubeconfig, _ := startServe(t, bin, etcd, "--service-cluster-ip-range", "10.0.0.0/24")
 	ctx := context.Background()
-	store, err := portalloc.NewEtcd(etcd.Client(), "/registry/ranges/servicenodeports", portrange.MustParse(portrange.Default), bitmap.EtcdOptions{})
+	store, err := portallocator.NewEtcd(etcd.Client(), "/registry/ranges/servicenodeports", portrange.MustParse(portrange.Default), bitmap.EtcdOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}

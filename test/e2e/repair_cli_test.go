@@ -276,7 +276,7 @@ func TestMigrateCLI(t *testing.T) {
 	// The bitmap-model server keeps IPAddresses true itself: its repair
 	// creates them (pkg/transition). The job then finds them all present;
 	// what it does on a cluster without them (a kube-apiserver ≤ 1.32) is
-	// covered by pkg/repair's migration tests on upstream's data.
+	// covered by pkg/ipallocator/controller's migration tests on upstream's data.
 	if err := wait.PollUntilContextTimeout(ctx, 100*time.Millisecond, 30*time.Second, true, func(ctx context.Context) (bool, error) {
 		list, err := client.NetworkingV1().IPAddresses().List(ctx, metav1.ListOptions{})
 		return err == nil && len(list.Items) == 11, nil

@@ -17,7 +17,7 @@ import (
 	"github.com/allocator/allocator/internal/etcdtest"
 	"github.com/allocator/allocator/pkg/bitmap"
 	"github.com/allocator/allocator/pkg/etcdlayout"
-	"github.com/allocator/allocator/pkg/portalloc"
+	"github.com/allocator/allocator/pkg/portallocator"
 	"github.com/allocator/allocator/pkg/portrange"
 	"github.com/allocator/allocator/pkg/subrange"
 )
@@ -155,7 +155,7 @@ func heldWithoutService(t *testing.T, ctx context.Context, etcd *clientv3.Client
 			}
 		}
 	}
-	pa, err := portalloc.NewEtcd(etcd, l.ServiceNodePortRange(), portrange.MustParse(portrange.Default), bitmap.EtcdOptions{})
+	pa, err := portallocator.NewEtcd(etcd, l.ServiceNodePortRange(), portrange.MustParse(portrange.Default), bitmap.EtcdOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -17,7 +17,7 @@ import (
 	"github.com/allocator/allocator/internal/fixtures"
 	"github.com/allocator/allocator/pkg/bitmap"
 	"github.com/allocator/allocator/pkg/etcdlayout"
-	"github.com/allocator/allocator/pkg/portalloc"
+	"github.com/allocator/allocator/pkg/portallocator"
 	"github.com/allocator/allocator/pkg/portrange"
 )
 
@@ -26,7 +26,7 @@ const nodePortKey = "/registry/ranges/servicenodeports"
 // heldPorts lists the ports the stored node-port map holds, read from etcd.
 func heldPorts(t *testing.T, ctx context.Context, etcd *etcdtest.Etcd) []int {
 	t.Helper()
-	a, err := portalloc.NewEtcd(etcd.Client(), nodePortKey, portrange.MustParse(portrange.Default), bitmap.EtcdOptions{})
+	a, err := portallocator.NewEtcd(etcd.Client(), nodePortKey, portrange.MustParse(portrange.Default), bitmap.EtcdOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -12,8 +12,8 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/record"
 
+	"github.com/allocator/allocator/pkg/allocator/rangerepair"
 	"github.com/allocator/allocator/pkg/bitmap"
-	"github.com/allocator/allocator/pkg/rangerepair"
 	"github.com/allocator/allocator/pkg/report"
 	"github.com/allocator/allocator/pkg/subrange"
 )
@@ -51,7 +51,7 @@ type BitmapConfig struct {
 	// Now is the clock (default time.Now).
 	Now func() time.Time
 	// Companion says the maps are dual-written beside the IPAddress model
-	// (pkg/dualwrite), whose repair reports on the Services: addresses
+	// (pkg/ipallocator/dualwrite), whose repair reports on the Services: addresses
 	// outside a map belong to other ServiceCIDRs, and duplicates and missing
 	// bits are that repair's to report. The pass still sets missing bits
 	// and frees leaks; it reports only what is the map's own.

@@ -8,7 +8,7 @@
 // BitmapRepair rebuilds each family's RangeAllocation from the Services and
 // writes it back. The leak counting, the merged compare-and-swap write and
 // the re-read of a Service before its missing bit is set are
-// pkg/rangerepair's, the one core the node-port repair (NodePortRepair) uses
+// pkg/allocator/rangerepair's, the one core the node-port repair (NodePortRepair) uses
 // too; this package says what a ClusterIP is and reports with upstream's
 // texts. Invariants and why:
 //

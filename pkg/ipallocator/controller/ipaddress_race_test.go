@@ -18,8 +18,8 @@ import (
 	"github.com/allocator/allocator/internal/testserver"
 	"github.com/allocator/allocator/pkg/allocation"
 	"github.com/allocator/allocator/pkg/apiserver"
-	"github.com/allocator/allocator/pkg/ipaddress"
 	"github.com/allocator/allocator/pkg/ipallocator/controller"
+	"github.com/allocator/allocator/pkg/ipallocator/ipaddress"
 )
 
 // TestIPAddressRepairRaceWithCreates races IPAddress repair passes, back to

@@ -18,9 +18,9 @@ import (
 	"k8s.io/client-go/kubernetes"
 
 	"github.com/allocator/allocator/pkg/allocation"
+	"github.com/allocator/allocator/pkg/allocator/rangerepair"
 	"github.com/allocator/allocator/pkg/bitmap"
-	"github.com/allocator/allocator/pkg/ipaddress"
-	"github.com/allocator/allocator/pkg/rangerepair"
+	"github.com/allocator/allocator/pkg/ipallocator/ipaddress"
 	"github.com/allocator/allocator/pkg/report"
 	"github.com/allocator/allocator/pkg/subrange"
 )

@@ -12,8 +12,8 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/record"
 
+	"github.com/allocator/allocator/pkg/allocator/rangerepair"
 	"github.com/allocator/allocator/pkg/portrange"
-	"github.com/allocator/allocator/pkg/rangerepair"
 	"github.com/allocator/allocator/pkg/report"
 	"github.com/allocator/allocator/pkg/servicealloc"
 )
@@ -28,7 +28,7 @@ import (
 // CAS on the revision the pass read; a lost compare merges the pass's
 // changes onto a fresh read, after reading again a Service whose port it
 // would set (one deleted meanwhile gets no bit and no PortNotAllocated). All
-// of that is pkg/rangerepair's, shared with the bitmap repair; this file
+// of that is pkg/allocator/rangerepair's, shared with the bitmap repair; this file
 // holds upstream's texts. The node-port map is the same in both IP
 // models, so IP-model migration never touches it.
 
@@ -44,7 +44,7 @@ const (
 const ResourceNodePort = "nodePort"
 
 // NodePortStore is what the node-port repair needs of the stored map;
-// *portalloc.EtcdAllocator implements it.
+// *portallocator.EtcdAllocator implements it.
 type NodePortStore interface {
 	Range() portrange.Range
 	rangerepair.Store

@@ -13,14 +13,14 @@ import (
 	"github.com/allocator/allocator/internal/testserver"
 	"github.com/allocator/allocator/pkg/bitmap"
 	"github.com/allocator/allocator/pkg/etcdlayout"
-	"github.com/allocator/allocator/pkg/portalloc"
+	"github.com/allocator/allocator/pkg/portallocator"
 	"github.com/allocator/allocator/pkg/portallocator/controller"
 	"github.com/allocator/allocator/pkg/portrange"
 )
 
 // racingPortStore runs before once, just ahead of the pass's first write.
 type racingPortStore struct {
-	*portalloc.EtcdAllocator
+	*portallocator.EtcdAllocator
 	once   sync.Once
 	before func()
 }
@@ -46,7 +46,7 @@ func TestNodePortRepairServiceDeletedDuringPass(t *testing.T) {
 	repairtest.WaitListed(t, srv, "default", "gone", true)
 	repairtest.WaitListed(t, srv, "default", "kept", true)
 
-	ports, err := portalloc.NewEtcd(etcd, etcdlayout.Layout{}.ServiceNodePortRange(), portrange.MustParse(portrange.Default), bitmap.EtcdOptions{})
+	ports, err := portallocator.NewEtcd(etcd, etcdlayout.Layout{}.ServiceNodePortRange(), portrange.MustParse(portrange.Default), bitmap.EtcdOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}

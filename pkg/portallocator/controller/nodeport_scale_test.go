@@ -18,7 +18,7 @@ import (
 	"github.com/allocator/allocator/pkg/apiserver"
 	"github.com/allocator/allocator/pkg/bitmap"
 	"github.com/allocator/allocator/pkg/etcdlayout"
-	"github.com/allocator/allocator/pkg/portalloc"
+	"github.com/allocator/allocator/pkg/portallocator"
 	"github.com/allocator/allocator/pkg/portallocator/controller"
 	"github.com/allocator/allocator/pkg/portrange"
 )
@@ -28,7 +28,7 @@ import (
 // 30000-62767 so up to 32,768 fit). A measurement, not a speed check: it
 // asserts only that the pass finds the map consistent.
 //
-//	NODEPORT_SCALE=20000 go test -run TestNodePortScaleTiming -v -timeout 30m ./pkg/repair/
+//	NODEPORT_SCALE=20000 go test -run TestNodePortScaleTiming -v -timeout 30m ./pkg/portallocator/controller/
 func TestNodePortScaleTiming(t *testing.T) {
 	n, err := strconv.Atoi(os.Getenv("NODEPORT_SCALE"))
 	if err != nil || n <= 0 {
@@ -47,7 +47,7 @@ func TestNodePortScaleTiming(t *testing.T) {
 		}
 	})
 	t.Logf("created %d NodePort Services in %v", n, time.Since(start))
-	store, err := portalloc.NewEtcd(srv.Etcd.Client(), etcdlayout.Layout{}.ServiceNodePortRange(), rng, bitmap.EtcdOptions{})
+	store, err := portallocator.NewEtcd(srv.Etcd.Client(), etcdlayout.Layout{}.ServiceNodePortRange(), rng, bitmap.EtcdOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}

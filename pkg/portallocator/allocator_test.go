@@ -1,4 +1,4 @@
-package portalloc
+package portallocator
 
 import (
 	"bytes"

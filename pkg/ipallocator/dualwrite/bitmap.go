@@ -10,7 +10,7 @@ import (
 
 	"github.com/allocator/allocator/pkg/allocation"
 	"github.com/allocator/allocator/pkg/bitmap"
-	"github.com/allocator/allocator/pkg/ipaddress"
+	"github.com/allocator/allocator/pkg/ipallocator/ipaddress"
 )
 
 // BitmapReplica is the bitmap model's allocator on a cluster that may be in

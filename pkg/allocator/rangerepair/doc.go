@@ -1,6 +1,6 @@
 // Package rangerepair is the one repair core of every map stored as a
 // RangeAllocation (design.md §8): the ClusterIP bitmaps and the node-port map
-// are repaired by thin layers over it (pkg/repair), which decide what a
+// are repaired by thin layers over it (pkg/ipallocator/controller, pkg/portallocator/controller), which decide what a
 // Service holds and how findings are reported; this package decides what is
 // written. It is generic over the key of the thing allocated (an address, a
 // port); a Space maps keys to the map's slots.

@@ -13,7 +13,7 @@ import (
 
 	"github.com/allocator/allocator/internal/testserver"
 	"github.com/allocator/allocator/pkg/apiserver"
-	"github.com/allocator/allocator/pkg/ipaddress"
+	"github.com/allocator/allocator/pkg/ipallocator/ipaddress"
 )
 
 // startServer runs the project's API server in-process on a real embedded

@@ -1,4 +1,4 @@
-// Package portalloc allocates node ports on the bitmap engine: the same
+// Package portallocator allocates node ports on the bitmap engine: the same
 // RangeAllocation store as ClusterIPs (pkg/bitmap.Store: one key, CAS on its
 // ModRevision, group commit), over a portrange.Range instead of an IP range.
 // The map lives at <prefix>/ranges/servicenodeports with range "30000-32767"
@@ -17,4 +17,4 @@
 //   - DryRun answers from state confirmed against etcd and writes nothing.
 //   - Node ports do not depend on the IP model: both models use this map,
 //     as kube-apiserver always does for node ports.
-package portalloc
+package portallocator

@@ -14,10 +14,10 @@ import (
 	"k8s.io/apimachinery/pkg/util/intstr"
 
 	"github.com/allocator/allocator/internal/testserver"
+	"github.com/allocator/allocator/pkg/allocator/rangerepair"
 	"github.com/allocator/allocator/pkg/bitmap"
-	"github.com/allocator/allocator/pkg/portalloc"
+	"github.com/allocator/allocator/pkg/portallocator"
 	"github.com/allocator/allocator/pkg/portrange"
-	"github.com/allocator/allocator/pkg/rangerepair"
 )
 
 // The core is tested on ports (a small node-port range on a key of its own,
@@ -42,7 +42,7 @@ type harness struct {
 	t     *testing.T
 	ctx   context.Context
 	srv   *testserver.Server
-	store *portalloc.EtcdAllocator
+	store *portallocator.EtcdAllocator
 	now   time.Time
 	r     *rangerepair.Repairer[int]
 }
@@ -54,7 +54,7 @@ func newHarness(t *testing.T, srv *testserver.Server, name string, open bool) *h
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	t.Cleanup(cancel)
 	key := "/registry/rangerepair-test/" + t.Name() + "/" + name
-	store, err := portalloc.NewEtcd(srv.Etcd.Client(), key, portrange.MustParse(testRange), bitmap.EtcdOptions{})
+	store, err := portallocator.NewEtcd(srv.Etcd.Client(), key, portrange.MustParse(testRange), bitmap.EtcdOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -29,7 +29,7 @@ const MaxConflictReruns = 10
 const MaxMergeAttempts = 100
 
 // Store is one stored map, read with its ModRevision and written with a
-// compare-and-swap on it; *bitmap.EtcdAllocator and *portalloc.EtcdAllocator
+// compare-and-swap on it; *bitmap.EtcdAllocator and *portallocator.EtcdAllocator
 // implement it.
 type Store interface {
 	ReadStored(ctx context.Context) (bitmap.StoredMap, error)
