@@ -158,7 +158,7 @@ func (f *clusterFlags) etcdClient(ctx context.Context) (*clientv3.Client, error)
 	}
 	probeCtx, cancel := context.WithTimeout(ctx, etcdProbeTimeout)
 	defer cancel()
-	if _, err := client.Get(probeCtx, f.etcdPrefix+"/ranges/", clientv3.WithPrefix(), clientv3.WithCountOnly()); err != nil {
+	if _, err := client.Get(probeCtx, etcdlayout.Layout{Prefix: f.etcdPrefix}.RangesPrefix(), clientv3.WithPrefix(), clientv3.WithCountOnly()); err != nil {
 		client.Close()
 		if errors.Is(err, context.DeadlineExceeded) || probeCtx.Err() != nil {
 			return nil, fmt.Errorf("etcd %s did not answer within %v (is it running, and are --etcd-cafile/--etcd-certfile/--etcd-keyfile right?)", endpoints, etcdProbeTimeout)

@@ -14,6 +14,7 @@ import (
 
 	"github.com/allocator/allocator/internal/progress"
 	"github.com/allocator/allocator/pkg/allocator/rangerepair"
+	"github.com/allocator/allocator/pkg/ipallocator"
 	ipcontroller "github.com/allocator/allocator/pkg/ipallocator/controller"
 	"github.com/allocator/allocator/pkg/model"
 	portcontroller "github.com/allocator/allocator/pkg/portallocator/controller"
@@ -204,23 +205,18 @@ func (o *repairOptions) runner(ctx context.Context, client kubernetes.Interface,
 		}
 		o.etcd, o.stores = etcd, stores
 	}
-	switch m {
-	case model.Bitmap:
-		if len(stores) == 0 {
-			return nil, "", fmt.Errorf("no bitmap map found under %s/ranges: give --service-cluster-ip-range to create it", o.cluster.etcdPrefix)
-		}
-		r, err := ipcontroller.NewBitmapRepair(ipcontroller.BitmapConfig{
-			Client: client, Stores: stores, Recorder: recorder, DryRun: o.dryRun, LeakGrace: o.leakGrace, Interval: o.interval,
-		})
-		return r, string(m), err
-	case model.IPAddress:
-		r, err := ipcontroller.NewIPAddressRepair(ipcontroller.IPAddressConfig{
-			Client: client, Recorder: recorder, DryRun: o.dryRun, OrphanGrace: o.orphanGrace, Interval: o.interval,
-			Progress: progress.Writer(o.progressWriter()),
-		})
-		return r, string(m), err
+	if m == model.Bitmap && len(stores) == 0 {
+		return nil, "", fmt.Errorf("no bitmap map found under %s/ranges: give --service-cluster-ip-range to create it", o.cluster.etcdPrefix)
 	}
-	return nil, "", fmt.Errorf("unknown model %q", m) // Detect resolved auto
+	backend, err := ipallocator.ForRepair(m, stores)
+	if err != nil {
+		return nil, "", err
+	}
+	r, err := backend.Repair(ipallocator.RepairConfig{
+		Client: client, Recorder: recorder, DryRun: o.dryRun, LeakGrace: o.leakGrace, OrphanGrace: o.orphanGrace,
+		Interval: o.interval, Progress: progress.Writer(o.progressWriter()),
+	})
+	return r, string(m), err
 }
 
 // runOneShot makes one pass, and in the bitmap model up to two more,

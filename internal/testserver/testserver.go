@@ -18,6 +18,7 @@ import (
 	"k8s.io/client-go/tools/clientcmd"
 
 	"github.com/allocator/allocator/internal/etcdtest"
+	"github.com/allocator/allocator/pkg/allocation"
 	"github.com/allocator/allocator/pkg/apiserver"
 )
 
@@ -38,6 +39,10 @@ type Options struct {
 	// DataDir is the server's data directory; "" is a new temporary one.
 	// Reuse a stopped server's DataDir to restart it on the same data.
 	DataDir string
+	// WrapAllocator, if set, wraps each family's allocator (a test slows it
+	// down, holds it unready, watches its releases); the model itself, its
+	// stores and repairs are the production ones.
+	WrapAllocator func(allocation.Interface) allocation.Interface
 	// Configure adjusts the server's Config before it is completed (an
 	// allocator factory, rebuild on start, ...).
 	Configure func(*apiserver.Config)
@@ -91,6 +96,7 @@ func Start(t testing.TB, o Options) *Server {
 		t.Fatalf("server config: %v", err)
 	}
 	cfg.ManualRepair = !o.WithRepair
+	cfg.WrapAllocator = o.WrapAllocator
 	if o.Configure != nil {
 		o.Configure(cfg)
 	}

@@ -74,7 +74,7 @@ func (s *Server) bootstrapOnce(ctx context.Context, client kubernetes.Interface,
 		return err
 	}
 	if !s.migrated && !s.cfg.ManualRepair {
-		if err := s.migrateFromOtherModel(ctx, client); err != nil {
+		if err := s.migrateFromOtherModel(ctx); err != nil {
 			return err
 		}
 		s.migrated = true
@@ -85,6 +85,7 @@ func (s *Server) bootstrapOnce(ctx context.Context, client kubernetes.Interface,
 		}
 		*rebuilt = true
 	}
+	s.alloc.Open()
 	s.open.Store(true)
 	s.waitUntilServed(ctx, s.cfg.ServiceCIDRs[0].Addr().Next())
 	return s.ensureKubernetesService(ctx, client, true)

@@ -1,7 +1,6 @@
 package apiserver
 
 import (
-	"context"
 	"fmt"
 	"net"
 	"net/netip"
@@ -10,67 +9,17 @@ import (
 	"strconv"
 	"time"
 
-	clientv3 "go.etcd.io/etcd/client/v3"
 	openapinamer "k8s.io/apiserver/pkg/endpoints/openapi"
 	genericapiserver "k8s.io/apiserver/pkg/server"
 	genericoptions "k8s.io/apiserver/pkg/server/options"
-	restclient "k8s.io/client-go/rest"
 
 	"github.com/allocator/allocator/pkg/allocation"
-	"github.com/allocator/allocator/pkg/bitmap"
+	"github.com/allocator/allocator/pkg/etcdlayout"
 	generatedopenapi "github.com/allocator/allocator/pkg/generated/openapi"
 	"github.com/allocator/allocator/pkg/model"
 	"github.com/allocator/allocator/pkg/portrange"
 	"github.com/allocator/allocator/pkg/report"
-	"github.com/allocator/allocator/pkg/subrange"
-	"github.com/allocator/allocator/pkg/transition"
 )
-
-// AllocatorSpec describes the allocator the server needs for one IP family.
-type AllocatorSpec struct {
-	// Prefix is the family's service CIDR from --service-cluster-ip-range.
-	Prefix netip.Prefix
-	// Primary is true for the cluster's first family. In the bitmap model the
-	// primary family lives at <EtcdPrefix>/ranges/serviceips, the other at
-	// <EtcdPrefix>/ranges/secondaryserviceips.
-	Primary bool
-	// Model is ModelBitmap or ModelIPAddress (--allocator).
-	Model model.Name
-	// Etcd is a client on the server's etcd; the server owns and closes it.
-	Etcd *clientv3.Client
-	// EtcdPrefix is --etcd-prefix, e.g. "/registry".
-	EtcdPrefix string
-	// Loopback is a client config with full rights on this server (the
-	// IPAddress model creates IPAddress objects through it). The server is
-	// not serving yet when the factory runs.
-	Loopback *restclient.Config
-	// Transition is the replica's membership in the model transition
-	// (pkg/transition); nil for allocators that keep no stored state.
-	Transition *transition.Coordinator
-}
-
-// RangeKey returns the bitmap model's etcd key for spec's family.
-func (s AllocatorSpec) RangeKey() string {
-	if s.Primary {
-		return s.EtcdPrefix + "/ranges/serviceips"
-	}
-	return s.EtcdPrefix + "/ranges/secondaryserviceips"
-}
-
-// AllocatorFactory builds the allocator of one IP family. It is called once
-// per family when the server is created.
-type AllocatorFactory func(ctx context.Context, spec AllocatorSpec) (allocation.Interface, error)
-
-// MemoryBitmapFactory builds in-memory bitmap allocators. They are not shared
-// between replicas and lose their state on restart, so a server using them
-// must set Config.RebuildAllocations.
-func MemoryBitmapFactory(_ context.Context, spec AllocatorSpec) (allocation.Interface, error) {
-	rng, err := subrange.New(spec.Prefix, subrange.ModelBitmap)
-	if err != nil {
-		return nil, fmt.Errorf("service range %s: %w", spec.Prefix, err)
-	}
-	return bitmap.NewAllocator(rng)
-}
 
 // Config is the server's configuration; build it with Options.Config, adjust
 // it, then Complete it.
@@ -89,15 +38,21 @@ type Config struct {
 	EtcdPrefix string
 	// EtcdTLS secures the connection to EtcdServers (empty: plain http).
 	EtcdTLS EtcdTLS
-	// Model is the allocator model passed to NewAllocator.
+	// Model is the ClusterIP allocator model (--allocator); pkg/ipallocator
+	// builds it.
 	Model model.Name
-	// NewAllocator builds each family's allocator. Nil means, by Model:
-	// EtcdBitmapFactory (bitmap) or IPAddressFactory (ipaddress).
-	NewAllocator AllocatorFactory
+	// InMemory keeps the bitmap model's maps in memory instead of etcd: not
+	// shared between replicas, lost on restart, nothing to repair, no
+	// transition. Such a server must set RebuildAllocations. For tests.
+	InMemory bool
+	// WrapAllocator, if set, wraps each family's allocator before the server
+	// uses it (tests slow it down or hold it unready). The repairs still see
+	// the model's stored maps.
+	WrapAllocator func(allocation.Interface) allocation.Interface
 	// RebuildAllocations re-marks the cluster IPs of every stored Service in
 	// the allocators before the server reports ready. Needed for allocators
-	// that keep no state of their own (MemoryBitmapFactory); harmless for
-	// others (already-allocated addresses are skipped).
+	// that keep no state of their own (InMemory); harmless for others
+	// (already-allocated addresses are skipped).
 	RebuildAllocations bool
 	// ServerURL is the https URL clients use.
 	ServerURL string
@@ -110,12 +65,9 @@ type Config struct {
 	ManualRepair bool
 	// KubernetesServicePort is the target port of the default/kubernetes Service.
 	KubernetesServicePort int
-	// joinTransition is set by Complete when the allocators are the default,
-	// etcd-backed ones.
-	joinTransition bool
 	// TransitionTTL is the lease TTL of this replica's transition record
-	// (default transition.DefaultTTL). The transition is joined only with
-	// the default allocator factories (NewAllocator nil).
+	// (default transition.DefaultTTL). An InMemory server joins no
+	// transition.
 	TransitionTTL time.Duration
 }
 
@@ -244,22 +196,13 @@ func (c *Config) Complete() CompletedConfig {
 		c.NodePortRange = portrange.MustParse(portrange.Default)
 	}
 	if c.Model == "" {
-		c.Model = ModelIPAddress
+		c.Model = model.IPAddress
 	}
 	if c.RepairInterval <= 0 {
 		c.RepairInterval = report.DefaultInterval
 	}
-	c.joinTransition = c.NewAllocator == nil
-	if c.NewAllocator == nil {
-		switch c.Model {
-		case ModelIPAddress:
-			c.NewAllocator = IPAddressFactory
-		default:
-			c.NewAllocator = EtcdBitmapFactory
-		}
-	}
 	if c.EtcdPrefix == "" {
-		c.EtcdPrefix = "/registry"
+		c.EtcdPrefix = etcdlayout.DefaultPrefix
 	}
 	if c.KubernetesServicePort == 0 {
 		c.KubernetesServicePort = 6443

@@ -3,12 +3,10 @@ package apiserver
 import (
 	"context"
 	"fmt"
-	"sync/atomic"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"k8s.io/klog/v2"
 
-	"github.com/allocator/allocator/pkg/allocation"
 	"github.com/allocator/allocator/pkg/bitmap"
 	"github.com/allocator/allocator/pkg/etcdlayout"
 	"github.com/allocator/allocator/pkg/portallocator"
@@ -37,29 +35,4 @@ func openNodePorts(ctx context.Context, client *clientv3.Client, etcdPrefix stri
 		klog.FromContext(ctx).Info("The node-port range changed: allocations outside it were dropped from the map", "range", r, "dropped", dropped)
 	}
 	return a, nil
-}
-
-// gatedPorts is gatedAllocator for node ports: allocation.ErrNotReady (503)
-// until the server is open.
-type gatedPorts struct {
-	portallocator.Interface
-	open *atomic.Bool
-}
-
-func (g gatedPorts) Allocate(ctx context.Context, port int) error {
-	if !g.open.Load() {
-		return allocation.ErrNotReady
-	}
-	return g.Interface.Allocate(ctx, port)
-}
-
-func (g gatedPorts) AllocateNext(ctx context.Context) (int, error) {
-	if !g.open.Load() {
-		return 0, allocation.ErrNotReady
-	}
-	return g.Interface.AllocateNext(ctx)
-}
-
-func (g gatedPorts) DryRun() portallocator.Interface {
-	return gatedPorts{Interface: g.Interface.DryRun(), open: g.open}
 }

@@ -11,16 +11,11 @@ import (
 
 	"github.com/spf13/pflag"
 
+	"github.com/allocator/allocator/pkg/etcdlayout"
 	"github.com/allocator/allocator/pkg/model"
 	"github.com/allocator/allocator/pkg/portrange"
 	"github.com/allocator/allocator/pkg/report"
 	"github.com/allocator/allocator/pkg/subrange"
-)
-
-// Allocator models accepted by --allocator, spelled by pkg/model.
-const (
-	ModelBitmap    = model.Bitmap
-	ModelIPAddress = model.IPAddress
 )
 
 // Options are the command-line options of the server. Flag names follow
@@ -60,9 +55,9 @@ func NewOptions() *Options {
 		ServiceNodePortRange:  portrange.Default,
 		SecurePort:            6443,
 		BindAddress:           "127.0.0.1",
-		EtcdPrefix:            "/registry",
+		EtcdPrefix:            etcdlayout.DefaultPrefix,
 		DataDir:               "./allocator-data",
-		Allocator:             string(ModelIPAddress),
+		Allocator:             string(model.IPAddress),
 		RepairInterval:        report.DefaultInterval,
 		Security:              NewSecurityOptions(),
 	}
@@ -117,7 +112,7 @@ func (o *Options) Validate() error {
 		errs = append(errs, fmt.Errorf("--repair-interval %v: must be a positive duration such as 30s or 3m (the repair controller cannot be turned off)", o.RepairInterval))
 	}
 	if _, err := model.Parse(o.Allocator, false); err != nil {
-		errs = append(errs, fmt.Errorf("--allocator %q: must be %s or %s", o.Allocator, ModelBitmap, ModelIPAddress))
+		errs = append(errs, fmt.Errorf("--allocator %q: must be %s or %s", o.Allocator, model.Bitmap, model.IPAddress))
 	}
 	errs = append(errs, o.etcdTLS().validate()...)
 	errs = append(errs, o.Security.Validate()...)
@@ -163,11 +158,11 @@ const bitmapMinIPv6Bits = 108
 func checkRangeForModel(cidrs []netip.Prefix, name model.Name) []error {
 	var errs []error
 	m := subrange.ModelBitmap
-	if name == ModelIPAddress {
+	if name == model.IPAddress {
 		m = subrange.ModelIPAddress
 	}
 	for _, prefix := range cidrs {
-		if name == ModelBitmap && prefix.Addr().Is6() && prefix.Bits() < bitmapMinIPv6Bits {
+		if name == model.Bitmap && prefix.Addr().Is6() && prefix.Bits() < bitmapMinIPv6Bits {
 			errs = append(errs, fmt.Errorf("--service-cluster-ip-range %s: the bitmap model needs an IPv6 prefix of /%d or longer",
 				prefix, bitmapMinIPv6Bits))
 			continue

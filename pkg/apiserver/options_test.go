@@ -66,14 +66,14 @@ func TestRangeForModel(t *testing.T) {
 		model   model.Name
 		wantErr string
 	}{
-		{"10.0.0.0/12", ModelBitmap, ""},
-		{"10.0.0.0/8", ModelBitmap, "/12 or longer"},
-		{"fd00::/108", ModelBitmap, ""},
-		{"fd00::/64", ModelBitmap, "/108 or longer"},
-		{"fd00::/64", ModelIPAddress, ""},
-		{"fd00::/48", ModelIPAddress, "shortest allowed prefix length for service CIDR is 64, got 48"},
-		{"10.0.0.0/8", ModelIPAddress, ""},
-		{"10.0.0.0/32", ModelBitmap, "no usable address"},
+		{"10.0.0.0/12", model.Bitmap, ""},
+		{"10.0.0.0/8", model.Bitmap, "/12 or longer"},
+		{"fd00::/108", model.Bitmap, ""},
+		{"fd00::/64", model.Bitmap, "/108 or longer"},
+		{"fd00::/64", model.IPAddress, ""},
+		{"fd00::/48", model.IPAddress, "shortest allowed prefix length for service CIDR is 64, got 48"},
+		{"10.0.0.0/8", model.IPAddress, ""},
+		{"10.0.0.0/32", model.Bitmap, "no usable address"},
 	} {
 		o := NewOptions()
 		o.ServiceClusterIPRange, o.Allocator = tt.rng, string(tt.model)

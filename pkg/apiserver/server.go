@@ -32,6 +32,7 @@ import (
 	"github.com/allocator/allocator/pkg/allocation"
 	"github.com/allocator/allocator/pkg/allocmetrics"
 	"github.com/allocator/allocator/pkg/embedetcd"
+	"github.com/allocator/allocator/pkg/ipallocator"
 	"github.com/allocator/allocator/pkg/portallocator"
 	"github.com/allocator/allocator/pkg/registry/events"
 	"github.com/allocator/allocator/pkg/registry/ipaddresses"
@@ -51,8 +52,9 @@ type Server struct {
 	etcd       *clientv3.Client
 	alloc      *servicealloc.Allocator
 	nodePorts  *portallocator.EtcdAllocator
-	allocators []allocation.Interface // ungated, primary first
-	open       *atomic.Bool
+	backend    *ipallocator.Backend
+	allocators []allocation.Interface // the backend's, as wrapped by Config.WrapAllocator; primary first
+	open       atomic.Bool            // set once bootstrap opened s.alloc
 	bootstrap  atomic.Bool
 
 	// registry holds this server's own metrics (allocators, repair), served
@@ -66,7 +68,7 @@ type Server struct {
 	// migrated is set once the start-up carry-over from the other model ran.
 	migrated bool
 	// transition is this replica's membership in the model transition; nil
-	// when the allocators keep no stored state.
+	// for an InMemory server.
 	transition *transition.Coordinator
 	// recorder emits the bootstrap's events; warned remembers which were
 	// emitted.
@@ -102,7 +104,7 @@ func (c CompletedConfig) New(ctx context.Context) (*Server, error) {
 		return nil, fmt.Errorf("connect to etcd %v: %w", c.EtcdServers, err)
 	}
 	s := &Server{
-		cfg: c.Config, generic: generic, etcd: etcdClient, open: &atomic.Bool{},
+		cfg: c.Config, generic: generic, etcd: etcdClient,
 		registry: metrics.NewKubeRegistry(), allocMetrics: allocmetrics.New(), repairMetrics: report.NewMetrics(),
 		repairFirstPass: make(chan struct{}),
 	}
@@ -122,7 +124,7 @@ func (c CompletedConfig) New(ctx context.Context) (*Server, error) {
 		return nil, err
 	}
 
-	if c.joinTransition {
+	if !c.InMemory {
 		s.transition, err = transition.Join(ctx, transition.Config{
 			Client: etcdClient, Prefix: c.EtcdPrefix, Model: c.Model, TTL: c.TransitionTTL,
 		})
@@ -135,24 +137,24 @@ func (c CompletedConfig) New(ctx context.Context) (*Server, error) {
 			}
 		}()
 	}
-	var gated []allocation.Interface
-	for i, prefix := range c.ServiceCIDRs {
-		a, err := c.NewAllocator(ctx, AllocatorSpec{
-			Prefix: prefix, Primary: i == 0, Model: c.Model, Etcd: etcdClient, EtcdPrefix: c.EtcdPrefix,
-			Loopback: restclient.CopyConfig(c.Generic.LoopbackClientConfig), Transition: s.transition,
-		})
-		if err != nil {
-			return nil, fmt.Errorf("allocator for %s: %w", prefix, err)
+	if s.backend, err = s.openBackend(ctx); err != nil {
+		return nil, err
+	}
+	var allocators []allocation.Interface
+	for _, a := range s.backend.Allocators() {
+		if c.WrapAllocator != nil {
+			a = c.WrapAllocator(a)
 		}
 		s.allocators = append(s.allocators, a)
-		gated = append(gated, gatedAllocator{Interface: s.allocMetrics.Wrap(a), open: s.open})
+		allocators = append(allocators, s.allocMetrics.Wrap(a))
 	}
 	if s.nodePorts, err = openNodePorts(ctx, etcdClient, c.EtcdPrefix, c.NodePortRange); err != nil {
 		return nil, err
 	}
 	if s.alloc, err = servicealloc.New(servicealloc.Config{
-		Allocators: gated,
-		NodePorts:  gatedPorts{Interface: s.allocMetrics.WrapPorts(s.nodePorts), open: s.open},
+		Allocators:  allocators,
+		NodePorts:   s.allocMetrics.WrapPorts(s.nodePorts),
+		StartClosed: true,
 	}); err != nil {
 		return nil, err
 	}

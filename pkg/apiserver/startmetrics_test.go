@@ -9,7 +9,7 @@ import (
 
 	"github.com/allocator/allocator/internal/testserver"
 	"github.com/allocator/allocator/pkg/allocation"
-	"github.com/allocator/allocator/pkg/apiserver"
+	"github.com/allocator/allocator/pkg/model"
 )
 
 // informerLag makes an IPAddress-model allocator see no ServiceCIDR for a
@@ -53,25 +53,19 @@ func (l *informerLag) Allocate(ctx context.Context, ip netip.Addr, owner allocat
 // ServiceCIDR. The "informer lag" case makes that window certain.
 func TestFreshServerMetricsHaveNoErrors(t *testing.T) {
 	tests := []struct {
-		name      string
-		model     string
-		configure func(*apiserver.Config)
+		name  string
+		model string
+		wrap  func(allocation.Interface) allocation.Interface
 	}{
-		{name: "ipaddress", model: string(apiserver.ModelIPAddress)},
-		{name: "bitmap", model: string(apiserver.ModelBitmap)},
-		{name: "ipaddress with informer lag", model: string(apiserver.ModelIPAddress), configure: func(cfg *apiserver.Config) {
-			cfg.NewAllocator = func(ctx context.Context, spec apiserver.AllocatorSpec) (allocation.Interface, error) {
-				a, err := apiserver.IPAddressFactory(ctx, spec)
-				if err != nil {
-					return nil, err
-				}
-				return &informerLag{Interface: a, until: time.Now().Add(2 * time.Second)}, nil
-			}
+		{name: "ipaddress", model: string(model.IPAddress)},
+		{name: "bitmap", model: string(model.Bitmap)},
+		{name: "ipaddress with informer lag", model: string(model.IPAddress), wrap: func(a allocation.Interface) allocation.Interface {
+			return &informerLag{Interface: a, until: time.Now().Add(2 * time.Second)}
 		}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			srv := testserver.Start(t, testserver.Options{Model: tt.model, WithRepair: true, Configure: tt.configure})
+			srv := testserver.Start(t, testserver.Options{Model: tt.model, WithRepair: true, WrapAllocator: tt.wrap})
 			body, err := srv.Client.Discovery().RESTClient().Get().AbsPath("/metrics").DoRaw(context.Background())
 			if err != nil {
 				t.Fatal(err)

@@ -13,17 +13,19 @@ import (
 	"k8s.io/apiserver/pkg/registry/generic"
 	genericregistry "k8s.io/apiserver/pkg/registry/generic/registry"
 	"k8s.io/apiserver/pkg/storage/storagebackend"
+
+	"github.com/allocator/allocator/pkg/etcdlayout"
 )
 
 // resourcePrefixes are kube-apiserver's etcd key prefixes (below
 // --etcd-prefix) for the resources we store, so what we write is where a
 // kube-apiserver looks for it.
 var resourcePrefixes = map[schema.GroupResource]string{
-	{Group: "", Resource: "services"}:                         "/services/specs",
-	{Group: "", Resource: "namespaces"}:                       "/namespaces",
-	{Group: "", Resource: "events"}:                           "/events",
-	{Group: networkingv1.GroupName, Resource: "ipaddresses"}:  "/ipaddresses",
-	{Group: networkingv1.GroupName, Resource: "servicecidrs"}: "/servicecidrs",
+	{Group: "", Resource: "services"}:                         "/" + etcdlayout.ServicesPath,
+	{Group: "", Resource: "namespaces"}:                       "/" + etcdlayout.NamespacesPath,
+	{Group: "", Resource: "events"}:                           "/" + etcdlayout.EventsPath,
+	{Group: networkingv1.GroupName, Resource: "ipaddresses"}:  "/" + etcdlayout.IPAddressesPath,
+	{Group: networkingv1.GroupName, Resource: "servicecidrs"}: "/" + etcdlayout.ServiceCIDRsPath,
 }
 
 // restOptionsGetter gives every resource a storage on etcd with

@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"net/netip"
-	"strings"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"k8s.io/klog/v2"
@@ -55,11 +54,7 @@ func (a *EtcdAllocator) servicesPrefix() string {
 	if a.opts.ServicesPrefix != "" {
 		return a.opts.ServicesPrefix
 	}
-	root := etcdlayout.DefaultPrefix
-	if i := strings.LastIndex(a.key, "/ranges/"); i >= 0 {
-		root = a.key[:i]
-	}
-	return etcdlayout.Layout{Prefix: root}.ServicesPrefix()
+	return etcdlayout.LayoutOfRange(a.key).ServicesPrefix()
 }
 
 // storedPrefix reads the range a stored value is for. It is nil-error only

@@ -8,6 +8,29 @@ import (
 // DefaultPrefix is kube-apiserver's default --etcd-prefix.
 const DefaultPrefix = "/registry"
 
+// The paths of the resources below the prefix, as kube-apiserver's storage
+// factory sets them (its resource prefixes). The API server's stores use
+// them, and every key of Layout is built from them.
+const (
+	ServicesPath     = "services/specs"
+	NamespacesPath   = "namespaces"
+	EventsPath       = "events"
+	IPAddressesPath  = "ipaddresses"
+	ServiceCIDRsPath = "servicecidrs"
+	rangesPath       = "ranges"
+)
+
+// LayoutOfRange returns the Layout whose RangeAllocation key is key
+// (<prefix>/ranges/<name>), so the Services of the same cluster can be found
+// from a map's key alone; a key with no "/ranges/" part gives the zero
+// Layout (DefaultPrefix).
+func LayoutOfRange(key string) Layout {
+	if i := strings.LastIndex(key, "/"+rangesPath+"/"); i >= 0 {
+		return Layout{Prefix: "/" + key[:i]} // "/" for the root of the keyspace
+	}
+	return Layout{}
+}
+
 // Layout computes etcd keys under a prefix. The zero value uses DefaultPrefix.
 type Layout struct {
 	// Prefix is the etcd prefix, as given to kube-apiserver's --etcd-prefix.
@@ -36,51 +59,51 @@ func (l Layout) key(parts ...string) string {
 
 // PrimaryServiceIPRange is the key of the RangeAllocation for the cluster's
 // first IP family: <prefix>/ranges/serviceips.
-func (l Layout) PrimaryServiceIPRange() string { return l.key("ranges", "serviceips") }
+func (l Layout) PrimaryServiceIPRange() string { return l.key(rangesPath, "serviceips") }
 
 // SecondaryServiceIPRange is the key of the RangeAllocation for the cluster's
 // second IP family: <prefix>/ranges/secondaryserviceips.
-func (l Layout) SecondaryServiceIPRange() string { return l.key("ranges", "secondaryserviceips") }
+func (l Layout) SecondaryServiceIPRange() string { return l.key(rangesPath, "secondaryserviceips") }
 
 // ServiceNodePortRange is the key of the NodePort RangeAllocation:
 // <prefix>/ranges/servicenodeports.
-func (l Layout) ServiceNodePortRange() string { return l.key("ranges", "servicenodeports") }
+func (l Layout) ServiceNodePortRange() string { return l.key(rangesPath, "servicenodeports") }
 
 // RangesPrefix is the list prefix of every RangeAllocation: <prefix>/ranges/.
-func (l Layout) RangesPrefix() string { return l.key("ranges", "") }
+func (l Layout) RangesPrefix() string { return l.key(rangesPath, "") }
 
 // Service is the key of a Service: <prefix>/services/specs/<ns>/<name>.
 func (l Layout) Service(namespace, name string) string {
-	return l.key("services", "specs", namespace, name)
+	return l.key(ServicesPath, namespace, name)
 }
 
 // ServicesPrefix is the list prefix of all Services: <prefix>/services/specs/.
-func (l Layout) ServicesPrefix() string { return l.key("services", "specs", "") }
+func (l Layout) ServicesPrefix() string { return l.key(ServicesPath, "") }
 
 // ServicesInNamespacePrefix is the list prefix of the Services in one
 // namespace: <prefix>/services/specs/<ns>/.
 func (l Layout) ServicesInNamespacePrefix(namespace string) string {
-	return l.key("services", "specs", namespace, "")
+	return l.key(ServicesPath, namespace, "")
 }
 
 // IPAddress is the key of an IPAddress object: <prefix>/ipaddresses/<name>.
 // The name must be the IP in canonical form.
-func (l Layout) IPAddress(name string) string { return l.key("ipaddresses", name) }
+func (l Layout) IPAddress(name string) string { return l.key(IPAddressesPath, name) }
 
 // IPAddressesPrefix is the list prefix of all IPAddresses: <prefix>/ipaddresses/.
-func (l Layout) IPAddressesPrefix() string { return l.key("ipaddresses", "") }
+func (l Layout) IPAddressesPrefix() string { return l.key(IPAddressesPath, "") }
 
 // ServiceCIDR is the key of a ServiceCIDR: <prefix>/servicecidrs/<name>.
-func (l Layout) ServiceCIDR(name string) string { return l.key("servicecidrs", name) }
+func (l Layout) ServiceCIDR(name string) string { return l.key(ServiceCIDRsPath, name) }
 
 // ServiceCIDRsPrefix is the list prefix of all ServiceCIDRs: <prefix>/servicecidrs/.
-func (l Layout) ServiceCIDRsPrefix() string { return l.key("servicecidrs", "") }
+func (l Layout) ServiceCIDRsPrefix() string { return l.key(ServiceCIDRsPath, "") }
 
 // Namespace is the key of a Namespace: <prefix>/namespaces/<name>.
-func (l Layout) Namespace(name string) string { return l.key("namespaces", name) }
+func (l Layout) Namespace(name string) string { return l.key(NamespacesPath, name) }
 
 // NamespacesPrefix is the list prefix of all Namespaces: <prefix>/namespaces/.
-func (l Layout) NamespacesPrefix() string { return l.key("namespaces", "") }
+func (l Layout) NamespacesPrefix() string { return l.key(NamespacesPath, "") }
 
 // LeasesInNamespacePrefix is the prefix of the Leases of one namespace
 // (kube-apiserver's identity leases are in kube-system).

@@ -95,3 +95,20 @@ func TestLayoutKeys(t *testing.T) {
 		})
 	}
 }
+
+// TestLayoutOfRange: a map's key names its cluster's prefix, so the Services
+// beside it are found from the key alone.
+func TestLayoutOfRange(t *testing.T) {
+	tests := []struct{ key, services string }{
+		{"/registry/ranges/serviceips", "/registry/services/specs/"},
+		{"/a/b/ranges/secondaryserviceips", "/a/b/services/specs/"},
+		{"/ranges/servicenodeports", "/services/specs/"},
+		{"/x/ranges/y/ranges/serviceips", "/x/ranges/y/services/specs/"},
+		{"no-ranges-here", "/registry/services/specs/"},
+	}
+	for _, tt := range tests {
+		if got := LayoutOfRange(tt.key).ServicesPrefix(); got != tt.services {
+			t.Errorf("LayoutOfRange(%q).ServicesPrefix() = %q, want %q", tt.key, got, tt.services)
+		}
+	}
+}

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net/netip"
 	"slices"
+	"sync/atomic"
 
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -35,6 +36,13 @@ type Config struct {
 	// RetryAfterSeconds is the Retry-After sent with 503 when an allocator
 	// is not ready. Zero means 1.
 	RetryAfterSeconds int32
+	// StartClosed makes the Allocator refuse every reservation of an address
+	// or a node port, dry runs included, with allocation.ErrNotReady (503
+	// with Retry-After) until Open is called. A server whose allocators lose
+	// their state on restart opens it once it has re-marked the stored
+	// Services' addresses, so none is handed out twice meanwhile. Releases
+	// are never refused.
+	StartClosed bool
 }
 
 // Allocator defaults, validates, reserves and releases the cluster IPs of
@@ -44,7 +52,8 @@ type Allocator struct {
 	byFamily   map[corev1.IPFamily]allocation.Interface
 	nodePorts  portallocator.Interface // nil: NodePort and LoadBalancer are refused
 	retryAfter int32
-	writes     writes // Service writes in progress, for Drain
+	closed     atomic.Bool // reservations refused until Open (Config.StartClosed)
+	writes     writes      // Service writes in progress, for Drain
 }
 
 // New checks cfg and returns an Allocator.
@@ -60,6 +69,7 @@ func New(cfg Config) (*Allocator, error) {
 	if a.retryAfter <= 0 {
 		a.retryAfter = 1
 	}
+	a.closed.Store(cfg.StartClosed)
 	for i, alloc := range cfg.Allocators {
 		if alloc == nil {
 			return nil, fmt.Errorf("servicealloc: allocator %d is nil", i)
@@ -281,6 +291,9 @@ func (a *Allocator) allocateFamilies(ctx context.Context, txn *Transaction, svc 
 		if alloc == nil {
 			return fail(apierrors.NewInvalid(serviceKind, svc.Name, field.ErrorList{
 				field.Invalid(ipFamiliesPath.Index(i), families[i], "not configured on this cluster")}))
+		}
+		if err := a.admitReservation(); err != nil {
+			return fail(a.notReady(err))
 		}
 		if dryRun {
 			alloc = alloc.DryRun()

@@ -148,6 +148,9 @@ func (a *Allocator) reservePort(ctx context.Context, txn *Transaction, alloc por
 	if dryRun && txn.ports.dryHeld[port] {
 		return portallocator.ErrAllocated
 	}
+	if err := a.admitReservation(); err != nil {
+		return err
+	}
 	if err := alloc.Allocate(ctx, port); err != nil {
 		return err
 	}
@@ -164,6 +167,9 @@ func (a *Allocator) reservePort(ctx context.Context, txn *Transaction, alloc por
 
 // reserveNextPort picks and reserves a free port.
 func (a *Allocator) reserveNextPort(ctx context.Context, txn *Transaction, alloc portallocator.Interface, dryRun bool) (int, error) {
+	if err := a.admitReservation(); err != nil {
+		return 0, err
+	}
 	port, err := alloc.AllocateNext(ctx)
 	if err != nil {
 		return 0, err

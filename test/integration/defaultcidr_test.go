@@ -11,6 +11,7 @@ import (
 	"k8s.io/client-go/kubernetes"
 
 	"github.com/allocator/allocator/pkg/apiserver"
+	"github.com/allocator/allocator/pkg/model"
 )
 
 func hasEvent(ctx context.Context, c kubernetes.Interface, reason, objName string) (bool, error) {
@@ -32,7 +33,7 @@ func hasEvent(ctx context.Context, c kubernetes.Interface, reason, objName strin
 // and an event on the ServiceCIDR say what is wrong and what to do.
 func TestDeletedDefaultServiceCIDR(t *testing.T) {
 	ctx := testContext(t)
-	s := startServer(t, serverOptions{model: string(apiserver.ModelIPAddress), serviceRange: "10.96.0.0/24"})
+	s := startServer(t, serverOptions{model: string(model.IPAddress), serviceRange: "10.96.0.0/24"})
 	c := s.client
 	if err := c.NetworkingV1().ServiceCIDRs().Delete(ctx, apiserver.DefaultServiceCIDRName, metav1.DeleteOptions{}); err != nil {
 		t.Fatal(err)
@@ -64,9 +65,9 @@ func TestDeletedDefaultServiceCIDR(t *testing.T) {
 // ServiceCIDR cannot follow raises upstream's
 // KubernetesDefaultServiceCIDRInconsistent event.
 func TestChangedRangeIsNotSilent(t *testing.T) {
-	s := startServer(t, serverOptions{model: string(apiserver.ModelIPAddress), serviceRange: "10.96.0.0/24"})
+	s := startServer(t, serverOptions{model: string(model.IPAddress), serviceRange: "10.96.0.0/24"})
 	s.stop()
-	s = startServer(t, serverOptions{model: string(apiserver.ModelIPAddress), serviceRange: "10.97.0.0/24", etcd: s.etcd})
+	s = startServer(t, serverOptions{model: string(model.IPAddress), serviceRange: "10.97.0.0/24", etcd: s.etcd})
 	eventually(t, 30*time.Second, "a KubernetesDefaultServiceCIDRInconsistent event", func(ctx context.Context) (bool, error) {
 		return hasEvent(ctx, s.client, apiserver.ReasonKubernetesDefaultServiceCIDRInconsistent, apiserver.DefaultServiceCIDRName)
 	})

@@ -17,8 +17,8 @@ import (
 
 	"github.com/allocator/allocator/internal/etcdtest"
 	"github.com/allocator/allocator/internal/fixtures"
-	"github.com/allocator/allocator/pkg/apiserver"
 	"github.com/allocator/allocator/pkg/etcdlayout"
+	"github.com/allocator/allocator/pkg/model"
 )
 
 // TestServesUpstreamData starts the server on etcd data written by a real
@@ -29,11 +29,11 @@ func TestServesUpstreamData(t *testing.T) {
 		fixture string
 		model   string
 	}{
-		{fixtures.Bitmap132, string(apiserver.ModelBitmap)},
+		{fixtures.Bitmap132, string(model.Bitmap)},
 		// 1.33 stored IPAddress and ServiceCIDR as networking.k8s.io/v1beta1
 		// and dual-wrote the bitmap.
-		{fixtures.IPAddress133, string(apiserver.ModelIPAddress)},
-		{fixtures.IPAddress136, string(apiserver.ModelIPAddress)},
+		{fixtures.IPAddress133, string(model.IPAddress)},
+		{fixtures.IPAddress136, string(model.IPAddress)},
 	} {
 		t.Run(tc.fixture, func(t *testing.T) {
 			f := fixtures.Load(t, tc.fixture)
@@ -82,7 +82,7 @@ func TestServesUpstreamData(t *testing.T) {
 			}
 
 			switch tc.model {
-			case string(apiserver.ModelBitmap):
+			case string(model.Bitmap):
 				// The RangeAllocation kube-apiserver wrote is still the truth
 				// and now also holds the new Services.
 				resp, err := etcd.Client().Get(ctx, "/registry/ranges/serviceips")
@@ -93,7 +93,7 @@ func TestServesUpstreamData(t *testing.T) {
 				if err != nil || ra.Range != "10.96.0.0/16" {
 					t.Fatalf("decode RangeAllocation: %v %v", ra, err)
 				}
-			case string(apiserver.ModelIPAddress):
+			case string(model.IPAddress):
 				for ip, want := range f.Expect.IPAddresses {
 					obj, err := c.NetworkingV1().IPAddresses().Get(ctx, ip, metav1.GetOptions{})
 					if err != nil {

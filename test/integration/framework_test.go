@@ -11,7 +11,9 @@ import (
 
 	"github.com/allocator/allocator/internal/etcdtest"
 	"github.com/allocator/allocator/internal/testserver"
+	"github.com/allocator/allocator/pkg/allocation"
 	"github.com/allocator/allocator/pkg/apiserver"
+	"github.com/allocator/allocator/pkg/model"
 )
 
 // server is one running allocator API server.
@@ -28,8 +30,10 @@ type serverOptions struct {
 	etcd         *etcdtest.Etcd // nil: a new one
 	dataDir      string         // "": a new temp dir
 	model        string         // --allocator; "": the default (ipaddress)
-	// newAllocator overrides the allocator factory.
-	newAllocator apiserver.AllocatorFactory
+	// wrapAllocator wraps each family's allocator.
+	wrapAllocator func(allocation.Interface) allocation.Interface
+	// inMemory keeps the bitmaps in memory (Config.InMemory).
+	inMemory bool
 	// rebuild sets Config.RebuildAllocations.
 	rebuild bool
 	// noWait returns before the server is ready.
@@ -37,7 +41,7 @@ type serverOptions struct {
 }
 
 // models are the allocator models every allocation test runs with.
-var models = []string{string(apiserver.ModelBitmap), string(apiserver.ModelIPAddress)}
+var models = []string{string(model.Bitmap), string(model.IPAddress)}
 
 // forEachModel runs test once per allocator model.
 func forEachModel(t *testing.T, test func(t *testing.T, model string)) {
@@ -52,16 +56,15 @@ func forEachModel(t *testing.T, test func(t *testing.T, model string)) {
 func startServer(t *testing.T, so serverOptions) *server {
 	t.Helper()
 	srv := testserver.Start(t, testserver.Options{
-		ServiceRange: so.serviceRange,
-		Model:        so.model,
-		Etcd:         so.etcd,
-		DataDir:      so.dataDir,
-		WithRepair:   true,
-		NoWait:       so.noWait,
+		ServiceRange:  so.serviceRange,
+		Model:         so.model,
+		Etcd:          so.etcd,
+		DataDir:       so.dataDir,
+		WithRepair:    true,
+		NoWait:        so.noWait,
+		WrapAllocator: so.wrapAllocator,
 		Configure: func(cfg *apiserver.Config) {
-			if so.newAllocator != nil {
-				cfg.NewAllocator = so.newAllocator
-			}
+			cfg.InMemory = so.inMemory
 			cfg.RebuildAllocations = so.rebuild
 		},
 	})

@@ -15,7 +15,7 @@ import (
 
 	"github.com/allocator/allocator/internal/etcdtest"
 	"github.com/allocator/allocator/internal/testserver"
-	"github.com/allocator/allocator/pkg/apiserver"
+	"github.com/allocator/allocator/pkg/model"
 )
 
 // startLBServer starts a server (with repair) for the LoadBalancer tests;
@@ -174,7 +174,7 @@ func TestLoadBalancerStatus(t *testing.T) {
 // through the API: upstream's texts, class immutability, and the warnings
 // upstream sends for accepted but non-canonical values.
 func TestExternalFieldsValidation(t *testing.T) {
-	s := startLBServer(t, string(apiserver.ModelIPAddress), nil)
+	s := startLBServer(t, string(model.IPAddress), nil)
 	ctx := testContext(t)
 	warnings := &warningCollector{}
 	cfg := rest.CopyConfig(s.RESTConfig)

@@ -65,21 +65,21 @@ func TestModelSwitch(t *testing.T) {
 		}
 	}
 
-	s := startServer(t, serverOptions{model: string(apiserver.ModelBitmap), serviceRange: cidr, etcd: etcd})
+	s := startServer(t, serverOptions{model: "bitmap", serviceRange: cidr, etcd: etcd})
 	used["10.0.0.1"] = "kubernetes"
 	createSome(s.client, "bitmap", 20)
 	mustCreate(t, ctx, s.client, newService("static", withIP("10.0.0.5")))
 	used["10.0.0.5"] = "static"
 	s.stop()
 
-	s = startServer(t, serverOptions{model: string(apiserver.ModelIPAddress), serviceRange: cidr, etcd: etcd})
+	s = startServer(t, serverOptions{model: "ipaddress", serviceRange: cidr, etcd: etcd})
 	if n := claimsMatch(t, ctx, s.client); n != 22 {
 		t.Fatalf("%d Service IPs after the switch, want 22", n)
 	}
 	createSome(s.client, "ipaddress", 20)
 	s.stop()
 
-	s = startServer(t, serverOptions{model: string(apiserver.ModelBitmap), serviceRange: cidr, etcd: etcd})
+	s = startServer(t, serverOptions{model: "bitmap", serviceRange: cidr, etcd: etcd})
 	store, err := bitmap.NewEtcdAllocator(etcd.Client(), "/registry/ranges/serviceips",
 		subrange.MustNew(netip.MustParsePrefix(cidr), subrange.ModelBitmap), bitmap.EtcdOptions{})
 	if err != nil {
@@ -107,7 +107,7 @@ func TestModelSwitchKubeAPIServer132(t *testing.T) {
 	if _, err := fixtures.Put(ctx, etcd.Client(), f); err != nil {
 		t.Fatal(err)
 	}
-	s := startServer(t, serverOptions{model: string(apiserver.ModelIPAddress), serviceRange: "10.96.0.0/16", etcd: etcd})
+	s := startServer(t, serverOptions{model: "ipaddress", serviceRange: "10.96.0.0/16", etcd: etcd})
 	want := 0
 	for _, ips := range f.Expect.Services {
 		for _, ip := range ips {
@@ -147,8 +147,8 @@ func testMetricsEndpoint(t *testing.T, model string) {
 	mustCreate(t, ctx, s.client, newService("counted"))
 	text = scrape()
 	modelMetrics := map[string][]string{
-		string(apiserver.ModelBitmap):    {`allocator_clusterip_bitmap_batches_total{cidr="10.0.0.0/24"}`, `allocator_clusterip_bitmap_cas_conflicts_total{cidr="10.0.0.0/24"}`},
-		string(apiserver.ModelIPAddress): {`allocator_clusterip_allocation_collisions_total{family="IPv4"}`},
+		"bitmap":    {`allocator_clusterip_bitmap_batches_total{cidr="10.0.0.0/24"}`, `allocator_clusterip_bitmap_cas_conflicts_total{cidr="10.0.0.0/24"}`},
+		"ipaddress": {`allocator_clusterip_allocation_collisions_total{family="IPv4"}`},
 	}
 	for _, want := range modelMetrics[model] {
 		if !strings.Contains(text, want) {
@@ -170,7 +170,7 @@ func testMetricsEndpoint(t *testing.T, model string) {
 // stored (as upstream does) but not served, and says so in an event.
 func TestRefusedServiceCIDRIsVisible(t *testing.T) {
 	ctx := testContext(t)
-	s := startServer(t, serverOptions{model: string(apiserver.ModelIPAddress), serviceRange: "10.0.0.0/24,fd00::/112"})
+	s := startServer(t, serverOptions{model: "ipaddress", serviceRange: "10.0.0.0/24,fd00::/112"})
 	wide := &networkingv1.ServiceCIDR{ObjectMeta: metav1.ObjectMeta{Name: "wide"}, Spec: networkingv1.ServiceCIDRSpec{CIDRs: []string{"fd01::/48"}}}
 	if _, err := s.client.NetworkingV1().ServiceCIDRs().Create(ctx, wide, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)

@@ -14,8 +14,8 @@ import (
 	"k8s.io/client-go/kubernetes"
 
 	"github.com/allocator/allocator/internal/etcdtest"
-	"github.com/allocator/allocator/pkg/apiserver"
 	"github.com/allocator/allocator/pkg/bitmap"
+	"github.com/allocator/allocator/pkg/model"
 	"github.com/allocator/allocator/pkg/report"
 	"github.com/allocator/allocator/pkg/subrange"
 )
@@ -100,13 +100,13 @@ func storedMap(t *testing.T, ctx context.Context, etcd *etcdtest.Etcd, cidr stri
 func TestRangeGrowBitmap(t *testing.T) {
 	ctx := testContext(t)
 	etcd := etcdtest.New(t)
-	s := startServer(t, serverOptions{model: string(apiserver.ModelBitmap), serviceRange: "10.0.0.0/24", etcd: etcd})
+	s := startServer(t, serverOptions{model: string(model.Bitmap), serviceRange: "10.0.0.0/24", etcd: etcd})
 	mustCreate(t, ctx, s.client, newService("static", withIP("10.0.0.200")))
 	createMany(t, ctx, s.client, "before", 200, 8)
 	before := serviceIPs(t, ctx, s.client)
 	s.stop()
 
-	s = startServer(t, serverOptions{model: string(apiserver.ModelBitmap), serviceRange: "10.0.0.0/23", etcd: etcd, dataDir: s.dataDir})
+	s = startServer(t, serverOptions{model: string(model.Bitmap), serviceRange: "10.0.0.0/23", etcd: etcd, dataDir: s.dataDir})
 	// 510 usable addresses, 202 held: 300 more fit, and every one must be new.
 	createMany(t, ctx, s.client, "after", 300, 8)
 	after := serviceIPs(t, ctx, s.client) // fails on any duplicate
@@ -142,12 +142,12 @@ func TestRangeGrowBitmap(t *testing.T) {
 func TestRangeShrinkBitmap(t *testing.T) {
 	ctx := testContext(t)
 	etcd := etcdtest.New(t)
-	s := startServer(t, serverOptions{model: string(apiserver.ModelBitmap), serviceRange: "10.0.0.0/23", etcd: etcd})
+	s := startServer(t, serverOptions{model: string(model.Bitmap), serviceRange: "10.0.0.0/23", etcd: etcd})
 	mustCreate(t, ctx, s.client, newService("inside", withIP("10.0.0.50")))
 	mustCreate(t, ctx, s.client, newService("outside", withIP("10.0.1.50")))
 	s.stop()
 
-	s = startServer(t, serverOptions{model: string(apiserver.ModelBitmap), serviceRange: "10.0.0.0/24", etcd: etcd, dataDir: s.dataDir})
+	s = startServer(t, serverOptions{model: string(model.Bitmap), serviceRange: "10.0.0.0/24", etcd: etcd, dataDir: s.dataDir})
 	got, err := s.client.CoreV1().Services("default").Get(ctx, "outside", metav1.GetOptions{})
 	if err != nil || got.Spec.ClusterIP != "10.0.1.50" {
 		t.Fatalf("the Service outside the new range: %v, %v", got, err)

@@ -13,7 +13,6 @@ import (
 	"k8s.io/client-go/rest"
 
 	"github.com/allocator/allocator/pkg/allocation"
-	"github.com/allocator/allocator/pkg/apiserver"
 )
 
 // unreadyAllocator answers ErrNotReady while notReady is set.
@@ -46,14 +45,10 @@ func (u unreadyAllocator) DryRun() allocation.Interface {
 func TestNotReadyUntilBootstrapped(t *testing.T) {
 	var notReady atomic.Bool
 	notReady.Store(true)
-	factory := func(ctx context.Context, spec apiserver.AllocatorSpec) (allocation.Interface, error) {
-		a, err := apiserver.EtcdBitmapFactory(ctx, spec)
-		if err != nil {
-			return nil, err
-		}
-		return unreadyAllocator{Interface: a, notReady: &notReady}, nil
+	wrap := func(a allocation.Interface) allocation.Interface {
+		return unreadyAllocator{Interface: a, notReady: &notReady}
 	}
-	s := startServer(t, serverOptions{serviceRange: "10.96.0.0/16", newAllocator: factory, noWait: true})
+	s := startServer(t, serverOptions{serviceRange: "10.96.0.0/16", model: "bitmap", wrapAllocator: wrap, noWait: true})
 	ctx := testContext(t)
 
 	// Wait until the server answers at all, then check it is not ready.

@@ -20,8 +20,8 @@ import (
 
 	"github.com/allocator/allocator/internal/etcdtest"
 	"github.com/allocator/allocator/internal/fixtures"
-	"github.com/allocator/allocator/pkg/apiserver"
 	"github.com/allocator/allocator/pkg/etcdlayout"
+	"github.com/allocator/allocator/pkg/model"
 )
 
 // fieldsV1 is a managedFields entry's field set, as kube-apiserver records it.
@@ -155,8 +155,8 @@ func TestKubeAPIServerServicesRoundTrip(t *testing.T) {
 	for _, tc := range []struct {
 		fixture, model, template string
 	}{
-		{fixtures.IPAddress136, string(apiserver.ModelIPAddress), "fx/dyn-01"},
-		{fixtures.Bitmap132, string(apiserver.ModelBitmap), "default/dyn-01"},
+		{fixtures.IPAddress136, string(model.IPAddress), "fx/dyn-01"},
+		{fixtures.Bitmap132, string(model.Bitmap), "default/dyn-01"},
 	} {
 		t.Run(tc.model, func(t *testing.T) {
 			ctx := testContext(t)

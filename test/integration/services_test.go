@@ -18,7 +18,6 @@ import (
 	corev1apply "k8s.io/client-go/applyconfigurations/core/v1"
 	"k8s.io/client-go/kubernetes"
 
-	"github.com/allocator/allocator/pkg/apiserver"
 	"github.com/allocator/allocator/pkg/etcdlayout"
 )
 
@@ -140,7 +139,7 @@ func testSingleStack(t *testing.T, model string) {
 		if *svc.Spec.IPFamilyPolicy != corev1.IPFamilyPolicySingleStack || len(svc.Spec.IPFamilies) != 1 || svc.Spec.IPFamilies[0] != corev1.IPv4Protocol {
 			t.Errorf("families %v policy %v", svc.Spec.IPFamilies, *svc.Spec.IPFamilyPolicy)
 		}
-		if model == string(apiserver.ModelIPAddress) {
+		if model == "ipaddress" {
 			ipa, err := c.NetworkingV1().IPAddresses().Get(ctx, svc.Spec.ClusterIP, metav1.GetOptions{})
 			if err != nil {
 				t.Fatalf("IPAddress of dyn: %v", err)
@@ -387,7 +386,7 @@ func testSingleStack(t *testing.T, model string) {
 		if stored, ok := obj.(*corev1.Service); !ok || stored.Spec.ClusterIP != "10.96.0.91" || stored.Namespace != "default" {
 			t.Errorf("decoded %T %+v", obj, obj)
 		}
-		if model == string(apiserver.ModelIPAddress) {
+		if model == "ipaddress" {
 			resp, err := s.etcd.Client().Get(ctx, "/registry/ipaddresses/10.96.0.91")
 			if err != nil || len(resp.Kvs) != 1 {
 				t.Fatalf("IPAddress key: %v %v", resp, err)
@@ -562,7 +561,7 @@ func testRestartKeepsAllocations(t *testing.T, model string) {
 // every stored Service's IP before it opens, so a restart hands out no IP
 // twice.
 func TestMemoryAllocatorRebuilt(t *testing.T) {
-	opts := serverOptions{serviceRange: "10.0.0.0/28", newAllocator: apiserver.MemoryBitmapFactory, rebuild: true}
+	opts := serverOptions{serviceRange: "10.0.0.0/28", model: "bitmap", inMemory: true, rebuild: true}
 	s := startServer(t, opts)
 	ctx := testContext(t)
 	// 14 usable, the kubernetes Service has one.

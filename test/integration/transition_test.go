@@ -15,11 +15,11 @@ import (
 
 	"github.com/allocator/allocator/internal/etcdtest"
 	"github.com/allocator/allocator/pkg/allocation"
-	"github.com/allocator/allocator/pkg/apiserver"
 	"github.com/allocator/allocator/pkg/bitmap"
 	"github.com/allocator/allocator/pkg/etcdlayout"
 	ipcontroller "github.com/allocator/allocator/pkg/ipallocator/controller"
 	"github.com/allocator/allocator/pkg/ipallocator/ipaddress"
+	"github.com/allocator/allocator/pkg/model"
 	"github.com/allocator/allocator/pkg/subrange"
 	"github.com/allocator/allocator/pkg/transition"
 )
@@ -160,8 +160,8 @@ func checkConsistent(t *testing.T, ctx context.Context, c kubernetes.Interface, 
 func TestMixedModels(t *testing.T) {
 	ctx := testContext(t)
 	const cidr = "10.0.0.0/23" // 510 usable, 32 in the static band
-	bm := startServer(t, serverOptions{model: string(apiserver.ModelBitmap), serviceRange: cidr})
-	ipr := startServer(t, serverOptions{model: string(apiserver.ModelIPAddress), serviceRange: cidr, etcd: bm.etcd})
+	bm := startServer(t, serverOptions{model: string(model.Bitmap), serviceRange: cidr})
+	ipr := startServer(t, serverOptions{model: string(model.IPAddress), serviceRange: cidr, etcd: bm.etcd})
 	st, ok, err := transition.ReadState(ctx, bm.etcd.Client(), "/registry")
 	if err != nil || !ok || !st.DualWrite {
 		t.Fatalf("transition state = %+v, %v, %v; want dual write on", st, ok, err)
@@ -206,7 +206,7 @@ func TestMixedModels(t *testing.T) {
 // so an address re-used by another Service never shows the old one.
 func TestBitmapModelKeepsIPAddressesTrue(t *testing.T) {
 	ctx := testContext(t)
-	s := startServer(t, serverOptions{model: string(apiserver.ModelBitmap), serviceRange: "10.0.0.0/24"})
+	s := startServer(t, serverOptions{model: string(model.Bitmap), serviceRange: "10.0.0.0/24"})
 	owner := func(ctx context.Context, ip string) (string, error) {
 		obj, err := s.client.NetworkingV1().IPAddresses().Get(ctx, ip, metav1.GetOptions{})
 		if err != nil {
@@ -247,7 +247,7 @@ func TestDualWriteFullWindowSpills(t *testing.T) {
 	if _, err := etcd.Client().Put(ctx, "/registry/ranges/serviceips", string(empty)); err != nil {
 		t.Fatal(err)
 	}
-	s := startServer(t, serverOptions{model: string(apiserver.ModelIPAddress), serviceRange: window, etcd: etcd})
+	s := startServer(t, serverOptions{model: string(model.IPAddress), serviceRange: window, etcd: etcd})
 	if st, ok, err := transition.ReadState(ctx, etcd.Client(), "/registry"); err != nil || !ok || !st.DualWrite {
 		t.Fatalf("transition state = %+v, %v, %v; want dual write on", st, ok, err)
 	}

@@ -14,7 +14,6 @@ import (
 
 	"github.com/allocator/allocator/internal/testserver"
 	"github.com/allocator/allocator/pkg/allocation"
-	"github.com/allocator/allocator/pkg/apiserver"
 	"github.com/allocator/allocator/pkg/ipallocator/controller"
 	"github.com/allocator/allocator/pkg/report"
 )
@@ -37,14 +36,8 @@ func (s slowAllocator) AllocateNext(ctx context.Context, owner allocation.Owner)
 
 func slowBitmapServer(t *testing.T, cidr string, hold time.Duration) *testserver.Server {
 	return testserver.Start(t, testserver.Options{ServiceRange: cidr, Model: "bitmap",
-		Configure: func(cfg *apiserver.Config) {
-			cfg.NewAllocator = func(ctx context.Context, spec apiserver.AllocatorSpec) (allocation.Interface, error) {
-				a, err := apiserver.EtcdBitmapFactory(ctx, spec)
-				if err != nil {
-					return nil, err
-				}
-				return slowAllocator{Interface: a, hold: hold}, nil
-			}
+		WrapAllocator: func(a allocation.Interface) allocation.Interface {
+			return slowAllocator{Interface: a, hold: hold}
 		}})
 }
 

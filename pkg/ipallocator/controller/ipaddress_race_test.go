@@ -1,7 +1,6 @@
 package controller_test
 
 import (
-	"context"
 	"fmt"
 	"net/netip"
 	"strings"
@@ -17,7 +16,6 @@ import (
 
 	"github.com/allocator/allocator/internal/testserver"
 	"github.com/allocator/allocator/pkg/allocation"
-	"github.com/allocator/allocator/pkg/apiserver"
 	"github.com/allocator/allocator/pkg/ipallocator/controller"
 	"github.com/allocator/allocator/pkg/ipallocator/ipaddress"
 )
@@ -33,14 +31,8 @@ func TestIPAddressRepairRaceWithCreates(t *testing.T) {
 	const grace = 2 * time.Second
 	ctx := repairtest.Context(t)
 	srv := testserver.Start(t, testserver.Options{ServiceRange: "10.0.0.0/22", Model: "ipaddress",
-		Configure: func(cfg *apiserver.Config) {
-			cfg.NewAllocator = func(ctx context.Context, spec apiserver.AllocatorSpec) (allocation.Interface, error) {
-				a, err := apiserver.IPAddressFactory(ctx, spec)
-				if err != nil {
-					return nil, err
-				}
-				return slowAllocator{Interface: a, hold: 400 * time.Millisecond}, nil
-			}
+		WrapAllocator: func(a allocation.Interface) allocation.Interface {
+			return slowAllocator{Interface: a, hold: 400 * time.Millisecond}
 		}})
 	ctrl, err := controller.NewIPAddressRepair(controller.IPAddressConfig{Client: srv.Client, OrphanGrace: grace})
 	if err != nil {

@@ -19,11 +19,11 @@ import (
 
 	"github.com/allocator/allocator/internal/testserver"
 	"github.com/allocator/allocator/pkg/allocation"
-	"github.com/allocator/allocator/pkg/apiserver"
 	"github.com/allocator/allocator/pkg/bitmap"
 	"github.com/allocator/allocator/pkg/etcdlayout"
 	"github.com/allocator/allocator/pkg/ipallocator/dualwrite"
 	"github.com/allocator/allocator/pkg/ipallocator/ipaddress"
+	"github.com/allocator/allocator/pkg/model"
 	"github.com/allocator/allocator/pkg/subrange"
 )
 
@@ -64,7 +64,7 @@ func testContext(t *testing.T) context.Context {
 
 func startEnv(t *testing.T, serviceRange string) *env {
 	t.Helper()
-	srv := testserver.Start(t, testserver.Options{ServiceRange: serviceRange, Model: string(apiserver.ModelBitmap)})
+	srv := testserver.Start(t, testserver.Options{ServiceRange: serviceRange, Model: string(model.Bitmap)})
 	e := &env{srv: srv, cfg: rest.CopyConfig(srv.RESTConfig), fail: &failPOSTs{}}
 	e.cfg.WrapTransport = func(rt http.RoundTripper) http.RoundTripper {
 		return roundTripFunc(func(r *http.Request) (*http.Response, error) {

@@ -12,8 +12,8 @@ import (
 	"k8s.io/client-go/rest"
 
 	"github.com/allocator/allocator/internal/testserver"
-	"github.com/allocator/allocator/pkg/apiserver"
 	"github.com/allocator/allocator/pkg/ipallocator/ipaddress"
+	"github.com/allocator/allocator/pkg/model"
 )
 
 // startServer runs the project's API server in-process on a real embedded
@@ -23,7 +23,7 @@ import (
 // allocators under test own every IPAddress of the range.
 func startServer(t *testing.T, serviceRange string) *rest.Config {
 	t.Helper()
-	return testserver.Start(t, testserver.Options{ServiceRange: serviceRange, Model: string(apiserver.ModelBitmap)}).RESTConfig
+	return testserver.Start(t, testserver.Options{ServiceRange: serviceRange, Model: string(model.Bitmap)}).RESTConfig
 }
 
 func newClient(t *testing.T, cfg *rest.Config) kubernetes.Interface {

@@ -15,7 +15,7 @@ import (
 
 	"github.com/allocator/allocator/internal/testserver"
 	"github.com/allocator/allocator/pkg/allocation"
-	"github.com/allocator/allocator/pkg/apiserver"
+	"github.com/allocator/allocator/pkg/model"
 )
 
 // slowAfterReserve reserves at once and then takes a while before returning,
@@ -45,18 +45,12 @@ func TestClientDisconnectsMidAllocation(t *testing.T) {
 	)
 	srv := testserver.Start(t, testserver.Options{
 		ServiceRange: "10.0.0.0/24",
-		Model:        string(apiserver.ModelBitmap),
-		Configure: func(cfg *apiserver.Config) {
-			cfg.NewAllocator = func(ctx context.Context, spec apiserver.AllocatorSpec) (allocation.Interface, error) {
-				a, err := apiserver.EtcdBitmapFactory(ctx, spec)
-				if err != nil {
-					return nil, err
-				}
-				mu.Lock()
-				inner = a
-				mu.Unlock()
-				return slowAfterReserve{Interface: a, delay: 600 * time.Millisecond}, nil
-			}
+		Model:        string(model.Bitmap),
+		WrapAllocator: func(a allocation.Interface) allocation.Interface {
+			mu.Lock()
+			inner = a
+			mu.Unlock()
+			return slowAfterReserve{Interface: a, delay: 600 * time.Millisecond}
 		},
 	})
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)

@@ -14,7 +14,6 @@ import (
 
 	"github.com/allocator/allocator/internal/testserver"
 	"github.com/allocator/allocator/pkg/allocation"
-	"github.com/allocator/allocator/pkg/apiserver"
 )
 
 // releaseGate wraps a real allocator. The first Release of an address goes
@@ -92,7 +91,7 @@ const holdFinalizer = "example.com/hold"
 // losers released again, the second Service lost its address, and the next
 // create got it too.
 func TestConcurrentFinalizerRemovalReleasesOnce(t *testing.T) {
-	for _, model := range []string{string(apiserver.ModelBitmap), string(apiserver.ModelIPAddress)} {
+	for _, model := range []string{"bitmap", "ipaddress"} {
 		t.Run(model, func(t *testing.T) { testFinalizerRemovalReleasesOnce(t, model) })
 	}
 }
@@ -103,22 +102,12 @@ func testFinalizerRemovalReleasesOnce(t *testing.T, model string) {
 	srv := testserver.Start(t, testserver.Options{
 		ServiceRange: "10.0.0.0/24",
 		Model:        model,
-		Configure: func(cfg *apiserver.Config) {
-			factory := apiserver.EtcdBitmapFactory
-			if model == string(apiserver.ModelIPAddress) {
-				factory = apiserver.IPAddressFactory
-			}
-			cfg.NewAllocator = func(ctx context.Context, spec apiserver.AllocatorSpec) (allocation.Interface, error) {
-				a, err := factory(ctx, spec)
-				if err != nil {
-					return nil, err
-				}
-				g := newReleaseGate(a)
-				gatesMu.Lock()
-				gates = append(gates, g)
-				gatesMu.Unlock()
-				return g, nil
-			}
+		WrapAllocator: func(a allocation.Interface) allocation.Interface {
+			g := newReleaseGate(a)
+			gatesMu.Lock()
+			gates = append(gates, g)
+			gatesMu.Unlock()
+			return g
 		},
 	})
 	gatesMu.Lock()
@@ -173,7 +162,7 @@ func testFinalizerRemovalReleasesOnce(t *testing.T, model string) {
 		}
 		// The address is free: another Service takes it.
 		takerName := "taker-" + name
-		if model == string(apiserver.ModelIPAddress) {
+		if model == "ipaddress" {
 			takerName = name // same name and IP: the re-created Service
 		}
 		taker := &corev1.Service{
@@ -211,7 +200,7 @@ func testFinalizerRemovalReleasesOnce(t *testing.T, model string) {
 			t.Fatalf("round %d (%d updates passed): %s released %d times, still allocated to %s: %v; want one release and the taker's allocation intact",
 				round, succeeded, ip, n, takerName, has)
 		}
-		if model == string(apiserver.ModelIPAddress) {
+		if model == "ipaddress" {
 			obj, err := srv.Client.NetworkingV1().IPAddresses().Get(ctx, ip.String(), metav1.GetOptions{})
 			if err != nil {
 				t.Fatalf("round %d: the re-created Service's IPAddress %s: %v", round, ip, err)

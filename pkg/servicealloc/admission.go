@@ -7,6 +7,8 @@ import (
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/allocator/allocator/pkg/allocation"
 )
 
 // writes counts the Service writes (create, update, delete) in progress,
@@ -76,4 +78,15 @@ func (a *Allocator) Drain(ctx context.Context) error {
 		w.mu.Unlock()
 		return fmt.Errorf("%d Service writes still in progress: %w", n, ctx.Err())
 	}
+}
+
+// Open admits reservations (see Config.StartClosed). It is idempotent.
+func (a *Allocator) Open() { a.closed.Store(false) }
+
+// admitReservation refuses a reservation while the Allocator is closed.
+func (a *Allocator) admitReservation() error {
+	if a.closed.Load() {
+		return allocation.ErrNotReady
+	}
+	return nil
 }

@@ -1,0 +1,70 @@
+package apiserver
+
+import (
+	"context"
+	"fmt"
+
+	corev1 "k8s.io/api/core/v1"
+	networkingv1 "k8s.io/api/networking/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
+	restclient "k8s.io/client-go/rest"
+
+	"github.com/allocator/allocator/pkg/ipallocator"
+	"github.com/allocator/allocator/pkg/ipallocator/ipaddress"
+	"github.com/allocator/allocator/pkg/report"
+)
+
+// ReasonServiceCIDRNotServed is the reason of the event on a ServiceCIDR the
+// IPAddress allocator refuses to serve.
+const ReasonServiceCIDRNotServed = "ServiceCIDRNotServed"
+
+// openBackend builds the server's ClusterIP allocator model
+// (pkg/ipallocator): the one place the model's name becomes allocators,
+// stores, repairs and carry-over. The server is not serving yet; the
+// IPAddress model's informers sync once it does, and until then its
+// allocators answer ErrNotReady (503 with Retry-After). They stop when ctx
+// ends.
+func (s *Server) openBackend(ctx context.Context) (*ipallocator.Backend, error) {
+	client, err := loopbackClient(s.cfg.Generic.LoopbackClientConfig)
+	if err != nil {
+		return nil, err
+	}
+	// A ServiceCIDR the allocator cannot serve (an IPv6 prefix shorter than
+	// /64) is accepted by the API like upstream's, so the refusal is made
+	// visible as a Warning event on it, with upstream's message.
+	recorder := report.NewEventRecorder(ctx, client)
+	onRefused := func(r ipaddress.RefusedCIDR) {
+		obj := &networkingv1.ServiceCIDR{ObjectMeta: metav1.ObjectMeta{Name: r.ServiceCIDR}}
+		recorder.Eventf(obj, corev1.EventTypeWarning, ReasonServiceCIDRNotServed, "CIDR %s is not served: %v", r.CIDR, r.Err)
+	}
+	cfg := ipallocator.Config{
+		Model: s.cfg.Model, Prefixes: s.cfg.ServiceCIDRs, Etcd: s.etcd, EtcdPrefix: s.cfg.EtcdPrefix,
+		Client: client, Transition: s.transition, OnRefused: onRefused,
+	}
+	if s.cfg.InMemory {
+		cfg.Etcd = nil
+	}
+	b, err := ipallocator.Open(ctx, cfg)
+	if err != nil {
+		return nil, fmt.Errorf("%s model: %w", s.cfg.Model, err)
+	}
+	return b, nil
+}
+
+// loopbackClient is a protobuf client on the server's loopback config: every
+// dynamic allocation of the IPAddress model is one IPAddress create through
+// it, and its informers list and watch through it.
+func loopbackClient(loopback *restclient.Config) (kubernetes.Interface, error) {
+	if loopback == nil {
+		return nil, fmt.Errorf("no loopback client config")
+	}
+	cfg := restclient.CopyConfig(loopback)
+	cfg.ContentType = "application/vnd.kubernetes.protobuf"
+	cfg.AcceptContentTypes = "application/vnd.kubernetes.protobuf,application/json"
+	client, err := kubernetes.NewForConfig(cfg)
+	if err != nil {
+		return nil, fmt.Errorf("loopback client: %w", err)
+	}
+	return client, nil
+}
