@@ -151,41 +151,16 @@ func (a *Allocator) Restore(rangeSpec string, data []byte) error {
 }
 
 // DryRun returns a view that checks and answers but never changes anything.
-func (a *Allocator) DryRun() allocation.Interface { return memoryDryRun{a} }
+func (a *Allocator) DryRun() allocation.Interface { return dryRun{a} }
 
-type memoryDryRun struct{ a *Allocator }
-
-func (d memoryDryRun) Allocate(ctx context.Context, ip netip.Addr, _ allocation.Owner) error {
-	i, err := indexOf(d.a.rng, ip)
-	if err != nil {
-		return err
-	}
-	d.a.mu.Lock()
-	defer d.a.mu.Unlock()
-	if d.a.bits.Has(i) {
-		return allocation.ErrAllocated
-	}
+// Read calls fn with the bit set under the allocator's lock; fn must not
+// keep it.
+func (a *Allocator) Read(_ context.Context, fn func(*bitset.Set)) error {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	fn(a.bits)
 	return nil
 }
-
-func (d memoryDryRun) AllocateNext(context.Context, allocation.Owner) (netip.Addr, error) {
-	d.a.mu.Lock()
-	defer d.a.mu.Unlock()
-	i, ok := d.a.bits.NextDynamic()
-	if !ok {
-		return netip.Addr{}, allocation.ErrFull
-	}
-	return addrOf(d.a.rng, i), nil
-}
-
-func (d memoryDryRun) Release(context.Context, netip.Addr, allocation.Owner) error { return nil }
-func (d memoryDryRun) Has(ctx context.Context, ip netip.Addr) (bool, error)        { return d.a.Has(ctx, ip) }
-func (d memoryDryRun) ForEach(ctx context.Context, fn func(netip.Addr)) error {
-	return d.a.ForEach(ctx, fn)
-}
-func (d memoryDryRun) Usage(ctx context.Context) (allocation.Usage, error) { return d.a.Usage(ctx) }
-func (d memoryDryRun) IPv6() bool                                          { return d.a.IPv6() }
-func (d memoryDryRun) DryRun() allocation.Interface                        { return d }
 
 // indexOf maps ip to its slot, or returns the typed not-in-range error.
 func indexOf(r subrange.Range, ip netip.Addr) (int, error) {

@@ -416,41 +416,4 @@ func (a *EtcdAllocator) Snapshot(ctx context.Context) (rangeSpec string, data []
 }
 
 // DryRun returns a view that answers from confirmed state and never writes.
-func (a *EtcdAllocator) DryRun() allocation.Interface { return etcdDryRun{a} }
-
-type etcdDryRun struct{ a *EtcdAllocator }
-
-func (d etcdDryRun) Allocate(ctx context.Context, ip netip.Addr, _ allocation.Owner) error {
-	slot, err := indexOf(d.a.rng, ip)
-	if err != nil {
-		return err
-	}
-	var taken bool
-	if err := d.a.Read(ctx, func(b *bitset.Set) { taken = b.Has(slot) }); err != nil {
-		return fmt.Errorf("dry-run allocate %s: %w", ip, err)
-	}
-	if taken {
-		return allocation.ErrAllocated
-	}
-	return nil
-}
-
-func (d etcdDryRun) AllocateNext(ctx context.Context, _ allocation.Owner) (netip.Addr, error) {
-	slot, found := 0, false
-	if err := d.a.Read(ctx, func(b *bitset.Set) { slot, found = b.NextDynamic() }); err != nil {
-		return netip.Addr{}, fmt.Errorf("dry-run allocate next: %w", err)
-	}
-	if !found {
-		return netip.Addr{}, allocation.ErrFull
-	}
-	return addrOf(d.a.rng, slot), nil
-}
-
-func (d etcdDryRun) Release(context.Context, netip.Addr, allocation.Owner) error { return nil }
-func (d etcdDryRun) Has(ctx context.Context, ip netip.Addr) (bool, error)        { return d.a.Has(ctx, ip) }
-func (d etcdDryRun) ForEach(ctx context.Context, fn func(netip.Addr)) error {
-	return d.a.ForEach(ctx, fn)
-}
-func (d etcdDryRun) Usage(ctx context.Context) (allocation.Usage, error) { return d.a.Usage(ctx) }
-func (d etcdDryRun) IPv6() bool                                          { return d.a.IPv6() }
-func (d etcdDryRun) DryRun() allocation.Interface                        { return d }
+func (a *EtcdAllocator) DryRun() allocation.Interface { return dryRun{a} }
