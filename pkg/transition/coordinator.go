@@ -26,7 +26,7 @@ type Config struct {
 	Client *clientv3.Client
 	// Prefix is the etcd prefix ("/registry").
 	Prefix string
-	// Model is ModelBitmap or ModelIPAddress.
+	// Model is model.Bitmap or model.IPAddress.
 	Model model.Name
 	// ID names the replica; default host-pid-random.
 	ID string
@@ -72,7 +72,7 @@ func Join(ctx context.Context, cfg Config) (*Coordinator, error) {
 	if cfg.Client == nil {
 		return nil, errors.New("transition: an etcd client is required")
 	}
-	if cfg.Model != ModelBitmap && cfg.Model != ModelIPAddress {
+	if cfg.Model != model.Bitmap && cfg.Model != model.IPAddress {
 		return nil, fmt.Errorf("transition: unknown model %q", cfg.Model)
 	}
 	if cfg.TTL <= 0 {
@@ -151,7 +151,7 @@ func (c *Coordinator) register(ctx context.Context) error {
 		return err
 	}
 	initial := State{Changed: time.Now().UTC(), By: "replica " + c.cfg.ID}
-	if c.cfg.Model == ModelBitmap {
+	if c.cfg.Model == model.Bitmap {
 		initial.DualWrite, initial.Reason = true, "a bitmap-model replica started"
 	} else {
 		exists, err := model.BitmapExists(ctx, client, c.cfg.Prefix)
@@ -170,7 +170,7 @@ func (c *Coordinator) register(ctx context.Context) error {
 		cleanup()
 		return err
 	}
-	if c.cfg.Model == ModelBitmap && !state.DualWrite {
+	if c.cfg.Model == model.Bitmap && !state.DualWrite {
 		cleanup()
 		return ErrRetired
 	}
@@ -351,7 +351,7 @@ func (c *Coordinator) apply(ctx context.Context, state State) {
 	c.mu.Lock()
 	old := c.state
 	c.state = state
-	if c.cfg.Model == ModelBitmap && !state.DualWrite {
+	if c.cfg.Model == model.Bitmap && !state.DualWrite {
 		// Only a replica whose lease had lapsed can see this (Finish
 		// refuses while bitmap records live): stop allocating.
 		c.retired = true

@@ -10,6 +10,7 @@ import (
 
 	"github.com/allocator/allocator/internal/etcdtest"
 	"github.com/allocator/allocator/pkg/etcdlayout"
+	"github.com/allocator/allocator/pkg/model"
 )
 
 // TestFormat: what this release writes carries its format; what a release
@@ -22,7 +23,7 @@ func TestFormat(t *testing.T) {
 	client := etcd.Client()
 	l := etcdlayout.Layout{Prefix: prefix}
 
-	c := join(t, ctx, client, string(ModelIPAddress), "new")
+	c := join(t, ctx, client, string(model.IPAddress), "new")
 	resp, err := client.Get(ctx, l.AllocatorState())
 	if err != nil || len(resp.Kvs) != 1 {
 		t.Fatalf("state: %v %v", resp, err)
@@ -34,7 +35,7 @@ func TestFormat(t *testing.T) {
 	if stored["format"] != float64(Format) {
 		t.Errorf("stored state %s: want format %d", resp.Kvs[0].Value, Format)
 	}
-	records, err := ListRecords(ctx, client, prefix, ModelIPAddress)
+	records, err := ListRecords(ctx, client, prefix, model.IPAddress)
 	if err != nil || len(records) != 1 || records[0].Format != Format {
 		t.Fatalf("records %+v, %v: want one of format %d", records, err, Format)
 	}
@@ -44,13 +45,13 @@ func TestFormat(t *testing.T) {
 	if _, err := client.Put(ctx, l.AllocatorState(), `{"dualWrite":true,"changed":"2026-11-01T00:00:00Z","by":"old"}`); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := client.Put(ctx, l.AllocatorReplicasPrefix(string(ModelBitmap))+"old", `{"id":"old","model":"bitmap","dualWrite":true,"stateRevision":1,"started":"2026-11-01T00:00:00Z"}`); err != nil {
+	if _, err := client.Put(ctx, l.AllocatorReplicasPrefix(string(model.Bitmap))+"old", `{"id":"old","model":"bitmap","dualWrite":true,"stateRevision":1,"started":"2026-11-01T00:00:00Z"}`); err != nil {
 		t.Fatal(err)
 	}
 	if st, ok, err := ReadState(ctx, client, prefix); err != nil || !ok || !st.DualWrite || st.By != "old" {
 		t.Errorf("an unversioned state: %+v %v %v", st, ok, err)
 	}
-	if rs, err := ListRecords(ctx, client, prefix, ModelBitmap); err != nil || len(rs) != 1 || rs[0].ID != "old" {
+	if rs, err := ListRecords(ctx, client, prefix, model.Bitmap); err != nil || len(rs) != 1 || rs[0].ID != "old" {
 		t.Errorf("an unversioned record: %+v %v", rs, err)
 	}
 
@@ -62,15 +63,15 @@ func TestFormat(t *testing.T) {
 	if !errors.Is(err, ErrNewerFormat) || !strings.Contains(err.Error(), "the transition state has format 2 and this release reads formats up to 1") {
 		t.Errorf("a newer state: %v", err)
 	}
-	if _, err := Join(ctx, Config{Client: client, Prefix: prefix, Model: ModelIPAddress, ID: "r2", TTL: 2 * time.Second}); !errors.Is(err, ErrNewerFormat) {
+	if _, err := Join(ctx, Config{Client: client, Prefix: prefix, Model: model.IPAddress, ID: "r2", TTL: 2 * time.Second}); !errors.Is(err, ErrNewerFormat) {
 		t.Errorf("join over a newer state: %v", err)
 	}
 
 	// A newer release's record: refused by the listing that waits on records.
-	if _, err := client.Put(ctx, l.AllocatorReplicasPrefix(string(ModelBitmap))+"future", `{"format":3,"id":"future","model":"bitmap"}`); err != nil {
+	if _, err := client.Put(ctx, l.AllocatorReplicasPrefix(string(model.Bitmap))+"future", `{"format":3,"id":"future","model":"bitmap"}`); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := ListRecords(ctx, client, prefix, ModelBitmap); !errors.Is(err, ErrNewerFormat) {
+	if _, err := ListRecords(ctx, client, prefix, model.Bitmap); !errors.Is(err, ErrNewerFormat) {
 		t.Errorf("a newer record: %v", err)
 	}
 }

@@ -14,12 +14,6 @@ import (
 	"github.com/allocator/allocator/pkg/model"
 )
 
-// Models, spelled by pkg/model.
-const (
-	ModelBitmap    = model.Bitmap
-	ModelIPAddress = model.IPAddress
-)
-
 // State is the cluster-wide transition state.
 type State struct {
 	// DualWrite is true while bitmap-model writers may be live: IPAddress-model
@@ -250,7 +244,7 @@ func Finish(ctx context.Context, client *clientv3.Client, prefix string, opts Fi
 	if err != nil {
 		return State{}, err
 	}
-	bitmapReplicas := l.AllocatorReplicasPrefix(string(ModelBitmap))
+	bitmapReplicas := l.AllocatorReplicasPrefix(string(model.Bitmap))
 	resp, err := client.Txn(ctx).
 		If(clientv3.Compare(clientv3.CreateRevision(bitmapReplicas), "=", 0).WithPrefix()).
 		Then(clientv3.OpPut(l.AllocatorState(), string(value))).
@@ -304,7 +298,7 @@ func WaitForDualWriters(ctx context.Context, client *clientv3.Client, prefix str
 		if ok && !state.DualWrite {
 			return ErrRetired
 		}
-		records, err := ListRecords(ctx, client, prefix, ModelIPAddress)
+		records, err := ListRecords(ctx, client, prefix, model.IPAddress)
 		if err != nil {
 			return err
 		}

@@ -38,9 +38,9 @@ func TestInitialState(t *testing.T) {
 		model    string
 		wantDual bool
 	}{
-		{"fresh IPAddress cluster", false, string(ModelIPAddress), false},
-		{"IPAddress replica on a bitmap cluster", true, string(ModelIPAddress), true},
-		{"fresh bitmap cluster", false, string(ModelBitmap), true},
+		{"fresh IPAddress cluster", false, string(model.IPAddress), false},
+		{"IPAddress replica on a bitmap cluster", true, string(model.IPAddress), true},
+		{"fresh bitmap cluster", false, string(model.Bitmap), true},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			client := etcdtest.New(t).Client()
@@ -54,17 +54,17 @@ func TestInitialState(t *testing.T) {
 				t.Fatalf("DualWrite = %v, want %v", got, tc.wantDual)
 			}
 			// A second replica of the other model agrees: the state is stored once.
-			other := ModelIPAddress
-			if tc.model == string(ModelIPAddress) {
-				other = ModelBitmap
+			other := model.IPAddress
+			if tc.model == string(model.IPAddress) {
+				other = model.Bitmap
 			}
 			c2, err := Join(ctx, Config{Client: client, Prefix: prefix, Model: other, ID: "r2", TTL: 2 * time.Second})
 			switch {
-			case other == ModelBitmap && !tc.wantDual:
+			case other == model.Bitmap && !tc.wantDual:
 				if !errors.Is(err, ErrRetired) {
 					t.Fatalf("bitmap replica on a cluster without dual write: err = %v, want ErrRetired", err)
 				}
-				recs, err := ListRecords(ctx, client, prefix, ModelBitmap)
+				recs, err := ListRecords(ctx, client, prefix, model.Bitmap)
 				if err != nil || len(recs) != 0 {
 					t.Fatalf("refused bitmap replica left records %v (err %v)", recs, err)
 				}
@@ -98,8 +98,8 @@ func TestFinishRefusesWhileBitmapReplicaLive(t *testing.T) {
 	if _, err := client.Put(ctx, etcdlayout.Layout{}.PrimaryServiceIPRange(), "x"); err != nil {
 		t.Fatal(err)
 	}
-	ipr := join(t, ctx, client, string(ModelIPAddress), "ip-1")
-	bm := join(t, ctx, client, string(ModelBitmap), "bm-1")
+	ipr := join(t, ctx, client, string(model.IPAddress), "ip-1")
+	bm := join(t, ctx, client, string(model.Bitmap), "bm-1")
 	waitFor(t, "the IPAddress replica to dual-write", ipr.DualWrite)
 
 	if _, err := Finish(ctx, client, prefix, FinishOptions{By: "test"}); !errors.Is(err, ErrBitmapWritersLive) {
@@ -114,11 +114,11 @@ func TestFinishRefusesWhileBitmapReplicaLive(t *testing.T) {
 	}
 	waitFor(t, "the IPAddress replica to stop dual-writing", func() bool { return !ipr.DualWrite() })
 	waitFor(t, "the acknowledgement", func() bool {
-		recs, _ := ListRecords(ctx, client, prefix, ModelIPAddress)
+		recs, _ := ListRecords(ctx, client, prefix, model.IPAddress)
 		return len(recs) == 1 && !recs[0].DualWrite && recs[0].StateRevision >= st.Revision
 	})
 	// A bitmap replica started now refuses, and leaves no record behind.
-	if _, err := Join(ctx, Config{Client: client, Prefix: prefix, Model: ModelBitmap, ID: "bm-2", TTL: 2 * time.Second}); !errors.Is(err, ErrRetired) {
+	if _, err := Join(ctx, Config{Client: client, Prefix: prefix, Model: model.Bitmap, ID: "bm-2", TTL: 2 * time.Second}); !errors.Is(err, ErrRetired) {
 		t.Fatalf("bitmap replica after Finish: err = %v, want ErrRetired", err)
 	}
 	// Reversible: Resume, the IPAddress replica acknowledges, a bitmap replica may start.
@@ -133,7 +133,7 @@ func TestFinishRefusesWhileBitmapReplicaLive(t *testing.T) {
 	if !ipr.DualWrite() {
 		t.Fatal("acknowledged dual write but does not dual-write")
 	}
-	join(t, ctx, client, string(ModelBitmap), "bm-3")
+	join(t, ctx, client, string(model.Bitmap), "bm-3")
 }
 
 // A kill leaves the record until the lease expires; Finish succeeds after.
@@ -142,7 +142,7 @@ func TestKilledBitmapReplicaExpires(t *testing.T) {
 	defer cancel()
 	e := etcdtest.New(t)
 	victimClient := e.NewClient(t)
-	_, err := Join(ctx, Config{Client: victimClient, Prefix: prefix, Model: ModelBitmap, ID: "victim", TTL: 2 * time.Second})
+	_, err := Join(ctx, Config{Client: victimClient, Prefix: prefix, Model: model.Bitmap, ID: "victim", TTL: 2 * time.Second})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -167,7 +167,7 @@ func TestSwitchWaitsForAllocationsInFlight(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	client := etcdtest.New(t).Client()
-	ipr := join(t, ctx, client, string(ModelIPAddress), "ip-1") // fresh cluster: dual write off
+	ipr := join(t, ctx, client, string(model.IPAddress), "ip-1") // fresh cluster: dual write off
 	dual, done, err := ipr.Begin(ctx)
 	if err != nil || dual {
 		t.Fatalf("Begin = %v, %v; want false, nil", dual, err)
@@ -177,7 +177,7 @@ func TestSwitchWaitsForAllocationsInFlight(t *testing.T) {
 		t.Fatal(err)
 	}
 	time.Sleep(500 * time.Millisecond) // the watch has delivered the change by now
-	recs, err := ListRecords(ctx, client, prefix, ModelIPAddress)
+	recs, err := ListRecords(ctx, client, prefix, model.IPAddress)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -186,7 +186,7 @@ func TestSwitchWaitsForAllocationsInFlight(t *testing.T) {
 	}
 	done()
 	waitFor(t, "the acknowledgement", func() bool {
-		recs, _ := ListRecords(ctx, client, prefix, ModelIPAddress)
+		recs, _ := ListRecords(ctx, client, prefix, model.IPAddress)
 		return len(recs) == 1 && recs[0].DualWrite && recs[0].StateRevision >= st.Revision
 	})
 	dual, done, err = ipr.Begin(ctx)
@@ -202,7 +202,7 @@ func TestStaleLeaseReRegisters(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	client := etcdtest.New(t).Client()
-	bm := join(t, ctx, client, string(ModelBitmap), "bm-1")
+	bm := join(t, ctx, client, string(model.Bitmap), "bm-1")
 	// Simulate a freeze: the lease is revoked behind the replica's back, as
 	// the server would after the TTL, and its freshness has run out.
 	bm.mu.Lock()
@@ -224,7 +224,7 @@ func TestStaleLeaseReRegisters(t *testing.T) {
 		t.Fatalf("Begin of the thawed bitmap replica: err = %v, want ErrRetired", err)
 	}
 	// An IPAddress replica in the same situation re-registers and goes on.
-	ipr := join(t, ctx, client, string(ModelIPAddress), "ip-1")
+	ipr := join(t, ctx, client, string(model.IPAddress), "ip-1")
 	ipr.mu.Lock()
 	ipr.freshUntil = time.Time{}
 	ipr.mu.Unlock()
@@ -242,7 +242,7 @@ func TestStaleLeaseReRegisters(t *testing.T) {
 		}()
 	}
 	wg.Wait()
-	recs, err := ListRecords(ctx, client, prefix, ModelIPAddress)
+	recs, err := ListRecords(ctx, client, prefix, model.IPAddress)
 	if err != nil || len(recs) != 1 {
 		t.Fatalf("records after re-registration: %v (err %v)", recs, err)
 	}

@@ -16,6 +16,7 @@ import (
 
 	"github.com/allocator/allocator/internal/etcdtest"
 	"github.com/allocator/allocator/pkg/etcdlayout"
+	"github.com/allocator/allocator/pkg/model"
 	"github.com/allocator/allocator/pkg/report"
 	"github.com/allocator/allocator/pkg/subrange"
 	"github.com/allocator/allocator/pkg/transition"
@@ -100,7 +101,7 @@ func testRollingSwitch(t *testing.T, bin string, kill bool) {
 	cidr := netip.MustParsePrefix(transitionRange)
 	etcd := etcdtest.New(t)
 	f := newFleet(t, bin, etcd, 3, transitionServeArgs...)
-	f.startAll(string(transition.ModelBitmap))
+	f.startAll("bitmap")
 
 	seed := loadSeed(t)
 	l := startLoad(t, f, loadConfig{
@@ -112,7 +113,7 @@ func testRollingSwitch(t *testing.T, bin string, kill bool) {
 		l.waitAcksVia(r.serving.Load(), 5, 30*time.Second)
 	}
 	switchStart := time.Now()
-	for _, model := range []string{string(transition.ModelIPAddress), string(transition.ModelBitmap)} {
+	for _, model := range []string{"ipaddress", "bitmap"} {
 		for i, r := range f.replicas {
 			sig := syscall.SIGTERM
 			if kill && i == 1 {
@@ -131,7 +132,7 @@ func testRollingSwitch(t *testing.T, bin string, kill bool) {
 	t.Logf("the six switches took %s", time.Since(switchStart).Round(time.Second))
 	l.summary()
 	l.mu.Lock()
-	for _, model := range []string{string(transition.ModelBitmap), string(transition.ModelIPAddress)} {
+	for _, model := range []string{"bitmap", "ipaddress"} {
 		if l.byModel[model] < 30 {
 			t.Errorf("only %d creates were acknowledged by %s-model replicas: the load did not overlap the transition", l.byModel[model], model)
 		}
@@ -159,7 +160,7 @@ func testRollingSwitch(t *testing.T, bin string, kill bool) {
 // grace periods.
 func verifyRepairJob(t *testing.T, f *fleet, loads ...*load) {
 	t.Helper()
-	for _, model := range []string{string(transition.ModelBitmap), string(transition.ModelIPAddress)} {
+	for _, model := range []string{"bitmap", "ipaddress"} {
 		out, _, code := runCLI(t, f.bin, "repair", "--dry-run", "-o", "json", "--model", model,
 			"--etcd-servers", f.endpoints(), "--kubeconfig", f.mustPick().kubeconfig)
 		var rep report.Report
@@ -236,8 +237,8 @@ func testFinish(t *testing.T, bin string) {
 	etcd := etcdtest.New(t)
 	f := newFleet(t, bin, etcd, 2, transitionServeArgs...)
 	r1, r2 := f.replicas[0], f.replicas[1]
-	bitmapEP := f.start(r1, string(transition.ModelBitmap))
-	f.start(r2, string(transition.ModelIPAddress))
+	bitmapEP := f.start(r1, "bitmap")
+	f.start(r2, "ipaddress")
 	seed := loadSeed(t)
 	statics := lowerBand(cidr)
 	burst := func(prefix string, creates int, statics []netip.Addr) *load {
@@ -254,7 +255,7 @@ func testFinish(t *testing.T, bin string) {
 	common := []string{"--etcd-servers", f.endpoints(), "--kubeconfig", f.mustPick().kubeconfig}
 
 	// Refused while the bitmap replica is live; the message names it.
-	records, err := transition.ListRecords(ctx, etcd.Client(), "/registry", transition.ModelBitmap)
+	records, err := transition.ListRecords(ctx, etcd.Client(), "/registry", model.Bitmap)
 	if err != nil || len(records) != 1 || records[0].PID != bitmapEP.pid {
 		t.Fatalf("bitmap replica records: %+v, %v; want one of pid %d", records, err, bitmapEP.pid)
 	}
@@ -268,7 +269,7 @@ func testFinish(t *testing.T, bin string) {
 
 	// Switch r1 too, let the repair give every address its IPAddress, finish.
 	f.stop(r1, syscall.SIGTERM)
-	f.start(r1, string(transition.ModelIPAddress))
+	f.start(r1, "ipaddress")
 	verifyClaims(t, f, cidr, true, 60*time.Second)
 	_, _, code = runCLI(t, bin, append([]string{"transition", "finish"}, common...)...)
 	if code != 0 {
@@ -284,7 +285,7 @@ func testFinish(t *testing.T, bin string) {
 		st = transitionStatus(t, bin, common)
 		acked := 0
 		for _, r := range st.Replicas {
-			if r.Model == transition.ModelIPAddress && !r.DualWrite && r.StateRevision >= st.State.Revision {
+			if r.Model == model.IPAddress && !r.DualWrite && r.StateRevision >= st.State.Revision {
 				acked++
 			}
 		}
@@ -315,7 +316,7 @@ func testFinish(t *testing.T, bin string) {
 	// A bitmap replica started now refuses, with the reason.
 	r3 := f.newReplica("r3")
 	f.replicas = append(f.replicas, r3)
-	p := f.launch(r3, string(transition.ModelBitmap))
+	p := f.launch(r3, "bitmap")
 	select {
 	case <-p.exited:
 	case <-time.After(30 * time.Second):
@@ -338,10 +339,10 @@ func testFinish(t *testing.T, bin string) {
 	if st := transitionStatus(t, bin, common); !st.State.DualWrite {
 		t.Fatalf("dual write off after resume: %+v\n%s", st.State, out)
 	}
-	f.start(r3, string(transition.ModelBitmap))
+	f.start(r3, "bitmap")
 	l2 := burst("resumed", 90, statics[20:30])
 	l2.mu.Lock()
-	viaBitmap := l2.byModel[string(transition.ModelBitmap)]
+	viaBitmap := l2.byModel["bitmap"]
 	l2.mu.Unlock()
 	if viaBitmap == 0 {
 		t.Errorf("no create was acknowledged by the resumed bitmap replica")
