@@ -2,7 +2,8 @@
 # Benchmark: starts `allocator serve` (embedded etcd on loopback, temporary
 # data dir), then creates and deletes COUNT ClusterIP Services with client-go
 # at each concurrency level, printing services/s and p50/p99 latency per phase
-# and checking every Service got a distinct IP.
+# and the server's CPU per operation (its embedded etcd included), and checking
+# every Service got a distinct IP.
 #
 #   hack/bench.sh                         bitmap model, 2000 Services, 1/8/32 clients
 #   ALLOCATOR=ipaddress COUNT=500 CONCURRENCY=8 hack/bench.sh
@@ -26,4 +27,4 @@ fi
 serve_start --service-cluster-ip-range 10.96.0.0/16 --allocator "$ALLOCATOR"
 
 echo "allocator=$ALLOCATOR type=$TYPE dual-write=${DUAL_WRITE:-0} count=$COUNT concurrency=$CONCURRENCY ($(nproc) CPUs)"
-"$work/bench" --kubeconfig "$kc" --count "$COUNT" --concurrency "$CONCURRENCY" --type "$TYPE"
+"$work/bench" --kubeconfig "$kc" --count "$COUNT" --concurrency "$CONCURRENCY" --type "$TYPE" --pids "$server_pid"

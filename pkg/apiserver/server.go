@@ -137,7 +137,12 @@ func (c CompletedConfig) New(ctx context.Context) (*Server, error) {
 			}
 		}()
 	}
-	if s.backend, err = s.openBackend(ctx); err != nil {
+	getter := newRESTOptionsGetter(c.EtcdServers, c.EtcdPrefix, c.EtcdTLS)
+	ipREST, err := ipaddresses.NewREST(Scheme, getter)
+	if err != nil {
+		return nil, err
+	}
+	if s.backend, err = s.openBackend(ctx, ipREST.InProcess()); err != nil {
 		return nil, err
 	}
 	var allocators []allocation.Interface
@@ -159,7 +164,6 @@ func (c CompletedConfig) New(ctx context.Context) (*Server, error) {
 		return nil, err
 	}
 
-	getter := newRESTOptionsGetter(c.EtcdServers, c.EtcdPrefix, c.EtcdTLS)
 	nsREST, err := namespaces.NewREST(Scheme, getter)
 	if err != nil {
 		return nil, err
@@ -169,10 +173,6 @@ func (c CompletedConfig) New(ctx context.Context) (*Server, error) {
 		return nil, err
 	}
 	evREST, err := events.NewREST(Scheme, getter, nsREST.Check)
-	if err != nil {
-		return nil, err
-	}
-	ipREST, err := ipaddresses.NewREST(Scheme, getter)
 	if err != nil {
 		return nil, err
 	}

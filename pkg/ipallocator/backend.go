@@ -50,6 +50,10 @@ type Config struct {
 	// the repairs and the carry-over read and write through it. A protobuf
 	// client costs least.
 	Client kubernetes.Interface
+	// IPAddresses is where the allocators claim and release IPAddress
+	// objects; nil: Client's. The server passes its own storage
+	// (ipaddress.Objects), so an allocation costs no loopback request.
+	IPAddresses ipaddress.Objects
 	// Transition is the replica's membership in the model transition
 	// (pkg/transition); nil: the allocators neither dual-write nor wait for
 	// dual writers, and there is no transition repair.
@@ -82,6 +86,9 @@ func Open(ctx context.Context, cfg Config) (*Backend, error) {
 	}
 	if cfg.EtcdPrefix == "" {
 		cfg.EtcdPrefix = etcdlayout.DefaultPrefix
+	}
+	if cfg.IPAddresses == nil && cfg.Client != nil {
+		cfg.IPAddresses = cfg.Client.NetworkingV1().IPAddresses()
 	}
 	b := &Backend{cfg: cfg, layout: etcdlayout.Layout{Prefix: cfg.EtcdPrefix}}
 	for i, prefix := range cfg.Prefixes {
@@ -172,14 +179,14 @@ func (b *Backend) openBitmap(ctx context.Context, prefix netip.Prefix, primary b
 	if b.cfg.Transition == nil {
 		return bits, bits, nil
 	}
-	return dualwrite.NewBitmapReplica(bits, b.cfg.Transition, b.cfg.Client), bits, nil
+	return dualwrite.NewBitmapReplica(bits, b.cfg.Transition, b.cfg.IPAddresses), bits, nil
 }
 
 func (b *Backend) openIPAddress(ctx context.Context, prefix netip.Prefix, primary bool) (allocation.Interface, controller.BitmapStore, error) {
 	if b.cfg.Client == nil {
 		return nil, nil, errors.New("the IPAddress model needs an API client")
 	}
-	ipa, err := ipaddress.New(ctx, ipaddress.Config{Client: b.cfg.Client, IPv6: prefix.Addr().Is6(), OnRefused: b.cfg.OnRefused})
+	ipa, err := ipaddress.New(ctx, ipaddress.Config{Client: b.cfg.Client, Objects: b.cfg.IPAddresses, IPv6: prefix.Addr().Is6(), OnRefused: b.cfg.OnRefused})
 	if err != nil || b.cfg.Transition == nil || b.cfg.Etcd == nil {
 		return ipa, nil, err
 	}

@@ -29,16 +29,22 @@ func main() {
 	levels := flag.String("concurrency", "1,8,32", "comma-separated client concurrency levels")
 	timeout := flag.Duration("timeout", 30*time.Minute, "overall time limit")
 	svcType := flag.String("type", "ClusterIP", "Service type to create: ClusterIP or NodePort (a NodePort Service costs a ClusterIP and a node port, two maps)")
+	pids := flag.String("pids", "", "comma-separated pids of the server's processes (etcd included) whose CPU per operation is reported")
 	flag.Parse()
+	meter, err := parsePIDs(*pids)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "bench:", err)
+		os.Exit(2)
+	}
 	ctx, cancel := context.WithTimeout(context.Background(), *timeout)
 	defer cancel()
-	if err := run(ctx, *kubeconfig, *count, *levels, corev1.ServiceType(*svcType)); err != nil {
+	if err := run(ctx, meter, *kubeconfig, *count, *levels, corev1.ServiceType(*svcType)); err != nil {
 		fmt.Fprintln(os.Stderr, "bench:", err)
 		os.Exit(1)
 	}
 }
 
-func run(ctx context.Context, kubeconfig string, count int, levels string, svcType corev1.ServiceType) error {
+func run(ctx context.Context, meter cpuMeter, kubeconfig string, count int, levels string, svcType corev1.ServiceType) error {
 	if svcType != corev1.ServiceTypeClusterIP && svcType != corev1.ServiceTypeNodePort {
 		return fmt.Errorf("--type %q: want ClusterIP or NodePort", svcType)
 	}
@@ -53,7 +59,7 @@ func run(ctx context.Context, kubeconfig string, count int, levels string, svcTy
 	if err != nil {
 		return err
 	}
-	fmt.Printf("%-8s %-11s %7s %10s %9s %9s %9s\n", "phase", "concurrency", "count", "per-sec", "p50-ms", "p99-ms", "max-ms")
+	fmt.Printf("%-8s %-11s %7s %10s %9s %9s %9s %11s\n", "phase", "concurrency", "count", "per-sec", "p50-ms", "p99-ms", "max-ms", "cpu-ms/op")
 	for _, field := range strings.Split(levels, ",") {
 		conc, err := strconv.Atoi(strings.TrimSpace(field))
 		if err != nil || conc < 1 {
@@ -82,7 +88,7 @@ func run(ctx context.Context, kubeconfig string, count int, levels string, svcTy
 			nodePorts[i] = out.Spec.Ports[0].NodePort
 			return nil
 		}
-		if err := phase(ctx, "create", conc, count, create); err != nil {
+		if err := phase(ctx, meter, "create", conc, count, create); err != nil {
 			return err
 		}
 		seen := make(map[string]int, count)
@@ -104,7 +110,7 @@ func run(ctx context.Context, kubeconfig string, count int, levels string, svcTy
 		del := func(ctx context.Context, i int) error {
 			return client.CoreV1().Services(ns).Delete(ctx, fmt.Sprintf("svc-%05d", i), metav1.DeleteOptions{})
 		}
-		if err := phase(ctx, "delete", conc, count, del); err != nil {
+		if err := phase(ctx, meter, "delete", conc, count, del); err != nil {
 			return err
 		}
 		_ = client.CoreV1().Namespaces().Delete(ctx, ns, metav1.DeleteOptions{})
@@ -118,7 +124,7 @@ func run(ctx context.Context, kubeconfig string, count int, levels string, svcTy
 }
 
 // phase runs op for 0..count-1 with conc workers and prints its figures.
-func phase(ctx context.Context, name string, conc, count int, op func(context.Context, int) error) error {
+func phase(ctx context.Context, meter cpuMeter, name string, conc, count int, op func(context.Context, int) error) error {
 	lat := make([]time.Duration, count)
 	next := make(chan int)
 	var (
@@ -126,6 +132,10 @@ func phase(ctx context.Context, name string, conc, count int, op func(context.Co
 		errOnce sync.Once
 		first   error
 	)
+	cpu0, err := meter.total()
+	if err != nil {
+		return err
+	}
 	start := time.Now()
 	for range conc {
 		wg.Add(1)
@@ -153,9 +163,17 @@ func phase(ctx context.Context, name string, conc, count int, op func(context.Co
 	if ctx.Err() != nil {
 		return errors.Join(errors.New(name+": out of time"), ctx.Err())
 	}
+	cpu1, err := meter.total()
+	if err != nil {
+		return err
+	}
+	cpuPerOp := "-"
+	if len(meter.pids) > 0 {
+		cpuPerOp = fmt.Sprintf("%.2f", float64((cpu1-cpu0).Microseconds())/1000/float64(count))
+	}
 	slices.Sort(lat)
 	ms := func(d time.Duration) string { return fmt.Sprintf("%.1f", float64(d.Microseconds())/1000) }
-	fmt.Printf("%-8s %-11d %7d %10.1f %9s %9s %9s\n", name, conc, count, float64(count)/elapsed.Seconds(),
-		ms(lat[len(lat)/2]), ms(lat[len(lat)*99/100]), ms(lat[len(lat)-1]))
+	fmt.Printf("%-8s %-11d %7d %10.1f %9s %9s %9s %11s\n", name, conc, count, float64(count)/elapsed.Seconds(),
+		ms(lat[len(lat)/2]), ms(lat[len(lat)*99/100]), ms(lat[len(lat)-1]), cpuPerOp)
 	return nil
 }

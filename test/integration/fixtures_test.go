@@ -15,6 +15,9 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/kubernetes"
 
+	"github.com/google/go-cmp/cmp"
+	"github.com/google/go-cmp/cmp/cmpopts"
+
 	"github.com/allocator/allocator/internal/etcdtest"
 	"github.com/allocator/allocator/internal/fixtures"
 	"github.com/allocator/allocator/pkg/etcdlayout"
@@ -181,4 +184,48 @@ func bitSet(t *testing.T, ra *corev1.RangeAllocation, ip string) bool {
 	a := netip.MustParseAddr(ip)
 	n, v := p.Masked().Addr().As4(), a.As4()
 	return bitSetIndex(ra, int(binary.BigEndian.Uint32(v[:])-binary.BigEndian.Uint32(n[:])-1))
+}
+
+// TestIPAddressWrittenAsUpstream: the IPAddress our allocator writes for a
+// Service (in process, no loopback request) is stored as kube-apiserver 1.36
+// stores its own: same labels, parentRef and field ownership (manager,
+// operation, API version, field set), read from etcd.
+func TestIPAddressWrittenAsUpstream(t *testing.T) {
+	f := fixtures.Load(t, fixtures.IPAddress136)
+	raw, ok := f.Value("/registry/ipaddresses/10.96.123.34")
+	if !ok {
+		t.Fatal("fixture lacks the IPAddress 10.96.123.34")
+	}
+	upstream, err := etcdlayout.DecodeIPAddress(raw)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := startServer(t, serverOptions{model: string(model.IPAddress), serviceRange: "10.96.0.0/16"})
+	ctx := testContext(t)
+	svc := newService("dyn-01")
+	svc.Namespace = "default"
+	created := mustCreate(t, ctx, s.client, svc)
+	resp, err := s.etcd.Client().Get(ctx, etcdlayout.Layout{}.IPAddress(created.Spec.ClusterIP))
+	if err != nil || len(resp.Kvs) != 1 {
+		t.Fatalf("IPAddress of %s not in etcd: %v", created.Spec.ClusterIP, err)
+	}
+	ours, err := etcdlayout.DecodeIPAddress(resp.Kvs[0].Value)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if diff := cmp.Diff(upstream.Labels, ours.Labels); diff != "" {
+		t.Errorf("labels (-upstream +ours):\n%s", diff)
+	}
+	wantRef := upstream.Spec.ParentRef.DeepCopy()
+	wantRef.Namespace, wantRef.Name = "default", "dyn-01"
+	if diff := cmp.Diff(wantRef, ours.Spec.ParentRef); diff != "" {
+		t.Errorf("parentRef (-upstream +ours):\n%s", diff)
+	}
+	ignoreTime := cmpopts.IgnoreFields(metav1.ManagedFieldsEntry{}, "Time")
+	if diff := cmp.Diff(upstream.ManagedFields, ours.ManagedFields, ignoreTime); diff != "" {
+		t.Errorf("managedFields (-upstream +ours):\n%s", diff)
+	}
+	if len(ours.ManagedFields) == 1 && ours.ManagedFields[0].Time == nil {
+		t.Error("managedFields entry has no time")
+	}
 }

@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"net/netip"
 
-	"k8s.io/client-go/kubernetes"
 	"k8s.io/klog/v2"
 
 	"github.com/allocator/allocator/pkg/allocation"
@@ -23,14 +22,14 @@ import (
 // so the bitmap repair and migration see it as a stored map.
 type BitmapReplica struct {
 	*bitmap.EtcdAllocator
-	gate   Gate
-	client kubernetes.Interface
+	gate    Gate
+	objects ipaddress.Objects
 }
 
-// NewBitmapReplica wraps bits; client (may be nil) deletes IPAddresses on
+// NewBitmapReplica wraps bits; objects (may be nil) deletes IPAddresses on
 // release.
-func NewBitmapReplica(bits *bitmap.EtcdAllocator, gate Gate, client kubernetes.Interface) *BitmapReplica {
-	return &BitmapReplica{EtcdAllocator: bits, gate: gate, client: client}
+func NewBitmapReplica(bits *bitmap.EtcdAllocator, gate Gate, objects ipaddress.Objects) *BitmapReplica {
+	return &BitmapReplica{EtcdAllocator: bits, gate: gate, objects: objects}
 }
 
 // Allocate claims ip in the bitmap.
@@ -58,8 +57,8 @@ func (b *BitmapReplica) AllocateNext(ctx context.Context, owner allocation.Owner
 // IPAddress-model replica anyway, and a failure leaves the bit set (a leak
 // for repair, never a duplicate).
 func (b *BitmapReplica) Release(ctx context.Context, ip netip.Addr, owner allocation.Owner) error {
-	if b.client != nil && b.Range().Contains(ip) {
-		outcome, err := ipaddress.DeleteOwned(ctx, b.client, ip, owner)
+	if b.objects != nil && b.Range().Contains(ip) {
+		outcome, err := ipaddress.DeleteOwned(ctx, b.objects, ip, owner)
 		if err != nil {
 			return err
 		}

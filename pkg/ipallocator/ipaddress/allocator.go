@@ -57,16 +57,31 @@ type Config struct {
 	Informers informers.SharedInformerFactory
 	// MaxCollisions: see DefaultMaxCollisions; zero means the default.
 	MaxCollisions int
+	// Objects is where IPAddress objects are read, created and deleted
+	// (the claims and releases); nil: Client's. The server passes its own
+	// storage, so a claim is no second API request over loopback.
+	Objects Objects
 	// OnRefused, if set, is called (without any lock held) once for every
 	// ServiceCIDR CIDR that becomes refused, e.g. an IPv6 prefix shorter than
 	// /64, so the server can record a condition or an event.
 	OnRefused func(RefusedCIDR)
 }
 
+// Objects reads, creates and deletes IPAddress objects. client-go's typed
+// client satisfies it (the standalone job, a remote API server); so does the
+// API server's own storage (pkg/registry/ipaddresses.REST.InProcess), which
+// claims without a loopback request: no authentication, encoding, HTTP or
+// admission, the same strategy, validation and etcd write.
+type Objects interface {
+	Get(ctx context.Context, name string, opts metav1.GetOptions) (*networkingv1.IPAddress, error)
+	Create(ctx context.Context, obj *networkingv1.IPAddress, opts metav1.CreateOptions) (*networkingv1.IPAddress, error)
+	Delete(ctx context.Context, name string, opts metav1.DeleteOptions) error
+}
+
 // Allocator is one family's meta-allocator over every ready ServiceCIDR. It
 // implements allocation.Interface. See the package doc for its invariants.
 type Allocator struct {
-	client        kubernetes.Interface
+	objects       Objects
 	ipv6          bool
 	maxCollisions int
 	onRefused     func(RefusedCIDR)
@@ -121,8 +136,12 @@ func New(ctx context.Context, cfg Config) (*Allocator, error) {
 	if factory == nil {
 		factory = informers.NewSharedInformerFactory(cfg.Client, 0)
 	}
+	objects := cfg.Objects
+	if objects == nil {
+		objects = cfg.Client.NetworkingV1().IPAddresses()
+	}
 	a := &Allocator{
-		client:        cfg.Client,
+		objects:       objects,
 		ipv6:          cfg.IPv6,
 		maxCollisions: cfg.MaxCollisions,
 		onRefused:     cfg.OnRefused,
@@ -532,7 +551,7 @@ func (a *Allocator) allocateNext(ctx context.Context, owner allocation.Owner, ex
 }
 
 func (a *Allocator) create(ctx context.Context, ip netip.Addr, owner allocation.Owner) error {
-	_, err := a.client.NetworkingV1().IPAddresses().Create(ctx, NewObject(ip, owner), metav1.CreateOptions{})
+	_, err := a.objects.Create(ctx, NewObject(ip, owner), metav1.CreateOptions{})
 	return err
 }
 
@@ -566,7 +585,7 @@ func (a *Allocator) ReleaseOwned(ctx context.Context, ip netip.Addr, owner alloc
 	if !ip.IsValid() || ip.Is6() != a.ipv6 {
 		return Absent, nil
 	}
-	outcome, err := DeleteOwned(ctx, a.client, ip, owner)
+	outcome, err := DeleteOwned(ctx, a.objects, ip, owner)
 	if err == nil && outcome == Released {
 		a.mu.Lock()
 		if a.inflight[ip] == nil {
@@ -583,8 +602,7 @@ func (a *Allocator) ReleaseOwned(ctx context.Context, ip netip.Addr, owner alloc
 // was re-created or re-assigned in between is never removed. It needs no
 // allocator: the bitmap model uses it to keep IPAddresses true during a
 // transition.
-func DeleteOwned(ctx context.Context, client kubernetes.Interface, ip netip.Addr, owner allocation.Owner) (ReleaseOutcome, error) {
-	api := client.NetworkingV1().IPAddresses()
+func DeleteOwned(ctx context.Context, api Objects, ip netip.Addr, owner allocation.Owner) (ReleaseOutcome, error) {
 	for range releaseAttempts {
 		obj, err := api.Get(ctx, ip.String(), metav1.GetOptions{})
 		if apierrors.IsNotFound(err) {
@@ -617,7 +635,7 @@ func (a *Allocator) Has(ctx context.Context, ip netip.Addr) (bool, error) {
 	if !ip.IsValid() || ip.Is6() != a.ipv6 {
 		return false, nil
 	}
-	_, err := a.client.NetworkingV1().IPAddresses().Get(ctx, ip.String(), metav1.GetOptions{})
+	_, err := a.objects.Get(ctx, ip.String(), metav1.GetOptions{})
 	switch {
 	case err == nil:
 		return true, nil
