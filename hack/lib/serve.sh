@@ -24,10 +24,15 @@ serve_cleanup() {
 }
 trap serve_cleanup EXIT
 
-# serve_start builds cmd/allocator, starts `allocator serve ARGS...` on a
+# serve_start builds cmd/allocator (or takes $ALLOCATOR_BIN, to measure
+# another build, e.g. an earlier commit's), starts `allocator serve ARGS...` on a
 # fresh data dir and a free port, and waits until /readyz is ok.
 serve_start() {
-  go build -o "$work/allocator" ./cmd/allocator
+  if [ -n "${ALLOCATOR_BIN:-}" ]; then
+    cp "$ALLOCATOR_BIN" "$work/allocator"
+  else
+    go build -o "$work/allocator" ./cmd/allocator
+  fi
   "$work/allocator" serve --data-dir "$work/data" --secure-port 0 "$@" >"$work/server.log" 2>&1 &
   server_pid=$!
   for _ in $(seq 1 300); do
