@@ -8,6 +8,7 @@ import (
 	"context"
 	"errors"
 	"path/filepath"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -61,6 +62,28 @@ type Server struct {
 	DataDir        string
 	KubeconfigPath string
 	stop           func()
+	run            *runState
+}
+
+// runState is how the server's Run ended.
+type runState struct {
+	exited   chan struct{} // closed when Run returned
+	err      error         // what Run returned; read after exited
+	expected atomic.Bool   // the test read err through WaitExit: not a failure
+}
+
+// WaitExit waits until the server stops on its own, at most timeout, and
+// returns what Run returned; exited is false if it still runs. A test that
+// expects the server to stop (etcd restored under it) reads the error here,
+// and the cleanup then does not report it.
+func (s *Server) WaitExit(timeout time.Duration) (exited bool, err error) {
+	select {
+	case <-s.run.exited:
+		s.run.expected.Store(true)
+		return true, s.run.err
+	case <-time.After(timeout):
+		return false, nil
+	}
 }
 
 // Stop stops the server (it is also stopped on cleanup).
@@ -106,8 +129,11 @@ func Start(t testing.TB, o Options) *Server {
 		cancel()
 		t.Fatalf("new server: %v", err)
 	}
-	done := make(chan error, 1)
-	go func() { done <- srv.Run(ctx) }()
+	run := &runState{exited: make(chan struct{})}
+	go func() {
+		run.err = srv.Run(ctx)
+		close(run.exited)
+	}()
 	stopped := false
 	stop := func() {
 		if stopped {
@@ -116,9 +142,9 @@ func Start(t testing.TB, o Options) *Server {
 		stopped = true
 		cancel()
 		select {
-		case err := <-done:
-			if err != nil {
-				t.Errorf("server stopped with error: %v", err)
+		case <-run.exited:
+			if run.err != nil && !run.expected.Load() {
+				t.Errorf("server stopped with error: %v", run.err)
 			}
 		case <-time.After(60 * time.Second):
 			t.Errorf("server did not stop within 60s")
@@ -138,7 +164,7 @@ func Start(t testing.TB, o Options) *Server {
 	if !o.NoWait {
 		WaitReady(t, client)
 	}
-	return &Server{Client: client, RESTConfig: restConfig, Etcd: o.Etcd, DataDir: o.DataDir, KubeconfigPath: cfg.KubeconfigPath, stop: stop}
+	return &Server{Client: client, RESTConfig: restConfig, Etcd: o.Etcd, DataDir: o.DataDir, KubeconfigPath: cfg.KubeconfigPath, stop: stop, run: run}
 }
 
 // WaitReady waits until /readyz is ok and the kubernetes Service exists.

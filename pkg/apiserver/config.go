@@ -63,6 +63,9 @@ type Config struct {
 	// ManualRepair keeps the repair controller and the start-up carry-over
 	// from the other model from running, for tests that drive them.
 	ManualRepair bool
+	// RestoreCheckInterval is how often the server checks that etcd's
+	// history did not go backwards (a restore from a backup); default 1 s.
+	RestoreCheckInterval time.Duration
 	// KubernetesServicePort is the target port of the default/kubernetes Service.
 	KubernetesServicePort int
 	// TransitionTTL is the lease TTL of this replica's transition record
@@ -203,6 +206,9 @@ func (c *Config) Complete() CompletedConfig {
 	}
 	if c.Model == "" {
 		c.Model = model.IPAddress
+	}
+	if c.RestoreCheckInterval <= 0 {
+		c.RestoreCheckInterval = defaultRestoreCheckInterval
 	}
 	if c.RepairInterval <= 0 {
 		c.RepairInterval = report.DefaultInterval

@@ -11,6 +11,8 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	clientv3 "go.etcd.io/etcd/client/v3"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/backoff"
 	networkingv1 "k8s.io/api/networking/v1"
 	metainternalversion "k8s.io/apimachinery/pkg/apis/meta/internalversion"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -99,6 +101,14 @@ func (c CompletedConfig) New(ctx context.Context) (*Server, error) {
 		DialTimeout: 10 * time.Second,
 		TLS:         etcdTLS,
 		Logger:      embedetcd.KlogLogger(logger(ctx).WithName("etcd-client")),
+		// Reconnect within 2 s of etcd answering again: gRPC's default
+		// backoff grows to two minutes while etcd is down, which kept the
+		// allocators and the restore check (restore.go) blind long after a
+		// restarted or restored etcd was back.
+		DialOptions: []grpc.DialOption{grpc.WithConnectParams(grpc.ConnectParams{
+			Backoff:           backoff.Config{BaseDelay: 100 * time.Millisecond, Multiplier: 1.6, Jitter: 0.2, MaxDelay: 2 * time.Second},
+			MinConnectTimeout: 5 * time.Second,
+		})},
 	})
 	if err != nil {
 		return nil, fmt.Errorf("connect to etcd %v: %w", c.EtcdServers, err)
@@ -304,9 +314,23 @@ func (s *Server) startServiceCIDRController(hc genericapiserver.PostStartHookCon
 	return nil
 }
 
-// Run serves until ctx is cancelled, then shuts down cleanly.
-func (s *Server) Run(ctx context.Context) error {
+// Run serves until ctx is cancelled, then shuts down cleanly. It also stops,
+// returning an error wrapping ErrEtcdRestored, when etcd's history goes
+// backwards under it (restore.go).
+func (s *Server) Run(ctx context.Context) (runErr error) {
 	defer s.etcd.Close()
+	ctx, stop := context.WithCancelCause(ctx)
+	defer stop(nil)
+	go watchForRestore(ctx, s.etcd, s.cfg.EtcdPrefix, s.cfg.RestoreCheckInterval, func(err error) {
+		logger(ctx).Error(err, "Stopping: every cache describes a state etcd no longer has; restart the server (a supervisor does) so it starts from what etcd holds now")
+		stop(err)
+	})
+	defer func() {
+		// Reached after the generic server stopped, on any path.
+		if cause := context.Cause(ctx); errors.Is(cause, ErrEtcdRestored) && runErr == nil {
+			runErr = cause
+		}
+	}()
 	if s.transition != nil {
 		defer func() {
 			cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)

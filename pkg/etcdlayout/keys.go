@@ -116,6 +116,13 @@ func (l Layout) LeasesInNamespacePrefix(namespace string) string {
 // under "clusterip-allocator").
 func (l Layout) AllocatorState() string { return l.key("clusterip-allocator", "state") }
 
+// RestoreMarker is this project's own key through which one server process
+// notices etcd going back in time (a restore from a backup): it advances a
+// counter there and expects to read back what it last wrote.
+func (l Layout) RestoreMarker(process string) string {
+	return l.key("clusterip-allocator", "markers", process)
+}
+
 // AllocatorReplicasPrefix is the prefix of the replica records of one
 // allocator model (empty model: of every model).
 func (l Layout) AllocatorReplicasPrefix(model string) string {

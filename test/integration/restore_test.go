@@ -1,0 +1,157 @@
+package integration
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"io/fs"
+	"net/netip"
+	"os"
+	"path/filepath"
+	"testing"
+	"time"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/allocator/allocator/internal/etcdtest"
+	"github.com/allocator/allocator/internal/testserver"
+	"github.com/allocator/allocator/pkg/apiserver"
+	"github.com/allocator/allocator/pkg/ipallocator"
+	"github.com/allocator/allocator/pkg/model"
+	"github.com/allocator/allocator/pkg/report"
+)
+
+// copyDir copies the tree at src to dst (a cold backup of a stopped etcd).
+func copyDir(t *testing.T, src, dst string) {
+	t.Helper()
+	err := filepath.WalkDir(src, func(path string, d fs.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		rel, err := filepath.Rel(src, path)
+		if err != nil {
+			return err
+		}
+		target := filepath.Join(dst, rel)
+		if d.IsDir() {
+			return os.MkdirAll(target, 0o700)
+		}
+		in, err := os.Open(path)
+		if err != nil {
+			return err
+		}
+		defer in.Close()
+		out, err := os.OpenFile(target, os.O_CREATE|os.O_WRONLY|os.O_TRUNC, 0o600)
+		if err != nil {
+			return err
+		}
+		if _, err := io.Copy(out, in); err != nil {
+			out.Close()
+			return err
+		}
+		return out.Close()
+	})
+	if err != nil {
+		t.Fatalf("copy %s to %s: %v", src, dst, err)
+	}
+}
+
+// TestEtcdRestoredUnderServer: etcd restored from a cold backup under a
+// running server (its revision goes back) makes the server stop on its own
+// with ErrEtcdRestored; started again on the restored etcd it serves what
+// etcd holds: the Services made after the backup are gone, new creates get
+// distinct addresses, and one repair pass finds nothing to fix.
+func TestEtcdRestoredUnderServer(t *testing.T) { forEachModel(t, testEtcdRestoredUnderServer) }
+
+func testEtcdRestoredUnderServer(t *testing.T, m string) {
+	etcd := etcdtest.New(t)
+	ctx := testContext(t)
+	dataDir := filepath.Join(t.TempDir(), "data")
+	opts := testserver.Options{
+		ServiceRange: "10.96.0.0/24", Model: m, Etcd: etcd, DataDir: dataDir, WithRepair: true,
+		Configure: func(cfg *apiserver.Config) { cfg.RestoreCheckInterval = 200 * time.Millisecond },
+	}
+	srv := testserver.Start(t, opts)
+	for i := range 5 {
+		mustCreate(t, ctx, srv.Client, newService(fmt.Sprintf("before-%d", i)))
+	}
+
+	// A cold backup: etcd stopped, its data directory copied.
+	backup := filepath.Join(t.TempDir(), "etcd-backup")
+	etcd.Stop()
+	copyDir(t, etcd.DataDir(), backup)
+	etcd.Restart(t)
+	for i := range 10 {
+		mustCreate(t, ctx, srv.Client, newService(fmt.Sprintf("after-%d", i)))
+	}
+
+	// The restore: etcd stopped, its data replaced by the backup, started.
+	etcd.Stop()
+	if err := os.RemoveAll(etcd.DataDir()); err != nil {
+		t.Fatal(err)
+	}
+	copyDir(t, backup, etcd.DataDir())
+	etcd.Restart(t)
+	start := time.Now()
+	exited, err := srv.WaitExit(30 * time.Second)
+	if !exited {
+		t.Fatal("the server kept running on an etcd restored under it")
+	}
+	if !errors.Is(err, apiserver.ErrEtcdRestored) {
+		t.Fatalf("the server stopped with %v, want ErrEtcdRestored", err)
+	}
+	t.Logf("stopped %v after the restored etcd was up: %v", time.Since(start).Round(time.Millisecond), err)
+
+	// Started again (as a supervisor would), it serves the restored state.
+	srv = testserver.Start(t, opts)
+	for i := range 10 {
+		_, err := srv.Client.CoreV1().Services("default").Get(ctx, fmt.Sprintf("after-%d", i), metav1.GetOptions{})
+		if err == nil {
+			t.Errorf("after-%d, created after the backup, exists after the restore", i)
+		}
+	}
+	for i := range 10 {
+		mustCreate(t, ctx, srv.Client, newService(fmt.Sprintf("again-%d", i)))
+	}
+	list, err := srv.Client.CoreV1().Services("").List(ctx, metav1.ListOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	byIP := map[string]string{}
+	for _, svc := range list.Items {
+		if other, dup := byIP[svc.Spec.ClusterIP]; dup {
+			t.Errorf("%s held by %s and %s", svc.Spec.ClusterIP, other, svc.Name)
+		}
+		byIP[svc.Spec.ClusterIP] = svc.Name
+	}
+	if want := 1 + 5 + 10; len(list.Items) != want {
+		t.Errorf("%d Services after the restore and 10 creates, want %d", len(list.Items), want)
+	}
+	rep := repairOnce(t, ctx, srv, m, etcd)
+	for _, p := range rep.Problems {
+		t.Errorf("left to fix after the restore: %+v", p)
+	}
+}
+
+// repairOnce makes one pass of model m's repair, as the standalone job
+// would, and returns its report.
+func repairOnce(t *testing.T, ctx context.Context, srv *testserver.Server, m string, etcd *etcdtest.Etcd) *report.Report {
+	t.Helper()
+	b, err := ipallocator.Open(ctx, ipallocator.Config{
+		Model: model.Name(m), Prefixes: []netip.Prefix{netip.MustParsePrefix("10.96.0.0/24")},
+		Etcd: etcd.Client(), Client: srv.Client,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	r, err := b.Repair(ipallocator.RepairConfig{Client: srv.Client})
+	if err != nil {
+		t.Fatal(err)
+	}
+	rep, err := r.RunOnce(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return rep
+}
