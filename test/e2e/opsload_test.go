@@ -74,6 +74,9 @@ type opsAck struct {
 	started  time.Time // when the request that was acknowledged was sent
 	at       time.Time
 	deleted  bool
+	// deletedVia and deletedAt: who acknowledged the delete, and when.
+	deletedVia string
+	deletedAt  time.Time
 }
 
 // opsRefusal is a 5xx answer the load recorded.
@@ -290,6 +293,7 @@ func (l *opsLoad) delete(name string, turn int) {
 		case err == nil, apierrors.IsNotFound(err) && attempt > 0:
 			l.mu.Lock()
 			l.deletes++
+			a.deletedVia, a.deletedAt = ep.String(), time.Now()
 			l.mu.Unlock()
 			return
 		case apierrors.IsNotFound(err):
@@ -343,6 +347,36 @@ func waitFor(timeout time.Duration, cond func() bool) bool {
 		return cond(), nil
 	})
 	return err == nil
+}
+
+// explainLeaks logs, for each leaked record of an audit ("bit 10.0.0.5",
+// "IPAddress 10.0.0.5", "node port 30005"), the load's Services that held
+// it, so a leak can be traced to the operations around it.
+func (l *opsLoad) explainLeaks(leaks []string) {
+	l.t.Helper()
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	for _, leak := range leaks {
+		fields := strings.Fields(leak)
+		what := fields[len(fields)-1]
+		var history []string
+		for name, a := range l.acks {
+			if a.ip.String() != what && fmt.Sprint(a.nodePort) != what {
+				continue
+			}
+			h := fmt.Sprintf("%s (%s, node port %d) created via %s at %s", name, a.ip, a.nodePort, a.via, a.at.Format("15:04:05.000"))
+			if a.deleted {
+				h += fmt.Sprintf(", deleted via %s at %s", a.deletedVia, a.deletedAt.Format("15:04:05.000"))
+			}
+			history = append(history, h)
+		}
+		for _, r := range l.refused {
+			if strings.Contains(r.message, " "+what+" ") {
+				history = append(history, fmt.Sprintf("%s %s refused via %s at %s: %s", r.op, r.name, r.via, r.at.Format("15:04:05.000"), r.message))
+			}
+		}
+		l.t.Logf("leaked %s; the load's Services with it: %v", leak, history)
+	}
 }
 
 // refusals returns the recorded 5xx answers.
