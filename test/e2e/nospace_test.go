@@ -59,7 +59,7 @@ func TestEtcdOutOfSpace(t *testing.T) {
 }
 
 func testEtcdOutOfSpace(t *testing.T, bin, model string) {
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	ctx, cancel := context.WithTimeout(context.Background(), 6*time.Minute)
 	defer cancel()
 	etcd := etcdtest.NewWithQuota(t, nospaceQuota)
 	f := newFleet(t, bin, etcd, 3, "--service-cluster-ip-range", nospaceRange)
@@ -67,7 +67,7 @@ func testEtcdOutOfSpace(t *testing.T, bin, model string) {
 	fillHistory(t, ctx, etcd, nospaceQuota-nospaceHeadroom)
 
 	l := startOpsLoad(t, f, opsLoadConfig{
-		workers: 6, interval: 10 * time.Millisecond, maxDuration: 3 * time.Minute,
+		workers: 6, interval: 10 * time.Millisecond, maxDuration: 4 * time.Minute,
 		prefix: "svc", deleteEvery: 4, seed: loadSeed(t), giveUpOn5xx: true,
 	})
 	defer l.halt()
