@@ -50,7 +50,8 @@ type etcdAlarmCheck struct {
 	mu       sync.Mutex
 	last     error     // the last AlarmList's verdict; guarded by mu
 	lastAt   time.Time // when the last AlarmList started; guarded by mu
-	reported string    // the verdict last logged ("" = no alarm); guarded by mu
+	reported string    // the alarms last logged ("" = none); guarded by mu
+	unlisted bool      // alarms could not be listed (permission), logged; guarded by mu
 }
 
 func newEtcdAlarmCheck(etcd alarmLister, log klog.Logger) *etcdAlarmCheck {
@@ -124,29 +125,29 @@ func describeAlarm(a *etcdserverpb.AlarmMember) string {
 	}
 }
 
-// logChange logs when an alarm is raised or cleared, once per change; mu
-// is held.
+// logChange logs when an alarm is raised or cleared, and when alarms cannot
+// be listed for lack of permission, once per change; mu is held.
 func (c *etcdAlarmCheck) logChange(verdict, listErr error) {
-	if listErr != nil && verdict == nil {
-		if c.reported != "unlisted" {
+	switch {
+	case listErr != nil && verdict == nil: // not permitted: passes unseen
+		if !c.unlisted {
 			c.log.Info("Cannot list etcd alarms; the etcd-alarms readyz check passes without them", "err", listErr)
-			c.reported = "unlisted"
+			c.unlisted = true
 		}
 		return
+	case listErr != nil:
+		return // etcd unreachable: the etcd checks say so; the alarm state is unknown
 	}
-	if listErr != nil {
-		return // etcd unreachable: the etcd checks say so; keep the last alarm state
-	}
+	c.unlisted = false
 	now := ""
 	if verdict != nil {
 		now = verdict.Error()
 	}
-	if now == c.reported {
-		return
-	}
-	if now != "" {
+	switch {
+	case now == c.reported:
+	case now != "":
 		c.log.Error(nil, "etcd has an alarm raised; not ready", "alarms", now)
-	} else if c.reported != "" && c.reported != "unlisted" {
+	default:
 		c.log.Info("etcd alarms cleared; ready again")
 	}
 	c.reported = now
