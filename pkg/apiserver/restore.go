@@ -62,6 +62,11 @@ type restoreMarker struct {
 	lease   clientv3.LeaseID
 	count   int64       // last count written; 0: none yet
 	seen    etcdHistory // position at the last successful check
+	// unsure is set when the write of count+1 failed without saying it did
+	// not land: a timeout, or etcd's "database space exceeded" returned
+	// for a write it applied as its database crossed the quota (NOSPACE).
+	// etcd then holds count or count+1, and count+1 is no restore.
+	unsure bool
 }
 
 func (m *restoreMarker) value(count int64) string {
@@ -102,7 +107,10 @@ func (m *restoreMarker) check(ctx context.Context) error {
 		Else(clientv3.OpGet(m.key)).
 		Commit()
 	if err != nil {
-		return err // etcd unavailable: not evidence of anything
+		// etcd unavailable, or the write's fate unknown: not evidence of
+		// anything.
+		m.unsure = true
+		return err
 	}
 	now := etcdHistory{clusterID: resp.Header.ClusterId, revision: resp.Header.Revision}
 	if err := m.seen.followedBy(now); err != nil {
@@ -111,11 +119,16 @@ func (m *restoreMarker) check(ctx context.Context) error {
 	if !resp.Succeeded {
 		found := "no marker"
 		if kvs := resp.Responses[0].GetResponseRange().Kvs; len(kvs) > 0 {
+			if m.unsure && string(kvs[0].Value) == m.value(next) {
+				// The write that failed landed after all.
+				m.count, m.seen, m.unsure = next, now, false
+				return nil
+			}
 			found = strings.TrimPrefix(string(kvs[0].Value), m.process+"/")
 		}
 		return fmt.Errorf("%w: this server's marker at %s holds %s, it wrote %d", ErrEtcdRestored, m.key, found, m.count)
 	}
-	m.count, m.seen = next, now
+	m.count, m.seen, m.unsure = next, now, false
 	return nil
 }
 

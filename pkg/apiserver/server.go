@@ -263,6 +263,7 @@ func (s *Server) addHealthChecks(ctx context.Context, getter *restOptionsGetter)
 	}
 	return s.generic.AddReadyzChecks(
 		healthz.NamedCheck("etcd-readiness", func(*http.Request) error { return etcdReady() }),
+		newEtcdAlarmCheck(s.etcd, logger(ctx)), // etcd-alarms: NOSPACE and other alarms (health_etcd.go)
 		healthz.NamedCheck("clusterip-repair", func(*http.Request) error {
 			select {
 			case <-s.repairFirstPass:

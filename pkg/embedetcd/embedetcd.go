@@ -56,6 +56,10 @@ type Config struct {
 	// UnsafeNoFsync skips fsync: much faster, loses data on a machine crash.
 	// For tests only.
 	UnsafeNoFsync bool
+	// QuotaBackendBytes is the database size at which the member raises the
+	// NOSPACE alarm and refuses writes; 0 is etcd's default (2 GiB). Tests
+	// set a small one to run out of space.
+	QuotaBackendBytes int64
 	// PKI, when set, makes the member serve clients and peers over TLS and
 	// require a client certificate signed by PKI's CA (see EnsurePKI); the
 	// URLs are then https. Nil: plain http, open to every local process.
@@ -129,6 +133,7 @@ func start(ctx context.Context, cfg Config) (*Server, error) {
 	ecfg.ClusterState = cfg.InitialClusterState
 	ecfg.InitialClusterToken = cfg.InitialClusterToken
 	ecfg.UnsafeNoFsync = cfg.UnsafeNoFsync
+	ecfg.QuotaBackendBytes = cfg.QuotaBackendBytes
 	if cfg.PKI != nil {
 		ecfg.ClientTLSInfo = cfg.PKI.ServerTLSInfo()
 		ecfg.PeerTLSInfo = cfg.PKI.ServerTLSInfo()
