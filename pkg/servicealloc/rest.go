@@ -114,7 +114,31 @@ func (r *REST) Create(ctx context.Context, obj runtime.Object, createValidation 
 			return nil, err
 		}
 	}
-	return r.Store.Create(ctx, obj, createValidation, options)
+	outcome := &createOutcome{}
+	out, err := r.Store.Create(withCreateOutcome(ctx, outcome), obj, createValidation, options)
+	if txn := outcome.failed; txn != nil {
+		r.settleFailedCreate(ctx, txn, svc, err)
+	}
+	return out, err
+}
+
+// settleFailedCreate settles the transaction of a create that failed after
+// its reservation (create_outcome.go).
+func (r *REST) settleFailedCreate(ctx context.Context, txn *Transaction, svc *corev1.Service, err error) {
+	var (
+		stored *corev1.Service
+		getErr = err
+	)
+	if !writeRefused(err) && svc.Name != "" {
+		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), releaseTimeout)
+		obj, gerr := r.Store.Get(rctx, svc.Name, &metav1.GetOptions{})
+		cancel()
+		getErr = gerr
+		if gerr == nil {
+			stored, _ = obj.(*corev1.Service)
+		}
+	}
+	settleFailedCreate(err, svc.UID, stored, getErr).apply(ctx, txn, svc, err)
 }
 
 // Update runs the store's update and then settles the allocations its
@@ -187,8 +211,11 @@ func (r *REST) beginUpdate(ctx context.Context, obj, old runtime.Object, options
 // Update a success is only provisional and is recorded in the attempt log.
 func finisher(ctx context.Context, txn *Transaction) genericregistry.FinishFunc {
 	attempts := attemptsFrom(ctx)
+	outcome := createOutcomeFrom(ctx)
 	return func(ctx context.Context, success bool) {
 		switch {
+		case !success && attempts == nil && outcome != nil:
+			outcome.failed = txn // REST.Create settles it, knowing the error
 		case !success:
 			txn.Revert(ctx)
 		case attempts != nil:
