@@ -2,6 +2,7 @@ package controller
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"net/netip"
 	"strings"
@@ -143,6 +144,8 @@ func (r *IPAddressRepair) reconcileHeld(ctx context.Context, view ipView, ip net
 		}
 		err = r.create(ctx, ip, fresh)
 		switch {
+		case errors.Is(err, errHolderGone):
+			return nil // deleted meanwhile: nothing to repair
 		case err == nil && r.cfg.CarryOver != nil && r.cfg.CarryOver():
 			out.writes++
 			out.created++
@@ -294,6 +297,8 @@ func (r *IPAddressRepair) repoint(ctx context.Context, view ipView, ip netip.Add
 	out.deleted++
 	err = r.create(ctx, ip, fresh)
 	switch {
+	case errors.Is(err, errHolderGone):
+		return nil // the holder was deleted meanwhile: the address is free
 	case err == nil:
 		out.writes++
 		out.created++
@@ -445,10 +450,36 @@ func (r *IPAddressRepair) getService(ctx context.Context, namespace, name string
 }
 
 // create claims ip for svc, as the allocator would.
+// errHolderGone: the Service an IPAddress was created for was deleted (or
+// let the address go) meanwhile; the IPAddress was taken back.
+var errHolderGone = errors.New("the Service let the address go while its IPAddress was created")
+
+// create claims ip for svc, which freshHolder has just read. The read and
+// the create are two steps: a Service deleted between them has released
+// its address already (its release found no IPAddress), so the one created
+// here would be an orphan held until the grace period ends, and a bitmap
+// replica in a transition keeps the bit of an address whose IPAddress names
+// another Service. So the Service is read once more after the create, and
+// if it no longer holds ip the IPAddress is deleted again (conditional on
+// the object created): whichever comes last, the Service's delete and its
+// release, or this read, sees the other.
 func (r *IPAddressRepair) create(ctx context.Context, ip netip.Addr, svc *corev1.Service) error {
 	obj := ipaddress.NewObject(ip, allocation.Owner{Namespace: svc.Namespace, Name: svc.Name})
-	_, err := r.cfg.Client.NetworkingV1().IPAddresses().Create(ctx, obj, metav1.CreateOptions{})
-	return err
+	created, err := r.cfg.Client.NetworkingV1().IPAddresses().Create(ctx, obj, metav1.CreateOptions{})
+	if err != nil {
+		return err
+	}
+	still, err := r.freshHolder(ctx, svc, ip)
+	if err != nil {
+		return err // the IPAddress stays; a later pass judges it with its grace
+	}
+	if still != nil {
+		return nil
+	}
+	if err := r.deleteIfUnchanged(ctx, created); err != nil && !errors.Is(err, errChanged) {
+		return err
+	}
+	return errHolderGone
 }
 
 // isServiceRef reports whether the IPAddress's parent is a core Service.
