@@ -110,11 +110,15 @@ func TestEtcdAlarmCheckRealEtcd(t *testing.T) {
 	}
 	value := strings.Repeat("x", 128<<10)
 	var putErr error
-	for i := 0; i < 100 && putErr == nil; i++ {
+	// etcd measures its size as its backend commits (every 100 ms), so a
+	// burst of puts faster than that can all pass the quota check: pace
+	// them, up to 500 (64 MiB, 2.5 s).
+	for i := 0; i < 500 && putErr == nil; i++ {
 		_, putErr = client.Put(ctx, "/ballast", value)
+		time.Sleep(5 * time.Millisecond)
 	}
 	if !errors.Is(putErr, rpctypes.ErrNoSpace) {
-		t.Fatalf("100 puts of 128 KiB into a 1 MiB quota: %v, want %v", putErr, rpctypes.ErrNoSpace)
+		t.Fatalf("500 puts of 128 KiB into a 1 MiB quota: %v, want %v", putErr, rpctypes.ErrNoSpace)
 	}
 	err := c.Check(nil)
 	if err == nil || !strings.Contains(err.Error(), "NOSPACE") {
