@@ -81,6 +81,9 @@ func (m *restoreMarker) start(ctx context.Context) error {
 	}
 	resp, err := m.client.Put(ctx, m.key, m.value(1), clientv3.WithLease(lease.ID))
 	if err != nil {
+		// Retried at the next tick: give this lease back rather than leave
+		// one behind per failed start (etcd out of space at start-up).
+		_, _ = m.client.Revoke(ctx, lease.ID)
 		return fmt.Errorf("restore marker: %w", err)
 	}
 	m.lease, m.count = lease.ID, 1

@@ -3,9 +3,7 @@ package e2e
 import (
 	"bytes"
 	"context"
-	"errors"
 	"fmt"
-	"io"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -304,22 +302,9 @@ func (f *fleet) logs(lines int) string {
 // whole output (stdout and stderr interleaved) and its exit code.
 func runCLI(t *testing.T, bin string, args ...string) (stdout, output string, code int) {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
-	defer cancel()
-	var out bytes.Buffer
-	all := &lockedBuffer{}
-	cmd := exec.CommandContext(ctx, bin, args...)
-	cmd.Stdout, cmd.Stderr = io.MultiWriter(&out, all), all
-	err := cmd.Run()
-	var exit *exec.ExitError
-	switch {
-	case errors.As(err, &exit):
-		code = exit.ExitCode()
-	case err != nil:
-		t.Fatalf("run %v: %v", args, err)
-	}
-	t.Logf("allocator %s → exit %d\n%s", strings.Join(args, " "), code, tail(all.String(), 12))
-	return out.String(), all.String(), code
+	stdout, output, code = runCLIQuiet(t, bin, args...)
+	t.Logf("allocator %s → exit %d\n%s", strings.Join(args, " "), code, tail(output, 12))
+	return stdout, output, code
 }
 
 // lockedBuffer is a bytes.Buffer written from the stdout and the stderr

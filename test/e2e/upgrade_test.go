@@ -187,10 +187,12 @@ func verifyMixedRecords(t *testing.T, ctx context.Context, f *fleet, from, to st
 	}
 }
 
-// runCLIQuiet runs the allocator binary like runCLI without logging.
+// runCLIQuiet runs the allocator binary, at most 2 minutes, and returns its
+// stdout, its stdout and stderr interleaved, and its exit code; runCLI is
+// the same with a log of the run.
 func runCLIQuiet(t *testing.T, bin string, args ...string) (stdout, output string, code int) {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	var out bytes.Buffer
 	all := &lockedBuffer{} // written by the stdout and the stderr copier at once
