@@ -10,6 +10,7 @@ require (
 	go.etcd.io/etcd/api/v3 v3.7.0
 	go.etcd.io/etcd/client/pkg/v3 v3.7.0
 	go.etcd.io/etcd/client/v3 v3.7.0
+	go.etcd.io/etcd/etcdutl/v3 v3.7.0
 	go.etcd.io/etcd/server/v3 v3.7.0
 	go.uber.org/zap v1.27.1
 	golang.org/x/term v0.45.0

@@ -19,9 +19,12 @@
 // memory with the ModRevision it was read at. Invariants and why:
 //
 //   - Every change is one transaction
-//     If(ModRevision(key) == seen).Then(Put(new)).Else(Get(key)). Never a Get
-//     followed by a Put: another replica's allocation between the two would
-//     be overwritten and its address handed out twice.
+//     If(ModRevision(key) == seen && stamp == seen's).Then(Put(new), Put(new
+//     stamp)).Else(Get(key), Get(stamp)). Never a Get followed by a Put:
+//     another replica's allocation between the two would be overwritten and
+//     its address handed out twice. The stamp (stamp.go) keeps a cache from
+//     before an etcd restore from being written back when the restored
+//     history reaches its revision again.
 //   - A lost compare restores the cache from the Else branch and re-applies the
 //     whole batch to it at once (no back-off: that state is the freshest there
 //     is, and waiting only lets it go stale). Attempts are bounded (and a long

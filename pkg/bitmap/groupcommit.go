@@ -183,8 +183,10 @@ func (a *Store) commit(batch []*request) error {
 		}
 		changed := a.apply(batch)
 
-		txn := a.client.Txn(ctx).If(clientv3.Compare(clientv3.ModRevision(a.key), "=", a.rev))
+		base := mapState{rev: a.rev, stamp: a.stamp}
+		txn := a.client.Txn(ctx).If(a.unchanged(base)...)
 		var value []byte
+		var stamp string
 		if len(changed) > 0 {
 			var err error
 			value, err = etcdlayout.EncodeRangeAllocation(a.space.Spec(), a.bits.Bytes())
@@ -192,10 +194,11 @@ func (a *Store) commit(batch []*request) error {
 				a.revert(changed)
 				return fmt.Errorf("encode %s: %w", a.key, err)
 			}
-			txn = txn.Then(clientv3.OpPut(a.key, string(value)))
+			var put []clientv3.Op
+			put, stamp = a.putOps(value)
+			txn = txn.Then(put...)
 		}
-		base := a.rev
-		resp, err := txn.Else(clientv3.OpGet(a.key)).Commit()
+		resp, err := txn.Else(a.readOps()...).Commit()
 		if err != nil {
 			err = fmt.Errorf("etcd transaction on %s: %w", a.key, err)
 			if len(changed) == 0 {
@@ -217,7 +220,7 @@ func (a *Store) commit(batch []*request) error {
 		}
 		if resp.Succeeded {
 			if len(changed) > 0 {
-				a.rev = resp.Header.Revision
+				a.rev, a.stamp = resp.Header.Revision, stamp
 				a.stats.writes.Add(1)
 				a.stats.bytesWritten.Add(uint64(len(value)))
 			}
@@ -226,12 +229,7 @@ func (a *Store) commit(batch []*request) error {
 		}
 
 		a.stats.conflicts.Add(1)
-		kvs := resp.Responses[0].GetResponseRange().GetKvs()
-		if len(kvs) == 0 {
-			a.loaded = false
-			return fmt.Errorf("%s: %w", a.key, allocation.ErrAllocationDisabled)
-		}
-		if err := a.restore(kvs[0].Value, kvs[0].ModRevision); err != nil {
+		if err := a.restore(stateOf(resp.Responses[0], resp.Responses[1])); err != nil {
 			return err
 		}
 		if attempt >= a.opts.MaxAttempts {
@@ -258,27 +256,28 @@ func (a *Store) commit(batch []*request) error {
 
 // load reads the map from etcd into the cache.
 func (a *Store) load(ctx context.Context) error {
-	resp, err := a.client.Get(ctx, a.key)
+	resp, err := a.client.Txn(ctx).Then(a.readOps()...).Commit()
 	if err != nil {
 		return fmt.Errorf("read %s: %w", a.key, err)
 	}
-	if len(resp.Kvs) == 0 {
-		return fmt.Errorf("%s: %w", a.key, allocation.ErrAllocationDisabled)
-	}
-	return a.restore(resp.Kvs[0].Value, resp.Kvs[0].ModRevision)
+	return a.restore(stateOf(resp.Responses[0], resp.Responses[1]))
 }
 
-// restore replaces the cache with a stored value read at revision rev.
-func (a *Store) restore(value []byte, rev int64) error {
+// restore replaces the cache with the map as a read saw it; a missing map is
+// allocation.ErrAllocationDisabled.
+func (a *Store) restore(s mapState) error {
 	a.loaded = false
-	_, data, err := a.decode(value)
+	if !s.exists() {
+		return fmt.Errorf("%s: %w", a.key, allocation.ErrAllocationDisabled)
+	}
+	_, data, err := a.decode(s.value)
 	if err != nil {
 		return err
 	}
 	if err := a.bits.SetBytes(data); err != nil {
 		return fmt.Errorf("value at %s: %w", a.key, err)
 	}
-	a.rev, a.loaded = rev, true
+	a.rev, a.stamp, a.loaded = s.rev, s.stamp, true
 	return nil
 }
 
@@ -332,12 +331,12 @@ func (a *Store) finish(batch []*request) {
 	}
 }
 
-// resolve finds out whether the write of value on top of revision base, whose
+// resolve finds out whether the write of value on top of base, whose
 // transaction failed ambiguously, landed. changed are the slots the write
 // changed; a.bits holds them applied. It runs on its own context, bounded by
 // MinBatchTime (the batch's may be spent, and its callers are waiting).
 //
-//   - If the key still has ModRevision base, a fence (the same CAS writing
+//   - If the map is still base (revision and stamp), a fence (the same CAS writing
 //     the base map back) makes sure the lost write can never land later; the
 //     cache is left at the base map, fenced revision.
 //   - Otherwise the first change after base is read from etcd's history (a
@@ -348,7 +347,7 @@ func (a *Store) finish(batch []*request) {
 // Any error (history compacted, etcd still down) counts as not landed: the
 // members fail, and what may have landed leaks until repair frees it. A leak,
 // never a duplicate.
-func (a *Store) resolve(base int64, changed []int, value []byte) (bool, error) {
+func (a *Store) resolve(base mapState, changed []int, value []byte) (bool, error) {
 	ctx, cancel := context.WithTimeout(context.Background(), a.opts.MinBatchTime)
 	defer cancel()
 	a.revert(changed)
@@ -356,20 +355,18 @@ func (a *Store) resolve(base int64, changed []int, value []byte) (bool, error) {
 	if err != nil {
 		return false, fmt.Errorf("encode %s: %w", a.key, err)
 	}
-	fence, err := a.client.Txn(ctx).
-		If(clientv3.Compare(clientv3.ModRevision(a.key), "=", base)).
-		Then(clientv3.OpPut(a.key, string(baseValue))).
-		Commit()
+	put, stamp := a.putOps(baseValue)
+	fence, err := a.client.Txn(ctx).If(a.unchanged(base)...).Then(put...).Commit()
 	if err != nil {
 		return false, fmt.Errorf("resolve an ambiguous write to %s: fence: %w", a.key, err)
 	}
 	if fence.Succeeded {
-		a.rev, a.loaded = fence.Header.Revision, true
+		a.rev, a.stamp, a.loaded = fence.Header.Revision, stamp, true
 		return false, nil
 	}
 	wctx, stop := context.WithCancel(clientv3.WithRequireLeader(ctx))
 	defer stop()
-	for resp := range a.client.Watch(wctx, a.key, clientv3.WithRev(base+1)) {
+	for resp := range a.client.Watch(wctx, a.key, clientv3.WithRev(base.rev+1)) {
 		if err := resp.Err(); err != nil {
 			return false, fmt.Errorf("resolve an ambiguous write to %s: history: %w", a.key, err)
 		}

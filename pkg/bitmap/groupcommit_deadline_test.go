@@ -137,8 +137,8 @@ func TestEtcdResolveAmbiguousWrite(t *testing.T) {
 
 	// prepare returns an allocator whose cache holds slot 5 applied on top
 	// of the stored map, as the leader's does when its write fails, with the
-	// base revision and the value it tried to write.
-	prepare := func(t *testing.T) (*EtcdAllocator, int64, []int, []byte) {
+	// base map, and the value it tried to write.
+	prepare := func(t *testing.T) (*EtcdAllocator, mapState, []int, []byte) {
 		t.Helper()
 		if _, err := client.Delete(ctx, testKey); err != nil {
 			t.Fatal(err)
@@ -150,7 +150,7 @@ func TestEtcdResolveAmbiguousWrite(t *testing.T) {
 		if err := a.load(ctx); err != nil {
 			t.Fatal(err)
 		}
-		base := a.rev
+		base := mapState{rev: a.rev, stamp: a.stamp}
 		changed := a.apply([]*request{{kind: opAllocate, slot: 5}})
 		value, err := etcdlayout.EncodeRangeAllocation(r.Prefix().String(), a.bits.Bytes())
 		if err != nil {
@@ -175,7 +175,7 @@ func TestEtcdResolveAmbiguousWrite(t *testing.T) {
 			t.Fatalf("resolve = %v, %v; want not landed", landed, err)
 		}
 		// The lost write can never land now.
-		resp, err := client.Txn(ctx).If(clientv3.Compare(clientv3.ModRevision(testKey), "=", base)).
+		resp, err := client.Txn(ctx).If(clientv3.Compare(clientv3.ModRevision(testKey), "=", base.rev)).
 			Then(clientv3.OpPut(testKey, string(value))).Commit()
 		if err != nil || resp.Succeeded {
 			t.Fatalf("the write landed after the fence: %v %v", err, resp)
@@ -187,7 +187,7 @@ func TestEtcdResolveAmbiguousWrite(t *testing.T) {
 
 	t.Run("landed, then overwritten", func(t *testing.T) {
 		a, base, changed, value := prepare(t)
-		casPut(t, base, value) // our write landed...
+		casPut(t, base.rev, value) // our write landed...
 		_, rev := storedIPs(t, client, r)
 		other, err := NewAllocator(r)
 		if err != nil {
@@ -222,7 +222,7 @@ func TestEtcdResolveAmbiguousWrite(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		casPut(t, base, theirs)
+		casPut(t, base.rev, theirs)
 		landed, err := a.resolve(base, changed, value)
 		if err != nil || landed {
 			t.Fatalf("resolve = %v, %v; want not landed", landed, err)

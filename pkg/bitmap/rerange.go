@@ -78,18 +78,17 @@ func (a *EtcdAllocator) rerange(ctx context.Context) (*Rerange, error) {
 	logger := klog.FromContext(ctx)
 	for attempt := 0; attempt < a.opts.MaxAttempts; attempt++ {
 		// One read-only transaction: the map and the Services at one revision.
-		resp, err := a.client.Txn(ctx).Then(
-			clientv3.OpGet(a.key),
-			clientv3.OpGet(a.servicesPrefix(), clientv3.WithPrefix()),
+		resp, err := a.client.Txn(ctx).Then(append(a.readOps(),
+			clientv3.OpGet(a.servicesPrefix(), clientv3.WithPrefix()))...,
 		).Commit()
 		if err != nil {
 			return nil, fmt.Errorf("re-range %s: read: %w", a.key, err)
 		}
-		kvs := resp.Responses[0].GetResponseRange().GetKvs()
-		if len(kvs) == 0 {
+		stored := stateOf(resp.Responses[0], resp.Responses[1])
+		if !stored.exists() {
 			return nil, fmt.Errorf("re-range %s: the key vanished", a.key)
 		}
-		from, err := a.storedPrefix(kvs[0].Value)
+		from, err := a.storedPrefix(stored.value)
 		if err != nil {
 			return nil, err
 		}
@@ -101,10 +100,10 @@ func (a *EtcdAllocator) rerange(ctx context.Context) (*Rerange, error) {
 				a.key, from, a.rng.Prefix(), ErrStoredRangeMismatch)
 		}
 		var services []storedValue
-		for _, kv := range resp.Responses[1].GetResponseRange().GetKvs() {
+		for _, kv := range resp.Responses[2].GetResponseRange().GetKvs() {
 			services = append(services, storedValue{key: string(kv.Key), value: kv.Value})
 		}
-		rr, data, err := a.reranged(ctx, from, kvs[0].Value, services)
+		rr, data, err := a.reranged(ctx, from, stored.value, services)
 		if err != nil {
 			return nil, err
 		}
@@ -115,10 +114,8 @@ func (a *EtcdAllocator) rerange(ctx context.Context) (*Rerange, error) {
 		if a.rerangeBeforeWrite != nil {
 			a.rerangeBeforeWrite()
 		}
-		put, err := a.client.Txn(ctx).
-			If(clientv3.Compare(clientv3.ModRevision(a.key), "=", kvs[0].ModRevision)).
-			Then(clientv3.OpPut(a.key, string(value))).
-			Commit()
+		ops, _ := a.putOps(value)
+		put, err := a.client.Txn(ctx).If(a.unchanged(stored)...).Then(ops...).Commit()
 		if err != nil {
 			return nil, fmt.Errorf("re-range %s: write: %w", a.key, err)
 		}

@@ -4,8 +4,6 @@ import (
 	"context"
 	"fmt"
 
-	clientv3 "go.etcd.io/etcd/client/v3"
-
 	"github.com/allocator/allocator/pkg/bitset"
 	"github.com/allocator/allocator/pkg/etcdlayout"
 )
@@ -29,14 +27,15 @@ type SlotMap struct {
 // already matches is left alone.
 func (a *Store) RerangeSlots(ctx context.Context, from func(storedRange string) (SlotMap, error)) (dropped []int, err error) {
 	for attempt := 0; attempt < a.opts.MaxAttempts; attempt++ {
-		resp, err := a.client.Get(ctx, a.key)
+		resp, err := a.client.Txn(ctx).Then(a.readOps()...).Commit()
 		if err != nil {
 			return nil, fmt.Errorf("re-range %s: read: %w", a.key, err)
 		}
-		if len(resp.Kvs) == 0 {
+		stored := stateOf(resp.Responses[0], resp.Responses[1])
+		if !stored.exists() {
 			return nil, fmt.Errorf("re-range %s: the key vanished", a.key)
 		}
-		ra, err := etcdlayout.DecodeRangeAllocation(resp.Kvs[0].Value)
+		ra, err := etcdlayout.DecodeRangeAllocation(stored.value)
 		if err != nil {
 			return nil, fmt.Errorf("value at %s is not a valid RangeAllocation: %w", a.key, err)
 		}
@@ -70,10 +69,8 @@ func (a *Store) RerangeSlots(ctx context.Context, from func(storedRange string) 
 		if err != nil {
 			return nil, fmt.Errorf("re-range %s: %w", a.key, err)
 		}
-		put, err := a.client.Txn(ctx).
-			If(clientv3.Compare(clientv3.ModRevision(a.key), "=", resp.Kvs[0].ModRevision)).
-			Then(clientv3.OpPut(a.key, string(value))).
-			Commit()
+		ops, _ := a.putOps(value)
+		put, err := a.client.Txn(ctx).If(a.unchanged(stored)...).Then(ops...).Commit()
 		if err != nil {
 			return nil, fmt.Errorf("re-range %s: write: %w", a.key, err)
 		}

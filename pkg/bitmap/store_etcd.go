@@ -107,10 +107,11 @@ type Space interface {
 // know what a slot means (see Space); EtcdAllocator maps IPs to its slots and
 // pkg/portallocator node ports.
 type Store struct {
-	client *clientv3.Client
-	key    string
-	space  Space
-	opts   EtcdOptions
+	client   *clientv3.Client
+	key      string
+	stampKey string // etcdlayout.MapStamp(key); see stamp.go
+	space    Space
+	opts     EtcdOptions
 
 	mu      sync.Mutex
 	pending []*request // guarded by mu
@@ -119,8 +120,9 @@ type Store struct {
 	// Owned by the current leader (the goroutine that set busy); no lock,
 	// because exactly one leader runs at a time and hand-over goes through mu.
 	bits   *bitset.Set
-	rev    int64 // ModRevision bits were loaded from
-	loaded bool  // bits and rev reflect a value read from etcd
+	rev    int64  // ModRevision bits were loaded from
+	stamp  string // the map's stamp at rev (stamp.go)
+	loaded bool   // bits, rev and stamp reflect a value read from etcd
 	random *rand.Rand
 
 	// rerangeBeforeWrite, when set (tests only), runs between the re-range's
@@ -147,12 +149,13 @@ func NewStore(client *clientv3.Client, key string, space Space, opts EtcdOptions
 		return nil, fmt.Errorf("range %s: %w", space.Spec(), err)
 	}
 	return &Store{
-		client: client,
-		key:    key,
-		space:  space,
-		opts:   opts.withDefaults(),
-		bits:   bits,
-		random: rand.New(rand.NewPCG(rand.Uint64(), rand.Uint64())),
+		client:   client,
+		key:      key,
+		stampKey: etcdlayout.MapStamp(key),
+		space:    space,
+		opts:     opts.withDefaults(),
+		bits:     bits,
+		random:   rand.New(rand.NewPCG(rand.Uint64(), rand.Uint64())),
 	}, nil
 }
 
@@ -183,9 +186,10 @@ func (a *Store) Create(ctx context.Context) (bool, error) {
 	if err != nil {
 		return false, fmt.Errorf("initialize %s: %w", a.key, err)
 	}
+	put, _ := a.putOps(value)
 	resp, err := a.client.Txn(ctx).
 		If(clientv3.Compare(clientv3.CreateRevision(a.key), "=", 0)).
-		Then(clientv3.OpPut(a.key, string(value))).
+		Then(put...).
 		Else(clientv3.OpGet(a.key)).
 		Commit()
 	if err != nil {

@@ -5,8 +5,6 @@ import (
 	"errors"
 	"fmt"
 
-	clientv3 "go.etcd.io/etcd/client/v3"
-
 	"github.com/allocator/allocator/pkg/bitset"
 	"github.com/allocator/allocator/pkg/etcdlayout"
 )
@@ -22,6 +20,8 @@ type StoredMap struct {
 	Data []byte
 	// Revision is the key's ModRevision; 0 when the key does not exist.
 	Revision int64
+	// stamp is the map's stamp as read, for CompareAndWrite's compare.
+	stamp string
 }
 
 // Exists reports whether the key was present.
@@ -31,29 +31,33 @@ func (m StoredMap) Exists() bool { return m.Revision != 0 }
 // bypassing the allocator's cache. A missing key is not an error: the result
 // has Revision 0. A value that is not a RangeAllocation of this range is.
 func (a *Store) ReadStored(ctx context.Context) (StoredMap, error) {
-	resp, err := a.client.Get(ctx, a.key)
+	resp, err := a.client.Txn(ctx).Then(a.readOps()...).Commit()
 	if err != nil {
 		return StoredMap{}, fmt.Errorf("read %s: %w", a.key, err)
 	}
-	if len(resp.Kvs) == 0 {
+	stored := stateOf(resp.Responses[0], resp.Responses[1])
+	if !stored.exists() {
 		return StoredMap{}, nil
 	}
-	_, data, err := a.decode(resp.Kvs[0].Value)
+	_, data, err := a.decode(stored.value)
 	if err != nil {
 		return StoredMap{}, err
 	}
 	if err := a.checkData(data); err != nil {
 		return StoredMap{}, err
 	}
-	return StoredMap{Data: data, Revision: resp.Kvs[0].ModRevision}, nil
+	return StoredMap{Data: data, Revision: stored.rev, stamp: stored.stamp}, nil
 }
 
-// CompareAndWrite replaces the stored map with data if its ModRevision is
-// still revision (0: only if the key does not exist), in one transaction. It
-// returns ErrConflict otherwise, and the new revision on success. Allocations
-// in flight on any instance are never lost: they either landed before (and
-// the compare fails) or they conflict with this write and retry on top of it.
-func (a *Store) CompareAndWrite(ctx context.Context, data []byte, revision int64) (int64, error) {
+// CompareAndWrite replaces the stored map with data if the key still holds
+// base, the map ReadStored returned (a base that does not exist: only if the
+// key still does not), in one transaction. It returns ErrConflict otherwise,
+// and the new revision on success. Allocations in flight on any instance are
+// never lost: they either landed before (and the compare fails) or they
+// conflict with this write and retry on top of it. The compare is on the
+// stamp as well as the revision (stamp.go): a repair pass that spans an etcd
+// restore must not write its map over the restored one.
+func (a *Store) CompareAndWrite(ctx context.Context, data []byte, base StoredMap) (int64, error) {
 	if err := a.checkData(data); err != nil {
 		return 0, err
 	}
@@ -61,15 +65,16 @@ func (a *Store) CompareAndWrite(ctx context.Context, data []byte, revision int64
 	if err != nil {
 		return 0, fmt.Errorf("encode %s: %w", a.key, err)
 	}
+	ops, _ := a.putOps(value)
 	resp, err := a.client.Txn(ctx).
-		If(clientv3.Compare(clientv3.ModRevision(a.key), "=", revision)).
-		Then(clientv3.OpPut(a.key, string(value))).
+		If(a.unchanged(mapState{rev: base.Revision, stamp: base.stamp})...).
+		Then(ops...).
 		Commit()
 	if err != nil {
 		return 0, fmt.Errorf("write %s: %w", a.key, err)
 	}
 	if !resp.Succeeded {
-		return 0, fmt.Errorf("write %s at revision %d: %w", a.key, revision, ErrConflict)
+		return 0, fmt.Errorf("write %s at revision %d: %w", a.key, base.Revision, ErrConflict)
 	}
 	return resp.Header.Revision, nil
 }

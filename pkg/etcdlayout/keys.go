@@ -123,6 +123,19 @@ func (l Layout) RestoreMarker(process string) string {
 	return l.key("clusterip-allocator", "markers", process)
 }
 
+// MapStamp is this project's own key beside the RangeAllocation at rangeKey
+// (<prefix>/ranges/<name>): a random stamp that every write of the map by
+// this server replaces in the same transaction, and every compare-and-swap
+// of it compares (pkg/bitmap, stamp.go). A key with no "/ranges/" part (a
+// test's) gets a stamp under DefaultPrefix named by the whole key.
+func MapStamp(rangeKey string) string {
+	name := strings.Trim(rangeKey, "/")
+	if i := strings.LastIndex(rangeKey, "/"+rangesPath+"/"); i >= 0 {
+		name = rangeKey[i+len(rangesPath)+2:]
+	}
+	return LayoutOfRange(rangeKey).key("clusterip-allocator", "stamps", name)
+}
+
 // AllocatorReplicasPrefix is the prefix of the replica records of one
 // allocator model (empty model: of every model).
 func (l Layout) AllocatorReplicasPrefix(model string) string {

@@ -112,3 +112,21 @@ func TestLayoutOfRange(t *testing.T) {
 		}
 	}
 }
+
+// TestMapStamp: each map's stamp sits in this project's namespace of the
+// map's cluster, one per map.
+func TestMapStamp(t *testing.T) {
+	tests := []struct{ key, stamp string }{
+		{"/registry/ranges/serviceips", "/registry/clusterip-allocator/stamps/serviceips"},
+		{"/registry/ranges/secondaryserviceips", "/registry/clusterip-allocator/stamps/secondaryserviceips"},
+		{"/a/b/ranges/servicenodeports", "/a/b/clusterip-allocator/stamps/servicenodeports"},
+		{"/ranges/serviceips", "/clusterip-allocator/stamps/serviceips"},
+		{"/x/ranges/y/ranges/serviceips", "/x/ranges/y/clusterip-allocator/stamps/serviceips"},
+		{"/no-ranges-here/map", "/registry/clusterip-allocator/stamps/no-ranges-here/map"},
+	}
+	for _, tt := range tests {
+		if got := MapStamp(tt.key); got != tt.stamp {
+			t.Errorf("MapStamp(%q) = %q, want %q", tt.key, got, tt.stamp)
+		}
+	}
+}

@@ -2,6 +2,7 @@ package servicealloc
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"sync"
 	"time"
@@ -114,38 +115,36 @@ func (r *REST) Create(ctx context.Context, obj runtime.Object, createValidation 
 			return nil, err
 		}
 	}
-	outcome := &createOutcome{}
-	out, err := r.Store.Create(withCreateOutcome(ctx, outcome), obj, createValidation, options)
-	if txn := outcome.failed; txn != nil {
-		r.settleFailedCreate(ctx, txn, svc, err)
-	}
+	log := &writeLog{}
+	out, err := r.Store.Create(withWriteLog(ctx, log), obj, createValidation, options)
+	log.settle(ctx, err, r.reader(svc.Name))
 	return out, err
 }
 
-// settleFailedCreate settles the transaction of a create that failed after
-// its reservation (create_outcome.go).
-func (r *REST) settleFailedCreate(ctx context.Context, txn *Transaction, svc *corev1.Service, err error) {
-	var (
-		stored *corev1.Service
-		getErr = err
-	)
-	if !writeRefused(err) && svc.Name != "" {
-		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), releaseTimeout)
-		obj, gerr := r.Store.Get(rctx, svc.Name, &metav1.GetOptions{})
-		cancel()
-		getErr = gerr
-		if gerr == nil {
-			stored, _ = obj.(*corev1.Service)
+// reader reads the Service name back from storage, to settle a write that
+// failed (settle.go).
+func (r *REST) reader(name string) func(context.Context) (*corev1.Service, error) {
+	return func(ctx context.Context) (*corev1.Service, error) {
+		if name == "" {
+			return nil, errors.New("no name to read the Service back by")
 		}
+		obj, err := r.Store.Get(ctx, name, &metav1.GetOptions{})
+		if err != nil {
+			return nil, err
+		}
+		svc, ok := obj.(*corev1.Service)
+		if !ok {
+			return nil, fmt.Errorf("read back %s: not a Service: %T", name, obj)
+		}
+		return svc, nil
 	}
-	settleFailedCreate(err, svc.UID, stored, getErr).apply(ctx, txn, svc, err)
 }
 
 // Update runs the store's update and then settles the allocations its
-// attempts made. The store calls BeginUpdate (or BeginCreate, for a create
-// through update or server-side apply) inside its compare-and-swap loop and
-// reports success before the write: only the last successful attempt was
-// stored, so its transaction is committed and all others are reverted.
+// attempts made (settle.go): the store calls BeginUpdate (or BeginCreate,
+// for a create through update or server-side apply) inside its
+// compare-and-swap loop and reports success before the write, so only the
+// last passed attempt can have been stored.
 func (r *REST) Update(ctx context.Context, name string, objInfo rest.UpdatedObjectInfo, createValidation rest.ValidateObjectFunc,
 	updateValidation rest.ValidateObjectUpdateFunc, forceAllowCreate bool, options *metav1.UpdateOptions) (runtime.Object, bool, error) {
 	done, err := r.alloc.beginWrite()
@@ -153,9 +152,9 @@ func (r *REST) Update(ctx context.Context, name string, objInfo rest.UpdatedObje
 		return nil, false, err
 	}
 	defer done()
-	attempts := &attemptLog{}
-	out, created, err := r.Store.Update(withAttempts(ctx, attempts), name, objInfo, createValidation, updateValidation, forceAllowCreate, options)
-	attempts.settle(ctx, err == nil)
+	log := &writeLog{update: true}
+	out, created, err := r.Store.Update(withWriteLog(ctx, log), name, objInfo, createValidation, updateValidation, forceAllowCreate, options)
+	log.settle(ctx, err, r.reader(name))
 	return out, created, err
 }
 
@@ -189,7 +188,7 @@ func (r *REST) beginCreate(ctx context.Context, obj runtime.Object, options *met
 	if err != nil {
 		return nil, err
 	}
-	return finisher(ctx, txn), nil
+	return finisher(ctx, txn, svc, nil), nil
 }
 
 func (r *REST) beginUpdate(ctx context.Context, obj, old runtime.Object, options *metav1.UpdateOptions) (genericregistry.FinishFunc, error) {
@@ -203,27 +202,7 @@ func (r *REST) beginUpdate(ctx context.Context, obj, old runtime.Object, options
 	if err != nil {
 		return nil, err
 	}
-	return finisher(ctx, txn), nil
-}
-
-// finisher returns the FinishFunc for txn. Outside Update (a plain create)
-// the store calls it after the write, so it settles txn at once. Inside
-// Update a success is only provisional and is recorded in the attempt log.
-func finisher(ctx context.Context, txn *Transaction) genericregistry.FinishFunc {
-	attempts := attemptsFrom(ctx)
-	outcome := createOutcomeFrom(ctx)
-	return func(ctx context.Context, success bool) {
-		switch {
-		case !success && attempts == nil && outcome != nil:
-			outcome.failed = txn // REST.Create settles it, knowing the error
-		case !success:
-			txn.Revert(ctx)
-		case attempts != nil:
-			attempts.add(txn)
-		default:
-			txn.Commit(ctx)
-		}
-	}
+	return finisher(ctx, txn, svc, oldSvc), nil
 }
 
 // afterDelete releases the addresses of a deleted Service, exactly once: only
@@ -298,45 +277,6 @@ func (d *deleteTracking) Delete(ctx context.Context, key string, out runtime.Obj
 		d.log.add(out)
 	}
 	return nil
-}
-
-// attemptLog records the transactions of the update attempts that passed.
-type attemptLog struct {
-	mu   sync.Mutex
-	txns []*Transaction // guarded by mu
-}
-
-func (l *attemptLog) add(txn *Transaction) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	l.txns = append(l.txns, txn)
-}
-
-// settle commits the last attempt when the update was stored and reverts
-// every other one.
-func (l *attemptLog) settle(ctx context.Context, stored bool) {
-	l.mu.Lock()
-	txns := l.txns
-	l.txns = nil
-	l.mu.Unlock()
-	for i, txn := range txns {
-		if stored && i == len(txns)-1 {
-			txn.Commit(ctx)
-		} else {
-			txn.Revert(ctx)
-		}
-	}
-}
-
-type attemptsKey struct{}
-
-func withAttempts(ctx context.Context, l *attemptLog) context.Context {
-	return context.WithValue(ctx, attemptsKey{}, l)
-}
-
-func attemptsFrom(ctx context.Context) *attemptLog {
-	l, _ := ctx.Value(attemptsKey{}).(*attemptLog)
-	return l
 }
 
 // Compile-time checks: REST serves what the store serves.

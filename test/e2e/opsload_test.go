@@ -37,13 +37,18 @@ type opsLoad struct {
 	ipHolder   map[netip.Addr]string // acknowledged ClusterIP → Service, while not being deleted; guarded by mu
 	portHolder map[int32]string      // acknowledged node port → Service, likewise; guarded by mu
 	refused    []opsRefusal          // 5xx answers recorded (giveUpOn5xx); guarded by mu
-	unsure     []string              // Services whose create or delete was refused: stored or not; guarded by mu
+	unsure     map[string]bool       // Services whose create or delete was refused or undone by a restore: stored or not; guarded by mu
 	byVia      map[string]int        // acknowledged creates per replica process; guarded by mu
 	problems   []string              // duplicates, losses, unexpected answers; guarded by mu
 	creates    int                   // creates begun; guarded by mu
 	deletes    int                   // deletes acknowledged; guarded by mu
 	recovered  int                   // creates found stored after a lost answer; guarded by mu
 	retries    int                   // requests retried; guarded by mu
+	// lostFrom and lostUntil: etcd was restored from a snapshot taken at
+	// lostFrom and stopped for it at lostUntil (forgetAfter). What was
+	// acknowledged in between may be undone; guarded by mu.
+	lostFrom, lostUntil time.Time
+	lostToRestore       int // deletes that found their Service undone by the restore; guarded by mu
 
 	stop    chan struct{}
 	stopped sync.Once
@@ -74,9 +79,11 @@ type opsAck struct {
 	started  time.Time // when the request that was acknowledged was sent
 	at       time.Time
 	deleted  bool
-	// deletedVia and deletedAt: who acknowledged the delete, and when.
-	deletedVia string
-	deletedAt  time.Time
+	// deletedVia and deletedAt: who acknowledged the delete, and when;
+	// deleteStarted: when it was first sent.
+	deletedVia    string
+	deletedAt     time.Time
+	deleteStarted time.Time
 }
 
 // opsRefusal is a 5xx answer the load recorded.
@@ -89,7 +96,7 @@ type opsRefusal struct {
 
 func startOpsLoad(t *testing.T, f *fleet, cfg opsLoadConfig) *opsLoad {
 	l := &opsLoad{t: t, f: f, cfg: cfg, acks: map[string]*opsAck{}, ipHolder: map[netip.Addr]string{},
-		portHolder: map[int32]string{}, byVia: map[string]int{}, stop: make(chan struct{})}
+		portHolder: map[int32]string{}, byVia: map[string]int{}, unsure: map[string]bool{}, stop: make(chan struct{})}
 	if cfg.maxCreates == 0 {
 		cfg.maxCreates = 1 << 30
 		l.cfg = cfg
@@ -220,7 +227,7 @@ func (l *opsLoad) create(name string, turn int) bool {
 			// apply) is not undone.
 			l.mu.Lock()
 			l.refused = append(l.refused, opsRefusal{op: "create", name: name, via: ep.String(), at: time.Now(), code: code, message: err.Error()})
-			l.unsure = append(l.unsure, name)
+			l.unsure[name] = true
 			l.mu.Unlock()
 			return false
 		case code == 0 || code >= 500 || code == 429:
@@ -248,6 +255,13 @@ func (l *opsLoad) acknowledge(name string, svc *corev1.Service, via string, star
 	now := time.Now()
 	l.mu.Lock()
 	defer l.mu.Unlock()
+	if !l.lostUntil.IsZero() && started.Before(l.lostUntil) {
+		// Sent before etcd was stopped for the restore: its write may be
+		// in the history the restore undid.
+		l.acks[name] = &opsAck{ip: ip, nodePort: port, via: via, started: started, at: now}
+		l.unsure[name] = true
+		return
+	}
 	if other, ok := l.ipHolder[ip]; ok && other != name {
 		l.problems = append(l.problems, fmt.Sprintf("DUPLICATE ClusterIP %s: %s acknowledged via %s at %s, %s via %s at %s",
 			ip, other, l.acks[other].via, l.acks[other].at.Format("15:04:05.000"), name, via, now.Format("15:04:05.000")))
@@ -274,6 +288,7 @@ func (l *opsLoad) delete(name string, turn int) {
 		delete(l.portHolder, a.nodePort)
 	}
 	a.deleted = true
+	a.deleteStarted = time.Now()
 	l.mu.Unlock()
 	deadline := time.Now().Add(opDeadline)
 	var lastErr error
@@ -294,6 +309,14 @@ func (l *opsLoad) delete(name string, turn int) {
 			l.mu.Lock()
 			l.deletes++
 			a.deletedVia, a.deletedAt = ep.String(), time.Now()
+			if !l.lostUntil.IsZero() && a.deleteStarted.Before(l.lostUntil) {
+				l.unsure[name] = true // the restore may bring it back
+			}
+			l.mu.Unlock()
+			return
+		case apierrors.IsNotFound(err) && l.isUnsure(name):
+			l.mu.Lock()
+			l.lostToRestore++
 			l.mu.Unlock()
 			return
 		case apierrors.IsNotFound(err):
@@ -302,7 +325,7 @@ func (l *opsLoad) delete(name string, turn int) {
 		case code >= 500 && l.cfg.giveUpOn5xx:
 			l.mu.Lock()
 			l.refused = append(l.refused, opsRefusal{op: "delete", name: name, via: ep.String(), at: time.Now(), code: code, message: err.Error()})
-			l.unsure = append(l.unsure, name)
+			l.unsure[name] = true
 			l.mu.Unlock()
 			return
 		case code == 0 || code >= 500 || code == 429:
@@ -317,6 +340,54 @@ func (l *opsLoad) delete(name string, turn int) {
 		}
 	}
 	l.problem("delete %s never acknowledged within %s: %v", name, opDeadline, lastErr)
+}
+
+// isUnsure reports whether name's create or delete may or may not be stored.
+func (l *opsLoad) isUnsure(name string) bool {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.unsure[name]
+}
+
+// forgetAfter is called just before etcd is stopped to be restored from a
+// snapshot taken at snapshotStart. Every create acknowledged since, and every
+// create or delete sent before now and acknowledged later, may be undone by
+// the restore: the load no longer counts their addresses and node ports as
+// held (a create after the restore may rightly get them) and does not check
+// them against etcd. A delete acknowledged since may be undone too: the
+// Service comes back.
+func (l *opsLoad) forgetAfter(snapshotStart time.Time) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.lostFrom, l.lostUntil = snapshotStart, time.Now()
+	for name, a := range l.acks {
+		switch {
+		case a.deleted && (a.deletedAt.IsZero() || !a.deletedAt.Before(snapshotStart)):
+			l.unsure[name] = true
+		case !a.deleted && !a.at.Before(snapshotStart):
+			l.unsure[name] = true
+			if l.ipHolder[a.ip] == name {
+				delete(l.ipHolder, a.ip)
+			}
+			if l.portHolder[a.nodePort] == name {
+				delete(l.portHolder, a.nodePort)
+			}
+		}
+	}
+}
+
+// firstAckAfter returns the first acknowledgement of a create at or after
+// t0, and whether there is one.
+func (l *opsLoad) firstAckAfter(t0 time.Time) (time.Time, bool) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	var first time.Time
+	for _, a := range l.acks {
+		if !a.at.Before(t0) && (first.IsZero() || a.at.Before(first)) {
+			first = a.at
+		}
+	}
+	return first, !first.IsZero()
 }
 
 // acked returns the number of acknowledged creates.
@@ -410,8 +481,8 @@ func (l *opsLoad) summary() {
 		via = append(via, fmt.Sprintf("%s=%d", v, n))
 	}
 	sort.Strings(via)
-	l.t.Logf("load (seed %d): %d creates begun, %d acknowledged, %d deleted, %d refused with 5xx (recorded), %d recovered by reading back, %d retried requests; per replica process: %s",
-		l.cfg.seed, l.creates, len(l.acks), l.deletes, len(l.refused), l.recovered, l.retries, strings.Join(via, " "))
+	l.t.Logf("load (seed %d): %d creates begun, %d acknowledged, %d deleted, %d refused with 5xx (recorded), %d recovered by reading back, %d retried requests, %d unsure, %d deletes found their Service undone by a restore; per replica process: %s",
+		l.cfg.seed, l.creates, len(l.acks), l.deletes, len(l.refused), l.recovered, l.retries, len(l.unsure), l.lostToRestore, strings.Join(via, " "))
 	for _, p := range l.problems {
 		l.t.Error(p)
 	}
@@ -426,10 +497,7 @@ func (l *opsLoad) verifyAcks(a claimAudit) (lost, storedAnyway int) {
 	l.t.Helper()
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	unsure := map[string]bool{}
-	for _, name := range l.unsure {
-		unsure[name] = true
-	}
+	unsure := l.unsure
 	for name, ack := range l.acks {
 		h, stored := a.stored["default/"+name]
 		switch {

@@ -4,10 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"io"
-	"io/fs"
 	"net/netip"
-	"os"
 	"path/filepath"
 	"testing"
 	"time"
@@ -21,41 +18,6 @@ import (
 	"github.com/allocator/allocator/pkg/model"
 	"github.com/allocator/allocator/pkg/report"
 )
-
-// copyDir copies the tree at src to dst (a cold backup of a stopped etcd).
-func copyDir(t *testing.T, src, dst string) {
-	t.Helper()
-	err := filepath.WalkDir(src, func(path string, d fs.DirEntry, err error) error {
-		if err != nil {
-			return err
-		}
-		rel, err := filepath.Rel(src, path)
-		if err != nil {
-			return err
-		}
-		target := filepath.Join(dst, rel)
-		if d.IsDir() {
-			return os.MkdirAll(target, 0o700)
-		}
-		in, err := os.Open(path)
-		if err != nil {
-			return err
-		}
-		defer in.Close()
-		out, err := os.OpenFile(target, os.O_CREATE|os.O_WRONLY|os.O_TRUNC, 0o600)
-		if err != nil {
-			return err
-		}
-		if _, err := io.Copy(out, in); err != nil {
-			out.Close()
-			return err
-		}
-		return out.Close()
-	})
-	if err != nil {
-		t.Fatalf("copy %s to %s: %v", src, dst, err)
-	}
-}
 
 // TestEtcdRestoredUnderServer: etcd restored from a cold backup under a
 // running server (its revision goes back) makes the server stop on its own
@@ -77,22 +39,12 @@ func testEtcdRestoredUnderServer(t *testing.T, m string) {
 		mustCreate(t, ctx, srv.Client, newService(fmt.Sprintf("before-%d", i)))
 	}
 
-	// A cold backup: etcd stopped, its data directory copied.
-	backup := filepath.Join(t.TempDir(), "etcd-backup")
-	etcd.Stop()
-	copyDir(t, etcd.DataDir(), backup)
-	etcd.Restart(t)
+	backup := etcd.ColdBackup(t)
 	for i := range 10 {
 		mustCreate(t, ctx, srv.Client, newService(fmt.Sprintf("after-%d", i)))
 	}
 
-	// The restore: etcd stopped, its data replaced by the backup, started.
-	etcd.Stop()
-	if err := os.RemoveAll(etcd.DataDir()); err != nil {
-		t.Fatal(err)
-	}
-	copyDir(t, backup, etcd.DataDir())
-	etcd.Restart(t)
+	etcd.RestoreColdBackup(t, backup)
 	start := time.Now()
 	exited, err := srv.WaitExit(30 * time.Second)
 	if !exited {

@@ -157,11 +157,11 @@ func (p *Pass[K]) Commit(ctx context.Context) (Result[K], error) {
 // toSet the merge did not set.
 func (p *Pass[K]) writeMerged(ctx context.Context, data []byte) (bool, map[int]bool, error) {
 	store := p.r.cfg.Store
-	rev := p.stored.Revision
+	base := p.stored
 	notMissing := map[int]bool{}
 	held := map[int]bool{} // stillHolds answers, asked at most once per slot
 	for attempt := 1; ; attempt++ {
-		_, err := store.CompareAndWrite(ctx, data, rev)
+		_, err := store.CompareAndWrite(ctx, data, base)
 		if err == nil {
 			return true, notMissing, nil
 		}
@@ -206,7 +206,7 @@ func (p *Pass[K]) writeMerged(ctx context.Context, data []byte) (bool, map[int]b
 		if bytes.Equal(data, fresh.Data) {
 			return false, notMissing, nil
 		}
-		rev = fresh.Revision
+		base = fresh
 	}
 }
 

@@ -33,7 +33,7 @@ const MaxMergeAttempts = 100
 // implement it.
 type Store interface {
 	ReadStored(ctx context.Context) (bitmap.StoredMap, error)
-	CompareAndWrite(ctx context.Context, data []byte, revision int64) (int64, error)
+	CompareAndWrite(ctx context.Context, data []byte, base bitmap.StoredMap) (int64, error)
 }
 
 // Space maps the keys of one range (addresses, ports) to the slots of its map.

@@ -451,7 +451,7 @@ func mergeIntoBitmap(ctx context.Context, store BitmapStore, ips []netip.Addr, b
 		if dryRun || (stored.Exists() && bytes.Equal(data, stored.Data)) {
 			return created, present, kept, nil
 		}
-		_, err = store.CompareAndWrite(ctx, data, stored.Revision)
+		_, err = store.CompareAndWrite(ctx, data, stored)
 		if errors.Is(err, bitmap.ErrConflict) {
 			continue
 		}

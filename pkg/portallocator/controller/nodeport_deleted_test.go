@@ -25,9 +25,9 @@ type racingPortStore struct {
 	before func()
 }
 
-func (s *racingPortStore) CompareAndWrite(ctx context.Context, data []byte, revision int64) (int64, error) {
+func (s *racingPortStore) CompareAndWrite(ctx context.Context, data []byte, base bitmap.StoredMap) (int64, error) {
 	s.once.Do(s.before)
-	return s.EtcdAllocator.CompareAndWrite(ctx, data, revision)
+	return s.EtcdAllocator.CompareAndWrite(ctx, data, base)
 }
 
 // TestNodePortRepairServiceDeletedDuringPass is

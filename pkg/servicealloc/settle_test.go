@@ -1,0 +1,159 @@
+package servicealloc
+
+import (
+	"context"
+	"errors"
+	"net/netip"
+	"testing"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/util/validation/field"
+)
+
+// held builds a stored Service with uid holding ip and node ports.
+func held(uid, ip string, ports ...int32) *corev1.Service {
+	s := &corev1.Service{ObjectMeta: metav1.ObjectMeta{Name: "web", Namespace: "default", UID: types.UID(uid)},
+		Spec: corev1.ServiceSpec{Type: corev1.ServiceTypeClusterIP, ClusterIP: ip, ClusterIPs: []string{ip}}}
+	if len(ports) > 0 {
+		s.Spec.Type = corev1.ServiceTypeNodePort
+		for _, p := range ports {
+			s.Spec.Ports = append(s.Spec.Ports, corev1.ServicePort{Port: 80, NodePort: p})
+		}
+	}
+	return s
+}
+
+// TestSettleFailedWrite: a write refused by the API (4xx) is undone. One
+// whose fate is unknown (an etcd or context error, a 5xx) is decided from
+// the Service read back: a create keeps its reservation if the Service was
+// stored with its UID, and releases it if absent or another object; an
+// update keeps its changes if the stored Service holds what it wrote, and
+// undoes them if it holds what it replaced. Anything else (unreadable,
+// deleted or re-created, changed by another writer) is left to the repair.
+func TestSettleFailedWrite(t *testing.T) {
+	svcs := schema.GroupResource{Resource: "services"}
+	nospace := errors.New("etcdserver: mvcc: database space exceeded")
+	notFound := apierrors.NewNotFound(svcs, "web")
+	invalid := apierrors.NewInvalid(serviceKind, "web", field.ErrorList{field.Required(field.NewPath("spec"), "")})
+
+	create := attempt{uid: "u1", wrote: claimsOf(held("u1", "10.0.0.5"))}
+	// An update of u1 from ClusterIP 10.0.0.5 to NodePort 30001.
+	update := attempt{uid: "u1", update: true, base: claimsOf(held("u1", "10.0.0.5")), wrote: claimsOf(held("u1", "10.0.0.5", 30001))}
+	tests := []struct {
+		name   string
+		a      attempt
+		err    error
+		stored *corev1.Service
+		getErr error
+		want   settlement
+	}{
+		{"create invalid", create, invalid, held("u1", "10.0.0.5"), nil, release},
+		{"create already exists", create, apierrors.NewAlreadyExists(svcs, "web"), held("u2", "10.0.0.9"), nil, release},
+		{"create forbidden by admission", create, apierrors.NewForbidden(svcs, "web", errors.New("no")), nil, notFound, release},
+		{"create NOSPACE, stored anyway", create, nospace, held("u1", "10.0.0.5"), nil, keep},
+		{"create timeout, stored", create, apierrors.NewTimeoutError("etcd", 1), held("u1", "10.0.0.5"), nil, keep},
+		{"create deadline, not stored", create, context.DeadlineExceeded, nil, notFound, release},
+		{"create internal, another object by that name", create, apierrors.NewInternalError(nospace), held("u2", "10.0.0.9"), nil, release},
+		{"create canceled, unreadable", create, context.Canceled, nil, errors.New("etcd unavailable"), leave},
+
+		{"update conflict", update, apierrors.NewConflict(svcs, "web", errors.New("changed")), held("u1", "10.0.0.5"), nil, release},
+		{"update NOSPACE, stored anyway", update, nospace, held("u1", "10.0.0.5", 30001), nil, keep},
+		{"update timeout, not stored", update, apierrors.NewTimeoutError("etcd", 1), held("u1", "10.0.0.5"), nil, release},
+		{"update NOSPACE, changed by another writer", update, nospace, held("u1", "10.0.0.5", 30002), nil, leave},
+		{"update NOSPACE, deleted since", update, nospace, nil, notFound, leave},
+		{"update NOSPACE, re-created since", update, nospace, held("u2", "10.0.0.5", 30001), nil, leave},
+		{"update canceled, unreadable", update, context.Canceled, nil, errors.New("etcd unavailable"), leave},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			if got := settleFailedWrite(tt.err, tt.a, tt.stored, tt.getErr); got != tt.want {
+				t.Errorf("settleFailedWrite = %d, want %d", got, tt.want)
+			}
+		})
+	}
+}
+
+// TestSettlementApply: keep and leave hold the reservation, release frees
+// it; each settles the transaction once.
+func TestSettlementApply(t *testing.T) {
+	ctx := context.Background()
+	for _, tt := range []struct {
+		s    settlement
+		held bool
+	}{{keep, true}, {leave, true}, {release, false}} {
+		a, mems := newAlloc(t, "10.0.0.0/24")
+		s := svc()
+		if err := a.PrepareCreate(ctx, s); err != nil {
+			t.Fatal(err)
+		}
+		txn, err := a.AllocateCreate(ctx, s, false)
+		if err != nil {
+			t.Fatal(err)
+		}
+		tt.s.apply(ctx, txn, nil, errors.New("write failed"))
+		txn.Revert(ctx) // settled already: no effect
+		held, _ := mems[0].Has(ctx, netip.MustParseAddr(s.Spec.ClusterIP))
+		if held != tt.held {
+			t.Errorf("settlement %d: address held %v, want %v", tt.s, held, tt.held)
+		}
+	}
+}
+
+// TestSettleUpdateAttempts: an update's attempts that lost their
+// compare-and-swap are undone; the last one, failed with an error that
+// leaves its fate unknown, is kept when the Service read back holds what it
+// wrote, and undone when it holds what it replaced. Each attempt here makes
+// a single-stack Service dual-stack with another IPv6 address.
+func TestSettleUpdateAttempts(t *testing.T) {
+	ctx := context.Background()
+	nospace := errors.New("etcdserver: mvcc: database space exceeded")
+	for _, landed := range []bool{true, false} {
+		a, mems := newAlloc(t, "10.0.0.0/24", "fd00::/120")
+		old := svc(func(s *corev1.Service) {
+			s.UID = "u1"
+			s.Spec.ClusterIP, s.Spec.ClusterIPs = "10.0.0.5", []string{"10.0.0.5"}
+			s.Spec.IPFamilies = []corev1.IPFamily{corev1.IPv4Protocol}
+			s.Spec.IPFamilyPolicy = ptr(corev1.IPFamilyPolicySingleStack)
+		})
+		if err := mems[0].Allocate(ctx, netip.MustParseAddr("10.0.0.5"), ownerOf(old)); err != nil {
+			t.Fatal(err)
+		}
+		log := &writeLog{update: true}
+		lctx := withWriteLog(ctx, log)
+		var next []*corev1.Service
+		for _, ip := range []string{"fd00::6", "fd00::7"} {
+			s := old.DeepCopy()
+			s.Spec.ClusterIPs = []string{"10.0.0.5", ip}
+			s.Spec.IPFamilies = []corev1.IPFamily{corev1.IPv4Protocol, corev1.IPv6Protocol}
+			s.Spec.IPFamilyPolicy = ptr(corev1.IPFamilyPolicyPreferDualStack)
+			if err := a.PrepareUpdate(lctx, s, old); err != nil {
+				t.Fatal(err)
+			}
+			txn, err := a.AllocateUpdate(lctx, s, old, false)
+			if err != nil {
+				t.Fatal(err)
+			}
+			finisher(lctx, txn, s, old)(lctx, true)
+			next = append(next, s)
+		}
+		stored := old
+		if landed {
+			stored = next[len(next)-1]
+		}
+		log.settle(ctx, nospace, func(context.Context) (*corev1.Service, error) { return stored, nil })
+		want := map[string]bool{"10.0.0.5": true, "fd00::6": false, "fd00::7": landed}
+		for ip, w := range want {
+			m := mems[0]
+			if netip.MustParseAddr(ip).Is6() {
+				m = mems[1]
+			}
+			if got, _ := m.Has(ctx, netip.MustParseAddr(ip)); got != w {
+				t.Errorf("update landed %v: %s held %v, want %v", landed, ip, got, w)
+			}
+		}
+	}
+}
