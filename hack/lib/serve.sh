@@ -24,16 +24,23 @@ serve_cleanup() {
 }
 trap serve_cleanup EXIT
 
-# serve_start builds cmd/allocator (or takes $ALLOCATOR_BIN, to measure
-# another build, e.g. an earlier commit's), starts `allocator serve ARGS...` on a
-# fresh data dir and a free port, and waits until /readyz is ok.
-serve_start() {
+# serve_build builds cmd/allocator into $work (or takes $ALLOCATOR_BIN, to
+# measure another build, e.g. an earlier commit's), once.
+serve_build() {
+  [ -x "$work/allocator" ] && return 0
   if [ -n "${ALLOCATOR_BIN:-}" ]; then
     cp "$ALLOCATOR_BIN" "$work/allocator"
   else
     go build -o "$work/allocator" ./cmd/allocator
   fi
-  "$work/allocator" serve --data-dir "$work/data" --secure-port 0 "$@" >"$work/server.log" 2>&1 &
+}
+
+# serve_start starts `allocator serve ARGS...` on the data dir $work/data
+# (fresh the first time, kept by serve_stop) and a free port, and waits
+# until /readyz is ok.
+serve_start() {
+  serve_build
+  "$work/allocator" serve --data-dir "$work/data" --secure-port 0 "$@" >>"$work/server.log" 2>&1 &
   server_pid=$!
   for _ in $(seq 1 300); do
     if [ -f "$kc" ] && kubectl --kubeconfig "$kc" get --raw /readyz >/dev/null 2>&1; then return 0; fi

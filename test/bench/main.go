@@ -21,6 +21,8 @@ import (
 	"k8s.io/apimachinery/pkg/util/intstr"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/clientcmd"
+
+	"github.com/allocator/allocator/internal/procstat"
 )
 
 func main() {
@@ -31,9 +33,9 @@ func main() {
 	svcType := flag.String("type", "ClusterIP", "Service type to create: ClusterIP or NodePort (a NodePort Service costs a ClusterIP and a node port, two maps)")
 	pids := flag.String("pids", "", "comma-separated pids of the server's processes (etcd included) whose CPU per operation is reported")
 	flag.Parse()
-	meter, err := parsePIDs(*pids)
+	meter, err := procstat.ParsePIDs(*pids)
 	if err != nil {
-		fmt.Fprintln(os.Stderr, "bench:", err)
+		fmt.Fprintln(os.Stderr, "bench: --pids:", err)
 		os.Exit(2)
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), *timeout)
@@ -44,7 +46,7 @@ func main() {
 	}
 }
 
-func run(ctx context.Context, meter cpuMeter, kubeconfig string, count int, levels string, svcType corev1.ServiceType) error {
+func run(ctx context.Context, meter procstat.Meter, kubeconfig string, count int, levels string, svcType corev1.ServiceType) error {
 	if svcType != corev1.ServiceTypeClusterIP && svcType != corev1.ServiceTypeNodePort {
 		return fmt.Errorf("--type %q: want ClusterIP or NodePort", svcType)
 	}
@@ -124,7 +126,7 @@ func run(ctx context.Context, meter cpuMeter, kubeconfig string, count int, leve
 }
 
 // phase runs op for 0..count-1 with conc workers and prints its figures.
-func phase(ctx context.Context, meter cpuMeter, name string, conc, count int, op func(context.Context, int) error) error {
+func phase(ctx context.Context, meter procstat.Meter, name string, conc, count int, op func(context.Context, int) error) error {
 	lat := make([]time.Duration, count)
 	next := make(chan int)
 	var (
@@ -132,7 +134,7 @@ func phase(ctx context.Context, meter cpuMeter, name string, conc, count int, op
 		errOnce sync.Once
 		first   error
 	)
-	cpu0, err := meter.total()
+	cpu0, err := meter.Total()
 	if err != nil {
 		return err
 	}
@@ -163,12 +165,12 @@ func phase(ctx context.Context, meter cpuMeter, name string, conc, count int, op
 	if ctx.Err() != nil {
 		return errors.Join(errors.New(name+": out of time"), ctx.Err())
 	}
-	cpu1, err := meter.total()
+	cpu1, err := meter.Total()
 	if err != nil {
 		return err
 	}
 	cpuPerOp := "-"
-	if len(meter.pids) > 0 {
+	if len(meter.PIDs) > 0 {
 		cpuPerOp = fmt.Sprintf("%.2f", float64((cpu1-cpu0).Microseconds())/1000/float64(count))
 	}
 	slices.Sort(lat)
