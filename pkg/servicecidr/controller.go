@@ -186,6 +186,13 @@ func (c *Controller) next(ctx context.Context) bool {
 // without events.
 const blockedRecheck = 5 * time.Second
 
+// blocked keeps a terminating ServiceCIDR that IPAddresses still depend on,
+// with Ready=False, and checks it again later.
+func (c *Controller) blocked(ctx context.Context, sc *networkingv1.ServiceCIDR, blocking int) (time.Duration, error) {
+	klog.FromContext(ctx).V(2).Info("ServiceCIDR deletion waits for IPAddresses", "servicecidr", sc.Name, "ipaddresses", blocking)
+	return blockedRecheck, c.setReady(ctx, sc, metav1.ConditionFalse, networkingv1.ServiceCIDRReasonTerminating, TerminatingMessage)
+}
+
 // sync reconciles one ServiceCIDR; a positive requeue asks for a re-check
 // after that long.
 func (c *Controller) sync(ctx context.Context, name string) (requeue time.Duration, err error) {
@@ -217,24 +224,8 @@ func (c *Controller) sync(ctx context.Context, name string) (requeue time.Durati
 	if err != nil {
 		return 0, err
 	}
-	if blocking == 0 {
-		// The cache may lag behind an IPAddress created a moment ago:
-		// confirm from the API before letting the ServiceCIDR go.
-		live, err := c.client.NetworkingV1().IPAddresses().List(ctx, metav1.ListOptions{})
-		if err != nil {
-			return 0, fmt.Errorf("list IPAddresses: %w", err)
-		}
-		ips = ips[:0]
-		for i := range live.Items {
-			ips = append(ips, &live.Items[i])
-		}
-		if blocking, err = c.orphanedIPs(sc, ips); err != nil {
-			return 0, err
-		}
-	}
 	if blocking > 0 {
-		klog.FromContext(ctx).V(2).Info("ServiceCIDR deletion waits for IPAddresses", "servicecidr", name, "ipaddresses", blocking)
-		return blockedRecheck, c.setReady(ctx, sc, metav1.ConditionFalse, networkingv1.ServiceCIDRReasonTerminating, TerminatingMessage)
+		return c.blocked(ctx, sc, blocking)
 	}
 	// Nothing depends on it, but allocators (every replica's, and this
 	// process's own through its informer) may not have seen the deletion
@@ -243,6 +234,23 @@ func (c *Controller) sync(ctx context.Context, name string) (requeue time.Durati
 	// lands in a CIDR that no longer exists.
 	if remaining := c.deletionGrace - c.now().Sub(sc.DeletionTimestamp.Time); remaining > 0 {
 		return remaining, nil
+	}
+	// The cache may lag behind an IPAddress created a moment ago: confirm
+	// from the API before letting the ServiceCIDR go. Once, after the
+	// grace: it lists every IPAddress of the cluster.
+	live, err := c.client.NetworkingV1().IPAddresses().List(ctx, metav1.ListOptions{})
+	if err != nil {
+		return 0, fmt.Errorf("list IPAddresses: %w", err)
+	}
+	ips = ips[:0]
+	for i := range live.Items {
+		ips = append(ips, &live.Items[i])
+	}
+	if blocking, err = c.orphanedIPs(sc, ips); err != nil {
+		return 0, err
+	}
+	if blocking > 0 {
+		return c.blocked(ctx, sc, blocking)
 	}
 	sc = sc.DeepCopy()
 	sc.Finalizers = slices.DeleteFunc(sc.Finalizers, func(f string) bool { return f == Finalizer })

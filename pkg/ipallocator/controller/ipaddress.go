@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net/netip"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -224,6 +226,7 @@ func (r *IPAddressRepair) Run(ctx context.Context, firstPass chan<- struct{}) er
 		ipLister:       ipInf.Lister(),
 		cidrLister:     cidrInf.Lister(),
 	}
+	view.cidrsChanged()
 
 	queue := workqueue.NewTypedRateLimitingQueueWithConfig(
 		workqueue.DefaultTypedControllerRateLimiter[string](),
@@ -248,12 +251,33 @@ func (r *IPAddressRepair) Run(ctx context.Context, firstPass chan<- struct{}) er
 			queue.Add(ipa.Name)
 		}
 	}
-	// A ServiceCIDR change moves addresses in or out of range: look at every
-	// address a Service holds.
-	enqueueAll := func(any) {
-		for _, k := range view.serviceIndexer.ListIndexFuncValues(serviceIndex) {
-			queue.Add(k)
+	// A ServiceCIDR added, deleted or changed moves the addresses inside its
+	// prefixes in or out of range: look at those a Service holds. A change of
+	// its status or metadata moves nothing.
+	enqueueInside := func(objs ...any) {
+		view.cidrsChanged()
+		var prefixes []netip.Prefix
+		for _, obj := range objs {
+			if tomb, ok := obj.(cache.DeletedFinalStateUnknown); ok {
+				obj = tomb.Obj
+			}
+			if sc, ok := obj.(*networkingv1.ServiceCIDR); ok {
+				prefixes = append(prefixes, cidrPrefixes(sc)...)
+			}
 		}
+		for _, k := range view.serviceIndexer.ListIndexFuncValues(serviceIndex) {
+			if ip, err := netip.ParseAddr(k); err == nil && slices.ContainsFunc(prefixes, func(p netip.Prefix) bool { return p.Contains(ip) }) {
+				queue.Add(k)
+			}
+		}
+	}
+	cidrUpdated := func(old, cur any) {
+		o, ok1 := old.(*networkingv1.ServiceCIDR)
+		c, ok2 := cur.(*networkingv1.ServiceCIDR)
+		if ok1 && ok2 && slices.Equal(o.Spec.CIDRs, c.Spec.CIDRs) {
+			return
+		}
+		enqueueInside(old, cur)
 	}
 	var regs []cache.ResourceEventHandlerRegistration
 	for _, h := range []struct {
@@ -271,9 +295,9 @@ func (r *IPAddressRepair) Run(ctx context.Context, firstPass chan<- struct{}) er
 			DeleteFunc: enqueueIPAddress,
 		}},
 		{cidrInf.Informer(), cache.ResourceEventHandlerFuncs{
-			AddFunc:    enqueueAll,
-			UpdateFunc: func(_, cur any) { enqueueAll(cur) },
-			DeleteFunc: enqueueAll,
+			AddFunc:    func(obj any) { enqueueInside(obj) },
+			UpdateFunc: cidrUpdated,
+			DeleteFunc: func(obj any) { enqueueInside(obj) },
 		}},
 	} {
 		reg, err := h.inf.AddEventHandler(h.handler)

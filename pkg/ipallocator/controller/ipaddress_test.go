@@ -472,3 +472,51 @@ func TestIPAddressRepairRun(t *testing.T) {
 		t.Fatal("Run did not stop")
 	}
 }
+
+// TestIPAddressRepairRunServiceCIDRAdded: in Run (informer-driven), a
+// Service holding an address outside every ServiceCIDR gets no IPAddress;
+// once a ServiceCIDR covering it is created, the repair looks at the
+// addresses inside it at once (not at the next full pass, an hour away
+// here) and claims it. The parsed ServiceCIDRs are cached between
+// reconciles; this checks the cache follows the change.
+func TestIPAddressRepairRunServiceCIDRAdded(t *testing.T) {
+	ctx := repairtest.Context(t)
+	srv := ipaddressServer(t, "10.0.0.0/24")
+	ctrl, err := controller.NewIPAddressRepair(controller.IPAddressConfig{Client: srv.Client, Recorder: report.NewEventRecorder(ctx, srv.Client),
+		Interval: time.Hour, OrphanGrace: time.Hour})
+	if err != nil {
+		t.Fatal(err)
+	}
+	runCtx, stopRun := context.WithCancel(ctx)
+	defer stopRun()
+	runDone := make(chan error, 1)
+	firstPass := make(chan struct{})
+	go func() { runDone <- ctrl.Run(runCtx, firstPass) }()
+	select {
+	case <-firstPass:
+	case <-ctx.Done():
+		t.Fatal("no first pass")
+	}
+
+	repairtest.PlantService(t, srv.Etcd.Client(), "default", "outside", []string{"10.1.0.7"}, time.Now())
+	time.Sleep(time.Second) // the repair sees it, out of range: no IPAddress
+	if getIPAddress(t, srv, "10.1.0.7") != nil {
+		t.Fatal("an IPAddress was created for an address outside every ServiceCIDR")
+	}
+	sc := &networkingv1.ServiceCIDR{ObjectMeta: metav1.ObjectMeta{Name: "more"}, Spec: networkingv1.ServiceCIDRSpec{CIDRs: []string{"10.1.0.0/24"}}}
+	if _, err := srv.Client.NetworkingV1().ServiceCIDRs().Create(ctx, sc, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	waitIPAddress(t, srv, "10.1.0.7", true)
+	checkClaim(t, srv, "10.1.0.7", "default", "outside")
+
+	stopRun()
+	select {
+	case err := <-runDone:
+		if err != nil {
+			t.Fatalf("Run: %v", err)
+		}
+	case <-time.After(30 * time.Second):
+		t.Fatal("Run did not stop")
+	}
+}

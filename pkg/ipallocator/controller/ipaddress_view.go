@@ -6,6 +6,8 @@ import (
 	"net/netip"
 	"slices"
 	"strings"
+	"sync"
+	"sync/atomic"
 
 	corev1 "k8s.io/api/core/v1"
 	networkingv1 "k8s.io/api/networking/v1"
@@ -77,6 +79,17 @@ func newServiceCIDRs(cidrs []*networkingv1.ServiceCIDR) serviceCIDRs {
 		}
 	}
 	return s
+}
+
+// cidrPrefixes returns the prefixes a ServiceCIDR names (those that parse).
+func cidrPrefixes(sc *networkingv1.ServiceCIDR) []netip.Prefix {
+	var out []netip.Prefix
+	for _, text := range sc.Spec.CIDRs {
+		if p, err := netip.ParsePrefix(text); err == nil {
+			out = append(out, p.Masked())
+		}
+	}
+	return out
 }
 
 func (s serviceCIDRs) empty() bool { return len(s.ranges) == 0 && len(s.wide) == 0 }
@@ -205,7 +218,18 @@ type informerView struct {
 	serviceLister  corelisters.ServiceLister
 	ipLister       networkinglisters.IPAddressLister
 	cidrLister     networkinglisters.ServiceCIDRLister
+
+	// The parsed ServiceCIDRs, rebuilt only after a ServiceCIDR event
+	// (cidrsChanged): every reconcile asks for them, and with a thousand
+	// ServiceCIDRs parsing them each time was most of the repair's CPU.
+	cidrsStale atomic.Bool
+	cidrsMu    sync.Mutex
+	cidrsCache serviceCIDRs // guarded by cidrsMu
 }
+
+// cidrsChanged marks the parsed ServiceCIDRs stale. The informer updates its
+// store before it calls the handlers, so the next cidrs() sees the change.
+func (v *informerView) cidrsChanged() { v.cidrsStale.Store(true) }
 
 func (v *informerView) keys() ([]string, error) {
 	keys := v.serviceIndexer.ListIndexFuncValues(serviceIndex)
@@ -258,11 +282,19 @@ func (v *informerView) service(namespace, name string) (*corev1.Service, error) 
 }
 
 func (v *informerView) cidrs() (serviceCIDRs, error) {
-	list, err := v.cidrLister.List(labels.Everything())
-	if err != nil {
-		return serviceCIDRs{}, fmt.Errorf("list cached servicecidrs: %w", err)
+	v.cidrsMu.Lock()
+	defer v.cidrsMu.Unlock()
+	// Cleared before the list is read: an event during the read marks it
+	// stale again rather than being lost.
+	if v.cidrsStale.CompareAndSwap(true, false) {
+		list, err := v.cidrLister.List(labels.Everything())
+		if err != nil {
+			v.cidrsStale.Store(true)
+			return serviceCIDRs{}, fmt.Errorf("list cached servicecidrs: %w", err)
+		}
+		v.cidrsCache = newServiceCIDRs(list)
 	}
-	return newServiceCIDRs(list), nil
+	return v.cidrsCache, nil
 }
 
 func (v *informerView) counts() (int, int, error) {
