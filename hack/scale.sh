@@ -10,6 +10,7 @@
 #
 #   hack/scale.sh                                            1,000 ranges, 100,000 Services (a few minutes)
 #   CIDRS=100 V4_CIDRS=40 SERVICES=10000 hack/scale.sh       a tenth of it
+#   HEAP_PROFILE=/tmp/heap.pprof hack/scale.sh               also saves the restarted server's heap profile
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -37,6 +38,11 @@ t0=$(date +%s%N)
 serve_start "${args[@]}"
 echo "start-up to ready with every Service stored: $(since "$t0")"
 echo "server RSS after the restart: $(( $(awk '/^VmRSS:/ {print $2}' "/proc/$server_pid/status") >> 10 )) MiB"
+if [ -n "${HEAP_PROFILE:-}" ]; then
+  kubectl --kubeconfig "$kc" get --raw /debug/pprof/heap >"$HEAP_PROFILE"
+  cp "$work/allocator" "$HEAP_PROFILE.bin"
+  echo "heap profile: $HEAP_PROFILE (binary: $HEAP_PROFILE.bin)"
+fi
 
 t0=$(date +%s%N)
 rc=0

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"net/netip"
 	"slices"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -64,6 +65,21 @@ type Controller struct {
 	deletionGrace time.Duration
 	resyncPeriod  time.Duration
 	syncs         atomic.Int64 // syncs run, for tests of the resync
+
+	// The ServiceCIDRs being deleted, with their prefixes parsed, rebuilt
+	// after a ServiceCIDR event: every IPAddress event looks for those
+	// containing its address, and at 100,000 Services queueing every
+	// terminating ServiceCIDR on every IPAddress event, each sync listing
+	// every IPAddress, was most of the server's CPU (hack/scale.sh).
+	terminatingStale atomic.Bool
+	terminatingMu    sync.Mutex
+	terminating      []terminatingCIDR // guarded by terminatingMu
+}
+
+// terminatingCIDR is a ServiceCIDR being deleted and its prefixes.
+type terminatingCIDR struct {
+	name     string
+	prefixes []netip.Prefix
 }
 
 // New builds a controller on the given informers (the caller starts them).
@@ -87,18 +103,30 @@ func New(client kubernetes.Interface, cidrs networkinginformers.ServiceCIDRInfor
 	// No resync from the informer: a shared informer factory built with
 	// resync 0 ignores a handler's resync period ("resyncPeriod is invalid"),
 	// so a handler resync never ran. Run re-queues everything itself.
+	//
+	// A ServiceCIDR being deleted waits for the IPAddresses that only it
+	// covers: a new or widened ServiceCIDR may cover them (queue every
+	// terminating one), an IPAddress deleted inside it may be the last
+	// (queue those that contain it). A status change, or a deletion, of
+	// another ServiceCIDR cannot unblock one.
+	c.terminatingStale.Store(true)
 	cidrReg, err := cidrs.Informer().AddEventHandler(cache.ResourceEventHandlerFuncs{
-		AddFunc:    func(obj any) { c.enqueueCIDR(obj); c.enqueueTerminating() },
-		UpdateFunc: func(_, obj any) { c.enqueueCIDR(obj); c.enqueueTerminating() },
-		DeleteFunc: func(any) { c.enqueueTerminating() },
+		AddFunc: func(obj any) { c.terminatingStale.Store(true); c.enqueueCIDR(obj); c.enqueueTerminating() },
+		UpdateFunc: func(old, obj any) {
+			c.terminatingStale.Store(true)
+			c.enqueueCIDR(obj)
+			if o, ok := old.(*networkingv1.ServiceCIDR); !ok || !slices.Equal(o.Spec.CIDRs, obj.(*networkingv1.ServiceCIDR).Spec.CIDRs) {
+				c.enqueueTerminating()
+			}
+		},
+		DeleteFunc: func(any) { c.terminatingStale.Store(true) },
 	})
 	if err != nil {
 		return nil, fmt.Errorf("servicecidr controller: watch ServiceCIDRs: %w", err)
 	}
 	ipReg, err := ips.Informer().AddEventHandler(cache.ResourceEventHandlerFuncs{
-		AddFunc:    func(any) { c.enqueueTerminating() },
-		DeleteFunc: func(any) { c.enqueueTerminating() },
-		UpdateFunc: func(any, any) { c.enqueueTerminating() },
+		AddFunc:    c.enqueueContaining,
+		DeleteFunc: c.enqueueContaining,
 	})
 	if err != nil {
 		return nil, fmt.Errorf("servicecidr controller: watch IPAddresses: %w", err)
@@ -124,8 +152,8 @@ func (c *Controller) enqueueAll(context.Context) {
 	}
 }
 
-// enqueueTerminating queues every ServiceCIDR being deleted: a change of
-// IPAddresses or of other ServiceCIDRs may unblock it.
+// enqueueTerminating queues every ServiceCIDR being deleted: a new or
+// widened ServiceCIDR may unblock it.
 func (c *Controller) enqueueTerminating() {
 	all, err := c.cidrLister.List(labels.Everything())
 	if err != nil {
@@ -136,6 +164,51 @@ func (c *Controller) enqueueTerminating() {
 			c.queue.Add(sc.Name)
 		}
 	}
+}
+
+// enqueueContaining queues the ServiceCIDRs being deleted that contain the
+// address of an IPAddress added or deleted.
+func (c *Controller) enqueueContaining(obj any) {
+	if tomb, ok := obj.(cache.DeletedFinalStateUnknown); ok {
+		obj = tomb.Obj
+	}
+	ipa, ok := obj.(*networkingv1.IPAddress)
+	if !ok {
+		return
+	}
+	addr, err := netip.ParseAddr(ipa.Name)
+	if err != nil {
+		return
+	}
+	for _, t := range c.terminatingCIDRs() {
+		if slices.ContainsFunc(t.prefixes, func(p netip.Prefix) bool { return p.Contains(addr) }) {
+			c.queue.Add(t.name)
+		}
+	}
+}
+
+// terminatingCIDRs returns the ServiceCIDRs being deleted, from the cache,
+// rebuilt after a ServiceCIDR event.
+func (c *Controller) terminatingCIDRs() []terminatingCIDR {
+	c.terminatingMu.Lock()
+	defer c.terminatingMu.Unlock()
+	// Cleared before the list is read: an event during the read marks it
+	// stale again rather than being lost.
+	if c.terminatingStale.CompareAndSwap(true, false) {
+		all, err := c.cidrLister.List(labels.Everything())
+		if err != nil {
+			c.terminatingStale.Store(true)
+			return c.terminating
+		}
+		var next []terminatingCIDR // a new slice: callers may still read the old one
+		for _, sc := range all {
+			if sc.DeletionTimestamp != nil {
+				next = append(next, terminatingCIDR{name: sc.Name, prefixes: prefixes(sc)})
+			}
+		}
+		c.terminating = next
+	}
+	return c.terminating
 }
 
 // Run waits for the caches and runs workers until ctx ends.
@@ -182,15 +255,13 @@ func (c *Controller) next(ctx context.Context) bool {
 	return true
 }
 
-// blockedRecheck is how soon a deletion blocked by IPAddresses is re-checked
-// without events.
-const blockedRecheck = 5 * time.Second
-
 // blocked keeps a terminating ServiceCIDR that IPAddresses still depend on,
-// with Ready=False, and checks it again later.
+// with Ready=False. It is checked again when an IPAddress inside it is
+// deleted or a ServiceCIDR is added or widened (see New), and at the
+// periodic re-check; no polling: each check lists every IPAddress.
 func (c *Controller) blocked(ctx context.Context, sc *networkingv1.ServiceCIDR, blocking int) (time.Duration, error) {
 	klog.FromContext(ctx).V(2).Info("ServiceCIDR deletion waits for IPAddresses", "servicecidr", sc.Name, "ipaddresses", blocking)
-	return blockedRecheck, c.setReady(ctx, sc, metav1.ConditionFalse, networkingv1.ServiceCIDRReasonTerminating, TerminatingMessage)
+	return 0, c.setReady(ctx, sc, metav1.ConditionFalse, networkingv1.ServiceCIDRReasonTerminating, TerminatingMessage)
 }
 
 // sync reconciles one ServiceCIDR; a positive requeue asks for a re-check

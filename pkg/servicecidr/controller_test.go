@@ -172,3 +172,65 @@ func TestPeriodicResync(t *testing.T) {
 func ownerOf(namespace, name string) allocation.Owner {
 	return allocation.Owner{Namespace: namespace, Name: name}
 }
+
+// TestBlockedDeletionEndsOnLastIPAddress: a ServiceCIDR whose deletion waits
+// for an IPAddress is checked again when that IPAddress is deleted, not by
+// polling (each check lists every IPAddress of the cluster): with the
+// periodic re-check an hour away, it is gone within seconds of the delete.
+func TestBlockedDeletionEndsOnLastIPAddress(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	srv := testserver.Start(t, testserver.Options{ServiceRange: "10.96.0.0/24", Model: "ipaddress"})
+	factory := informers.NewSharedInformerFactory(srv.Client, 0)
+	// Grace 0: this controller lets the ServiceCIDR go as soon as nothing
+	// holds it, before the server's own (10 s grace) would.
+	ctrl, err := servicecidr.New(srv.Client, factory.Networking().V1().ServiceCIDRs(), factory.Networking().V1().IPAddresses(),
+		servicecidr.WithResyncPeriod(time.Hour), servicecidr.WithDeletionGrace(0))
+	if err != nil {
+		t.Fatal(err)
+	}
+	runCtx, stop := context.WithCancel(ctx)
+	done := make(chan error, 1)
+	factory.Start(runCtx.Done())
+	go func() { done <- ctrl.Run(runCtx, 1) }()
+	defer func() {
+		stop()
+		if err := <-done; err != nil {
+			t.Error(err)
+		}
+		factory.Shutdown()
+	}()
+
+	cidrs := srv.Client.NetworkingV1().ServiceCIDRs()
+	newServiceCIDR(ctx, t, srv, "busy", "10.3.0.0/24")
+	ip := ipaddress.NewObject(netip.MustParseAddr("10.3.0.5"), ownerOf("default", "web"))
+	if _, err := srv.Client.NetworkingV1().IPAddresses().Create(ctx, ip, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	poll(ctx, t, 30*time.Second, "busy has the finalizer", func() (bool, error) {
+		sc, err := cidrs.Get(ctx, "busy", metav1.GetOptions{})
+		return err == nil && slices.Contains(sc.Finalizers, servicecidr.Finalizer), err
+	})
+	if err := cidrs.Delete(ctx, "busy", metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	deleted := time.Now()
+	poll(ctx, t, 5*time.Second, "busy blocked: Ready=False/Terminating", func() (bool, error) {
+		sc, err := cidrs.Get(ctx, "busy", metav1.GetOptions{})
+		if err != nil {
+			return false, err
+		}
+		cond := meta.FindStatusCondition(sc.Status.Conditions, networkingv1.ServiceCIDRConditionReady)
+		return cond != nil && cond.Status == metav1.ConditionFalse && cond.Reason == networkingv1.ServiceCIDRReasonTerminating, nil
+	})
+	if err := srv.Client.NetworkingV1().IPAddresses().Delete(ctx, "10.3.0.5", metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	poll(ctx, t, 5*time.Second, "busy gone after its last IPAddress", func() (bool, error) {
+		_, err := cidrs.Get(ctx, "busy", metav1.GetOptions{})
+		return apierrors.IsNotFound(err), nil
+	})
+	if since := time.Since(deleted); since >= servicecidr.DefaultDeletionGrace {
+		t.Fatalf("took %v: the server's own controller may have let it go, not the event", since)
+	}
+}
