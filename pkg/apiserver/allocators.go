@@ -6,12 +6,15 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	networkingv1 "k8s.io/api/networking/v1"
+	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/informers"
 	"k8s.io/client-go/kubernetes"
 	restclient "k8s.io/client-go/rest"
 
 	"github.com/allocator/allocator/pkg/ipallocator"
 	"github.com/allocator/allocator/pkg/ipallocator/ipaddress"
+	"github.com/allocator/allocator/pkg/model"
 	"github.com/allocator/allocator/pkg/report"
 )
 
@@ -40,9 +43,10 @@ func (s *Server) openBackend(ctx context.Context, objects ipaddress.Objects) (*i
 		obj := &networkingv1.ServiceCIDR{ObjectMeta: metav1.ObjectMeta{Name: r.ServiceCIDR}}
 		recorder.Eventf(obj, corev1.EventTypeWarning, ReasonServiceCIDRNotServed, "CIDR %s is not served: %v", r.CIDR, r.Err)
 	}
+	s.informers = sharedInformers(ctx, client, s.cfg.Model == model.IPAddress || s.transition != nil)
 	cfg := ipallocator.Config{
 		Model: s.cfg.Model, Prefixes: s.cfg.ServiceCIDRs, Etcd: s.etcd, EtcdPrefix: s.cfg.EtcdPrefix,
-		Client: client, IPAddresses: objects, Transition: s.transition, OnRefused: onRefused,
+		Client: client, Informers: s.informers, IPAddresses: objects, Transition: s.transition, OnRefused: onRefused,
 	}
 	if s.cfg.InMemory {
 		cfg.Etcd = nil
@@ -52,6 +56,38 @@ func (s *Server) openBackend(ctx context.Context, objects ipaddress.Objects) (*i
 		return nil, fmt.Errorf("%s model: %w", s.cfg.Model, err)
 	}
 	return b, nil
+}
+
+// sharedInformers is the server's one informer factory: the allocators of
+// both families, the repairs and the ServiceCIDR controller share its
+// caches and watches. Each used to have its own, so every IPAddress was
+// decoded and held four times (a dual-stack server at 100,000 Services held
+// 4-5 GiB, hack/scale.sh). Its objects carry no managedFields, which none
+// of them reads (an update from a cached object keeps the stored ones).
+// Every informer the server will use (Services only when an IPAddress repair
+// may run) is registered and started here, for the server's lifetime:
+// otherwise one first started by a shorter-lived user (the transition
+// repair, which runs only while dual write is on) would stop with it and
+// stay dead in the factory. They list through the loopback client, so they
+// sync once the server serves.
+func sharedInformers(ctx context.Context, client kubernetes.Interface, services bool) informers.SharedInformerFactory {
+	factory := informers.NewSharedInformerFactoryWithOptions(client, 0, informers.WithTransform(stripManagedFields))
+	factory.Networking().V1().IPAddresses().Informer()
+	factory.Networking().V1().ServiceCIDRs().Informer()
+	if services {
+		factory.Core().V1().Services().Informer()
+	}
+	factory.Start(ctx.Done())
+	return factory
+}
+
+// stripManagedFields drops an object's managedFields before an informer
+// stores it.
+func stripManagedFields(obj any) (any, error) {
+	if m, err := meta.Accessor(obj); err == nil && m.GetManagedFields() != nil {
+		m.SetManagedFields(nil)
+	}
+	return obj, nil
 }
 
 // loopbackClient is a protobuf client on the server's loopback config: every

@@ -30,7 +30,7 @@ func (s *Server) startRepairController(hc genericapiserver.PostStartHookContext)
 		return fmt.Errorf("repair controller client: %w", err)
 	}
 	runner, err := s.backend.Repair(ipallocator.RepairConfig{
-		Client: client, Recorder: report.NewEventRecorder(ctx, client), Metrics: s.repairMetrics, Interval: s.cfg.RepairInterval,
+		Client: client, Informers: s.informers, Recorder: report.NewEventRecorder(ctx, client), Metrics: s.repairMetrics, Interval: s.cfg.RepairInterval,
 	})
 	if err != nil {
 		return fmt.Errorf("repair controller: %w", err)
@@ -56,7 +56,7 @@ func (s *Server) startRepairController(hc genericapiserver.PostStartHookContext)
 // not gate readiness.
 func (s *Server) startTransitionRepair(ctx context.Context, client kubernetes.Interface) error {
 	runner, err := s.backend.TransitionRepair(ipallocator.RepairConfig{
-		Client: client, Recorder: report.NewEventRecorder(ctx, client), Metrics: s.repairMetrics, Interval: s.cfg.RepairInterval,
+		Client: client, Informers: s.informers, Recorder: report.NewEventRecorder(ctx, client), Metrics: s.repairMetrics, Interval: s.cfg.RepairInterval,
 	})
 	if err != nil || runner == nil {
 		return err

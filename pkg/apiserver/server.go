@@ -49,12 +49,16 @@ import (
 
 // Server is the allocator API server.
 type Server struct {
-	cfg        *Config
-	generic    *genericapiserver.GenericAPIServer
-	etcd       *clientv3.Client
-	alloc      *servicealloc.Allocator
-	nodePorts  *portallocator.EtcdAllocator
-	backend    *ipallocator.Backend
+	cfg       *Config
+	generic   *genericapiserver.GenericAPIServer
+	etcd      *clientv3.Client
+	alloc     *servicealloc.Allocator
+	nodePorts *portallocator.EtcdAllocator
+	backend   *ipallocator.Backend
+	// informers is the server's one informer factory on its loopback
+	// client (allocators, repairs, ServiceCIDR controller); see
+	// openBackend.
+	informers  informers.SharedInformerFactory
 	allocators []allocation.Interface // the backend's, as wrapped by Config.WrapAllocator; primary first
 	open       atomic.Bool            // set once bootstrap opened s.alloc
 	bootstrap  atomic.Bool
@@ -299,14 +303,12 @@ func (s *Server) startServiceCIDRController(hc genericapiserver.PostStartHookCon
 	// The controller's ServiceCIDR handler asks for a one-minute resync; an
 	// informer built without a resync period ignores that (and warns "the
 	// specified resyncPeriod is invalid" at every start). IPAddresses need none.
-	factory := informers.NewSharedInformerFactoryWithOptions(client, 0,
-		informers.WithCustomResyncConfig(map[metav1.Object]time.Duration{&networkingv1.ServiceCIDR{}: time.Minute}))
+	factory := s.informers
 	ctrl, err := servicecidr.New(client, factory.Networking().V1().ServiceCIDRs(), factory.Networking().V1().IPAddresses())
 	if err != nil {
 		logger(ctx).Error(err, "ServiceCIDR controller not started")
 		return nil
 	}
-	factory.Start(ctx.Done())
 	go func() {
 		if err := ctrl.Run(ctx, 2); err != nil && ctx.Err() == nil {
 			logger(ctx).Error(err, "ServiceCIDR controller stopped")

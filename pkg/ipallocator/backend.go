@@ -8,6 +8,7 @@ import (
 	"time"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
+	"k8s.io/client-go/informers"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/klog/v2"
 
@@ -50,6 +51,9 @@ type Config struct {
 	// the repairs and the carry-over read and write through it. A protobuf
 	// client costs least.
 	Client kubernetes.Interface
+	// Informers is a shared factory on Client for the IPAddress model's
+	// informers; nil: each allocator makes its own.
+	Informers informers.SharedInformerFactory
 	// IPAddresses is where the allocators claim and release IPAddress
 	// objects; nil: Client's. The server passes its own storage
 	// (ipaddress.Objects), so an allocation costs no loopback request.
@@ -186,7 +190,8 @@ func (b *Backend) openIPAddress(ctx context.Context, prefix netip.Prefix, primar
 	if b.cfg.Client == nil {
 		return nil, nil, errors.New("the IPAddress model needs an API client")
 	}
-	ipa, err := ipaddress.New(ctx, ipaddress.Config{Client: b.cfg.Client, Objects: b.cfg.IPAddresses, IPv6: prefix.Addr().Is6(), OnRefused: b.cfg.OnRefused})
+	ipa, err := ipaddress.New(ctx, ipaddress.Config{Client: b.cfg.Client, Informers: b.cfg.Informers, Objects: b.cfg.IPAddresses,
+		IPv6: prefix.Addr().Is6(), OnRefused: b.cfg.OnRefused})
 	if err != nil || b.cfg.Transition == nil || b.cfg.Etcd == nil {
 		return ipa, nil, err
 	}

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"time"
 
+	"k8s.io/client-go/informers"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/record"
 
@@ -21,6 +22,9 @@ type RepairConfig struct {
 	// Client reads Services, IPAddresses and ServiceCIDRs and writes
 	// IPAddresses.
 	Client kubernetes.Interface
+	// Informers is a shared factory on Client for the IPAddress repair's
+	// informers; nil: it makes its own.
+	Informers informers.SharedInformerFactory
 	// Recorder receives the events; nil emits none.
 	Recorder record.EventRecorder
 	// Metrics counts problems; nil counts nothing.
@@ -112,7 +116,7 @@ func (b *Backend) bitmapRepair(rc RepairConfig, companion bool) (Runner, error) 
 
 func ipAddressRepair(rc RepairConfig, carryOver func() bool) (Runner, error) {
 	r, err := controller.NewIPAddressRepair(controller.IPAddressConfig{
-		Client: rc.Client, Recorder: rc.Recorder, Metrics: rc.Metrics, Interval: rc.Interval,
+		Client: rc.Client, Informers: rc.Informers, Recorder: rc.Recorder, Metrics: rc.Metrics, Interval: rc.Interval,
 		DryRun: rc.DryRun, OrphanGrace: rc.OrphanGrace, Progress: rc.Progress, CarryOver: carryOver,
 	})
 	if err != nil {
