@@ -34,9 +34,11 @@ db=$(find "$work/data" -path '*/member/snap/db' | head -1)
 echo "etcd database file: $(( $(stat -c %s "$db") >> 20 )) MiB"
 
 serve_stop
+log_from=$(( $(wc -l <"$work/server.log") + 1 ))
 t0=$(date +%s%N)
 serve_start "${args[@]}"
-echo "start-up to ready with every Service stored: $(since "$t0")"
+echo "start-up to ready with every Service stored: $(since "$t0"); the start-up's steps:"
+tail -n +"$log_from" "$work/server.log" | grep -E 'listening on|Bootstrap|Carried|repair pass|first pass' | cut -c1-220 || true
 echo "server RSS after the restart: $(( $(awk '/^VmRSS:/ {print $2}' "/proc/$server_pid/status") >> 10 )) MiB"
 if [ -n "${HEAP_PROFILE:-}" ]; then
   kubectl --kubeconfig "$kc" get --raw /debug/pprof/heap >"$HEAP_PROFILE"

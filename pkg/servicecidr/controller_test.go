@@ -234,3 +234,25 @@ func TestBlockedDeletionEndsOnLastIPAddress(t *testing.T) {
 		t.Fatalf("took %v: the server's own controller may have let it go, not the event", since)
 	}
 }
+
+// TestFamilySelector: the live confirmation lists only the IPAddresses of a
+// single-family ServiceCIDR's family.
+func TestFamilySelector(t *testing.T) {
+	for _, tt := range []struct {
+		cidrs []string
+		want  string
+	}{
+		{[]string{"10.0.0.0/24"}, "ipaddress.kubernetes.io/ip-family=IPv4"},
+		{[]string{"fd00::/112"}, "ipaddress.kubernetes.io/ip-family=IPv6"},
+		{[]string{"10.0.0.0/24", "fd00::/112"}, ""},
+		{nil, ""},
+	} {
+		var ps []netip.Prefix
+		for _, c := range tt.cidrs {
+			ps = append(ps, netip.MustParsePrefix(c))
+		}
+		if got := servicecidr.FamilySelector(ps); got != tt.want {
+			t.Errorf("familySelector(%v) = %q, want %q", tt.cidrs, got, tt.want)
+		}
+	}
+}

@@ -5,3 +5,4 @@ func (c *Controller) Syncs() int64 { return c.syncs.Load() }
 
 // Covered exposes covered to the tests.
 var Covered = covered
+var FamilySelector = familySelector
