@@ -143,23 +143,7 @@ func TestPeriodicResync(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	srv := testserver.Start(t, testserver.Options{ServiceRange: "10.96.0.0/24", Model: "ipaddress"})
-	factory := informers.NewSharedInformerFactory(srv.Client, 0)
-	ctrl, err := servicecidr.New(srv.Client, factory.Networking().V1().ServiceCIDRs(), factory.Networking().V1().IPAddresses(),
-		servicecidr.WithResyncPeriod(200*time.Millisecond))
-	if err != nil {
-		t.Fatal(err)
-	}
-	runCtx, stop := context.WithCancel(ctx)
-	done := make(chan error, 1)
-	factory.Start(runCtx.Done())
-	go func() { done <- ctrl.Run(runCtx, 1) }()
-	defer func() {
-		stop()
-		if err := <-done; err != nil {
-			t.Error(err)
-		}
-		factory.Shutdown()
-	}()
+	ctrl := startController(ctx, t, srv, servicecidr.WithResyncPeriod(200*time.Millisecond))
 	poll(ctx, t, 30*time.Second, "first sync", func() (bool, error) { return ctrl.Syncs() > 0, nil })
 	time.Sleep(time.Second) // let the start-up events settle
 	before := ctrl.Syncs()
@@ -167,6 +151,30 @@ func TestPeriodicResync(t *testing.T) {
 	if n := ctrl.Syncs() - before; n < 4 {
 		t.Fatalf("%d syncs in 2 s without events; want a re-check every 200 ms", n)
 	}
+}
+
+// startController runs a controller of its own beside the server's, built
+// as the server builds it (a shared informer factory with resync 0), until
+// the test ends.
+func startController(ctx context.Context, t *testing.T, srv *testserver.Server, opts ...servicecidr.Option) *servicecidr.Controller {
+	t.Helper()
+	factory := informers.NewSharedInformerFactory(srv.Client, 0)
+	ctrl, err := servicecidr.New(srv.Client, factory.Networking().V1().ServiceCIDRs(), factory.Networking().V1().IPAddresses(), opts...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	runCtx, stop := context.WithCancel(ctx)
+	done := make(chan error, 1)
+	factory.Start(runCtx.Done())
+	go func() { done <- ctrl.Run(runCtx, 1) }()
+	t.Cleanup(func() {
+		stop()
+		if err := <-done; err != nil {
+			t.Error(err)
+		}
+		factory.Shutdown()
+	})
+	return ctrl
 }
 
 func ownerOf(namespace, name string) allocation.Owner {
@@ -181,25 +189,9 @@ func TestBlockedDeletionEndsOnLastIPAddress(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	srv := testserver.Start(t, testserver.Options{ServiceRange: "10.96.0.0/24", Model: "ipaddress"})
-	factory := informers.NewSharedInformerFactory(srv.Client, 0)
 	// Grace 0: this controller lets the ServiceCIDR go as soon as nothing
 	// holds it, before the server's own (10 s grace) would.
-	ctrl, err := servicecidr.New(srv.Client, factory.Networking().V1().ServiceCIDRs(), factory.Networking().V1().IPAddresses(),
-		servicecidr.WithResyncPeriod(time.Hour), servicecidr.WithDeletionGrace(0))
-	if err != nil {
-		t.Fatal(err)
-	}
-	runCtx, stop := context.WithCancel(ctx)
-	done := make(chan error, 1)
-	factory.Start(runCtx.Done())
-	go func() { done <- ctrl.Run(runCtx, 1) }()
-	defer func() {
-		stop()
-		if err := <-done; err != nil {
-			t.Error(err)
-		}
-		factory.Shutdown()
-	}()
+	startController(ctx, t, srv, servicecidr.WithResyncPeriod(time.Hour), servicecidr.WithDeletionGrace(0))
 
 	cidrs := srv.Client.NetworkingV1().ServiceCIDRs()
 	newServiceCIDR(ctx, t, srv, "busy", "10.3.0.0/24")

@@ -1,6 +1,7 @@
 package integration
 
 import (
+	"context"
 	"fmt"
 	"strings"
 	"sync"
@@ -24,13 +25,55 @@ import (
 // likely; up to four rounds run until one stores a failed create (about
 // half do), and a test where none did checks nothing and says so.
 func TestCreateStoredDespiteError(t *testing.T) {
-	for round := 1; round <= 4; round++ {
-		if n := createsStoredDespiteError(t); n > 0 {
+	untilOneStored(t, "create", 4, createsStoredDespiteError)
+}
+
+// untilOneStored runs round up to rounds times, until one finds a failed
+// write (what) stored anyway, and skips the test, saying so, if none did.
+func untilOneStored(t *testing.T, what string, rounds int, round func(*testing.T) int) {
+	for i := 1; i <= rounds; i++ {
+		if n := round(t); n > 0 {
 			return
 		}
-		t.Logf("round %d: no failed create was stored", round)
+		t.Logf("round %d: no failed %s was stored", i, what)
 	}
-	t.Skip("no failed create was stored in four rounds; nothing to check")
+	t.Skipf("no failed %s was stored in %d rounds; nothing to check", what, rounds)
+}
+
+// checkStoredKeepAddress reads back from etcd each Service whose write
+// (what) failed with "database space exceeded"; for each that the write
+// reached (written says so), its ClusterIP's IPAddress must still exist. It
+// returns how many the writes reached.
+func checkStoredKeepAddress(t *testing.T, ctx context.Context, etcd *etcdtest.Etcd, what string, failed []string, written func(*corev1.Service) bool) int {
+	t.Helper()
+	storedAnyway := 0
+	for _, name := range failed {
+		resp, err := etcd.Client().Get(ctx, etcdlayout.Layout{}.Service("default", name))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(resp.Kvs) == 0 {
+			continue
+		}
+		svc, err := etcdlayout.DecodeService(resp.Kvs[0].Value)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !written(svc) {
+			continue
+		}
+		storedAnyway++
+		ip := svc.Spec.ClusterIP
+		ipa, err := etcd.Client().Get(ctx, etcdlayout.Layout{}.IPAddress(ip))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(ipa.Kvs) == 0 {
+			t.Errorf("%s was stored with %s although its %s failed, and %s was released: the next Service may take it", name, ip, what, ip)
+		}
+	}
+	t.Logf("%d %ss failed with database space exceeded, %d of them stored anyway", len(failed), what, storedAnyway)
+	return storedAnyway
 }
 
 // createsStoredDespiteError fills a fresh etcd to its quota with concurrent
@@ -63,31 +106,7 @@ func createsStoredDespiteError(t *testing.T) int {
 		})
 	}
 	wg.Wait()
-	storedAnyway := 0
-	for _, name := range failed {
-		resp, err := etcd.Client().Get(ctx, etcdlayout.Layout{}.Service("default", name))
-		if err != nil {
-			t.Fatal(err)
-		}
-		if len(resp.Kvs) == 0 {
-			continue
-		}
-		storedAnyway++
-		svc, err := etcdlayout.DecodeService(resp.Kvs[0].Value)
-		if err != nil {
-			t.Fatal(err)
-		}
-		ip := svc.Spec.ClusterIP
-		ipa, err := etcd.Client().Get(ctx, etcdlayout.Layout{}.IPAddress(ip))
-		if err != nil {
-			t.Fatal(err)
-		}
-		if len(ipa.Kvs) == 0 {
-			t.Errorf("%s was stored with %s although its create failed, and %s was released: the next create may take it", name, ip, ip)
-		}
-	}
-	t.Logf("%d creates failed with database space exceeded, %d of them stored anyway", len(failed), storedAnyway)
-	return storedAnyway
+	return checkStoredKeepAddress(t, ctx, etcd, "create", failed, func(*corev1.Service) bool { return true })
 }
 
 // TestUpdateStoredDespiteError is TestCreateStoredDespiteError for updates:
@@ -99,13 +118,7 @@ func createsStoredDespiteError(t *testing.T) int {
 // duplicate. Concurrent updates adding large annotations make that likely;
 // up to six rounds run until one stores a failed update.
 func TestUpdateStoredDespiteError(t *testing.T) {
-	for round := 1; round <= 6; round++ {
-		if n := updatesStoredDespiteError(t); n > 0 {
-			return
-		}
-		t.Logf("round %d: no failed update was stored", round)
-	}
-	t.Skip("no failed update was stored in six rounds; nothing to check")
+	untilOneStored(t, "update", 6, updatesStoredDespiteError)
 }
 
 // updatesStoredDespiteError creates small ExternalName Services on a fresh
@@ -152,29 +165,7 @@ func updatesStoredDespiteError(t *testing.T) int {
 		})
 	}
 	wg.Wait()
-	storedAnyway := 0
-	for _, name := range failed {
-		resp, err := etcd.Client().Get(ctx, etcdlayout.Layout{}.Service("default", name))
-		if err != nil {
-			t.Fatal(err)
-		}
-		svc, err := etcdlayout.DecodeService(resp.Kvs[0].Value)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if svc.Spec.Type != corev1.ServiceTypeClusterIP {
-			continue
-		}
-		storedAnyway++
-		ip := svc.Spec.ClusterIP
-		ipa, err := etcd.Client().Get(ctx, etcdlayout.Layout{}.IPAddress(ip))
-		if err != nil {
-			t.Fatal(err)
-		}
-		if len(ipa.Kvs) == 0 {
-			t.Errorf("%s was stored with %s although its update failed, and %s was released: the next Service may take it", name, ip, ip)
-		}
-	}
-	t.Logf("%d updates failed with database space exceeded, %d of them stored anyway", len(failed), storedAnyway)
-	return storedAnyway
+	return checkStoredKeepAddress(t, ctx, etcd, "update", failed, func(svc *corev1.Service) bool {
+		return svc.Spec.Type == corev1.ServiceTypeClusterIP
+	})
 }

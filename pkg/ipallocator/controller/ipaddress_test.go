@@ -443,15 +443,7 @@ func TestIPAddressRepairRun(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	runCtx, stopRun := context.WithCancel(ctx)
-	runDone := make(chan error, 1)
-	firstPass := make(chan struct{})
-	go func() { runDone <- ctrl.Run(runCtx, firstPass) }()
-	select {
-	case <-firstPass:
-	case <-ctx.Done():
-		t.Fatal("no first pass")
-	}
+	stopRun := runRepair(ctx, t, ctrl)
 
 	repairtest.PlantService(t, srv.Etcd.Client(), "default", "planted", []string{"10.0.0.33"}, time.Now())
 	plantIPAddress(t, srv, "10.0.0.34", serviceRef("default", "ghost"), ourLabels("IPv4"), time.Now())
@@ -463,14 +455,6 @@ func TestIPAddressRepairRun(t *testing.T) {
 	waitObjectEvent(t, srv, "Service", "default", "planted", report.ReasonNotAllocated, "Cluster IP [IPv4]: 10.0.0.33 is not allocated; repairing")
 
 	stopRun()
-	select {
-	case err := <-runDone:
-		if err != nil {
-			t.Fatalf("Run: %v", err)
-		}
-	case <-time.After(30 * time.Second):
-		t.Fatal("Run did not stop")
-	}
 }
 
 // TestIPAddressRepairRunServiceCIDRAdded: in Run (informer-driven), a
@@ -487,16 +471,7 @@ func TestIPAddressRepairRunServiceCIDRAdded(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	runCtx, stopRun := context.WithCancel(ctx)
-	defer stopRun()
-	runDone := make(chan error, 1)
-	firstPass := make(chan struct{})
-	go func() { runDone <- ctrl.Run(runCtx, firstPass) }()
-	select {
-	case <-firstPass:
-	case <-ctx.Done():
-		t.Fatal("no first pass")
-	}
+	stopRun := runRepair(ctx, t, ctrl)
 
 	repairtest.PlantService(t, srv.Etcd.Client(), "default", "outside", []string{"10.1.0.7"}, time.Now())
 	time.Sleep(time.Second) // the repair sees it, out of range: no IPAddress
@@ -511,12 +486,32 @@ func TestIPAddressRepairRunServiceCIDRAdded(t *testing.T) {
 	checkClaim(t, srv, "10.1.0.7", "default", "outside")
 
 	stopRun()
+}
+
+// runRepair runs ctrl until the returned stop is called, after its first
+// pass; stop fails the test if Run fails or does not return.
+func runRepair(ctx context.Context, t *testing.T, ctrl *controller.IPAddressRepair) (stop func()) {
+	t.Helper()
+	runCtx, cancel := context.WithCancel(ctx)
+	t.Cleanup(cancel) // a test that fails before stop
+	runDone := make(chan error, 1)
+	firstPass := make(chan struct{})
+	go func() { runDone <- ctrl.Run(runCtx, firstPass) }()
 	select {
-	case err := <-runDone:
-		if err != nil {
-			t.Fatalf("Run: %v", err)
+	case <-firstPass:
+	case <-ctx.Done():
+		cancel()
+		t.Fatal("no first pass")
+	}
+	return func() {
+		cancel()
+		select {
+		case err := <-runDone:
+			if err != nil {
+				t.Errorf("Run: %v", err)
+			}
+		case <-time.After(30 * time.Second):
+			t.Error("Run did not stop")
 		}
-	case <-time.After(30 * time.Second):
-		t.Fatal("Run did not stop")
 	}
 }
