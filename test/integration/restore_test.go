@@ -9,11 +9,14 @@ import (
 	"testing"
 	"time"
 
+	clientv3 "go.etcd.io/etcd/client/v3"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/wait"
 
 	"github.com/allocator/allocator/internal/etcdtest"
 	"github.com/allocator/allocator/internal/testserver"
 	"github.com/allocator/allocator/pkg/apiserver"
+	"github.com/allocator/allocator/pkg/etcdlayout"
 	"github.com/allocator/allocator/pkg/ipallocator"
 	"github.com/allocator/allocator/pkg/model"
 	"github.com/allocator/allocator/pkg/report"
@@ -43,6 +46,13 @@ func testEtcdRestoredUnderServer(t *testing.T, m string) {
 	for i := range 10 {
 		mustCreate(t, ctx, srv.Client, newService(fmt.Sprintf("after-%d", i)))
 	}
+	// The server must have checked etcd's history since the backup: a
+	// restore to a point after its last check looks like no restore at all
+	// (its marker and the revision are what it last saw), whatever it
+	// wrote since. Here its check's connection may still be in its
+	// reconnect backoff after the backup's stop while the creates go
+	// through, so wait for its marker to move on.
+	waitMarkerAdvance(t, ctx, etcd)
 
 	etcd.RestoreColdBackup(t, backup)
 	start := time.Now()
@@ -83,6 +93,27 @@ func testEtcdRestoredUnderServer(t *testing.T, m string) {
 	rep := repairOnce(t, ctx, srv, m, etcd)
 	for _, p := range rep.Problems {
 		t.Errorf("left to fix after the restore: %+v", p)
+	}
+}
+
+// waitMarkerAdvance waits until the server's restore marker (the only one
+// under the prefix) holds a higher count than now.
+func waitMarkerAdvance(t *testing.T, ctx context.Context, etcd *etcdtest.Etcd) {
+	t.Helper()
+	prefix := etcdlayout.Layout{}.RestoreMarker("")
+	read := func() string {
+		resp, err := etcd.Client().Get(ctx, prefix, clientv3.WithPrefix())
+		if err != nil || len(resp.Kvs) != 1 {
+			t.Fatalf("restore markers under %s: %v (%d keys, want 1)", prefix, err, len(resp.Kvs))
+		}
+		return string(resp.Kvs[0].Value)
+	}
+	before := read()
+	err := wait.PollUntilContextTimeout(ctx, 50*time.Millisecond, 30*time.Second, false, func(context.Context) (bool, error) {
+		return read() != before, nil
+	})
+	if err != nil {
+		t.Fatalf("the server's restore marker stayed at %s: %v", before, err)
 	}
 }
 
