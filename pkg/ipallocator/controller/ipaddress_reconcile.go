@@ -138,6 +138,23 @@ func (r *IPAddressRepair) reconcileHeld(ctx context.Context, view ipView, ip net
 			reportDuplicates()
 			return nil
 		}
+		// The IPAddress is read before the Service. The cache may lag behind
+		// it (an allocation writes it before its Service, but the two
+		// informers are separate streams), and a Service deleted between a
+		// read of the Service and this create had released its address
+		// already: the create made an orphan, and a static create of the
+		// address failed until the repair took it back. In this order a
+		// Service still found after its IPAddress was found missing really
+		// lacks it: a delete removes the Service before it releases.
+		cur, err := r.cfg.Client.NetworkingV1().IPAddresses().Get(ctx, ip.String(), metav1.GetOptions{})
+		switch {
+		case err == nil && mayRetry:
+			return r.reconcileHeld(ctx, view, ip, holders, cur, out, false)
+		case err == nil:
+			return fmt.Errorf("ipaddress %s: %w", ip, errChanged)
+		case !apierrors.IsNotFound(err):
+			return fmt.Errorf("get ipaddress %s: %w", ip, err)
+		}
 		fresh, err := r.freshHolder(ctx, owner, ip)
 		if err != nil || fresh == nil {
 			return err // gone or changed since the snapshot: nothing to repair
