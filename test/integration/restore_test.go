@@ -90,8 +90,18 @@ func testEtcdRestoredUnderServer(t *testing.T, m string) {
 	if want := 1 + 5 + 10; len(list.Items) != want {
 		t.Errorf("%d Services after the restore and 10 creates, want %d", len(list.Items), want)
 	}
+	// A leak is allowed: in the seconds before it stops, the server's
+	// repair and allocations can act on what it cached before the
+	// restore, and what they claim for Services the restore undid is
+	// freed by the repair's leak rule (three passes, minutes apart; the
+	// e2e restore test runs them with short graces). Nothing else may be
+	// left: no duplicate, no address missing its record.
 	rep := repairOnce(t, ctx, srv, m, etcd)
 	for _, p := range rep.Problems {
+		if p.Type == report.TypeLeak {
+			t.Logf("leaked in the restore window (freed by the repair's leak rule): %+v", p)
+			continue
+		}
 		t.Errorf("left to fix after the restore: %+v", p)
 	}
 }
