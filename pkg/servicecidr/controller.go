@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"net/netip"
 	"slices"
-	"sync"
 	"sync/atomic"
 	"time"
 
@@ -24,6 +23,7 @@ import (
 	"k8s.io/client-go/util/workqueue"
 	"k8s.io/klog/v2"
 
+	"github.com/allocator/allocator/internal/lazy"
 	"github.com/allocator/allocator/pkg/subrange"
 )
 
@@ -72,9 +72,7 @@ type Controller struct {
 	// containing its address, and at 100,000 Services queueing every
 	// terminating ServiceCIDR on every IPAddress event, each sync listing
 	// every IPAddress, was most of the server's CPU (hack/scale.sh).
-	terminatingStale atomic.Bool
-	terminatingMu    sync.Mutex
-	terminating      []terminatingCIDR // guarded by terminatingMu
+	terminating lazy.Value[[]terminatingCIDR]
 }
 
 // terminatingCIDR is a ServiceCIDR being deleted and its prefixes.
@@ -110,17 +108,16 @@ func New(client kubernetes.Interface, cidrs networkinginformers.ServiceCIDRInfor
 	// terminating one), an IPAddress deleted inside it may be the last
 	// (queue those that contain it). A status change, or a deletion, of
 	// another ServiceCIDR cannot unblock one.
-	c.terminatingStale.Store(true)
 	cidrReg, err := cidrs.Informer().AddEventHandler(cache.ResourceEventHandlerFuncs{
-		AddFunc: func(obj any) { c.terminatingStale.Store(true); c.enqueueCIDR(obj); c.enqueueTerminating() },
+		AddFunc: func(obj any) { c.terminating.Invalidate(); c.enqueueCIDR(obj); c.enqueueTerminating() },
 		UpdateFunc: func(old, obj any) {
-			c.terminatingStale.Store(true)
+			c.terminating.Invalidate()
 			c.enqueueCIDR(obj)
 			if o, ok := old.(*networkingv1.ServiceCIDR); !ok || !slices.Equal(o.Spec.CIDRs, obj.(*networkingv1.ServiceCIDR).Spec.CIDRs) {
 				c.enqueueTerminating()
 			}
 		},
-		DeleteFunc: func(any) { c.terminatingStale.Store(true) },
+		DeleteFunc: func(any) { c.terminating.Invalidate() },
 	})
 	if err != nil {
 		return nil, fmt.Errorf("servicecidr controller: watch ServiceCIDRs: %w", err)
@@ -189,27 +186,22 @@ func (c *Controller) enqueueContaining(obj any) {
 }
 
 // terminatingCIDRs returns the ServiceCIDRs being deleted, from the cache,
-// rebuilt after a ServiceCIDR event.
+// parsed again only after a ServiceCIDR event.
 func (c *Controller) terminatingCIDRs() []terminatingCIDR {
-	c.terminatingMu.Lock()
-	defer c.terminatingMu.Unlock()
-	// Cleared before the list is read: an event during the read marks it
-	// stale again rather than being lost.
-	if c.terminatingStale.CompareAndSwap(true, false) {
+	out, _ := c.terminating.Get(func() ([]terminatingCIDR, error) {
 		all, err := c.cidrLister.List(labels.Everything())
 		if err != nil {
-			c.terminatingStale.Store(true)
-			return c.terminating
+			return nil, err
 		}
-		var next []terminatingCIDR // a new slice: callers may still read the old one
+		var list []terminatingCIDR // a new slice: callers may still read the old one
 		for _, sc := range all {
 			if sc.DeletionTimestamp != nil {
-				next = append(next, terminatingCIDR{name: sc.Name, prefixes: prefixes(sc)})
+				list = append(list, terminatingCIDR{name: sc.Name, prefixes: prefixes(sc)})
 			}
 		}
-		c.terminating = next
-	}
-	return c.terminating
+		return list, nil
+	})
+	return out
 }
 
 // Run waits for the caches and runs workers until ctx ends.

@@ -226,7 +226,6 @@ func (r *IPAddressRepair) Run(ctx context.Context, firstPass chan<- struct{}) er
 		ipLister:       ipInf.Lister(),
 		cidrLister:     cidrInf.Lister(),
 	}
-	view.cidrsChanged()
 
 	queue := workqueue.NewTypedRateLimitingQueueWithConfig(
 		workqueue.DefaultTypedControllerRateLimiter[string](),

@@ -6,8 +6,6 @@ import (
 	"net/netip"
 	"slices"
 	"strings"
-	"sync"
-	"sync/atomic"
 
 	corev1 "k8s.io/api/core/v1"
 	networkingv1 "k8s.io/api/networking/v1"
@@ -19,6 +17,7 @@ import (
 	networkinglisters "k8s.io/client-go/listers/networking/v1"
 	"k8s.io/client-go/tools/cache"
 
+	"github.com/allocator/allocator/internal/lazy"
 	"github.com/allocator/allocator/pkg/report"
 	"github.com/allocator/allocator/pkg/subrange"
 )
@@ -222,14 +221,11 @@ type informerView struct {
 	// The parsed ServiceCIDRs, rebuilt only after a ServiceCIDR event
 	// (cidrsChanged): every reconcile asks for them, and with a thousand
 	// ServiceCIDRs parsing them each time was most of the repair's CPU.
-	cidrsStale atomic.Bool
-	cidrsMu    sync.Mutex
-	cidrsCache serviceCIDRs // guarded by cidrsMu
+	parsedCIDRs lazy.Value[serviceCIDRs]
 }
 
-// cidrsChanged marks the parsed ServiceCIDRs stale. The informer updates its
-// store before it calls the handlers, so the next cidrs() sees the change.
-func (v *informerView) cidrsChanged() { v.cidrsStale.Store(true) }
+// cidrsChanged makes the next cidrs() parse the ServiceCIDRs again.
+func (v *informerView) cidrsChanged() { v.parsedCIDRs.Invalidate() }
 
 func (v *informerView) keys() ([]string, error) {
 	keys := v.serviceIndexer.ListIndexFuncValues(serviceIndex)
@@ -282,19 +278,13 @@ func (v *informerView) service(namespace, name string) (*corev1.Service, error) 
 }
 
 func (v *informerView) cidrs() (serviceCIDRs, error) {
-	v.cidrsMu.Lock()
-	defer v.cidrsMu.Unlock()
-	// Cleared before the list is read: an event during the read marks it
-	// stale again rather than being lost.
-	if v.cidrsStale.CompareAndSwap(true, false) {
+	return v.parsedCIDRs.Get(func() (serviceCIDRs, error) {
 		list, err := v.cidrLister.List(labels.Everything())
 		if err != nil {
-			v.cidrsStale.Store(true)
 			return serviceCIDRs{}, fmt.Errorf("list cached servicecidrs: %w", err)
 		}
-		v.cidrsCache = newServiceCIDRs(list)
-	}
-	return v.cidrsCache, nil
+		return newServiceCIDRs(list), nil
+	})
 }
 
 func (v *informerView) counts() (int, int, error) {
