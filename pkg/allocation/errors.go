@@ -44,3 +44,46 @@ func (e *NotInRangeError) Is(target error) bool { return target == ErrNotInRange
 
 // ErrNotInRange matches any *NotInRangeError with errors.Is.
 var ErrNotInRange = errors.New("is not in the valid range")
+
+// OutOfScopeError is returned by a scoped static allocation (Owner.Scoped)
+// when the address lies in served ServiceCIDRs, none of which the Service's
+// scope lets it use (design.md §12). The API answers 422 with its text.
+type OutOfScopeError struct {
+	IP netip.Addr
+	// Allowed names the ServiceCIDRs of the address's family the Service may
+	// use, sorted.
+	Allowed []string
+}
+
+func (e *OutOfScopeError) Error() string {
+	if len(e.Allowed) == 0 {
+		return fmt.Sprintf("%s is in a ServiceCIDR scoped to other Services, and no ServiceCIDR of its family serves this Service", e.IP)
+	}
+	return fmt.Sprintf("%s is in a ServiceCIDR scoped to other Services; this Service may use ServiceCIDR %s", e.IP, quoteJoin(e.Allowed))
+}
+
+// ScopeFullError is returned by a scoped dynamic allocation when every
+// ServiceCIDR of the Service's scope is full and the scope does not fall
+// back to unscoped ones. errors.Is(err, ErrFull) matches it.
+type ScopeFullError struct {
+	// ServiceCIDRs are the full scoped ServiceCIDRs, sorted.
+	ServiceCIDRs []string
+}
+
+func (e *ScopeFullError) Error() string {
+	return fmt.Sprintf("%v: ServiceCIDR %s of this Service's scope (no fallback to unscoped ServiceCIDRs)", ErrFull, quoteJoin(e.ServiceCIDRs))
+}
+
+// Is makes errors.Is(err, ErrFull) true.
+func (e *ScopeFullError) Is(target error) bool { return target == ErrFull }
+
+func quoteJoin(names []string) string {
+	out := ""
+	for i, n := range names {
+		if i > 0 {
+			out += ", "
+		}
+		out += fmt.Sprintf("%q", n)
+	}
+	return out
+}

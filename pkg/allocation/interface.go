@@ -11,6 +11,18 @@ import (
 type Owner struct {
 	Namespace string
 	Name      string
+	// Scoped, when set, makes the allocation follow ServiceCIDR scopes
+	// (IPAddress model, design.md §12) with the Service's labels. It is nil
+	// when an address a stored Service already holds is marked again (at
+	// start-up, by the repair or a migration): a scope never refuses or
+	// moves such an address.
+	Scoped *ScopedRequest
+}
+
+// ScopedRequest is what a ServiceCIDR scope matches a Service on, besides
+// its namespace (whose labels the allocator looks up).
+type ScopedRequest struct {
+	Labels map[string]string
 }
 
 func (o Owner) String() string { return o.Namespace + "/" + o.Name }

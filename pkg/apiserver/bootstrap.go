@@ -20,10 +20,11 @@ import (
 	"github.com/allocator/allocator/pkg/allocation"
 	"github.com/allocator/allocator/pkg/report"
 	"github.com/allocator/allocator/pkg/servicealloc"
+	"github.com/allocator/allocator/pkg/servicecidr"
 )
 
 // DefaultServiceCIDRName is the ServiceCIDR created from --service-cluster-ip-range.
-const DefaultServiceCIDRName = "kubernetes"
+const DefaultServiceCIDRName = servicecidr.DefaultName
 
 // defaultServiceCIDRInterval is how often the default ServiceCIDR is checked
 // (and re-created if someone deleted it).

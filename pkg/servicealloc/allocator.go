@@ -169,8 +169,11 @@ func (a *Allocator) release(ctx context.Context, owner allocation.Owner, addrs [
 	}
 }
 
+// ownerOf is the owner of a Service's new allocations: scoped, so that
+// ServiceCIDR scopes route them (design.md §12).
 func ownerOf(svc *corev1.Service) allocation.Owner {
-	return allocation.Owner{Namespace: svc.Namespace, Name: svc.Name}
+	return allocation.Owner{Namespace: svc.Namespace, Name: svc.Name,
+		Scoped: &allocation.ScopedRequest{Labels: svc.Labels}}
 }
 
 // PrepareCreate normalizes, defaults and validates svc for a create, changing
@@ -351,7 +354,7 @@ func (a *Allocator) staticError(svc *corev1.Service, families int, addr netip.Ad
 			err = allocation.ErrMismatchedNetwork
 		}
 		fallthrough
-	case errors.Is(err, allocation.ErrAllocated):
+	case errors.Is(err, allocation.ErrAllocated), errors.As(err, new(*allocation.OutOfScopeError)):
 		return apierrors.NewInvalid(serviceKind, svc.Name, field.ErrorList{
 			field.Invalid(clusterIPsPath, shown,
 				fmt.Sprintf("failed to allocate IP %s: %v", addr, err))})

@@ -30,6 +30,10 @@ import (
 // Finalizer keeps a ServiceCIDR until no IPAddress depends on it.
 const Finalizer = "networking.k8s.io/service-cidr-finalizer"
 
+// DefaultName is the name of the ServiceCIDR the API server creates from
+// --service-cluster-ip-range, as kube-apiserver names it.
+const DefaultName = "kubernetes"
+
 // TerminatingMessage is upstream's message for a ServiceCIDR whose deletion
 // waits for IPAddresses.
 const TerminatingMessage = "There are still IPAddresses referencing the ServiceCIDR, please remove them or create a new ServiceCIDR"

@@ -168,6 +168,11 @@ func (a *Allocator) AllocateNext(ctx context.Context, owner allocation.Owner) (n
 			// being deleted): allocate from the ServiceCIDRs that are.
 			a.undoBit(ctx, ip)
 			return a.ip.AllocateNextOutside(ctx, owner, a.window)
+		case errors.As(err, new(*allocation.OutOfScopeError)):
+			// The Service's scope keeps it out of the window's ServiceCIDR:
+			// its address comes from the scoped ServiceCIDRs outside it.
+			a.undoBit(ctx, ip)
+			return a.ip.AllocateNextOutside(ctx, owner, a.window)
 		default:
 			a.undoBit(ctx, ip)
 			return netip.Addr{}, err

@@ -16,6 +16,7 @@ import (
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/client-go/informers"
 	"k8s.io/client-go/kubernetes"
+	corelisters "k8s.io/client-go/listers/core/v1"
 	networkinglisters "k8s.io/client-go/listers/networking/v1"
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/klog/v2"
@@ -61,6 +62,9 @@ type Config struct {
 	// (the claims and releases); nil: Client's. The server passes its own
 	// storage, so a claim is no second API request over loopback.
 	Objects Objects
+	// Namespaces reads a namespace the cache does not hold yet, for scoped
+	// ServiceCIDRs; nil: Client's.
+	Namespaces NamespaceGetter
 	// OnRefused, if set, is called (without any lock held) once for every
 	// ServiceCIDR CIDR that becomes refused, e.g. an IPv6 prefix shorter than
 	// /64, so the server can record a condition or an event.
@@ -89,6 +93,11 @@ type Allocator struct {
 
 	ipLister   networkinglisters.IPAddressLister
 	cidrLister networkinglisters.ServiceCIDRLister
+	nsLister   corelisters.NamespaceLister
+	namespaces NamespaceGetter
+	// hasScopes: some served range is carried by a scoped ServiceCIDR, so
+	// requests with Owner.Scoped are routed (scopes.go).
+	hasScopes atomic.Bool
 
 	ready     atomic.Bool
 	readyCh   chan struct{}
@@ -98,6 +107,9 @@ type Allocator struct {
 	mu sync.Mutex
 	// ranges are the served ranges in allocation order, each with its index.
 	ranges []*cidrRange
+	// unscoped and scopedRanges split ranges by their carriers' scopes
+	// (splitScopesLocked).
+	unscoped, scopedRanges []*cidrRange
 	// inflight are the addresses this process is claiming right now; they
 	// are marked used in every index that contains them.
 	inflight map[netip.Addr]*reservation
@@ -140,8 +152,13 @@ func New(ctx context.Context, cfg Config) (*Allocator, error) {
 	if objects == nil {
 		objects = cfg.Client.NetworkingV1().IPAddresses()
 	}
+	namespaces := cfg.Namespaces
+	if namespaces == nil {
+		namespaces = cfg.Client.CoreV1().Namespaces()
+	}
 	a := &Allocator{
 		objects:       objects,
+		namespaces:    namespaces,
 		ipv6:          cfg.IPv6,
 		maxCollisions: cfg.MaxCollisions,
 		onRefused:     cfg.OnRefused,
@@ -155,7 +172,9 @@ func New(ctx context.Context, cfg Config) (*Allocator, error) {
 	}
 	ipInf := factory.Networking().V1().IPAddresses()
 	cidrInf := factory.Networking().V1().ServiceCIDRs()
-	a.ipLister, a.cidrLister = ipInf.Lister(), cidrInf.Lister()
+	nsInf := factory.Core().V1().Namespaces()
+	a.ipLister, a.cidrLister, a.nsLister = ipInf.Lister(), cidrInf.Lister(), nsInf.Lister()
+	nsSynced := nsInf.Informer().HasSynced
 
 	ipReg, err := ipInf.Informer().AddEventHandler(cache.ResourceEventHandlerFuncs{
 		AddFunc:    func(obj any) { a.observe(obj, true) },
@@ -174,7 +193,7 @@ func New(ctx context.Context, cfg Config) (*Allocator, error) {
 	}
 	factory.Start(ctx.Done())
 	go func() {
-		if !cache.WaitForCacheSync(ctx.Done(), ipReg.HasSynced, cidrReg.HasSynced) {
+		if !cache.WaitForCacheSync(ctx.Done(), ipReg.HasSynced, cidrReg.HasSynced, nsSynced) {
 			return
 		}
 		a.mu.Lock()
@@ -320,6 +339,7 @@ func (a *Allocator) rebuildLocked() []RefusedCIDR {
 		ranges = append(ranges, &cidrRange{activeRange: ar, index: idx})
 	}
 	a.ranges = ranges
+	a.splitScopesLocked()
 
 	var fresh []RefusedCIDR
 	for _, r := range refused {
@@ -361,10 +381,10 @@ func (a *Allocator) markLocked(ip netip.Addr, used bool) {
 	}
 }
 
-// pickLocked returns the first candidate of the first range, in allocation
-// order, that has a free address.
-func (a *Allocator) pickLocked(excluded Excluded) (netip.Addr, bool) {
-	for _, r := range a.ranges {
+// pickLocked returns the first candidate of the first of ranges that has a
+// free address.
+func (a *Allocator) pickLocked(ranges []*cidrRange, excluded Excluded) (netip.Addr, bool) {
+	for _, r := range ranges {
 		if excluded != nil && excluded.ContainsPrefix(r.rng.Prefix()) {
 			continue
 		}
@@ -415,9 +435,16 @@ type NoServiceCIDRError struct {
 	Family string
 	// Terminating names the ServiceCIDRs of the family being deleted.
 	Terminating []string
+	// ScopedElsewhere names the scoped ServiceCIDRs of the family when
+	// every served range is scoped to other Services than the requester.
+	ScopedElsewhere []string
 }
 
 func (e *NoServiceCIDRError) Error() string {
+	if len(e.ScopedElsewhere) > 0 {
+		return fmt.Sprintf("no ready ServiceCIDR serves %s addresses to this Service: ServiceCIDR %s %s scoped to other Services, and no unscoped one serves %s",
+			e.Family, quoted(e.ScopedElsewhere), map[bool]string{true: "is", false: "are"}[len(e.ScopedElsewhere) == 1], e.Family)
+	}
 	msg := "no ready ServiceCIDR serves " + e.Family + " addresses"
 	if len(e.Terminating) > 0 {
 		msg += fmt.Sprintf(" (ServiceCIDR %s is being deleted and serves no new allocations; "+
@@ -458,10 +485,18 @@ func (a *Allocator) Allocate(ctx context.Context, ip netip.Addr, owner allocatio
 	if !a.ready.Load() {
 		return allocation.ErrNotReady
 	}
+	nsLabels, svcLabels, routed, err := a.scopeLabels(ctx, owner)
+	if err != nil {
+		return fmt.Errorf("allocate %s for service %s: %w", ip, owner, err)
+	}
 	a.mu.Lock()
 	if !ip.IsValid() || ip.Is6() != a.ipv6 || !a.containsLocked(ip) {
 		a.mu.Unlock()
 		return allocation.ErrMismatchedNetwork
+	}
+	if err := a.checkScopeLocked(ip, routed, nsLabels, svcLabels); err != nil {
+		a.mu.Unlock()
+		return err
 	}
 	if a.inflight[ip] != nil {
 		a.mu.Unlock()
@@ -470,7 +505,7 @@ func (a *Allocator) Allocate(ctx context.Context, ip netip.Addr, owner allocatio
 	a.reserveLocked(ip)
 	a.mu.Unlock()
 
-	err := a.create(ctx, ip, owner)
+	err = a.create(ctx, ip, owner)
 	a.finish(ip, err)
 	switch {
 	case err == nil:
@@ -510,9 +545,14 @@ func (a *Allocator) allocateNext(ctx context.Context, owner allocation.Owner, ex
 	if !a.ready.Load() {
 		return netip.Addr{}, allocation.ErrNotReady
 	}
+	nsLabels, svcLabels, routed, err := a.scopeLabels(ctx, owner)
+	if err != nil {
+		return netip.Addr{}, fmt.Errorf("allocate next for service %s: %w", owner, err)
+	}
 	for collisions := 0; ; {
 		a.mu.Lock()
-		ip, ok := a.pickLocked(excluded)
+		candidates, rt := a.candidatesLocked(routed, nsLabels, svcLabels)
+		ip, ok := a.pickLocked(candidates, excluded)
 		if ok && excluded != nil && excluded.Contains(ip) {
 			a.mu.Unlock()
 			if collisions++; collisions > a.maxCollisions {
@@ -524,13 +564,9 @@ func (a *Allocator) allocateNext(ctx context.Context, owner allocation.Owner, ex
 		if ok {
 			a.reserveLocked(ip)
 		}
-		noRange := len(a.ranges) == 0
 		a.mu.Unlock()
-		if !ok && noRange {
-			return netip.Addr{}, a.noServiceCIDR()
-		}
 		if !ok {
-			return netip.Addr{}, allocation.ErrFull
+			return netip.Addr{}, a.nothingFree(rt)
 		}
 		err := a.create(ctx, ip, owner)
 		a.finish(ip, err)
@@ -716,13 +752,21 @@ type dryRun struct{ a *Allocator }
 // Allocate reports what Allocate would: a *NotInRangeError (or
 // ErrMismatchedNetwork with no range served), ErrAllocated (from a fresh
 // read) or nil.
-func (d dryRun) Allocate(ctx context.Context, ip netip.Addr, _ allocation.Owner) error {
+func (d dryRun) Allocate(ctx context.Context, ip netip.Addr, owner allocation.Owner) error {
 	a := d.a
 	if !a.ready.Load() {
 		return allocation.ErrNotReady
 	}
+	nsLabels, svcLabels, routed, err := a.scopeLabels(ctx, owner)
+	if err != nil {
+		return fmt.Errorf("dry-run allocate %s: %w", ip, err)
+	}
 	a.mu.Lock()
 	inRange := ip.IsValid() && ip.Is6() == a.ipv6 && a.containsLocked(ip)
+	var scopeErr error
+	if inRange {
+		scopeErr = a.checkScopeLocked(ip, routed, nsLabels, svcLabels)
+	}
 	busy := a.inflight[ip] != nil
 	var first string
 	if len(a.ranges) > 0 {
@@ -736,6 +780,9 @@ func (d dryRun) Allocate(ctx context.Context, ip netip.Addr, _ allocation.Owner)
 			return &allocation.NotInRangeError{IP: ip, ValidRange: first}
 		}
 		return allocation.ErrMismatchedNetwork
+	}
+	if scopeErr != nil {
+		return scopeErr
 	}
 	if busy {
 		return allocation.ErrAllocated
@@ -751,17 +798,27 @@ func (d dryRun) Allocate(ctx context.Context, ip netip.Addr, _ allocation.Owner)
 }
 
 // AllocateNext reports the address AllocateNext would try first.
-func (d dryRun) AllocateNext(context.Context, allocation.Owner) (netip.Addr, error) {
+func (d dryRun) AllocateNext(ctx context.Context, owner allocation.Owner) (netip.Addr, error) {
 	a := d.a
 	if !a.ready.Load() {
 		return netip.Addr{}, allocation.ErrNotReady
 	}
-	a.mu.Lock()
-	defer a.mu.Unlock()
-	if ip, ok := a.pickLocked(nil); ok {
-		return ip, nil
+	nsLabels, svcLabels, routed, err := a.scopeLabels(ctx, owner)
+	if err != nil {
+		return netip.Addr{}, fmt.Errorf("dry-run allocate next: %w", err)
 	}
-	return netip.Addr{}, allocation.ErrFull
+	a.mu.Lock()
+	candidates, rt := a.candidatesLocked(routed, nsLabels, svcLabels)
+	ip, ok := a.pickLocked(candidates, nil)
+	a.mu.Unlock()
+	switch {
+	case ok:
+		return ip, nil
+	case rt == nil:
+		return netip.Addr{}, allocation.ErrFull
+	default:
+		return netip.Addr{}, a.nothingFree(rt)
+	}
 }
 
 func (dryRun) Release(context.Context, netip.Addr, allocation.Owner) error { return nil }
@@ -770,3 +827,11 @@ func (d dryRun) ForEach(ctx context.Context, fn func(netip.Addr)) error    { ret
 func (d dryRun) Usage(ctx context.Context) (allocation.Usage, error)       { return d.a.Usage(ctx) }
 func (d dryRun) IPv6() bool                                                { return d.a.ipv6 }
 func (d dryRun) DryRun() allocation.Interface                              { return d }
+
+func quoted(names []string) string {
+	out := make([]string, len(names))
+	for i, n := range names {
+		out[i] = fmt.Sprintf("%q", n)
+	}
+	return strings.Join(out, ", ")
+}

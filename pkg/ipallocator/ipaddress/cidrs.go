@@ -9,6 +9,7 @@ import (
 	networkingv1 "k8s.io/api/networking/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
+	"github.com/allocator/allocator/pkg/scope"
 	"github.com/allocator/allocator/pkg/subrange"
 )
 
@@ -29,11 +30,20 @@ func (r RefusedCIDR) Error() string {
 func (r RefusedCIDR) Unwrap() error { return r.Err }
 
 // activeRange is one distinct prefix the allocator serves, with the order key
-// of the oldest ready ServiceCIDR that carries it.
+// of the oldest ready ServiceCIDR that carries it, and every ready
+// ServiceCIDR that carries it with its scope.
 type activeRange struct {
-	rng     subrange.Range
-	created metav1.Time
-	name    string
+	rng      subrange.Range
+	created  metav1.Time
+	name     string
+	carriers []carrier
+}
+
+// carrier is a ready ServiceCIDR carrying a range; scope is nil when the
+// ServiceCIDR is unscoped.
+type carrier struct {
+	name  string
+	scope *scope.Scope
 }
 
 // IsReady reports whether cidr may serve new allocations: it is not being
@@ -55,7 +65,10 @@ func IsReady(cidr *networkingv1.ServiceCIDR) bool {
 // selectRanges turns ServiceCIDRs into the ordered, de-duplicated ranges of
 // one family, plus the CIDRs it refuses. Order: oldest creationTimestamp
 // first, then name; a prefix carried by several ServiceCIDRs takes the
-// position of the first of them and appears once.
+// position of the first of them and appears once, with each of them as a
+// carrier. A ServiceCIDR whose scope annotations do not parse (written by a
+// server that does not validate them) is refused whole: serving it unscoped
+// would hand its addresses to Services it was meant to keep out.
 func selectRanges(cidrs []*networkingv1.ServiceCIDR, ipv6 bool) ([]activeRange, []RefusedCIDR) {
 	sorted := slices.Clone(cidrs)
 	slices.SortFunc(sorted, func(a, b *networkingv1.ServiceCIDR) int {
@@ -66,18 +79,27 @@ func selectRanges(cidrs []*networkingv1.ServiceCIDR, ipv6 bool) ([]activeRange, 
 	})
 	var out []activeRange
 	var refused []RefusedCIDR
-	seen := map[netip.Prefix]bool{}
+	seen := map[netip.Prefix]int{}
 	for _, sc := range sorted {
 		if !IsReady(sc) {
 			continue
 		}
+		sco, scopeErr := scope.Parse(sc.Annotations)
 		for _, s := range sc.Spec.CIDRs {
 			prefix, err := subrange.ParsePrefix(s)
 			if err != nil {
 				refused = append(refused, RefusedCIDR{ServiceCIDR: sc.Name, CIDR: s, Err: err})
 				continue
 			}
-			if prefix.Addr().Is6() != ipv6 || seen[prefix] {
+			if prefix.Addr().Is6() != ipv6 {
+				continue
+			}
+			if scopeErr != nil {
+				refused = append(refused, RefusedCIDR{ServiceCIDR: sc.Name, CIDR: s, Err: fmt.Errorf("invalid scope: %w", scopeErr)})
+				continue
+			}
+			if i, ok := seen[prefix]; ok {
+				out[i].carriers = append(out[i].carriers, carrier{name: sc.Name, scope: sco})
 				continue
 			}
 			rng, err := subrange.New(prefix, subrange.ModelIPAddress)
@@ -85,8 +107,9 @@ func selectRanges(cidrs []*networkingv1.ServiceCIDR, ipv6 bool) ([]activeRange, 
 				refused = append(refused, RefusedCIDR{ServiceCIDR: sc.Name, CIDR: s, Err: err})
 				continue
 			}
-			seen[prefix] = true
-			out = append(out, activeRange{rng: rng, created: sc.CreationTimestamp, name: sc.Name})
+			seen[prefix] = len(out)
+			out = append(out, activeRange{rng: rng, created: sc.CreationTimestamp, name: sc.Name,
+				carriers: []carrier{{name: sc.Name, scope: sco}}})
 		}
 	}
 	return out, refused

@@ -3,6 +3,7 @@ package ipaddress
 import (
 	"errors"
 	"net/netip"
+	"strings"
 	"testing"
 	"time"
 
@@ -10,6 +11,7 @@ import (
 	networkingv1 "k8s.io/api/networking/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
+	"github.com/allocator/allocator/pkg/scope"
 	"github.com/allocator/allocator/pkg/subrange"
 )
 
@@ -60,6 +62,29 @@ func TestSelectRanges(t *testing.T) {
 	if len(refused6) != 1 || refused6[0].ServiceCIDR != "too-big" || !errors.Is(refused6[0], subrange.ErrPrefixTooLarge) ||
 		refused6[0].Err.Error() != "prefix too large: shortest allowed prefix length for service CIDR is 64, got 48" {
 		t.Errorf("IPv6 refused: %v", refused6)
+	}
+}
+
+// TestSelectRangesScopes: a prefix carried by a scoped and an unscoped
+// ServiceCIDR is one range with both carriers; a ServiceCIDR whose scope
+// does not parse (stored by a server that does not validate it) is refused,
+// never served unscoped.
+func TestSelectRangesScopes(t *testing.T) {
+	scopedCIDR := serviceCIDR("scoped", 2*time.Hour, "10.0.0.0/28")
+	scopedCIDR.Annotations = map[string]string{scope.NamespaceSelectorAnnotation: "team=a"}
+	bad := serviceCIDR("bad", time.Hour, "10.1.0.0/28", "fd00::/120")
+	bad.Annotations = map[string]string{scope.NamespaceSelectorAnnotation: "team in (a"}
+	cidrs := []*networkingv1.ServiceCIDR{scopedCIDR, serviceCIDR("plain", time.Hour, "10.0.0.0/28"), bad}
+	v4, refused := selectRanges(cidrs, false)
+	if len(v4) != 1 || len(v4[0].carriers) != 2 || v4[0].carriers[0].scope == nil || v4[0].carriers[1].scope != nil {
+		t.Fatalf("ranges %+v, want one range carried by scoped (with its scope) and plain (none)", v4)
+	}
+	if len(refused) != 1 || refused[0].ServiceCIDR != "bad" || refused[0].CIDR != "10.1.0.0/28" ||
+		!strings.Contains(refused[0].Error(), "invalid scope") {
+		t.Fatalf("refused %v, want bad's IPv4 CIDR with its scope error", refused)
+	}
+	if v6, refused6 := selectRanges(cidrs, true); len(v6) != 0 || len(refused6) != 1 {
+		t.Fatalf("IPv6: %v refused %v, want bad's IPv6 CIDR refused", v6, refused6)
 	}
 }
 

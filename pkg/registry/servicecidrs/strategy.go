@@ -20,6 +20,7 @@ import (
 	netutils "k8s.io/utils/net"
 	"sigs.k8s.io/structured-merge-diff/v6/fieldpath"
 
+	"github.com/allocator/allocator/pkg/scope"
 	"github.com/allocator/allocator/pkg/servicecidr"
 )
 
@@ -96,7 +97,22 @@ func familyOfCIDR(text string) string {
 func (strategy) Validate(ctx context.Context, obj runtime.Object) field.ErrorList {
 	sc := obj.(*networkingv1.ServiceCIDR)
 	errs := apimachineryvalidation.ValidateObjectMeta(&sc.ObjectMeta, false, apimachineryvalidation.NameIsDNSSubdomain, field.NewPath("metadata"))
-	return append(errs, ValidateCIDRs(sc.Spec.CIDRs)...)
+	errs = append(errs, ValidateCIDRs(sc.Spec.CIDRs)...)
+	return append(errs, validateScope(sc)...)
+}
+
+var annotationsPath = field.NewPath("metadata", "annotations")
+
+// validateScope checks the scope annotations (pkg/scope, design.md §12).
+// The default ServiceCIDR stays unscoped: the API server's own Service and
+// every Service of a cluster without other ServiceCIDRs live in it.
+func validateScope(sc *networkingv1.ServiceCIDR) field.ErrorList {
+	errs := scope.Validate(sc.Annotations, annotationsPath)
+	if sc.Name == servicecidr.DefaultName && scope.Scoped(sc.Annotations) {
+		errs = append(errs, field.Forbidden(annotationsPath.Key(scope.NamespaceSelectorAnnotation),
+			fmt.Sprintf("the default ServiceCIDR %q cannot be scoped; scope another ServiceCIDR", servicecidr.DefaultName)))
+	}
+	return errs
 }
 
 // ValidateUpdate allows one change of spec.cidrs only: a single-stack
@@ -119,7 +135,7 @@ func (s strategy) ValidateUpdate(ctx context.Context, obj, old runtime.Object) f
 	default:
 		errs = append(errs, field.Invalid(cidrsPath, sc.Spec.CIDRs, apimachineryvalidation.FieldImmutableErrorMsg))
 	}
-	return errs
+	return append(errs, validateScope(sc)...)
 }
 
 func (strategy) WarningsOnCreate(ctx context.Context, obj runtime.Object) []string      { return nil }

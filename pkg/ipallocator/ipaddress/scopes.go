@@ -1,0 +1,197 @@
+package ipaddress
+
+import (
+	"cmp"
+	"context"
+	"fmt"
+	"net/netip"
+	"slices"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/labels"
+
+	"github.com/allocator/allocator/pkg/allocation"
+)
+
+// Scoped ServiceCIDRs (design.md §12). A request carrying
+// allocation.Owner.Scoped is routed over the ranges its Service may use; a
+// request without it (a re-mark of a stored address) and every request
+// while no served range is scoped use all ranges, as before scopes existed.
+
+// NamespaceGetter reads a namespace; client-go's typed client satisfies it.
+// The allocator reads live only what its namespace cache does not hold yet
+// (a namespace created a moment before its first Service).
+type NamespaceGetter interface {
+	Get(ctx context.Context, name string, opts metav1.GetOptions) (*corev1.Namespace, error)
+}
+
+// route is where one scoped request may take addresses, in the order it
+// tries them.
+type route struct {
+	ranges []*cidrRange
+	// matched are the scoped ServiceCIDRs whose scope the Service is in.
+	matched []string
+	// fallback: matched is not empty and every one of them falls back to
+	// the unscoped ranges, which follow in ranges.
+	fallback bool
+	// allowed names every ServiceCIDR behind ranges, for messages.
+	allowed []string
+}
+
+// scopeLabels returns the labels a scope matches the request on, and false
+// when the request is not routed by scope.
+func (a *Allocator) scopeLabels(ctx context.Context, owner allocation.Owner) (ns, svc labels.Set, routed bool, err error) {
+	if owner.Scoped == nil || !a.hasScopes.Load() {
+		return nil, nil, false, nil
+	}
+	if obj, err := a.nsLister.Get(owner.Namespace); err == nil {
+		return obj.Labels, owner.Scoped.Labels, true, nil
+	}
+	obj, err := a.namespaces.Get(ctx, owner.Namespace, metav1.GetOptions{})
+	switch {
+	case apierrors.IsNotFound(err):
+		// The label every namespace carries is all a missing one can match.
+		return labels.Set{corev1.LabelMetadataName: owner.Namespace}, owner.Scoped.Labels, true, nil
+	case err != nil:
+		return nil, nil, false, fmt.Errorf("read namespace %q for ServiceCIDR scopes: %w", owner.Namespace, err)
+	}
+	return obj.Labels, owner.Scoped.Labels, true, nil
+}
+
+// routeLocked computes the route of a Service in a namespace with nsLabels
+// and its own svcLabels: the ranges of the scoped ServiceCIDRs it is in,
+// highest priority first (then in allocation order); after them the
+// unscoped ranges, when it is in no scope or every scope it is in falls
+// back. A Service in no scope never takes a scoped range's address.
+func (a *Allocator) routeLocked(nsLabels, svcLabels labels.Set) route {
+	type hit struct {
+		r        *cidrRange
+		priority int
+	}
+	var hits []hit
+	var rt route
+	fallback := true
+	for _, r := range a.scopedRanges {
+		best, in := 0, false
+		for _, c := range r.carriers {
+			if c.scope == nil || !c.scope.Matches(nsLabels, svcLabels) {
+				continue
+			}
+			rt.matched = append(rt.matched, c.name)
+			fallback = fallback && c.scope.Fallback
+			if !in || c.scope.Priority > best {
+				best, in = c.scope.Priority, true
+			}
+		}
+		if in {
+			hits = append(hits, hit{r, best})
+		}
+	}
+	slices.SortStableFunc(hits, func(x, y hit) int { return cmp.Compare(y.priority, x.priority) })
+	taken := make(map[*cidrRange]bool, len(hits))
+	for _, h := range hits {
+		rt.ranges = append(rt.ranges, h.r)
+		taken[h.r] = true
+	}
+	rt.allowed = slices.Clone(rt.matched)
+	if len(hits) == 0 || fallback {
+		rt.fallback = len(hits) > 0
+		for _, r := range a.unscoped {
+			if taken[r] {
+				continue
+			}
+			rt.ranges = append(rt.ranges, r)
+			for _, c := range r.carriers {
+				if c.scope == nil {
+					rt.allowed = append(rt.allowed, c.name)
+				}
+			}
+		}
+	}
+	rt.matched = sortedUnique(rt.matched)
+	rt.allowed = sortedUnique(rt.allowed)
+	return rt
+}
+
+func sortedUnique(names []string) []string {
+	slices.Sort(names)
+	return slices.Compact(names)
+}
+
+// splitScopesLocked sorts the served ranges into the unscoped ones (some
+// carrier is unscoped) and the scoped ones (some carrier is scoped), in
+// allocation order; a range carried both ways is in both.
+func (a *Allocator) splitScopesLocked() {
+	a.unscoped, a.scopedRanges = a.unscoped[:0], a.scopedRanges[:0]
+	for _, r := range a.ranges {
+		scoped, unscoped := false, false
+		for _, c := range r.carriers {
+			if c.scope == nil {
+				unscoped = true
+			} else {
+				scoped = true
+			}
+		}
+		if unscoped {
+			a.unscoped = append(a.unscoped, r)
+		}
+		if scoped {
+			a.scopedRanges = append(a.scopedRanges, r)
+		}
+	}
+	a.hasScopes.Store(len(a.scopedRanges) > 0)
+}
+
+// candidatesLocked returns the ranges a request may take addresses from:
+// its route when routed, every served range otherwise.
+func (a *Allocator) candidatesLocked(routed bool, nsLabels, svcLabels labels.Set) ([]*cidrRange, *route) {
+	if !routed || len(a.scopedRanges) == 0 {
+		return a.ranges, nil
+	}
+	rt := a.routeLocked(nsLabels, svcLabels)
+	return rt.ranges, &rt
+}
+
+// nothingFree is the error of a dynamic request that found no candidate.
+func (a *Allocator) nothingFree(rt *route) error {
+	a.mu.Lock()
+	served := len(a.ranges)
+	var scoped []string
+	for _, r := range a.scopedRanges {
+		for _, c := range r.carriers {
+			if c.scope != nil {
+				scoped = append(scoped, c.name)
+			}
+		}
+	}
+	a.mu.Unlock()
+	switch {
+	case served == 0:
+		return a.noServiceCIDR()
+	case rt == nil:
+		return allocation.ErrFull
+	case len(rt.ranges) == 0:
+		return &NoServiceCIDRError{Family: familyOf(a.ipv6), ScopedElsewhere: sortedUnique(scoped)}
+	case len(rt.matched) > 0 && !rt.fallback:
+		return &allocation.ScopeFullError{ServiceCIDRs: rt.matched}
+	default:
+		return allocation.ErrFull
+	}
+}
+
+// checkScopeLocked returns an *allocation.OutOfScopeError when a routed
+// static request asks for ip (inside a served range) outside its route.
+func (a *Allocator) checkScopeLocked(ip netip.Addr, routed bool, nsLabels, svcLabels labels.Set) error {
+	ranges, rt := a.candidatesLocked(routed, nsLabels, svcLabels)
+	if rt == nil {
+		return nil
+	}
+	for _, r := range ranges {
+		if r.rng.Contains(ip) {
+			return nil
+		}
+	}
+	return &allocation.OutOfScopeError{IP: ip, Allowed: rt.allowed}
+}

@@ -1,0 +1,103 @@
+package scope
+
+import (
+	"strings"
+	"testing"
+
+	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/util/validation/field"
+)
+
+func TestParse(t *testing.T) {
+	ns := NamespaceSelectorAnnotation
+	cases := []struct {
+		name    string
+		in      map[string]string
+		scoped  bool
+		wantErr string // substring; "" means valid
+		check   func(t *testing.T, s *Scope)
+	}{
+		{name: "no annotations"},
+		{name: "other annotations only", in: map[string]string{"example.com/x": "y"}},
+		{name: "all namespaces", in: map[string]string{ns: ""}, scoped: true, check: func(t *testing.T, s *Scope) {
+			if !s.Matches(labels.Set{"a": "b"}, nil) || s.Priority != 0 || s.Fallback {
+				t.Errorf("empty selector: %+v", s)
+			}
+		}},
+		{name: "full", in: map[string]string{ns: "team in (a,b)", ServiceSelectorAnnotation: "tier=web", PriorityAnnotation: "10", FallbackAnnotation: "true"},
+			scoped: true, check: func(t *testing.T, s *Scope) {
+				if s.Priority != 10 || !s.Fallback {
+					t.Errorf("priority/fallback: %+v", s)
+				}
+				if !s.Matches(labels.Set{"team": "a"}, labels.Set{"tier": "web"}) {
+					t.Error("team=a tier=web should match")
+				}
+				if s.Matches(labels.Set{"team": "c"}, labels.Set{"tier": "web"}) || s.Matches(labels.Set{"team": "a"}, labels.Set{"tier": "db"}) {
+					t.Error("other team or tier should not match")
+				}
+				if got := s.String(); got != "namespaces team in (a,b); services tier=web; priority 10; fallback" {
+					t.Errorf("String() = %q", got)
+				}
+			}},
+		{name: "negative priority", in: map[string]string{ns: "a=b", PriorityAnnotation: "-1000"}, scoped: true},
+		{name: "bad namespace selector", in: map[string]string{ns: "team in (a"}, wantErr: "must be a label selector"},
+		{name: "bad service selector", in: map[string]string{ns: "", ServiceSelectorAnnotation: "==x"}, wantErr: ServiceSelectorAnnotation},
+		{name: "priority not a number", in: map[string]string{ns: "", PriorityAnnotation: "high"}, wantErr: "must be an integer from -1000 to 1000"},
+		{name: "priority too big", in: map[string]string{ns: "", PriorityAnnotation: "1001"}, wantErr: "must be an integer"},
+		{name: "fallback yes", in: map[string]string{ns: "", FallbackAnnotation: "yes"}, wantErr: `must be "true" or "false"`},
+		{name: "unknown key", in: map[string]string{ns: "", Prefix + "namespaces": "a"}, wantErr: "Unsupported value"},
+		{name: "priority without namespaces", in: map[string]string{PriorityAnnotation: "1"}, wantErr: "must say which namespaces it serves"},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			s, err := Parse(tc.in)
+			if tc.wantErr != "" {
+				if err == nil || !strings.Contains(err.Error(), tc.wantErr) {
+					t.Fatalf("Parse error = %v, want one containing %q", err, tc.wantErr)
+				}
+				if errs := Validate(tc.in, field.NewPath("metadata", "annotations")); len(errs) == 0 {
+					t.Fatal("Validate accepted what Parse refused")
+				}
+				return
+			}
+			if err != nil {
+				t.Fatalf("Parse: %v", err)
+			}
+			if (s != nil) != tc.scoped || Scoped(tc.in) != tc.scoped {
+				t.Fatalf("scoped = %v (Scoped %v), want %v", s != nil, Scoped(tc.in), tc.scoped)
+			}
+			if tc.check != nil {
+				tc.check(t, s)
+			}
+		})
+	}
+}
+
+// FuzzParse: Parse never panics, and accepts exactly what Validate accepts.
+func FuzzParse(f *testing.F) {
+	f.Add("team in (a,b)", "tier=web", "10", "true", true)
+	f.Add("", "", "", "", false)
+	f.Add("a=", "!b", "-0", "false", true)
+	f.Fuzz(func(t *testing.T, ns, svc, prio, fallback string, withNS bool) {
+		in := map[string]string{}
+		if withNS {
+			in[NamespaceSelectorAnnotation] = ns
+		}
+		for k, v := range map[string]string{ServiceSelectorAnnotation: svc, PriorityAnnotation: prio, FallbackAnnotation: fallback} {
+			if v != "" {
+				in[k] = v
+			}
+		}
+		s, err := Parse(in)
+		errs := Validate(in, field.NewPath("metadata", "annotations"))
+		if (err == nil) != (len(errs) == 0) {
+			t.Fatalf("Parse err %v, Validate %v", err, errs)
+		}
+		if err == nil && (s != nil) != withNS {
+			t.Fatalf("scoped %v with namespace-selector present %v", s != nil, withNS)
+		}
+		if s != nil && (s.Priority < -MaxPriority || s.Priority > MaxPriority) {
+			t.Fatalf("priority %d out of bounds", s.Priority)
+		}
+	})
+}
