@@ -154,3 +154,27 @@ func Validate(annotations map[string]string, path *field.Path) field.ErrorList {
 	}
 	return errs
 }
+
+// Verdict is how the scoped ServiceCIDRs of one IP family treat one Service.
+// It holds the one rule both the allocator and the repair apply: a Service
+// in no scope uses only unscoped ServiceCIDRs; a Service in some scope uses
+// those scopes' ServiceCIDRs, and the unscoped ones too only when every
+// scope it is in falls back (the most restrictive scope wins).
+type Verdict struct {
+	// In: the Service is in at least one scope.
+	In bool
+	// Fallback: In, and every scope it is in falls back.
+	Fallback bool
+}
+
+// Note records whether the Service is in one scoped ServiceCIDR's scope s.
+func (v *Verdict) Note(s *Scope, in bool) {
+	if !in {
+		return
+	}
+	v.Fallback = (v.Fallback || !v.In) && s.Fallback
+	v.In = true
+}
+
+// Unscoped reports whether the Service may use unscoped ServiceCIDRs.
+func (v Verdict) Unscoped() bool { return !v.In || v.Fallback }

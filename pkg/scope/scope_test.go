@@ -101,3 +101,34 @@ func FuzzParse(f *testing.F) {
 		}
 	})
 }
+
+func TestVerdict(t *testing.T) {
+	fb, strict := &Scope{Fallback: true}, &Scope{}
+	type note struct {
+		s  *Scope
+		in bool
+	}
+	cases := []struct {
+		name     string
+		notes    []note
+		in       bool
+		unscoped bool
+	}{
+		{name: "no scoped ServiceCIDRs", unscoped: true},
+		{name: "in none", notes: []note{{strict, false}, {fb, false}}, unscoped: true},
+		{name: "in a strict one", notes: []note{{strict, true}}, in: true},
+		{name: "in one that falls back", notes: []note{{fb, true}}, in: true, unscoped: true},
+		{name: "falls back, then strict", notes: []note{{fb, true}, {strict, true}}, in: true},
+		{name: "strict, then falls back", notes: []note{{strict, true}, {fb, true}}, in: true},
+		{name: "falls back, strict one not matched", notes: []note{{fb, true}, {strict, false}}, in: true, unscoped: true},
+	}
+	for _, tc := range cases {
+		var v Verdict
+		for _, n := range tc.notes {
+			v.Note(n.s, n.in)
+		}
+		if v.In != tc.in || v.Unscoped() != tc.unscoped {
+			t.Errorf("%s: In %v Unscoped %v, want %v %v", tc.name, v.In, v.Unscoped(), tc.in, tc.unscoped)
+		}
+	}
+}

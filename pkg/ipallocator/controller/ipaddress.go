@@ -20,6 +20,7 @@ import (
 	"k8s.io/klog/v2"
 
 	"github.com/allocator/allocator/pkg/report"
+	"github.com/allocator/allocator/pkg/scope"
 )
 
 // DefaultOrphanGrace is the default IPAddressConfig.OrphanGrace: upstream's
@@ -220,11 +221,13 @@ func (r *IPAddressRepair) Run(ctx context.Context, firstPass chan<- struct{}) er
 			return fmt.Errorf("ipaddress repair: index services: %w", err)
 		}
 	}
+	nsInf := factory.Core().V1().Namespaces()
 	view := &informerView{
 		serviceIndexer: svcInf.Informer().GetIndexer(),
 		serviceLister:  svcInf.Lister(),
 		ipLister:       ipInf.Lister(),
 		cidrLister:     cidrInf.Lister(),
+		nsLister:       nsInf.Lister(),
 	}
 
 	queue := workqueue.NewTypedRateLimitingQueueWithConfig(
@@ -270,13 +273,39 @@ func (r *IPAddressRepair) Run(ctx context.Context, firstPass chan<- struct{}) er
 			}
 		}
 	}
+	// A scope added, changed or removed can move any held address in or out
+	// of its Service's scope (a Service newly in a strict scope holds an
+	// unscoped address): look at them all. Scopes change rarely.
+	enqueueAllIfScoped := func(objs ...any) bool {
+		if !slices.ContainsFunc(objs, func(obj any) bool {
+			if tomb, ok := obj.(cache.DeletedFinalStateUnknown); ok {
+				obj = tomb.Obj
+			}
+			sc, ok := obj.(*networkingv1.ServiceCIDR)
+			return ok && scope.Scoped(sc.Annotations)
+		}) {
+			return false
+		}
+		view.cidrsChanged()
+		for _, k := range view.serviceIndexer.ListIndexFuncValues(serviceIndex) {
+			queue.Add(k)
+		}
+		return true
+	}
+	cidrAddedOrDeleted := func(obj any) {
+		if !enqueueAllIfScoped(obj) {
+			enqueueInside(obj)
+		}
+	}
 	cidrUpdated := func(old, cur any) {
 		o, ok1 := old.(*networkingv1.ServiceCIDR)
 		c, ok2 := cur.(*networkingv1.ServiceCIDR)
-		if ok1 && ok2 && slices.Equal(o.Spec.CIDRs, c.Spec.CIDRs) {
+		if ok1 && ok2 && slices.Equal(o.Spec.CIDRs, c.Spec.CIDRs) && scopeAnnotationsEqual(o, c) {
 			return
 		}
-		enqueueInside(old, cur)
+		if !enqueueAllIfScoped(old, cur) {
+			enqueueInside(old, cur)
+		}
 	}
 	var regs []cache.ResourceEventHandlerRegistration
 	for _, h := range []struct {
@@ -294,9 +323,9 @@ func (r *IPAddressRepair) Run(ctx context.Context, firstPass chan<- struct{}) er
 			DeleteFunc: enqueueIPAddress,
 		}},
 		{cidrInf.Informer(), cache.ResourceEventHandlerFuncs{
-			AddFunc:    func(obj any) { enqueueInside(obj) },
+			AddFunc:    cidrAddedOrDeleted,
 			UpdateFunc: cidrUpdated,
-			DeleteFunc: func(obj any) { enqueueInside(obj) },
+			DeleteFunc: cidrAddedOrDeleted,
 		}},
 	} {
 		reg, err := h.inf.AddEventHandler(h.handler)
@@ -307,9 +336,9 @@ func (r *IPAddressRepair) Run(ctx context.Context, firstPass chan<- struct{}) er
 		regs = append(regs, reg)
 	}
 	factory.Start(ctx.Done())
-	synced := make([]cache.InformerSynced, len(regs))
-	for i, reg := range regs {
-		synced[i] = reg.HasSynced
+	synced := []cache.InformerSynced{nsInf.Informer().HasSynced}
+	for _, reg := range regs {
+		synced = append(synced, reg.HasSynced)
 	}
 	if !cache.WaitForCacheSync(ctx.Done(), synced...) {
 		return nil // ctx ended
@@ -432,4 +461,17 @@ func (r *IPAddressRepair) pass(ctx context.Context, view ipView) (*report.Report
 		return rep, fmt.Errorf("ipaddress repair: %d of %d addresses failed: %w", len(failed), len(keys), errors.Join(failed...))
 	}
 	return rep, nil
+}
+
+// scopeAnnotationsEqual reports whether two versions of a ServiceCIDR carry
+// the same scope annotations.
+func scopeAnnotationsEqual(a, b *networkingv1.ServiceCIDR) bool {
+	for _, k := range []string{scope.NamespaceSelectorAnnotation, scope.ServiceSelectorAnnotation, scope.PriorityAnnotation, scope.FallbackAnnotation} {
+		va, oka := a.Annotations[k]
+		vb, okb := b.Annotations[k]
+		if va != vb || oka != okb {
+			return false
+		}
+	}
+	return true
 }

@@ -104,8 +104,39 @@ func (r *IPAddressRepair) reconcile(ctx context.Context, view ipView, k string) 
 		}
 		return out, nil
 	}
+	if err := noteOutOfScope(view, ranges, ip, holders, &out); err != nil {
+		return out, err
+	}
 	err = r.reconcileHeld(ctx, view, ip, holders, ipa, &out, true)
 	return out, err
+}
+
+// noteOutOfScope reports each holder whose address lies outside the
+// ServiceCIDRs its scope allows (a namespace relabelled, or a scope added or
+// changed, after the address was allocated). The address stays: a scope
+// never moves an existing Service's address. The repair keeps its IPAddress.
+func noteOutOfScope(view ipView, ranges serviceCIDRs, ip netip.Addr, holders []*corev1.Service, out *outcome) error {
+	if !ranges.scoped {
+		return nil
+	}
+	for _, svc := range holders {
+		nsLabels, err := view.namespaceLabels(svc.Namespace)
+		if err != nil {
+			return err
+		}
+		outside, allowed := ranges.outOfScope(ip, nsLabels, svc.Labels)
+		if !outside {
+			continue
+		}
+		may := "no ServiceCIDR of its family"
+		if len(allowed) > 0 {
+			may = "ServiceCIDR " + strings.Join(allowed, ", ")
+		}
+		out.note(svc, report.Problem{Type: report.TypeOutOfScope, Reason: report.ReasonOutOfScope, IP: ip.String(), Service: report.ServiceKey(svc),
+			Message: fmt.Sprintf("Cluster IP [%s]: %s is outside the ServiceCIDRs this Service's scope allows (it may use %s); it keeps the address until it is recreated",
+				familyName(ip.Is6()), ip, may)})
+	}
+	return nil
 }
 
 // reconcileHeld makes sure the address held by holders (oldest first) has

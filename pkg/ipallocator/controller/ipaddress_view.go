@@ -19,6 +19,7 @@ import (
 
 	"github.com/allocator/allocator/internal/lazy"
 	"github.com/allocator/allocator/pkg/report"
+	"github.com/allocator/allocator/pkg/scope"
 	"github.com/allocator/allocator/pkg/subrange"
 )
 
@@ -59,11 +60,24 @@ type serviceCIDRs struct {
 	// wide are IPv6 prefixes the IPAddress model refuses to allocate from
 	// (shorter than /64); their addresses are still not "out of range".
 	wide []netip.Prefix
+	// scoped: some ServiceCIDR is scoped; entries are then every
+	// ServiceCIDR's served ranges with its scope, for outOfScope.
+	scoped  bool
+	entries []cidrEntry
+}
+
+// cidrEntry is one range of one ServiceCIDR with its scope (nil: unscoped).
+type cidrEntry struct {
+	name  string
+	scope *scope.Scope
+	rng   subrange.Range
 }
 
 func newServiceCIDRs(cidrs []*networkingv1.ServiceCIDR) serviceCIDRs {
 	var s serviceCIDRs
 	for _, sc := range cidrs {
+		sco, scopeErr := scope.Parse(sc.Annotations)
+		s.scoped = s.scoped || sco != nil
 		for _, text := range sc.Spec.CIDRs {
 			prefix, err := subrange.ParsePrefix(text)
 			if err != nil {
@@ -75,9 +89,47 @@ func newServiceCIDRs(cidrs []*networkingv1.ServiceCIDR) serviceCIDRs {
 				continue
 			}
 			s.ranges = append(s.ranges, rng)
+			if scopeErr == nil { // the allocator serves none of a bad scope's addresses; nothing to judge
+				s.entries = append(s.entries, cidrEntry{name: sc.Name, scope: sco, rng: rng})
+			}
 		}
 	}
 	return s
+}
+
+// outOfScope reports whether a Service in a namespace with nsLabels and
+// with svcLabels holds ip outside every ServiceCIDR its scope lets it use
+// (the allocator's rule, scope.Verdict, over ip's family), and if so the
+// ServiceCIDRs it may use.
+func (s serviceCIDRs) outOfScope(ip netip.Addr, nsLabels, svcLabels labels.Set) (bool, []string) {
+	if !s.scoped {
+		return false, nil
+	}
+	var verdict scope.Verdict
+	for _, e := range s.entries {
+		if e.scope != nil && e.rng.Prefix().Addr().Is6() == ip.Is6() {
+			verdict.Note(e.scope, e.scope.Matches(nsLabels, svcLabels))
+		}
+	}
+	var allowed []string
+	for _, e := range s.entries {
+		if e.rng.Prefix().Addr().Is6() != ip.Is6() {
+			continue
+		}
+		may := verdict.Unscoped()
+		if e.scope != nil {
+			may = e.scope.Matches(nsLabels, svcLabels)
+		}
+		if !may {
+			continue
+		}
+		if e.rng.Contains(ip) {
+			return false, nil
+		}
+		allowed = append(allowed, e.name)
+	}
+	slices.Sort(allowed)
+	return true, slices.Compact(allowed)
 }
 
 // cidrPrefixes returns the prefixes a ServiceCIDR names (those that parse).
@@ -124,6 +176,9 @@ type ipView interface {
 	// service returns the Service, nil if there is none.
 	service(namespace, name string) (*corev1.Service, error)
 	cidrs() (serviceCIDRs, error)
+	// namespaceLabels returns a namespace's labels; a namespace not found
+	// has only the name label every namespace carries.
+	namespaceLabels(name string) (labels.Set, error)
 	counts() (services, ipAddresses int, err error)
 }
 
@@ -134,6 +189,8 @@ type listView struct {
 	services map[string]*corev1.Service
 	ips      map[string]*networkingv1.IPAddress
 	ranges   serviceCIDRs
+	// namespaces are listed only when some ServiceCIDR is scoped.
+	namespaces map[string]labels.Set
 }
 
 // newListView lists IPAddresses, then ServiceCIDRs, then Services. An
@@ -171,6 +228,16 @@ func newListView(ctx context.Context, client kubernetes.Interface) (*listView, e
 		cidrs[i] = &cidrList.Items[i]
 	}
 	v.ranges = newServiceCIDRs(cidrs)
+	if v.ranges.scoped {
+		nsList, err := client.CoreV1().Namespaces().List(ctx, metav1.ListOptions{})
+		if err != nil {
+			return nil, fmt.Errorf("list namespaces for ServiceCIDR scopes: %w", err)
+		}
+		v.namespaces = make(map[string]labels.Set, len(nsList.Items))
+		for _, ns := range nsList.Items {
+			v.namespaces[ns.Name] = ns.Labels
+		}
+	}
 	services, err := report.ListServices(ctx, client) // oldest first
 	if err != nil {
 		return nil, err
@@ -209,6 +276,13 @@ func (v *listView) service(namespace, name string) (*corev1.Service, error) {
 
 func (v *listView) cidrs() (serviceCIDRs, error) { return v.ranges, nil }
 
+func (v *listView) namespaceLabels(name string) (labels.Set, error) {
+	if l, ok := v.namespaces[name]; ok {
+		return l, nil
+	}
+	return labels.Set{corev1.LabelMetadataName: name}, nil
+}
+
 func (v *listView) counts() (int, int, error) { return len(v.services), len(v.ips), nil }
 
 // informerView reads the shared informers' caches.
@@ -217,6 +291,7 @@ type informerView struct {
 	serviceLister  corelisters.ServiceLister
 	ipLister       networkinglisters.IPAddressLister
 	cidrLister     networkinglisters.ServiceCIDRLister
+	nsLister       corelisters.NamespaceLister
 
 	// The parsed ServiceCIDRs, rebuilt only after a ServiceCIDR event
 	// (cidrsChanged): every reconcile asks for them, and with a thousand
@@ -285,6 +360,17 @@ func (v *informerView) cidrs() (serviceCIDRs, error) {
 		}
 		return newServiceCIDRs(list), nil
 	})
+}
+
+func (v *informerView) namespaceLabels(name string) (labels.Set, error) {
+	ns, err := v.nsLister.Get(name)
+	switch {
+	case apierrors.IsNotFound(err):
+		return labels.Set{corev1.LabelMetadataName: name}, nil
+	case err != nil:
+		return nil, fmt.Errorf("get cached namespace %s: %w", name, err)
+	}
+	return ns.Labels, nil
 }
 
 func (v *informerView) counts() (int, int, error) {

@@ -13,6 +13,7 @@ import (
 	"k8s.io/apimachinery/pkg/labels"
 
 	"github.com/allocator/allocator/pkg/allocation"
+	"github.com/allocator/allocator/pkg/scope"
 )
 
 // Scoped ServiceCIDRs (design.md §12). A request carrying
@@ -72,15 +73,19 @@ func (a *Allocator) routeLocked(nsLabels, svcLabels labels.Set) route {
 	}
 	var hits []hit
 	var rt route
-	fallback := true
+	var verdict scope.Verdict
 	for _, r := range a.scopedRanges {
 		best, in := 0, false
 		for _, c := range r.carriers {
-			if c.scope == nil || !c.scope.Matches(nsLabels, svcLabels) {
+			if c.scope == nil {
+				continue
+			}
+			matches := c.scope.Matches(nsLabels, svcLabels)
+			verdict.Note(c.scope, matches)
+			if !matches {
 				continue
 			}
 			rt.matched = append(rt.matched, c.name)
-			fallback = fallback && c.scope.Fallback
 			if !in || c.scope.Priority > best {
 				best, in = c.scope.Priority, true
 			}
@@ -96,8 +101,8 @@ func (a *Allocator) routeLocked(nsLabels, svcLabels labels.Set) route {
 		taken[h.r] = true
 	}
 	rt.allowed = slices.Clone(rt.matched)
-	if len(hits) == 0 || fallback {
-		rt.fallback = len(hits) > 0
+	if verdict.Unscoped() {
+		rt.fallback = verdict.In
 		for _, r := range a.unscoped {
 			if taken[r] {
 				continue
