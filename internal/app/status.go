@@ -8,12 +8,14 @@ import (
 	"math/big"
 	"strings"
 	"text/tabwriter"
+	"time"
 
 	"github.com/spf13/cobra"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 
 	"github.com/allocator/allocator/pkg/model"
 	"github.com/allocator/allocator/pkg/status"
+	"github.com/allocator/allocator/pkg/transition"
 )
 
 type statusOptions struct {
@@ -95,6 +97,16 @@ func runStatus(ctx context.Context, o *statusOptions, streams Streams) error {
 			return fmt.Errorf("status: %w", err)
 		}
 	}
+	if usage.Scoped() && len(o.cluster.etcdServers) > 0 {
+		etcd, err := o.cluster.etcdClient(ctx)
+		if err != nil {
+			return err
+		}
+		defer etcd.Close()
+		if usage.ScopesIgnoredBy, err = transition.WritersIgnoringScopes(ctx, etcd, o.cluster.etcdPrefix, time.Now()); err != nil {
+			return fmt.Errorf("status: %w", err)
+		}
+	}
 	if ns := o.cluster.namespace(); ns != "" {
 		for i := range usage.CIDRs {
 			usage.CIDRs[i].Namespaces = onlyNamespace(usage.CIDRs[i].Namespaces, ns)
@@ -132,6 +144,7 @@ type cidrJSON struct {
 	CIDR   string `json:"cidr"`
 	Source string `json:"source"`
 	Ready  bool   `json:"ready"`
+	Scope  string `json:"scope,omitempty"`
 	First  string `json:"first,omitempty"`
 	Last   string `json:"last,omitempty"`
 	bandJSON
@@ -154,16 +167,18 @@ type statusJSON struct {
 	Model    string       `json:"model"`
 	Families []familyJSON `json:"families"`
 	CIDRs    []cidrJSON   `json:"cidrs"`
+	// ScopesIgnoredBy: see status.Usage.
+	ScopesIgnoredBy []string `json:"scopesIgnoredBy,omitempty"`
 }
 
 func newStatusJSON(u *status.Usage) statusJSON {
-	out := statusJSON{Model: u.Model, Families: []familyJSON{}, CIDRs: []cidrJSON{}}
+	out := statusJSON{Model: u.Model, Families: []familyJSON{}, CIDRs: []cidrJSON{}, ScopesIgnoredBy: u.ScopesIgnoredBy}
 	for _, f := range u.Families {
 		out.Families = append(out.Families, familyJSON{Family: f.Family, Size: f.Size, Used: f.Used, Free: f.Free(),
 			Percent: status.Round2(f.Percent()), Outside: f.Outside})
 	}
 	for _, c := range u.CIDRs {
-		j := cidrJSON{Family: c.Family, CIDR: c.Prefix.String(), Source: c.Source, Ready: c.Ready,
+		j := cidrJSON{Family: c.Family, CIDR: c.Prefix.String(), Source: c.Source, Ready: c.Ready, Scope: c.Scope,
 			bandJSON: newBandJSON(c.Total()), Static: newBandJSON(c.Static), Dynamic: newBandJSON(c.Dynamic),
 			Namespaces: c.Namespaces}
 		if c.First.IsValid() {
@@ -203,16 +218,29 @@ func formatNamespaces(counts []status.NamespaceCount, top int) string {
 func writeStatusTable(w io.Writer, u *status.Usage, wide bool, top int) error {
 	var table bytes.Buffer
 	tw := tabwriter.NewWriter(&table, 0, 4, 2, ' ', 0)
+	// The SCOPE column appears only when some ServiceCIDR is scoped.
+	scoped := u.Scoped()
+	scopeHeader := ""
+	if scoped {
+		scopeHeader = "\tSCOPE"
+	}
 	if wide {
-		fmt.Fprintln(tw, "FAMILY\tCIDR\tSOURCE\tREADY\tFIRST\tLAST\tBAND\tSIZE\tUSED\tFREE\tUSED%\tTOP NAMESPACES")
+		fmt.Fprintln(tw, "FAMILY\tCIDR\tSOURCE\tREADY\tFIRST\tLAST\tBAND\tSIZE\tUSED\tFREE\tUSED%\tTOP NAMESPACES"+scopeHeader)
 	} else {
-		fmt.Fprintln(tw, "FAMILY\tCIDR\tBAND\tSIZE\tUSED\tFREE\tUSED%\tTOP NAMESPACES")
+		fmt.Fprintln(tw, "FAMILY\tCIDR\tBAND\tSIZE\tUSED\tFREE\tUSED%\tTOP NAMESPACES"+scopeHeader)
 	}
 	perFamily := map[string]int{}
 	for _, c := range u.CIDRs {
 		perFamily[c.Family]++
 	}
 	row := func(c status.CIDR, band string, b status.Band, namespaces string) {
+		if scoped {
+			scopeText := c.Scope
+			if scopeText == "" {
+				scopeText = "-"
+			}
+			namespaces += "\t" + scopeText
+		}
 		if wide {
 			first, last := "-", "-"
 			if c.First.IsValid() {
@@ -260,6 +288,25 @@ func writeStatusTable(w io.Writer, u *status.Usage, wide bool, top int) error {
 	if len(outside) > 0 {
 		summary += fmt.Sprintf("; outside every CIDR: %s (allocator repair reports them)", strings.Join(outside, ", "))
 	}
-	_, err := fmt.Fprintln(w, summary)
+	if _, err := fmt.Fprintln(w, summary); err != nil {
+		return err
+	}
+	if scoped {
+		return writeScopeNote(w, u)
+	}
+	return nil
+}
+
+// writeScopeNote says who may break the scopes the table shows: the live
+// writers that allocate without them, or that nobody checked.
+func writeScopeNote(w io.Writer, u *status.Usage) error {
+	var err error
+	switch {
+	case u.ScopesIgnoredBy == nil:
+		_, err = fmt.Fprintln(w, "scopes are honoured by this server's IPAddress model only; give --etcd-servers to list writers that ignore them")
+	case len(u.ScopesIgnoredBy) > 0:
+		_, err = fmt.Fprintf(w, "WARNING: scopes are ignored by %s: Services they allocate for may get any address (allocator repair reports them as outOfScope)\n",
+			strings.Join(u.ScopesIgnoredBy, ", "))
+	}
 	return err
 }

@@ -239,6 +239,9 @@ func (c CompletedConfig) New(ctx context.Context) (*Server, error) {
 	if err := generic.AddPostStartHook("allocator-repair-controller", s.startRepairController); err != nil {
 		return nil, err
 	}
+	if err := generic.AddPostStartHook("allocator-scope-check", s.checkScopes); err != nil {
+		return nil, err
+	}
 	if err := s.addHealthChecks(ctx, getter); err != nil {
 		return nil, err
 	}

@@ -13,6 +13,7 @@ import (
 
 	"github.com/allocator/allocator/pkg/bitmap"
 	"github.com/allocator/allocator/pkg/etcdlayout"
+	"github.com/allocator/allocator/pkg/scope"
 	"github.com/allocator/allocator/pkg/subrange"
 )
 
@@ -72,13 +73,20 @@ func serviceCIDRRanges(c *networkingv1.ServiceCIDR) []Range {
 			ready = false
 		}
 	}
+	scopeText := ""
+	switch sco, err := scope.Parse(c.Annotations); {
+	case err != nil:
+		scopeText, ready = "invalid, not served: "+err.Error(), false
+	case sco != nil:
+		scopeText = sco.String()
+	}
 	var out []Range
 	for _, text := range c.Spec.CIDRs {
 		prefix, err := subrange.ParsePrefix(text)
 		if err != nil {
 			continue // the API validates CIDRs; a bad one serves nothing
 		}
-		out = append(out, Range{Prefix: prefix, Source: "ServiceCIDR/" + c.Name, Ready: ready})
+		out = append(out, Range{Prefix: prefix, Source: "ServiceCIDR/" + c.Name, Ready: ready, Scope: scopeText})
 	}
 	return out
 }

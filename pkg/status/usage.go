@@ -56,6 +56,9 @@ type CIDR struct {
 	// Ready is false for a ServiceCIDR being deleted: it serves no new
 	// allocation.
 	Ready bool
+	// Scope is the ServiceCIDR's scope as text (design.md §12), "" when
+	// unscoped.
+	Scope string
 	// First and Last are the usable window; invalid when it is empty.
 	First, Last netip.Addr
 	Static      Band
@@ -96,6 +99,20 @@ type Usage struct {
 	Families []Family
 	// CIDRs are ordered by family (IPv4 first), then prefix.
 	CIDRs []CIDR
+	// ScopesIgnoredBy names the live writers that allocate without scopes
+	// (transition.WritersIgnoringScopes), when some CIDR is scoped and the
+	// caller could look.
+	ScopesIgnoredBy []string
+}
+
+// Scoped reports whether some CIDR is scoped.
+func (u *Usage) Scoped() bool {
+	for _, c := range u.CIDRs {
+		if c.Scope != "" {
+			return true
+		}
+	}
+	return false
 }
 
 // Range is one CIDR to measure.
@@ -103,6 +120,7 @@ type Range struct {
 	Prefix netip.Prefix
 	Source string
 	Ready  bool
+	Scope  string
 }
 
 // Address is one allocated address and the namespace holding it
@@ -128,7 +146,7 @@ func Compute(model subrange.Model, ranges []Range, addrs []Address) (*Usage, err
 			return nil, fmt.Errorf("%s: %w", r.Source, err)
 		}
 		m := &measured{rng: rng, ns: map[string]uint64{}, out: CIDR{
-			Family: familyOf(r.Prefix.Addr()), Prefix: r.Prefix, Source: r.Source, Ready: r.Ready,
+			Family: familyOf(r.Prefix.Addr()), Prefix: r.Prefix, Source: r.Source, Ready: r.Ready, Scope: r.Scope,
 			Static:  Band{Size: rng.StaticSize()},
 			Dynamic: Band{Size: rng.Size() - rng.StaticSize()},
 		}}

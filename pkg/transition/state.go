@@ -319,3 +319,26 @@ func WaitForDualWriters(ctx context.Context, client *clientv3.Client, prefix str
 		}
 	}
 }
+
+// WritersIgnoringScopes names the live writers on this etcd that allocate
+// ClusterIPs without ServiceCIDR scopes (design.md §12): bitmap-model
+// replicas of this server, and kube-apiservers (by identity lease), whose
+// allocators know nothing of scope annotations.
+func WritersIgnoringScopes(ctx context.Context, client *clientv3.Client, prefix string, now time.Time) ([]string, error) {
+	records, err := ListRecords(ctx, client, prefix, model.Bitmap)
+	if err != nil {
+		return nil, err
+	}
+	out := []string{} // looked, found none: not nil
+	for _, r := range records {
+		out = append(out, fmt.Sprintf("bitmap-model replica %s", r.ID))
+	}
+	apiservers, err := LiveAPIServers(ctx, client, prefix, now)
+	if err != nil {
+		return nil, err
+	}
+	for _, a := range apiservers {
+		out = append(out, fmt.Sprintf("kube-apiserver %s", a.Name))
+	}
+	return out, nil
+}

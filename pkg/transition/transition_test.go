@@ -3,6 +3,7 @@ package transition
 import (
 	"context"
 	"errors"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -312,5 +313,33 @@ func TestFinishRefusesWhileKubeAPIServerLive(t *testing.T) {
 	st, err := Finish(ctx, client, prefix, FinishOptions{By: "test", Force: true})
 	if err != nil || st.DualWrite {
 		t.Fatalf("forced Finish: %+v %v", st, err)
+	}
+}
+
+// WritersIgnoringScopes names live bitmap-model replicas and kube-apiservers,
+// not IPAddress-model replicas; it answers an empty list, not nil, when it
+// looked and found none.
+func TestWritersIgnoringScopes(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	client := etcdtest.New(t).Client()
+	bm := join(t, ctx, client, "bitmap", "bm-1")
+	join(t, ctx, client, "ipaddress", "ip-1")
+	got, err := WritersIgnoringScopes(ctx, client, prefix, time.Now())
+	if want := []string{"bitmap-model replica bm-1"}; err != nil || !slices.Equal(got, want) {
+		t.Fatalf("got %q %v, want %q", got, err, want)
+	}
+	if err := bm.Close(ctx); err != nil {
+		t.Fatal(err)
+	}
+	got, err = WritersIgnoringScopes(ctx, client, prefix, time.Now())
+	if err != nil || got == nil || len(got) != 0 {
+		t.Fatalf("only an IPAddress-model replica: %q %v, want an empty list", got, err)
+	}
+	join(t, ctx, client, "bitmap", "bm-2")
+	putIdentityLease(t, ctx, client, "apiserver-live", map[string]string{"apiserver.kubernetes.io/identity": "kube-apiserver"}, time.Now())
+	got, err = WritersIgnoringScopes(ctx, client, prefix, time.Now())
+	if want := []string{"bitmap-model replica bm-2", "kube-apiserver apiserver-live"}; err != nil || !slices.Equal(got, want) {
+		t.Fatalf("got %q %v, want %q", got, err, want)
 	}
 }

@@ -1,0 +1,80 @@
+package apiserver
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"time"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	genericapiserver "k8s.io/apiserver/pkg/server"
+	"k8s.io/client-go/kubernetes"
+
+	"github.com/allocator/allocator/pkg/model"
+	"github.com/allocator/allocator/pkg/scope"
+	"github.com/allocator/allocator/pkg/transition"
+)
+
+// checkScopes warns once at start when ServiceCIDRs are scoped but a writer
+// that ignores scopes allocates on this etcd: this server in the bitmap
+// model, bitmap-model replicas, or a kube-apiserver. Their allocations land
+// anywhere in the ranges they serve; design.md §12 says what then holds.
+func (s *Server) checkScopes(hc genericapiserver.PostStartHookContext) error {
+	ctx, cancel := context.WithTimeout(hc.Context, 30*time.Second)
+	defer cancel()
+	client, err := kubernetes.NewForConfig(hc.LoopbackClientConfig)
+	if err != nil {
+		logger(ctx).Error(err, "Cannot check ServiceCIDR scopes")
+		return nil
+	}
+	warning, err := s.scopeWarning(ctx, client)
+	if err != nil {
+		logger(ctx).Error(err, "Cannot check ServiceCIDR scopes")
+		return nil
+	}
+	if warning != "" {
+		logger(ctx).Info("Warning: " + warning)
+	}
+	return nil
+}
+
+// scopeWarning returns the start-up warning about scope-ignoring writers, or
+// "" when no ServiceCIDR is scoped or every writer honours scopes.
+func (s *Server) scopeWarning(ctx context.Context, client kubernetes.Interface) (string, error) {
+	list, err := client.NetworkingV1().ServiceCIDRs().List(ctx, metav1.ListOptions{})
+	if err != nil {
+		return "", fmt.Errorf("list servicecidrs: %w", err)
+	}
+	var scoped []string
+	for _, sc := range list.Items {
+		if scope.Scoped(sc.Annotations) {
+			scoped = append(scoped, sc.Name)
+		}
+	}
+	if len(scoped) == 0 {
+		return "", nil
+	}
+	var writers []string
+	if s.cfg.Model == model.Bitmap {
+		writers = append(writers, "this server (--allocator=bitmap)")
+	}
+	if s.etcd != nil && !s.cfg.InMemory {
+		others, err := transition.WritersIgnoringScopes(ctx, s.etcd, s.cfg.EtcdPrefix, time.Now())
+		if err != nil {
+			return "", err
+		}
+		writers = append(writers, others...)
+	}
+	if len(writers) == 0 {
+		return "", nil
+	}
+	return fmt.Sprintf("ServiceCIDR %s %s scoped, but %s allocate%s ClusterIPs ignoring scopes: their Services can get addresses of any ServiceCIDR they serve (the repair reports them as outOfScope)",
+		strings.Join(scoped, ", "), isAre(len(scoped)), strings.Join(writers, ", "), map[bool]string{true: "s", false: ""}[len(writers) == 1]), nil
+}
+
+func isAre(n int) string {
+	if n == 1 {
+		return "is"
+	}
+	return "are"
+}
