@@ -47,7 +47,7 @@ var ErrNotInRange = errors.New("is not in the valid range")
 
 // OutOfScopeError is returned by a scoped static allocation (Owner.Scoped)
 // when the address lies in served ServiceCIDRs, none of which the Service's
-// scope lets it use (design.md §12). The API answers 422 with its text.
+// scope lets it use (design.md §11). The API answers 422 with its text.
 type OutOfScopeError struct {
 	IP netip.Addr
 	// Allowed names the ServiceCIDRs of the address's family the Service may

@@ -12,7 +12,7 @@ type Owner struct {
 	Namespace string
 	Name      string
 	// Scoped, when set, makes the allocation follow ServiceCIDR scopes
-	// (IPAddress model, design.md §12) with the Service's labels. It is nil
+	// (IPAddress model, design.md §11) with the Service's labels. It is nil
 	// when an address a stored Service already holds is marked again (at
 	// start-up, by the repair or a migration): a scope never refuses or
 	// moves such an address.

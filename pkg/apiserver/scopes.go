@@ -18,7 +18,7 @@ import (
 // checkScopes warns once at start when ServiceCIDRs are scoped but a writer
 // that ignores scopes allocates on this etcd: this server in the bitmap
 // model, bitmap-model replicas, or a kube-apiserver. Their allocations land
-// anywhere in the ranges they serve; design.md §12 says what then holds.
+// anywhere in the ranges they serve; design.md §11 says what then holds.
 func (s *Server) checkScopes(hc genericapiserver.PostStartHookContext) error {
 	ctx, cancel := context.WithTimeout(hc.Context, 30*time.Second)
 	defer cancel()

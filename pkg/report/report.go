@@ -12,7 +12,7 @@ const (
 	TypeRepair     = "repair"     // a Service holds it, not allocated
 	TypeFull       = "full"       // the range cannot hold what Services use
 	TypeOutOfRange = "outOfRange" // a Service's IP is outside every range
-	TypeOutOfScope = "outOfScope" // a Service's IP is outside the ServiceCIDRs its scope allows (design.md §12)
+	TypeOutOfScope = "outOfScope" // a Service's IP is outside the ServiceCIDRs its scope allows (design.md §11)
 	TypeDuplicate  = "duplicate"  // two Services hold one IP
 	TypeInvalid    = "invalid"    // a Service's IP does not parse, or its family is not served
 	TypeUnknown    = "unknown"

@@ -1,5 +1,5 @@
 // Package scope reads and checks the scope of a ServiceCIDR: which Services
-// its addresses are for (design.md §12). A scope is written as annotations,
+// its addresses are for (design.md §11). A scope is written as annotations,
 // so a scoped ServiceCIDR stays a plain networking.k8s.io/v1 object that
 // kube-apiserver stores and serves unchanged:
 //

@@ -170,7 +170,7 @@ func (a *Allocator) release(ctx context.Context, owner allocation.Owner, addrs [
 }
 
 // ownerOf is the owner of a Service's new allocations: scoped, so that
-// ServiceCIDR scopes route them (design.md §12).
+// ServiceCIDR scopes route them (design.md §11).
 func ownerOf(svc *corev1.Service) allocation.Owner {
 	return allocation.Owner{Namespace: svc.Namespace, Name: svc.Name,
 		Scoped: &allocation.ScopedRequest{Labels: svc.Labels}}

@@ -56,7 +56,7 @@ type CIDR struct {
 	// Ready is false for a ServiceCIDR being deleted: it serves no new
 	// allocation.
 	Ready bool
-	// Scope is the ServiceCIDR's scope as text (design.md §12), "" when
+	// Scope is the ServiceCIDR's scope as text (design.md §11), "" when
 	// unscoped.
 	Scope string
 	// First and Last are the usable window; invalid when it is empty.

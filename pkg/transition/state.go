@@ -321,7 +321,7 @@ func WaitForDualWriters(ctx context.Context, client *clientv3.Client, prefix str
 }
 
 // WritersIgnoringScopes names the live writers on this etcd that allocate
-// ClusterIPs without ServiceCIDR scopes (design.md §12): bitmap-model
+// ClusterIPs without ServiceCIDR scopes (design.md §11): bitmap-model
 // replicas of this server, and kube-apiservers (by identity lease), whose
 // allocators know nothing of scope annotations.
 func WritersIgnoringScopes(ctx context.Context, client *clientv3.Client, prefix string, now time.Time) ([]string, error) {

@@ -16,7 +16,7 @@ import (
 	"github.com/allocator/allocator/pkg/scope"
 )
 
-// Scoped ServiceCIDRs (design.md §12). A request carrying
+// Scoped ServiceCIDRs (design.md §11). A request carrying
 // allocation.Owner.Scoped is routed over the ranges its Service may use; a
 // request without it (a re-mark of a stored address) and every request
 // while no served range is scoped use all ranges, as before scopes existed.

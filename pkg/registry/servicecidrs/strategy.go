@@ -103,7 +103,7 @@ func (strategy) Validate(ctx context.Context, obj runtime.Object) field.ErrorLis
 
 var annotationsPath = field.NewPath("metadata", "annotations")
 
-// validateScope checks the scope annotations (pkg/scope, design.md §12).
+// validateScope checks the scope annotations (pkg/scope, design.md §11).
 // The default ServiceCIDR stays unscoped: the API server's own Service and
 // every Service of a cluster without other ServiceCIDRs live in it.
 func validateScope(sc *networkingv1.ServiceCIDR) field.ErrorList {
