@@ -6,6 +6,7 @@ import (
 	"strings"
 	"time"
 
+	clientv3 "go.etcd.io/etcd/client/v3"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	genericapiserver "k8s.io/apiserver/pkg/server"
 	"k8s.io/client-go/kubernetes"
@@ -27,7 +28,11 @@ func (s *Server) checkScopes(hc genericapiserver.PostStartHookContext) error {
 		logger(ctx).Error(err, "Cannot check ServiceCIDR scopes")
 		return nil
 	}
-	warning, err := s.scopeWarning(ctx, client)
+	etcd := s.etcd
+	if s.cfg.InMemory {
+		etcd = nil
+	}
+	warning, err := ScopeWarning(ctx, client, etcd, s.cfg.EtcdPrefix, s.cfg.Model)
 	if err != nil {
 		logger(ctx).Error(err, "Cannot check ServiceCIDR scopes")
 		return nil
@@ -38,9 +43,10 @@ func (s *Server) checkScopes(hc genericapiserver.PostStartHookContext) error {
 	return nil
 }
 
-// scopeWarning returns the start-up warning about scope-ignoring writers, or
-// "" when no ServiceCIDR is scoped or every writer honours scopes.
-func (s *Server) scopeWarning(ctx context.Context, client kubernetes.Interface) (string, error) {
+// ScopeWarning returns the start-up warning about writers that ignore
+// ServiceCIDR scopes, or "" when no ServiceCIDR is scoped or every writer
+// honours scopes. self is this server's model; etcd may be nil (in-memory).
+func ScopeWarning(ctx context.Context, client kubernetes.Interface, etcd *clientv3.Client, prefix string, self model.Name) (string, error) {
 	list, err := client.NetworkingV1().ServiceCIDRs().List(ctx, metav1.ListOptions{})
 	if err != nil {
 		return "", fmt.Errorf("list servicecidrs: %w", err)
@@ -55,11 +61,11 @@ func (s *Server) scopeWarning(ctx context.Context, client kubernetes.Interface) 
 		return "", nil
 	}
 	var writers []string
-	if s.cfg.Model == model.Bitmap {
+	if self == model.Bitmap {
 		writers = append(writers, "this server (--allocator=bitmap)")
 	}
-	if s.etcd != nil && !s.cfg.InMemory {
-		others, err := transition.WritersIgnoringScopes(ctx, s.etcd, s.cfg.EtcdPrefix, time.Now())
+	if etcd != nil {
+		others, err := transition.WritersIgnoringScopes(ctx, etcd, prefix, time.Now())
 		if err != nil {
 			return "", err
 		}
@@ -68,8 +74,12 @@ func (s *Server) scopeWarning(ctx context.Context, client kubernetes.Interface) 
 	if len(writers) == 0 {
 		return "", nil
 	}
-	return fmt.Sprintf("ServiceCIDR %s %s scoped, but %s allocate%s ClusterIPs ignoring scopes: their Services can get addresses of any ServiceCIDR they serve (the repair reports them as outOfScope)",
-		strings.Join(scoped, ", "), isAre(len(scoped)), strings.Join(writers, ", "), map[bool]string{true: "s", false: ""}[len(writers) == 1]), nil
+	verb := "allocate"
+	if len(writers) == 1 {
+		verb = "allocates"
+	}
+	return fmt.Sprintf("ServiceCIDR %s %s scoped, but %s %s ClusterIPs ignoring scopes: their Services can get addresses of any ServiceCIDR they serve (the repair reports them as outOfScope)",
+		strings.Join(scoped, ", "), isAre(len(scoped)), strings.Join(writers, ", "), verb), nil
 }
 
 func isAre(n int) string {
