@@ -170,11 +170,19 @@ func (a *Allocator) release(ctx context.Context, owner allocation.Owner, addrs [
 }
 
 // ownerOf is the owner of a Service's new allocations: scoped, so that
-// ServiceCIDR scopes route them (design.md §11).
+// ServiceCIDR scopes route them (design.md §11), except the API server's
+// own default/kubernetes, whose address is the first of the default range
+// whatever scope takes in its namespace.
 func ownerOf(svc *corev1.Service) allocation.Owner {
-	return allocation.Owner{Namespace: svc.Namespace, Name: svc.Name,
-		Scoped: &allocation.ScopedRequest{Labels: svc.Labels}}
+	owner := allocation.Owner{Namespace: svc.Namespace, Name: svc.Name}
+	if svc.Namespace != metav1.NamespaceDefault || svc.Name != kubernetesServiceName {
+		owner.Scoped = &allocation.ScopedRequest{Labels: svc.Labels}
+	}
+	return owner
 }
+
+// kubernetesServiceName is the API server's own Service, in namespace default.
+const kubernetesServiceName = "kubernetes"
 
 // PrepareCreate normalizes, defaults and validates svc for a create, changing
 // it in place. It reserves nothing. Errors are API status errors (422).
