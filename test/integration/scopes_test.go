@@ -212,8 +212,9 @@ func TestScopesConcurrentCreates(t *testing.T) {
 // "range is full" naming its ServiceCIDRs; one with fallback continues in
 // the default ServiceCIDR; a Service in two scopes falls back only when
 // both say so; a higher priority ServiceCIDR is used before a lower one,
-// whatever their creation order; a static address outside what the
-// Service's scope allows is refused with 422 naming what it may use.
+// whatever their creation order; a service selector matches the Service's
+// labels; a static address outside what the Service's scope allows is
+// refused with 422 naming what it may use.
 func TestScopesFullFallbackPriority(t *testing.T) {
 	c := scopeServer(t, "10.0.0.0/24")
 	ctx := testContext(t)
@@ -336,6 +337,18 @@ func TestScopesFullFallbackPriority(t *testing.T) {
 		}
 		expectStatus(t, err, 500, `range is full: ServiceCIDR "c-a-low", "c-b-high" of this Service's scope`)
 	})
+
+	t.Run("service selector", func(t *testing.T) {
+		// Every namespace, only Services labelled tier=db: the labels the
+		// client sends reach the scope.
+		mustCreateScoped(t, ctx, c, "db-any", scopeAnnotations("ns", "", "svc", "tier=db"), "10.7.0.0/29")
+		db := func(s *corev1.Service) { s.Labels = map[string]string{"tier": "db"} }
+		waitRouted(t, c, "plain", netip.MustParsePrefix("10.7.0.0/29"), db)
+		expectIn(t, mustCreateIn(t, ctx, c.CoreV1().Services("plain"), newService("db", db)), "10.7.0.0/29")
+		expectIn(t, mustCreateIn(t, ctx, c.CoreV1().Services("plain"), newService("web")), "10.0.0.0/24")
+		// team-a's tier=db Services are in strict (full) and db-any.
+		expectIn(t, mustCreateIn(t, ctx, c.CoreV1().Services("team-a"), newService("db", db)), "10.7.0.0/29")
+	})
 }
 
 // updateServiceCIDR reads the ServiceCIDR name, changes it with mutate and
@@ -410,6 +423,11 @@ func TestScopesNamespaceRelabelled(t *testing.T) {
 	if err != nil || got.Spec.ClusterIP != old.Spec.ClusterIP {
 		t.Fatalf("team-a/old after relabelling: %v %v, want it to keep %s", got, err, old.Spec.ClusterIP)
 	}
+	// An update of a Service outside its scope now is not refused for it.
+	got.Spec.Ports[0].Port = 81
+	if got, err = c.CoreV1().Services("team-a").Update(ctx, got, metav1.UpdateOptions{}); err != nil || got.Spec.ClusterIP != old.Spec.ClusterIP {
+		t.Fatalf("update of team-a/old after relabelling: %v %v, want it accepted, keeping %s", got, err, old.Spec.ClusterIP)
+	}
 	expectIPAddressOf(t, ctx, c, old.Spec.ClusterIP, "team-a", "old")
 	expectIn(t, mustCreateIn(t, ctx, c.CoreV1().Services("team-a"), newService("new")), "10.0.0.0/24")
 }
@@ -438,6 +456,16 @@ func TestScopesIPv6(t *testing.T) {
 			expectAddrIn(t, svc, svc.Spec.ClusterIPs[1], map[string]string{"team-a": "fd00:a::/64", "plain": "fd00::/108"}[ns])
 			expectIPAddressOf(t, ctx, c, svc.Spec.ClusterIPs[1], ns, svc.Name)
 		}
+	}
+	// single → dual: the new secondary address follows the scope too.
+	for _, ns := range []string{"team-a", "plain"} {
+		single := mustCreateIn(t, ctx, c.CoreV1().Services(ns), newService("grow"))
+		single.Spec.IPFamilyPolicy = ptrTo(corev1.IPFamilyPolicyPreferDualStack)
+		grown, err := c.CoreV1().Services(ns).Update(ctx, single, metav1.UpdateOptions{})
+		if err != nil || len(grown.Spec.ClusterIPs) != 2 || grown.Spec.ClusterIPs[0] != single.Spec.ClusterIP {
+			t.Fatalf("%s/grow single → dual: %v %v", ns, grown, err)
+		}
+		expectAddrIn(t, grown, grown.Spec.ClusterIPs[1], map[string]string{"team-a": "fd00:a::/64", "plain": "fd00::/108"}[ns])
 	}
 	v6first := withFamilies(corev1.IPv6Protocol)
 	expectIn(t, mustCreateIn(t, ctx, c.CoreV1().Services("team-a"), newService("v6-only", v6first)), "fd00:a::/64")
