@@ -409,7 +409,7 @@ func TestScopesNamespaceRelabelled(t *testing.T) {
 		t.Fatal(err)
 	}
 	p, ok := rep.Find(report.TypeOutOfScope, old.Spec.ClusterIP)
-	if !ok || p.Service != "team-a/old" || p.Reason != report.ReasonOutOfScope || !strings.Contains(p.Message, "it may use ServiceCIDR kubernetes") {
+	if !ok || p.Service != "team-a/old" || p.Reason != report.ReasonOutOfScope || !strings.Contains(p.Message, `it may use ServiceCIDR "kubernetes"`) {
 		t.Fatalf("repair after relabelling: %+v, want outOfScope for team-a/old allowing kubernetes", rep.Problems)
 	}
 	if len(rep.Problems) != 1 || rep.Writes != 0 {

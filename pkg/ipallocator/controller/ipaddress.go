@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"net/netip"
 	"slices"
 	"sync"
@@ -12,6 +13,7 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	networkingv1 "k8s.io/api/networking/v1"
+	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/client-go/informers"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/cache"
@@ -292,6 +294,25 @@ func (r *IPAddressRepair) Run(ctx context.Context, firstPass chan<- struct{}) er
 		}
 		return true
 	}
+	// A namespace relabelled moves its Services in or out of scopes: look
+	// at their addresses again, when something is scoped.
+	namespaceUpdated := func(old, cur any) {
+		o, ok1 := old.(*corev1.Namespace)
+		c, ok2 := cur.(*corev1.Namespace)
+		if !ok1 || !ok2 || maps.Equal(o.Labels, c.Labels) {
+			return
+		}
+		if ranges, err := view.cidrs(); err != nil || !ranges.scoped {
+			return
+		}
+		svcs, err := view.serviceLister.Services(c.Name).List(labels.Everything())
+		if err != nil {
+			return
+		}
+		for _, svc := range svcs {
+			enqueueService(svc)
+		}
+	}
 	cidrAddedOrDeleted := func(obj any) {
 		if !enqueueAllIfScoped(obj) {
 			enqueueInside(obj)
@@ -327,6 +348,7 @@ func (r *IPAddressRepair) Run(ctx context.Context, firstPass chan<- struct{}) er
 			UpdateFunc: cidrUpdated,
 			DeleteFunc: cidrAddedOrDeleted,
 		}},
+		{nsInf.Informer(), cache.ResourceEventHandlerFuncs{UpdateFunc: namespaceUpdated}},
 	} {
 		reg, err := h.inf.AddEventHandler(h.handler)
 		if err != nil {
@@ -336,9 +358,9 @@ func (r *IPAddressRepair) Run(ctx context.Context, firstPass chan<- struct{}) er
 		regs = append(regs, reg)
 	}
 	factory.Start(ctx.Done())
-	synced := []cache.InformerSynced{nsInf.Informer().HasSynced}
-	for _, reg := range regs {
-		synced = append(synced, reg.HasSynced)
+	synced := make([]cache.InformerSynced, len(regs))
+	for i, reg := range regs {
+		synced[i] = reg.HasSynced
 	}
 	if !cache.WaitForCacheSync(ctx.Done(), synced...) {
 		return nil // ctx ended

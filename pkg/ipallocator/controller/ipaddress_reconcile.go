@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"net/netip"
+	"strconv"
 	"strings"
 	"time"
 
@@ -130,7 +131,11 @@ func noteOutOfScope(view ipView, ranges serviceCIDRs, ip netip.Addr, holders []*
 		}
 		may := "no ServiceCIDR of its family"
 		if len(allowed) > 0 {
-			may = "ServiceCIDR " + strings.Join(allowed, ", ")
+			quoted := make([]string, len(allowed))
+			for i, name := range allowed {
+				quoted[i] = strconv.Quote(name)
+			}
+			may = "ServiceCIDR " + strings.Join(quoted, ", ")
 		}
 		out.note(svc, report.Problem{Type: report.TypeOutOfScope, Reason: report.ReasonOutOfScope, IP: ip.String(), Service: report.ServiceKey(svc),
 			Message: fmt.Sprintf("Cluster IP [%s]: %s is outside the ServiceCIDRs this Service's scope allows (it may use %s); it keeps the address until it is recreated",

@@ -21,8 +21,9 @@ import (
 
 // TestIPAddressRepairOutOfScope: Services allocated by the server's scoped
 // allocator, then namespaces relabelled so that two of them hold addresses
-// outside what their scope now allows. The one-shot pass (lists) and Run
-// (informers) report both, with an event; neither moves or frees anything.
+// outside what their scope now allows. Run (informers, its full pass an
+// hour away) reports both with an event, from the namespace updates; the
+// one-shot pass (lists) reports them too; neither moves or frees anything.
 func TestIPAddressRepairOutOfScope(t *testing.T) {
 	ctx := repairtest.Context(t)
 	srv := ipaddressServer(t, "10.0.0.0/24")
@@ -70,14 +71,22 @@ func TestIPAddressRepairOutOfScope(t *testing.T) {
 		t.Fatalf("before relabelling: %+v", rep.Problems)
 	}
 
+	// Run (informers) with its full pass an hour away: only the namespace
+	// handler can bring the relabelled namespaces' Services back.
+	stop := runRepair(ctx, t, ctrl)
 	relabel(t, ctx, srv, "team-a", "z")
 	relabel(t, ctx, srv, "other", "a")
 	want := []report.Problem{
 		{Type: report.TypeOutOfScope, Reason: report.ReasonOutOfScope, IP: ip["team-a"], Service: "team-a/s",
-			Message: fmt.Sprintf("Cluster IP [IPv4]: %s is outside the ServiceCIDRs this Service's scope allows (it may use ServiceCIDR kubernetes); it keeps the address until it is recreated", ip["team-a"])},
+			Message: fmt.Sprintf("Cluster IP [IPv4]: %s is outside the ServiceCIDRs this Service's scope allows (it may use ServiceCIDR \"kubernetes\"); it keeps the address until it is recreated", ip["team-a"])},
 		{Type: report.TypeOutOfScope, Reason: report.ReasonOutOfScope, IP: ip["other"], Service: "other/s",
-			Message: fmt.Sprintf("Cluster IP [IPv4]: %s is outside the ServiceCIDRs this Service's scope allows (it may use ServiceCIDR a-only); it keeps the address until it is recreated", ip["other"])},
+			Message: fmt.Sprintf("Cluster IP [IPv4]: %s is outside the ServiceCIDRs this Service's scope allows (it may use ServiceCIDR \"a-only\"); it keeps the address until it is recreated", ip["other"])},
 	}
+	for _, p := range want {
+		ns, _, _ := strings.Cut(p.Service, "/")
+		waitObjectEvent(t, srv, "Service", ns, "s", report.ReasonOutOfScope, p.Message)
+	}
+	stop()
 	rep := runOnce(t, ctx, ctrl)
 	if diff := cmp.Diff(want, rep.Problems, cmpProblemsByIP); diff != "" {
 		t.Fatalf("one-shot pass (-want +got):\n%s", diff)
@@ -85,13 +94,9 @@ func TestIPAddressRepairOutOfScope(t *testing.T) {
 	if rep.Writes != 0 {
 		t.Fatalf("the pass wrote %d objects; a scope moves nothing", rep.Writes)
 	}
-	stop := runRepair(ctx, t, ctrl)
 	for _, p := range want {
-		ns, _, _ := strings.Cut(p.Service, "/")
-		waitObjectEvent(t, srv, "Service", ns, "s", report.ReasonOutOfScope, p.Message)
 		waitIPAddress(t, srv, p.IP, true)
 	}
-	stop()
 }
 
 var cmpProblemsByIP = cmp.Transformer("byIP", func(ps []report.Problem) map[string]report.Problem {
