@@ -30,11 +30,12 @@ upstream_cached_bin() {
   [ -x "$cache/$1/$2" ] && echo "$cache/$1/$2"
 }
 
-# upstream_stop stops kube-controller-manager, kube-apiserver and etcd.
+# upstream_stop stops kube-controller-manager, then kube-apiserver, then
+# etcd (one at a time: a kube-apiserver whose etcd is gone does not finish
+# its shutdown).
 upstream_stop() {
-  local pids=()
-  for p in "$upstream_kcm_pid" "$upstream_kas_pid" "$upstream_etcd_pid"; do [ -n "$p" ] && pids+=("$p"); done
-  [ ${#pids[@]} -eq 0 ] || stop_pids "${pids[@]}"
+  local p
+  for p in "$upstream_kcm_pid" "$upstream_kas_pid" "$upstream_etcd_pid"; do [ -z "$p" ] || stop_pids "$p"; done
   upstream_etcd_pid="" upstream_kas_pid="" upstream_kcm_pid=""
 }
 
@@ -92,7 +93,8 @@ upstream_start_apiserver() {
 # and starts them again on the same etcd, which keeps running (kube-apiserver
 # gets a new port, which kube-controller-manager's kubeconfig must name).
 upstream_restart_apiserver() {
-  stop_pids "$upstream_kcm_pid" "$upstream_kas_pid"
+  stop_pids "$upstream_kcm_pid"
+  stop_pids "$upstream_kas_pid"
   upstream_kcm_pid=""
   upstream_start_apiserver
   upstream_start_kcm
