@@ -53,8 +53,10 @@ fi
 [ -n "${FROM:-}" ] || servers=(ipaddress bitmap)
 if [ -z "${FROM:-}" ] && [ "$KUBE" != none ]; then
   # Build (or find) both binaries now, not inside the first round.
-  hack/lib/kube-apiserver-build.sh "$KUBE" >/dev/null
-  hack/lib/kube-apiserver-build.sh "$KUBE" kube-controller-manager >/dev/null
+  for c in kube-apiserver kube-controller-manager; do
+    hack/lib/kube-apiserver-build.sh "$KUBE" "$c" >/dev/null ||
+      { echo "no $c $KUBE: hack/lib/kube-apiserver-build.sh $KUBE $c failed" >&2; exit 1; }
+  done
   servers=(upstream ipaddress bitmap)
 fi
 [ -n "${FROM:-}" ] || serve_build # one binary of ours for every round
@@ -66,7 +68,7 @@ for round in $(seq 1 "$ROUNDS"); do
     if [ "$s" = upstream ]; then
       KUBE=$KUBE COUNT=$COUNT CONCURRENCY=32,1 hack/bench.sh | tee "$out/$s.$round" >&2
     else
-      ALLOCATOR_BIN="$work/allocator" ALLOCATOR=$s COUNT=$COUNT CONCURRENCY=32,1 hack/bench.sh | tee "$out/$s.$round" >&2
+      KUBE= ALLOCATOR_BIN="$work/allocator" ALLOCATOR=$s COUNT=$COUNT CONCURRENCY=32,1 hack/bench.sh | tee "$out/$s.$round" >&2
     fi
   done
 done

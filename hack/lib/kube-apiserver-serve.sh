@@ -53,8 +53,13 @@ upstream_start() {
   local version=$1 range=$2
   shift 2
   local kas kcm dir="$work/upstream"
-  kas=$(hack/lib/kube-apiserver-build.sh "$version")
-  kcm=$(hack/lib/kube-apiserver-build.sh "$version" kube-controller-manager)
+  local c
+  for c in kube-apiserver kube-controller-manager; do
+    hack/lib/kube-apiserver-build.sh "$version" "$c" >"$work/$c.path" ||
+      { echo "no $c $version: hack/lib/kube-apiserver-build.sh $version $c failed" >&2; return 1; }
+  done
+  kas=$(cat "$work/kube-apiserver.path")
+  kcm=$(cat "$work/kube-controller-manager.path")
   [ -x "$work/embeddedetcd" ] || go build -o "$work/embeddedetcd" ./test/bench/embeddedetcd
   rm -rf "$dir"
   mkdir -p "$dir"
