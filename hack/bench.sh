@@ -10,6 +10,15 @@
 #   TYPE=NodePort CONCURRENCY=32 hack/bench.sh       NodePort Services (a ClusterIP and a node port each)
 #   ALLOCATOR=ipaddress DUAL_WRITE=1 hack/bench.sh    IPAddress model with dual write on: the data dir
 #                                                     is first served by a bitmap-model server, as in an upgrade
+#   KUBE=v1.37.2 hack/bench.sh            the same against a real kube-apiserver v1.37.2 on the etcd ours
+#                                         embeds (hack/lib/kube-apiserver-serve.sh; builds it the first
+#                                         time, ~40 min): cpu-ms/op is kube-apiserver's and etcd's,
+#                                         side-cpu-ms/op kube-controller-manager's
+#
+# Before measuring, the server is left alone for SETTLE seconds (default 10),
+# so that work left over from its start-up is not counted, and its idle CPU
+# over that time is printed. hack/bench-table.sh runs this in rounds and
+# prints ours against kube-apiserver.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -18,13 +27,31 @@ COUNT=${COUNT:-2000}
 CONCURRENCY=${CONCURRENCY:-1,8,32}
 TYPE=${TYPE:-ClusterIP}
 
+KUBE=${KUBE:-}
+SETTLE=${SETTLE:-10}
+range=10.96.0.0/16
+
+# cpu_ticks PID...: their CPU time (user + system) in clock ticks, summed.
+cpu_ticks() { for p in "$@"; do awk '{print $14 + $15}' "/proc/$p/stat"; done | awk '{s += $1} END {print s}'; }
+
 . hack/lib/serve.sh
 go build -o "$work/bench" ./test/bench
-if [ "${DUAL_WRITE:-0}" = 1 ]; then
-  serve_start --service-cluster-ip-range 10.96.0.0/16 --allocator bitmap
-  serve_stop
+if [ -n "$KUBE" ]; then
+  . hack/lib/kube-apiserver-serve.sh
+  upstream_start "$KUBE" "$range"
+  pids=(--pids "$upstream_kas_pid,$upstream_etcd_pid" --side-pids "$upstream_kcm_pid")
+  echo "kube-apiserver=$KUBE type=$TYPE count=$COUNT concurrency=$CONCURRENCY ($(nproc) CPUs, load $(cut -d' ' -f1-3 /proc/loadavg))"
+else
+  if [ "${DUAL_WRITE:-0}" = 1 ]; then
+    serve_start --service-cluster-ip-range "$range" --allocator bitmap
+    serve_stop
+  fi
+  serve_start --service-cluster-ip-range "$range" --allocator "$ALLOCATOR"
+  pids=(--pids "$server_pid")
+  echo "allocator=$ALLOCATOR type=$TYPE dual-write=${DUAL_WRITE:-0} count=$COUNT concurrency=$CONCURRENCY ($(nproc) CPUs, load $(cut -d' ' -f1-3 /proc/loadavg))"
 fi
-serve_start --service-cluster-ip-range 10.96.0.0/16 --allocator "$ALLOCATOR"
-
-echo "allocator=$ALLOCATOR type=$TYPE dual-write=${DUAL_WRITE:-0} count=$COUNT concurrency=$CONCURRENCY ($(nproc) CPUs)"
-"$work/bench" --kubeconfig "$kc" --count "$COUNT" --concurrency "$CONCURRENCY" --type "$TYPE" --pids "$server_pid"
+IFS=, read -ra measured <<<"${pids[1]}"
+t0=$(cpu_ticks "${measured[@]}")
+sleep "$SETTLE"
+echo "idle for ${SETTLE}s before the benchmark: $(( ($(cpu_ticks "${measured[@]}") - t0) * 1000 / $(getconf CLK_TCK) / SETTLE )) ms CPU per second"
+"$work/bench" --kubeconfig "$kc" --count "$COUNT" --concurrency "$CONCURRENCY" --type "$TYPE" "${pids[@]}"

@@ -11,6 +11,11 @@
 #   hack/scale.sh                                            1,000 ranges, 100,000 Services (a few minutes)
 #   CIDRS=100 V4_CIDRS=40 SERVICES=10000 hack/scale.sh       a tenth of it
 #   HEAP_PROFILE=/tmp/heap.pprof hack/scale.sh               also saves the restarted server's heap profile
+#   KUBE=v1.37.2 hack/scale.sh                                the same against a real kube-apiserver v1.37.2
+#       (hack/lib/kube-apiserver-serve.sh: on the etcd ours embeds, run as a process of its own, with
+#       kube-controller-manager's service-cidr-controller, which finalizes deleted ServiceCIDRs);
+#       kube-apiserver's and etcd's memory are printed apart, and kube-apiserver is restarted on the
+#       same etcd. The figures are kube-apiserver's and etcd's; kube-controller-manager's are printed apart.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -20,10 +25,33 @@ SERVICES=${SERVICES:-100000}
 CONCURRENCY=${CONCURRENCY:-32}
 args=(--service-cluster-ip-range 10.96.0.0/24,fd00::/112 --allocator ipaddress)
 
+KUBE=${KUBE:-}
+
 . hack/lib/serve.sh
 go build -o "$work/scale" ./test/scale
 serve_build
 since() { echo "$(( ($(date +%s%N) - $1) / 1000000 )) ms"; }
+rss() { echo "$(( $(awk '/^VmRSS:/ {print $2}' "/proc/$1/status") >> 10 )) MiB"; }
+
+if [ -n "$KUBE" ]; then
+  . hack/lib/kube-apiserver-serve.sh
+  t0=$(date +%s%N)
+  upstream_start "$KUBE" 10.96.0.0/24,fd00::/112
+  echo "kube-apiserver $KUBE ready with its default ServiceCIDR in $(since "$t0") ($(nproc) CPUs)"
+  "$work/scale" --kubeconfig "$kc" --cidrs "$CIDRS" --v4-cidrs "$V4_CIDRS" --services "$SERVICES" \
+    --concurrency "$CONCURRENCY" --pids "$upstream_kas_pid,$upstream_etcd_pid"
+  echo "RSS after the creates: kube-apiserver $(rss "$upstream_kas_pid"), etcd $(rss "$upstream_etcd_pid"), kube-controller-manager $(rss "$upstream_kcm_pid")"
+  echo "etcd database file: $(( $(stat -c %s "$work/upstream/etcd/etcd/member/snap/db") >> 20 )) MiB"
+  t0=$(date +%s%N)
+  upstream_restart_apiserver
+  echo "kube-apiserver restarted on the same etcd, /readyz ok in $(since "$t0")"
+  # A list at resourceVersion 0 is served from the watch cache, once it holds every Service.
+  kubectl --kubeconfig "$kc" get --raw '/api/v1/services?limit=1&resourceVersion=0' >/dev/null
+  kubectl --kubeconfig "$kc" get --raw '/apis/networking.k8s.io/v1/ipaddresses?limit=1&resourceVersion=0' >/dev/null
+  echo "... and its watch caches of Services and IPAddresses filled in $(since "$t0")"
+  echo "RSS after the restart: kube-apiserver $(rss "$upstream_kas_pid"), etcd $(rss "$upstream_etcd_pid")"
+  exit 0
+fi
 t0=$(date +%s%N)
 serve_start "${args[@]}"
 echo "empty server ready in $(since "$t0") ($(nproc) CPUs)"
@@ -39,7 +67,7 @@ t0=$(date +%s%N)
 serve_start "${args[@]}"
 echo "start-up to ready with every Service stored: $(since "$t0"); the start-up's steps:"
 tail -n +"$log_from" "$work/server.log" | grep -E 'listening on|Bootstrap|Carried|repair pass|first pass' | cut -c1-220 || true
-echo "server RSS after the restart: $(( $(awk '/^VmRSS:/ {print $2}' "/proc/$server_pid/status") >> 10 )) MiB"
+echo "server RSS after the restart: $(rss "$server_pid")"
 if [ -n "${HEAP_PROFILE:-}" ]; then
   kubectl --kubeconfig "$kc" get --raw /debug/pprof/heap >"$HEAP_PROFILE"
   cp "$work/allocator" "$HEAP_PROFILE.bin"

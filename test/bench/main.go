@@ -32,21 +32,31 @@ func main() {
 	timeout := flag.Duration("timeout", 30*time.Minute, "overall time limit")
 	svcType := flag.String("type", "ClusterIP", "Service type to create: ClusterIP or NodePort (a NodePort Service costs a ClusterIP and a node port, two maps)")
 	pids := flag.String("pids", "", "comma-separated pids of the server's processes (etcd included) whose CPU per operation is reported")
+	sidePids := flag.String("side-pids", "", "comma-separated pids of helper processes (e.g. kube-controller-manager beside a kube-apiserver) whose CPU per operation is reported in a column of its own, not in cpu-ms/op")
 	flag.Parse()
-	meter, err := procstat.ParsePIDs(*pids)
-	if err != nil {
+	var m meters
+	var err error
+	if m.server, err = procstat.ParsePIDs(*pids); err != nil {
 		fmt.Fprintln(os.Stderr, "bench: --pids:", err)
+		os.Exit(2)
+	}
+	if m.side, err = procstat.ParsePIDs(*sidePids); err != nil {
+		fmt.Fprintln(os.Stderr, "bench: --side-pids:", err)
 		os.Exit(2)
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), *timeout)
 	defer cancel()
-	if err := run(ctx, meter, *kubeconfig, *count, *levels, corev1.ServiceType(*svcType)); err != nil {
+	if err := run(ctx, m, *kubeconfig, *count, *levels, corev1.ServiceType(*svcType)); err != nil {
 		fmt.Fprintln(os.Stderr, "bench:", err)
 		os.Exit(1)
 	}
 }
 
-func run(ctx context.Context, meter procstat.Meter, kubeconfig string, count int, levels string, svcType corev1.ServiceType) error {
+// meters are the processes whose CPU a phase reports: the server's, and
+// helpers' apart (side), so that cpu-ms/op means the same for every server.
+type meters struct{ server, side procstat.Meter }
+
+func run(ctx context.Context, meter meters, kubeconfig string, count int, levels string, svcType corev1.ServiceType) error {
 	if svcType != corev1.ServiceTypeClusterIP && svcType != corev1.ServiceTypeNodePort {
 		return fmt.Errorf("--type %q: want ClusterIP or NodePort", svcType)
 	}
@@ -61,7 +71,11 @@ func run(ctx context.Context, meter procstat.Meter, kubeconfig string, count int
 	if err != nil {
 		return err
 	}
-	fmt.Printf("%-8s %-11s %7s %10s %9s %9s %9s %11s\n", "phase", "concurrency", "count", "per-sec", "p50-ms", "p99-ms", "max-ms", "cpu-ms/op")
+	fmt.Printf("%-8s %-11s %7s %10s %9s %9s %9s %11s", "phase", "concurrency", "count", "per-sec", "p50-ms", "p99-ms", "max-ms", "cpu-ms/op")
+	if len(meter.side.PIDs) > 0 {
+		fmt.Printf(" %16s", "side-cpu-ms/op")
+	}
+	fmt.Println()
 	for _, field := range strings.Split(levels, ",") {
 		conc, err := strconv.Atoi(strings.TrimSpace(field))
 		if err != nil || conc < 1 {
@@ -126,7 +140,7 @@ func run(ctx context.Context, meter procstat.Meter, kubeconfig string, count int
 }
 
 // phase runs op for 0..count-1 with conc workers and prints its figures.
-func phase(ctx context.Context, meter procstat.Meter, name string, conc, count int, op func(context.Context, int) error) error {
+func phase(ctx context.Context, meter meters, name string, conc, count int, op func(context.Context, int) error) error {
 	lat := make([]time.Duration, count)
 	next := make(chan int)
 	var (
@@ -134,7 +148,11 @@ func phase(ctx context.Context, meter procstat.Meter, name string, conc, count i
 		errOnce sync.Once
 		first   error
 	)
-	cpu0, err := meter.Total()
+	cpu0, err := meter.server.Total()
+	if err != nil {
+		return err
+	}
+	side0, err := meter.side.Total()
 	if err != nil {
 		return err
 	}
@@ -165,17 +183,28 @@ func phase(ctx context.Context, meter procstat.Meter, name string, conc, count i
 	if ctx.Err() != nil {
 		return errors.Join(errors.New(name+": out of time"), ctx.Err())
 	}
-	cpu1, err := meter.Total()
+	cpu1, err := meter.server.Total()
 	if err != nil {
 		return err
 	}
+	side1, err := meter.side.Total()
+	if err != nil {
+		return err
+	}
+	perOp := func(d time.Duration) string {
+		return fmt.Sprintf("%.2f", float64(d.Microseconds())/1000/float64(count))
+	}
 	cpuPerOp := "-"
-	if len(meter.PIDs) > 0 {
-		cpuPerOp = fmt.Sprintf("%.2f", float64((cpu1-cpu0).Microseconds())/1000/float64(count))
+	if len(meter.server.PIDs) > 0 {
+		cpuPerOp = perOp(cpu1 - cpu0)
 	}
 	slices.Sort(lat)
 	ms := func(d time.Duration) string { return fmt.Sprintf("%.1f", float64(d.Microseconds())/1000) }
-	fmt.Printf("%-8s %-11d %7d %10.1f %9s %9s %9s %11s\n", name, conc, count, float64(count)/elapsed.Seconds(),
+	fmt.Printf("%-8s %-11d %7d %10.1f %9s %9s %9s %11s", name, conc, count, float64(count)/elapsed.Seconds(),
 		ms(lat[len(lat)/2]), ms(lat[len(lat)*99/100]), ms(lat[len(lat)-1]), cpuPerOp)
+	if len(meter.side.PIDs) > 0 {
+		fmt.Printf(" %16s", perOp(side1-side0))
+	}
+	fmt.Println()
 	return nil
 }
