@@ -10,6 +10,7 @@
 #   TYPE=NodePort CONCURRENCY=32 hack/bench.sh       NodePort Services (a ClusterIP and a node port each)
 #   ALLOCATOR=ipaddress DUAL_WRITE=1 hack/bench.sh    IPAddress model with dual write on: the data dir
 #                                                     is first served by a bitmap-model server, as in an upgrade
+#   SCOPED=100 SCOPE_MATCH=1 ALLOCATOR=ipaddress hack/bench.sh   100 scoped ServiceCIDRs, the Services in one of them
 #   KUBE=v1.37.2 hack/bench.sh            the same against a real kube-apiserver v1.37.2 on the etcd ours
 #                                         embeds (hack/lib/kube-apiserver-serve.sh; builds it the first
 #                                         time, ~40 min): cpu-ms/op is kube-apiserver's and etcd's,
@@ -50,8 +51,29 @@ else
   pids=(--pids "$server_pid")
   echo "allocator=$ALLOCATOR type=$TYPE dual-write=${DUAL_WRITE:-0} count=$COUNT concurrency=$CONCURRENCY ($(nproc) CPUs, load $(cut -d' ' -f1-3 /proc/loadavg))"
 fi
+# SCOPED=N (our server only): N scoped ServiceCIDRs (/20s in 10.128.0.0/9,
+# namespace-selector bench-scope=sI) before the run; with SCOPE_MATCH=1 the
+# benchmark's namespaces carry bench-scope=s$((N/2)), so its Services are
+# routed into one of them, else they are in no scope (design.md §11).
+ns_labels=()
+if [ "${SCOPED:-0}" -gt 0 ]; then
+  [ -z "$KUBE" ] || { echo "SCOPED is for our server only" >&2; exit 2; }
+  for i in $(seq 0 $(( SCOPED - 1 ))); do
+    cat <<YAML
+apiVersion: networking.k8s.io/v1
+kind: ServiceCIDR
+metadata:
+  name: bench-scope-$i
+  annotations: {scope.allocator.github.io/namespace-selector: "bench-scope=s$i"}
+spec: {cidrs: ["10.$(( 128 + i / 16 )).$(( (i % 16) * 16 )).0/20"]}
+---
+YAML
+  done | kubectl --kubeconfig "$kc" apply -f - >/dev/null
+  if [ "${SCOPE_MATCH:-0}" = 1 ]; then ns_labels=(--namespace-labels "bench-scope=s$(( SCOPED / 2 ))"); fi
+  echo "scoped ServiceCIDRs: $SCOPED, benchmark namespaces in one of them: ${SCOPE_MATCH:-0}"
+fi
 IFS=, read -ra measured <<<"${pids[1]}"
 t0=$(cpu_ticks "${measured[@]}")
 sleep "$SETTLE"
 echo "idle for ${SETTLE}s before the benchmark: $(( ($(cpu_ticks "${measured[@]}") - t0) * 1000 / $(getconf CLK_TCK) / SETTLE )) ms CPU per second"
-"$work/bench" --kubeconfig "$kc" --count "$COUNT" --concurrency "$CONCURRENCY" --type "$TYPE" "${pids[@]}"
+"$work/bench" --kubeconfig "$kc" --count "$COUNT" --concurrency "$CONCURRENCY" --type "$TYPE" "${pids[@]}" "${ns_labels[@]}"

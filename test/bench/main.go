@@ -18,6 +18,7 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/util/intstr"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/clientcmd"
@@ -32,6 +33,7 @@ func main() {
 	timeout := flag.Duration("timeout", 30*time.Minute, "overall time limit")
 	svcType := flag.String("type", "ClusterIP", "Service type to create: ClusterIP or NodePort (a NodePort Service costs a ClusterIP and a node port, two maps)")
 	pids := flag.String("pids", "", "comma-separated pids of the server's processes (etcd included) whose CPU per operation is reported")
+	nsLabels := flag.String("namespace-labels", "", "labels of the namespaces the benchmark creates, as k=v,k=v (to put its Services in a ServiceCIDR scope)")
 	sidePids := flag.String("side-pids", "", "comma-separated pids of helper processes (e.g. kube-controller-manager beside a kube-apiserver) whose CPU per operation is reported in a column of its own, not in cpu-ms/op")
 	flag.Parse()
 	var m meters
@@ -44,9 +46,14 @@ func main() {
 		fmt.Fprintln(os.Stderr, "bench: --side-pids:", err)
 		os.Exit(2)
 	}
+	nsLabelMap, err := labels.ConvertSelectorToLabelsMap(*nsLabels)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "bench: --namespace-labels:", err)
+		os.Exit(2)
+	}
 	ctx, cancel := context.WithTimeout(context.Background(), *timeout)
 	defer cancel()
-	if err := run(ctx, m, *kubeconfig, *count, *levels, corev1.ServiceType(*svcType)); err != nil {
+	if err := run(ctx, m, *kubeconfig, *count, *levels, corev1.ServiceType(*svcType), nsLabelMap); err != nil {
 		fmt.Fprintln(os.Stderr, "bench:", err)
 		os.Exit(1)
 	}
@@ -56,7 +63,7 @@ func main() {
 // helpers' apart (side), so that cpu-ms/op means the same for every server.
 type meters struct{ server, side procstat.Meter }
 
-func run(ctx context.Context, meter meters, kubeconfig string, count int, levels string, svcType corev1.ServiceType) error {
+func run(ctx context.Context, meter meters, kubeconfig string, count int, levels string, svcType corev1.ServiceType, nsLabels map[string]string) error {
 	if svcType != corev1.ServiceTypeClusterIP && svcType != corev1.ServiceTypeNodePort {
 		return fmt.Errorf("--type %q: want ClusterIP or NodePort", svcType)
 	}
@@ -82,7 +89,7 @@ func run(ctx context.Context, meter meters, kubeconfig string, count int, levels
 			return fmt.Errorf("bad concurrency %q", field)
 		}
 		ns := fmt.Sprintf("bench-c%d-%d", conc, time.Now().UnixNano()%1e6)
-		if _, err := client.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}, metav1.CreateOptions{}); err != nil {
+		if _, err := client.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns, Labels: nsLabels}}, metav1.CreateOptions{}); err != nil {
 			return fmt.Errorf("create namespace: %w", err)
 		}
 		ips := make([]string, count)
