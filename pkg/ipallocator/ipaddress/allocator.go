@@ -651,13 +651,25 @@ func (a *Allocator) deleteCached(ctx context.Context, ip netip.Addr, owner alloc
 	if err != nil || !OwnedBy(obj, owner) {
 		return Absent, false
 	}
-	err = a.objects.Delete(ctx, obj.Name, metav1.DeleteOptions{Preconditions: &metav1.Preconditions{
-		UID: &obj.UID, ResourceVersion: &obj.ResourceVersion,
-	}})
+	if d, ok := a.objects.(CachedDeleter); ok {
+		err = d.DeleteCached(ctx, obj)
+	} else {
+		err = a.objects.Delete(ctx, obj.Name, metav1.DeleteOptions{Preconditions: &metav1.Preconditions{
+			UID: &obj.UID, ResourceVersion: &obj.ResourceVersion,
+		}})
+	}
 	if err != nil {
 		return Absent, false
 	}
 	return Released, true
+}
+
+// CachedDeleter is implemented by Objects that can delete an object as a
+// cache saw it without reading it first (the server's own storage,
+// pkg/registry/ipaddresses.InProcess): the delete happens only if the object
+// is still that one (same UID and resourceVersion).
+type CachedDeleter interface {
+	DeleteCached(ctx context.Context, cached *networkingv1.IPAddress) error
 }
 
 // DeleteOwned deletes ip's IPAddress if it belongs to owner. The delete is

@@ -7,7 +7,10 @@ import (
 	networkingv1 "k8s.io/api/networking/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
+	genericapirequest "k8s.io/apiserver/pkg/endpoints/request"
 	"k8s.io/apiserver/pkg/registry/rest"
+	"k8s.io/apiserver/pkg/storage"
+	storeerr "k8s.io/apiserver/pkg/storage/errors"
 )
 
 // upstreamManager and upstreamFields are the field ownership kube-apiserver
@@ -34,6 +37,7 @@ func (r *REST) InProcess() InProcess { return InProcess{r: r} }
 
 // Get reads an IPAddress.
 func (p InProcess) Get(ctx context.Context, name string, opts metav1.GetOptions) (*networkingv1.IPAddress, error) {
+	ctx = clusterScoped(ctx)
 	obj, err := p.r.Get(ctx, name, &opts)
 	if err != nil {
 		return nil, err
@@ -44,6 +48,7 @@ func (p InProcess) Get(ctx context.Context, name string, opts metav1.GetOptions)
 // Create stores a new IPAddress, with upstream's field ownership when the
 // caller set none.
 func (p InProcess) Create(ctx context.Context, ip *networkingv1.IPAddress, opts metav1.CreateOptions) (*networkingv1.IPAddress, error) {
+	ctx = clusterScoped(ctx)
 	ip = ip.DeepCopy()
 	if len(ip.ManagedFields) == 0 {
 		now := metav1.Now()
@@ -62,8 +67,42 @@ func (p InProcess) Create(ctx context.Context, ip *networkingv1.IPAddress, opts 
 
 // Delete deletes an IPAddress, honouring opts' preconditions.
 func (p InProcess) Delete(ctx context.Context, name string, opts metav1.DeleteOptions) error {
+	ctx = clusterScoped(ctx)
 	_, _, err := p.r.Delete(ctx, name, rest.ValidateAllObjectFunc, &opts)
 	return err
+}
+
+// DeleteCached deletes cached, an IPAddress as an informer last saw it,
+// only if it is still that object (its UID and resourceVersion are the
+// preconditions). The store's Delete reads the object from etcd twice before
+// its delete transaction; this hands the storage the cached object instead,
+// whose transaction compares the revision and, when the cache was stale,
+// reads and checks the preconditions again itself. An object with
+// finalizers or being deleted takes the store's Delete, which handles them.
+func (p InProcess) DeleteCached(ctx context.Context, cached *networkingv1.IPAddress) error {
+	ctx = clusterScoped(ctx)
+	preconditions := metav1.Preconditions{UID: &cached.UID, ResourceVersion: &cached.ResourceVersion}
+	if len(cached.Finalizers) > 0 || cached.DeletionTimestamp != nil {
+		return p.Delete(ctx, cached.Name, metav1.DeleteOptions{Preconditions: &preconditions})
+	}
+	key, err := p.r.KeyFunc(ctx, cached.Name)
+	if err != nil {
+		return err
+	}
+	out := p.r.NewFunc()
+	// A copy: the storage clears and restores the object's resourceVersion
+	// while it encodes it, and the informer's object is shared.
+	err = p.r.Storage.Delete(ctx, key, out, &storage.Preconditions{UID: preconditions.UID, ResourceVersion: preconditions.ResourceVersion},
+		storage.ValidateAllObjectFunc, false, cached.DeepCopy(), storage.DeleteOptions{})
+	return storeerr.InterpretDeleteError(err, p.r.DefaultQualifiedResource, cached.Name)
+}
+
+// clusterScoped gives ctx the request namespace of a cluster-scoped object,
+// which the store's create insists on finding. A call made while serving a
+// Service request carries that Service's namespace; one made from a
+// controller's or a test's context carries none.
+func clusterScoped(ctx context.Context) context.Context {
+	return genericapirequest.WithNamespace(ctx, metav1.NamespaceNone)
 }
 
 func asIPAddress(obj runtime.Object) (*networkingv1.IPAddress, error) {
