@@ -49,7 +49,9 @@ func TestReleaseThroughCachedObject(t *testing.T) {
 		t.Fatal("the server's IPAddress allocator was not seen")
 	}
 	ips := srv.Client.NetworkingV1().IPAddresses()
-	owner := func(i int) allocation.Owner { return allocation.Owner{Namespace: "default", Name: fmt.Sprintf("s%d", i)} }
+	owner := func(i int) allocation.Owner {
+		return allocation.Owner{Namespace: "default", Name: fmt.Sprintf("s%d", i)}
+	}
 	cached := func(ip netip.Addr) bool {
 		found := false
 		_ = a.ForEach(ctx, func(x netip.Addr) { found = found || x == ip })
