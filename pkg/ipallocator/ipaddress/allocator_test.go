@@ -22,6 +22,7 @@ import (
 	"k8s.io/client-go/rest"
 	"k8s.io/component-base/metrics"
 
+	"github.com/allocator/allocator/internal/releasetest"
 	"github.com/allocator/allocator/pkg/allocation"
 	"github.com/allocator/allocator/pkg/allocmetrics"
 	"github.com/allocator/allocator/pkg/ipallocator/ipaddress"
@@ -523,57 +524,11 @@ func TestFaults(t *testing.T) {
 	})
 }
 
-// TestReleaseStaleCache: Release deletes through the informer cache's
-// copy, with its UID and resourceVersion as preconditions. An IPAddress
-// deleted and re-created for another Service right before the release (the
-// cache most likely still shows the old owner) must be kept; one updated
-// (labels changed, same owner) must still be released.
+// TestReleaseStaleCache: Release through client-go deletes the informer's
+// copy with its UID and resourceVersion as preconditions; the scenario is
+// internal/releasetest's (the server's own storage runs it too, in
+// test/integration).
 func TestReleaseStaleCache(t *testing.T) {
 	cfg := startServer(t, "10.0.0.0/24")
-	ctx := testContext(t)
-	client := newClient(t, cfg)
-	a := newAllocator(t, cfg, false)
-	ips := client.NetworkingV1().IPAddresses()
-	for i := range 20 {
-		ip := netip.MustParseAddr(fmt.Sprintf("10.0.0.%d", 10+i))
-		if err := a.Allocate(ctx, ip, owner(1)); err != nil {
-			t.Fatal(err)
-		}
-		poll(t, ctx, "the cache to hold "+ip.String(), func() bool {
-			cached := false
-			_ = a.ForEach(ctx, func(x netip.Addr) { cached = cached || x == ip })
-			return cached
-		})
-		if i%2 == 0 {
-			// Re-created for another Service under the same name.
-			if err := ips.Delete(ctx, ip.String(), metav1.DeleteOptions{}); err != nil {
-				t.Fatal(err)
-			}
-			if _, err := ips.Create(ctx, ipaddress.NewObject(ip, owner(2)), metav1.CreateOptions{}); err != nil {
-				t.Fatal(err)
-			}
-			if err := a.Release(ctx, ip, owner(1)); err != nil {
-				t.Fatal(err)
-			}
-			if got := findOwner(t, ctx, client, ip); got != owner(2) {
-				t.Fatalf("%s: released under its new owner: now %v", ip, got)
-			}
-			continue
-		}
-		// Updated since the cache saw it: same owner, new resourceVersion.
-		obj, err := ips.Get(ctx, ip.String(), metav1.GetOptions{})
-		if err != nil {
-			t.Fatal(err)
-		}
-		obj.Labels["example.com/touched"] = "yes"
-		if _, err := ips.Update(ctx, obj, metav1.UpdateOptions{}); err != nil {
-			t.Fatal(err)
-		}
-		if err := a.Release(ctx, ip, owner(1)); err != nil {
-			t.Fatal(err)
-		}
-		if _, err := ips.Get(ctx, ip.String(), metav1.GetOptions{}); !apierrors.IsNotFound(err) {
-			t.Fatalf("%s: updated IPAddress of the releasing owner not released: %v", ip, err)
-		}
-	}
+	releasetest.Run(t, testContext(t), newAllocator(t, cfg, false), newClient(t, cfg), netip.MustParseAddr("10.0.0.10"), 21)
 }
