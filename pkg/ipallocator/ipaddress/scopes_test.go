@@ -114,7 +114,7 @@ func TestScopes(t *testing.T) {
 
 	// Static addresses: only inside a ServiceCIDR the Service may use.
 	var oos *allocation.OutOfScopeError
-	err = a.Allocate(ctx, netip.MustParseAddr("10.0.0.200"), scoped("team-a", "static", nil))
+	err = a.Allocate(ctx, netip.MustParseAddr("10.0.0.5"), scoped("team-a", "static", nil))
 	if !errors.As(err, &oos) || !slices.Equal(oos.Allowed, []string{"a-high", "a-low"}) {
 		t.Fatalf("team-a static in the unscoped range: %v, want an OutOfScopeError allowing a-high, a-low", err)
 	}
@@ -122,18 +122,18 @@ func TestScopes(t *testing.T) {
 	if !errors.As(err, &oos) || !slices.Equal(oos.Allowed, []string{"kubernetes"}) {
 		t.Fatalf("unscoped static in b-db: %v, want an OutOfScopeError allowing kubernetes", err)
 	}
-	if err := a.Allocate(ctx, netip.MustParseAddr("10.0.0.201"), scoped("team-b", "db-static", map[string]string{"tier": "db"})); err != nil {
+	if err := a.Allocate(ctx, netip.MustParseAddr("10.0.0.6"), scoped("team-b", "db-static", map[string]string{"tier": "db"})); err != nil {
 		t.Fatalf("a falling-back scope may take an unscoped static address: %v", err)
 	}
 	if err := a.Allocate(ctx, netip.MustParseAddr("10.9.0.1"), scoped("team-a", "nowhere", nil)); !errors.Is(err, allocation.ErrMismatchedNetwork) {
 		t.Fatalf("outside every range: %v, want ErrMismatchedNetwork", err)
 	}
 	// A re-mark (no Scoped) of an address a stored Service holds is never refused.
-	if err := a.Allocate(ctx, netip.MustParseAddr("10.0.0.202"), allocation.Owner{Namespace: "team-a", Name: "old"}); err != nil {
+	if err := a.Allocate(ctx, netip.MustParseAddr("10.0.0.7"), allocation.Owner{Namespace: "team-a", Name: "old"}); err != nil {
 		t.Fatalf("re-mark outside the scope: %v", err)
 	}
 	// The dry run answers the same.
-	if err := a.DryRun().Allocate(ctx, netip.MustParseAddr("10.0.0.203"), scoped("team-a", "dry", nil)); !errors.As(err, &oos) {
+	if err := a.DryRun().Allocate(ctx, netip.MustParseAddr("10.0.0.8"), scoped("team-a", "dry", nil)); !errors.As(err, &oos) {
 		t.Fatalf("dry-run static outside the scope: %v", err)
 	}
 	if _, err := a.DryRun().AllocateNext(ctx, scoped("team-a", "dry", nil)); !errors.As(err, &full) {
@@ -168,7 +168,7 @@ func TestScopes(t *testing.T) {
 
 	// A namespace the cache has not seen yet is read live.
 	createNamespace(t, ctx, client, "fresh", map[string]string{"team": "a"})
-	if err := a.Allocate(ctx, netip.MustParseAddr("10.0.0.204"), scoped("fresh", "s", nil)); !errors.As(err, &oos) {
+	if err := a.Allocate(ctx, netip.MustParseAddr("10.0.0.9"), scoped("fresh", "s", nil)); !errors.As(err, &oos) {
 		t.Fatalf("fresh team-a namespace, static outside its scope: %v", err)
 	}
 
