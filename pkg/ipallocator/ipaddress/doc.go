@@ -64,9 +64,15 @@
 //     the meantime decides whether the address stays marked, so a late add or
 //     delete event is never lost.
 //   - Release deletes the IPAddress only if its parentRef is still the given
-//     Service, and the delete carries the UID and resourceVersion it read as
+//     Service, and the delete carries the UID and resourceVersion it saw as
 //     preconditions, so an address re-created or re-assigned in between is
-//     never freed under its new owner.
+//     never freed under its new owner. It starts from the informer's copy
+//     (the server's storage deletes that copy without reading it again);
+//     a miss, another owner or a conflict falls back to a fresh read.
+//   - Scoped ServiceCIDRs (scopes.go, design.md §11): a request carrying
+//     allocation.Owner.Scoped takes addresses only from the ranges its
+//     Service may use, in their order; a re-mark of a stored address
+//     carries no scope and is never refused.
 //   - Dry-run never writes: Allocate answers from a fresh read and
 //     AllocateNext reports the candidate it would try first.
 //   - The user-facing sentinels (ErrFull, ErrAllocated, ErrMismatchedNetwork,
