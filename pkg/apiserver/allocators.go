@@ -64,8 +64,9 @@ func (s *Server) openBackend(ctx context.Context, objects ipaddress.Objects) (*i
 // decoded and held four times (a dual-stack server at 100,000 Services held
 // 4-5 GiB, hack/scale.sh). Its objects carry no managedFields, which none
 // of them reads (an update from a cached object keeps the stored ones).
-// Every informer the server will use (Services only when an IPAddress repair
-// may run) is registered and started here, for the server's lifetime:
+// Every informer the server will use (Services and Namespaces, for scopes,
+// only when an IPAddress allocator or repair may run) is registered and
+// started here, for the server's lifetime:
 // otherwise one first started by a shorter-lived user (the transition
 // repair, which runs only while dual write is on) would stop with it and
 // stay dead in the factory. They list through the loopback client, so they
@@ -76,6 +77,7 @@ func sharedInformers(ctx context.Context, client kubernetes.Interface, services 
 	factory.Networking().V1().ServiceCIDRs().Informer()
 	if services {
 		factory.Core().V1().Services().Informer()
+		factory.Core().V1().Namespaces().Informer()
 	}
 	factory.Start(ctx.Done())
 	return factory
