@@ -16,7 +16,7 @@ import (
 
 // TestReleaseThroughCachedObject: the server's own allocator releases an
 // IPAddress by handing the storage the informer's copy
-// (ipaddresses.InProcess.DeleteCached: no read before the delete); the
+// (ipaddresses.InProcess.DeleteExact: no read before the delete); the
 // scenario is internal/releasetest's.
 func TestReleaseThroughCachedObject(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)

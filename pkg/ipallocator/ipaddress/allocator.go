@@ -621,11 +621,11 @@ func (a *Allocator) ReleaseOwned(ctx context.Context, ip netip.Addr, owner alloc
 	if !ip.IsValid() || ip.Is6() != a.ipv6 {
 		return Absent, nil
 	}
-	outcome, ok := a.deleteCached(ctx, ip, owner)
-	var err error
-	if !ok {
-		outcome, err = DeleteOwned(ctx, a.objects, ip, owner)
+	var cached *networkingv1.IPAddress
+	if a.ready.Load() {
+		cached, _ = a.ipLister.Get(ip.String()) // a miss is nil: read live
 	}
+	outcome, err := deleteOwned(ctx, a.objects, ip, owner, cached)
 	if err == nil && outcome == Released {
 		a.mu.Lock()
 		if a.inflight[ip] == nil {
@@ -637,39 +637,23 @@ func (a *Allocator) ReleaseOwned(ctx context.Context, ip netip.Addr, owner alloc
 	return outcome, err
 }
 
-// deleteCached deletes ip's IPAddress as the informer cache last saw it, if
-// that shows it owner's: the delete's UID and resourceVersion preconditions
-// make a stale cache harmless (a conflict), and it saves the release the
-// read from etcd that DeleteOwned makes. ok is false when the cache could
-// not decide (no object, another owner, a conflict, any error): the caller
-// then asks DeleteOwned, which reads first.
-func (a *Allocator) deleteCached(ctx context.Context, ip netip.Addr, owner allocation.Owner) (ReleaseOutcome, bool) {
-	if a.ipLister == nil || !a.ready.Load() {
-		return Absent, false
-	}
-	obj, err := a.ipLister.Get(ip.String())
-	if err != nil || !OwnedBy(obj, owner) {
-		return Absent, false
-	}
-	if d, ok := a.objects.(CachedDeleter); ok {
-		err = d.DeleteCached(ctx, obj)
-	} else {
-		err = a.objects.Delete(ctx, obj.Name, metav1.DeleteOptions{Preconditions: &metav1.Preconditions{
-			UID: &obj.UID, ResourceVersion: &obj.ResourceVersion,
-		}})
-	}
-	if err != nil {
-		return Absent, false
-	}
-	return Released, true
+// ExactDeleter is implemented by Objects that can delete an object as the
+// caller read it without reading it again (the server's own storage,
+// pkg/registry/ipaddresses.InProcess): the delete happens only if the
+// object is still that one (same UID and resourceVersion).
+type ExactDeleter interface {
+	DeleteExact(ctx context.Context, seen *networkingv1.IPAddress) error
 }
 
-// CachedDeleter is implemented by Objects that can delete an object as a
-// cache saw it without reading it first (the server's own storage,
-// pkg/registry/ipaddresses.InProcess): the delete happens only if the object
-// is still that one (same UID and resourceVersion).
-type CachedDeleter interface {
-	DeleteCached(ctx context.Context, cached *networkingv1.IPAddress) error
+// deleteExact deletes seen only if it is still that object: its UID and
+// resourceVersion are the preconditions.
+func deleteExact(ctx context.Context, api Objects, seen *networkingv1.IPAddress) error {
+	if d, ok := api.(ExactDeleter); ok {
+		return d.DeleteExact(ctx, seen)
+	}
+	return api.Delete(ctx, seen.Name, metav1.DeleteOptions{Preconditions: &metav1.Preconditions{
+		UID: &seen.UID, ResourceVersion: &seen.ResourceVersion,
+	}})
 }
 
 // DeleteOwned deletes ip's IPAddress if it belongs to owner. The delete is
@@ -678,6 +662,17 @@ type CachedDeleter interface {
 // allocator: the bitmap model uses it to keep IPAddresses true during a
 // transition.
 func DeleteOwned(ctx context.Context, api Objects, ip netip.Addr, owner allocation.Owner) (ReleaseOutcome, error) {
+	return deleteOwned(ctx, api, ip, owner, nil)
+}
+
+// deleteOwned is DeleteOwned trying cached, an informer's copy, first: its
+// preconditions make a stale copy harmless, and it saves the read. Any
+// failure of that attempt (another owner, a conflict, gone, an error) is
+// settled by the reads that follow.
+func deleteOwned(ctx context.Context, api Objects, ip netip.Addr, owner allocation.Owner, cached *networkingv1.IPAddress) (ReleaseOutcome, error) {
+	if cached != nil && OwnedBy(cached, owner) && deleteExact(ctx, api, cached) == nil {
+		return Released, nil
+	}
 	for range releaseAttempts {
 		obj, err := api.Get(ctx, ip.String(), metav1.GetOptions{})
 		if apierrors.IsNotFound(err) {
@@ -690,9 +685,7 @@ func DeleteOwned(ctx context.Context, api Objects, ip netip.Addr, owner allocati
 			klog.FromContext(ctx).V(2).Info("Not releasing an IPAddress owned by another parent", "ip", ip, "service", owner.String(), "parentRef", obj.Spec.ParentRef)
 			return OtherOwner, nil
 		}
-		err = api.Delete(ctx, obj.Name, metav1.DeleteOptions{Preconditions: &metav1.Preconditions{
-			UID: &obj.UID, ResourceVersion: &obj.ResourceVersion,
-		}})
+		err = deleteExact(ctx, api, obj)
 		switch {
 		case err == nil, apierrors.IsNotFound(err):
 			return Released, nil

@@ -72,29 +72,30 @@ func (p InProcess) Delete(ctx context.Context, name string, opts metav1.DeleteOp
 	return err
 }
 
-// DeleteCached deletes cached, an IPAddress as an informer last saw it,
-// only if it is still that object (its UID and resourceVersion are the
-// preconditions). The store's Delete reads the object from etcd twice before
-// its delete transaction; this hands the storage the cached object instead,
-// whose transaction compares the revision and, when the cache was stale,
-// reads and checks the preconditions again itself. An object with
-// finalizers or being deleted takes the store's Delete, which handles them.
-func (p InProcess) DeleteCached(ctx context.Context, cached *networkingv1.IPAddress) error {
+// DeleteExact deletes seen, an IPAddress as the caller read it (from an
+// informer or a moment ago), only if it is still that object (its UID and
+// resourceVersion are the preconditions). The store's Delete reads the
+// object from etcd twice before its delete transaction; this hands the
+// storage seen instead, whose transaction compares the revision and, when
+// seen was stale, reads and checks the preconditions again itself. An
+// object with finalizers or being deleted takes the store's Delete, which
+// handles them.
+func (p InProcess) DeleteExact(ctx context.Context, seen *networkingv1.IPAddress) error {
 	ctx = clusterScoped(ctx)
-	preconditions := metav1.Preconditions{UID: &cached.UID, ResourceVersion: &cached.ResourceVersion}
-	if len(cached.Finalizers) > 0 || cached.DeletionTimestamp != nil {
-		return p.Delete(ctx, cached.Name, metav1.DeleteOptions{Preconditions: &preconditions})
+	preconditions := metav1.Preconditions{UID: &seen.UID, ResourceVersion: &seen.ResourceVersion}
+	if len(seen.Finalizers) > 0 || seen.DeletionTimestamp != nil {
+		return p.Delete(ctx, seen.Name, metav1.DeleteOptions{Preconditions: &preconditions})
 	}
-	key, err := p.r.KeyFunc(ctx, cached.Name)
+	key, err := p.r.KeyFunc(ctx, seen.Name)
 	if err != nil {
 		return err
 	}
 	out := p.r.NewFunc()
 	// A copy: the storage clears and restores the object's resourceVersion
-	// while it encodes it, and the informer's object is shared.
+	// while it encodes it, and an informer's object is shared.
 	err = p.r.Storage.Delete(ctx, key, out, &storage.Preconditions{UID: preconditions.UID, ResourceVersion: preconditions.ResourceVersion},
-		storage.ValidateAllObjectFunc, false, cached.DeepCopy(), storage.DeleteOptions{})
-	return storeerr.InterpretDeleteError(err, p.r.DefaultQualifiedResource, cached.Name)
+		storage.ValidateAllObjectFunc, false, seen.DeepCopy(), storage.DeleteOptions{})
+	return storeerr.InterpretDeleteError(err, p.r.DefaultQualifiedResource, seen.Name)
 }
 
 // clusterScoped gives ctx the request namespace of a cluster-scoped object,
