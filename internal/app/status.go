@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/spf13/cobra"
+	clientv3 "go.etcd.io/etcd/client/v3"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 
 	"github.com/allocator/allocator/pkg/model"
@@ -73,13 +74,30 @@ func runStatus(ctx context.Context, o *statusOptions, streams Streams) error {
 	if err != nil {
 		return err
 	}
+	// One etcd connection, opened when first needed: the model's detection
+	// and maps, and the writers that ignore scopes.
+	var etcd *clientv3.Client
+	openEtcd := func() (*clientv3.Client, error) {
+		if etcd == nil {
+			c, err := o.cluster.etcdClient(ctx)
+			if err != nil {
+				return nil, err
+			}
+			etcd = c
+		}
+		return etcd, nil
+	}
+	defer func() {
+		if etcd != nil {
+			etcd.Close()
+		}
+	}()
 	var usage *status.Usage
 	if m == model.Bitmap || (m == model.Auto && len(o.cluster.etcdServers) > 0) {
-		etcd, err := o.cluster.etcdClient(ctx)
+		etcd, err := openEtcd()
 		if err != nil {
 			return err
 		}
-		defer etcd.Close()
 		if m, err = model.Detect(ctx, m, etcd, o.cluster.etcdPrefix); err != nil {
 			return err
 		}
@@ -98,11 +116,10 @@ func runStatus(ctx context.Context, o *statusOptions, streams Streams) error {
 		}
 	}
 	if usage.Scoped() && len(o.cluster.etcdServers) > 0 {
-		etcd, err := o.cluster.etcdClient(ctx)
+		etcd, err := openEtcd()
 		if err != nil {
 			return err
 		}
-		defer etcd.Close()
 		if usage.ScopesIgnoredBy, err = transition.WritersIgnoringScopes(ctx, etcd, o.cluster.etcdPrefix, time.Now()); err != nil {
 			return fmt.Errorf("status: %w", err)
 		}

@@ -9,6 +9,8 @@ import (
 	"errors"
 	"fmt"
 	"net/netip"
+	"strconv"
+	"strings"
 )
 
 // Sentinel errors. Their texts are upstream's; clients and tests match them.
@@ -59,7 +61,7 @@ func (e *OutOfScopeError) Error() string {
 	if len(e.Allowed) == 0 {
 		return fmt.Sprintf("%s is in a ServiceCIDR scoped to other Services, and no ServiceCIDR of its family serves this Service", e.IP)
 	}
-	return fmt.Sprintf("%s is in a ServiceCIDR scoped to other Services; this Service may use ServiceCIDR %s", e.IP, quoteJoin(e.Allowed))
+	return fmt.Sprintf("%s is in a ServiceCIDR scoped to other Services; this Service may use ServiceCIDR %s", e.IP, QuoteNames(e.Allowed))
 }
 
 // ScopeFullError is returned by a scoped dynamic allocation when every
@@ -71,19 +73,18 @@ type ScopeFullError struct {
 }
 
 func (e *ScopeFullError) Error() string {
-	return fmt.Sprintf("%v: ServiceCIDR %s of this Service's scope (no fallback to unscoped ServiceCIDRs)", ErrFull, quoteJoin(e.ServiceCIDRs))
+	return fmt.Sprintf("%v: ServiceCIDR %s of this Service's scope (no fallback to unscoped ServiceCIDRs)", ErrFull, QuoteNames(e.ServiceCIDRs))
 }
 
 // Is makes errors.Is(err, ErrFull) true.
 func (e *ScopeFullError) Is(target error) bool { return target == ErrFull }
 
-func quoteJoin(names []string) string {
-	out := ""
+// QuoteNames lists names quoted, comma-separated, as the messages that
+// name ServiceCIDRs spell them ("a", "b").
+func QuoteNames(names []string) string {
+	quoted := make([]string, len(names))
 	for i, n := range names {
-		if i > 0 {
-			out += ", "
-		}
-		out += fmt.Sprintf("%q", n)
+		quoted[i] = strconv.Quote(n)
 	}
-	return out
+	return strings.Join(quoted, ", ")
 }

@@ -104,6 +104,19 @@ func Parse(annotations map[string]string) (*Scope, error) {
 	return s, nil
 }
 
+// SameScope reports whether two annotation sets carry the same scope
+// annotations (an update that changes none of them changes no scope).
+func SameScope(a, b map[string]string) bool {
+	for _, k := range known {
+		va, oka := a[k]
+		vb, okb := b[k]
+		if va != vb || oka != okb {
+			return false
+		}
+	}
+	return true
+}
+
 // Scoped reports whether the annotations scope the ServiceCIDR.
 func Scoped(annotations map[string]string) bool {
 	_, ok := annotations[NamespaceSelectorAnnotation]

@@ -132,3 +132,19 @@ func TestVerdict(t *testing.T) {
 		}
 	}
 }
+
+func TestSameScope(t *testing.T) {
+	a := map[string]string{NamespaceSelectorAnnotation: "team=a", "example.com/x": "1"}
+	if !SameScope(a, map[string]string{NamespaceSelectorAnnotation: "team=a", "example.com/x": "2"}) {
+		t.Error("other annotations changed: same scope")
+	}
+	for _, b := range []map[string]string{
+		{NamespaceSelectorAnnotation: "team=b"},
+		{NamespaceSelectorAnnotation: "team=a", FallbackAnnotation: "false"}, // added, even if it means the default
+		nil,
+	} {
+		if SameScope(a, b) {
+			t.Errorf("%v and %v: not the same scope", a, b)
+		}
+	}
+}

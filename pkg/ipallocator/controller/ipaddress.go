@@ -321,7 +321,7 @@ func (r *IPAddressRepair) Run(ctx context.Context, firstPass chan<- struct{}) er
 	cidrUpdated := func(old, cur any) {
 		o, ok1 := old.(*networkingv1.ServiceCIDR)
 		c, ok2 := cur.(*networkingv1.ServiceCIDR)
-		if ok1 && ok2 && slices.Equal(o.Spec.CIDRs, c.Spec.CIDRs) && scopeAnnotationsEqual(o, c) {
+		if ok1 && ok2 && slices.Equal(o.Spec.CIDRs, c.Spec.CIDRs) && scope.SameScope(o.Annotations, c.Annotations) {
 			return
 		}
 		if !enqueueAllIfScoped(old, cur) {
@@ -483,17 +483,4 @@ func (r *IPAddressRepair) pass(ctx context.Context, view ipView) (*report.Report
 		return rep, fmt.Errorf("ipaddress repair: %d of %d addresses failed: %w", len(failed), len(keys), errors.Join(failed...))
 	}
 	return rep, nil
-}
-
-// scopeAnnotationsEqual reports whether two versions of a ServiceCIDR carry
-// the same scope annotations.
-func scopeAnnotationsEqual(a, b *networkingv1.ServiceCIDR) bool {
-	for _, k := range []string{scope.NamespaceSelectorAnnotation, scope.ServiceSelectorAnnotation, scope.PriorityAnnotation, scope.FallbackAnnotation} {
-		va, oka := a.Annotations[k]
-		vb, okb := b.Annotations[k]
-		if va != vb || oka != okb {
-			return false
-		}
-	}
-	return true
 }

@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"net/netip"
-	"strconv"
 	"strings"
 	"time"
 
@@ -131,11 +130,7 @@ func noteOutOfScope(view ipView, ranges serviceCIDRs, ip netip.Addr, holders []*
 		}
 		may := "no ServiceCIDR of its family"
 		if len(allowed) > 0 {
-			quoted := make([]string, len(allowed))
-			for i, name := range allowed {
-				quoted[i] = strconv.Quote(name)
-			}
-			may = "ServiceCIDR " + strings.Join(quoted, ", ")
+			may = "ServiceCIDR " + allocation.QuoteNames(allowed)
 		}
 		out.note(svc, report.Problem{Type: report.TypeOutOfScope, Reason: report.ReasonOutOfScope, IP: ip.String(), Service: report.ServiceKey(svc),
 			Message: fmt.Sprintf("Cluster IP [%s]: %s is outside the ServiceCIDRs this Service's scope allows (it may use %s); it keeps the address until it is recreated",

@@ -105,22 +105,18 @@ func (s serviceCIDRs) outOfScope(ip netip.Addr, nsLabels, svcLabels labels.Set) 
 	if !s.scoped {
 		return false, nil
 	}
+	family := func(e cidrEntry) bool { return e.rng.Prefix().Addr().Is6() == ip.Is6() }
 	var verdict scope.Verdict
-	for _, e := range s.entries {
-		if e.scope != nil && e.rng.Prefix().Addr().Is6() == ip.Is6() {
-			verdict.Note(e.scope, e.scope.Matches(nsLabels, svcLabels))
+	in := make(map[int]bool) // entries whose scope the Service is in
+	for i, e := range s.entries {
+		if e.scope != nil && family(e) {
+			in[i] = e.scope.Matches(nsLabels, svcLabels)
+			verdict.Note(e.scope, in[i])
 		}
 	}
 	var allowed []string
-	for _, e := range s.entries {
-		if e.rng.Prefix().Addr().Is6() != ip.Is6() {
-			continue
-		}
-		may := verdict.Unscoped()
-		if e.scope != nil {
-			may = e.scope.Matches(nsLabels, svcLabels)
-		}
-		if !may {
+	for i, e := range s.entries {
+		if !family(e) || (e.scope == nil && !verdict.Unscoped()) || (e.scope != nil && !in[i]) {
 			continue
 		}
 		if e.rng.Contains(ip) {

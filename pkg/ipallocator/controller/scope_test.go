@@ -22,8 +22,9 @@ import (
 // TestIPAddressRepairOutOfScope: Services allocated by the server's scoped
 // allocator, then namespaces relabelled so that two of them hold addresses
 // outside what their scope now allows. Run (informers, its full pass an
-// hour away) reports both with an event, from the namespace updates; the
-// one-shot pass (lists) reports them too; neither moves or frees anything.
+// hour away) reports both with an event, from the namespace updates, and
+// again when a ServiceCIDR added changes what one may use; the one-shot pass
+// (lists) reports them too; neither moves or frees anything.
 func TestIPAddressRepairOutOfScope(t *testing.T) {
 	ctx := repairtest.Context(t)
 	srv := ipaddressServer(t, "10.0.0.0/24")
@@ -86,6 +87,16 @@ func TestIPAddressRepairOutOfScope(t *testing.T) {
 		ns, _, _ := strings.Cut(p.Service, "/")
 		waitObjectEvent(t, srv, "Service", ns, "s", report.ReasonOutOfScope, p.Message)
 	}
+	// A scoped ServiceCIDR added for team z: team-a/s (now team z) may use it
+	// instead. Its address lies outside the new prefix, so only the
+	// re-judging of every held address on a scope change brings it back.
+	zOnly := &networkingv1.ServiceCIDR{ObjectMeta: metav1.ObjectMeta{Name: "z-only", Annotations: map[string]string{scope.NamespaceSelectorAnnotation: "team=z"}},
+		Spec: networkingv1.ServiceCIDRSpec{CIDRs: []string{"10.2.0.0/28"}}}
+	if _, err := c.NetworkingV1().ServiceCIDRs().Create(ctx, zOnly, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	want[0].Message = fmt.Sprintf("Cluster IP [IPv4]: %s is outside the ServiceCIDRs this Service's scope allows (it may use ServiceCIDR \"z-only\"); it keeps the address until it is recreated", ip["team-a"])
+	waitObjectEvent(t, srv, "Service", "team-a", "s", report.ReasonOutOfScope, want[0].Message)
 	stop()
 	rep := runOnce(t, ctx, ctrl)
 	if diff := cmp.Diff(want, rep.Problems, cmpProblemsByIP); diff != "" {

@@ -442,8 +442,12 @@ type NoServiceCIDRError struct {
 
 func (e *NoServiceCIDRError) Error() string {
 	if len(e.ScopedElsewhere) > 0 {
+		verb := "are"
+		if len(e.ScopedElsewhere) == 1 {
+			verb = "is"
+		}
 		return fmt.Sprintf("no ready ServiceCIDR serves %s addresses to this Service: ServiceCIDR %s %s scoped to other Services, and no unscoped one serves %s",
-			e.Family, quoted(e.ScopedElsewhere), map[bool]string{true: "is", false: "are"}[len(e.ScopedElsewhere) == 1], e.Family)
+			e.Family, allocation.QuoteNames(e.ScopedElsewhere), verb, e.Family)
 	}
 	msg := "no ready ServiceCIDR serves " + e.Family + " addresses"
 	if len(e.Terminating) > 0 {
@@ -859,11 +863,3 @@ func (d dryRun) ForEach(ctx context.Context, fn func(netip.Addr)) error    { ret
 func (d dryRun) Usage(ctx context.Context) (allocation.Usage, error)       { return d.a.Usage(ctx) }
 func (d dryRun) IPv6() bool                                                { return d.a.ipv6 }
 func (d dryRun) DryRun() allocation.Interface                              { return d }
-
-func quoted(names []string) string {
-	out := make([]string, len(names))
-	for i, n := range names {
-		out[i] = fmt.Sprintf("%q", n)
-	}
-	return strings.Join(out, ", ")
-}
