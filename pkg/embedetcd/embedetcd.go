@@ -127,6 +127,13 @@ func start(ctx context.Context, cfg Config) (*Server, error) {
 	}
 	ecfg.ListenClientUrls = []url.URL{*cu}
 	ecfg.AdvertiseClientUrls = []url.URL{*cu}
+	// etcd's HTTP endpoints (/health, /metrics, /version) on a port of their
+	// own, picked by the kernel: the client URL then serves gRPC alone, on
+	// gRPC's own transport. Shared with HTTP, every gRPC call of a TLS
+	// client goes through net/http's HTTP/2 server and gRPC's ServeHTTP
+	// adapter, a goroutine and a copy per call (etcd warns about it at
+	// start: "not recommended for production").
+	ecfg.ListenClientHttpUrls = []url.URL{{Scheme: cu.Scheme, Host: net.JoinHostPort(cu.Hostname(), "0")}}
 	ecfg.ListenPeerUrls = []url.URL{*pu}
 	ecfg.AdvertisePeerUrls = []url.URL{*pu}
 	ecfg.InitialCluster = cfg.InitialCluster
