@@ -141,6 +141,26 @@ func clusterIPCases(f Family) []Case {
 			create(svc("a", ips(f.pri(45)))),
 			create(svc("b", ips(f.pri(45)))),
 		)},
+		// The same Service created twice: kube-apiserver allocates before
+		// it writes, so asking again for the address the existing Service
+		// holds is refused as taken (422), not as already existing (409);
+		// an invalid second create is refused as invalid; a dynamic one
+		// gets 409 and its picked address back.
+		Case{Name: "clusterips/already-exists-same-address", Steps: steps(
+			create(svc("a", ips(f.pri(83)))),
+			create(svc("a", ips(f.pri(83)))),
+			get("a"),
+		)},
+		Case{Name: "clusterips/already-exists-invalid", Steps: steps(
+			create(svc("a")),
+			create(svc("a", ports())),
+		)},
+		Case{Name: "clusterips/already-exists-dynamic", Steps: steps(
+			create(svc("a")),
+			create(svc("a")),
+			create(svc("b", ips(f.pri(84)))),
+			get("a"),
+		)},
 	)
 	return cs
 }

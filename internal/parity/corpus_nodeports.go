@@ -34,6 +34,10 @@ func nodePortCases(f Family) []Case {
 			create(svc("m", typ(np), ports(tcpPort("a", 80, 30015)))),
 			del("n"),
 			create(svc("m", typ(np), ports(tcpPort("a", 80, 30015)))))},
+		{Name: "nodeports/already-exists-same-port", Steps: steps(
+			create(svc("n", typ(np), ports(tcpPort("a", 80, 30052)))),
+			create(svc("n", typ(np), ports(tcpPort("a", 80, 30052)))),
+			get("n"))},
 		{Name: "nodeports/below-range", Steps: steps(create(svc("n", typ(np), ports(tcpPort("a", 80, 29999)))))},
 		{Name: "nodeports/above-range", Steps: steps(create(svc("n", typ(np), ports(tcpPort("a", 80, 32768)))))},
 		{Name: "nodeports/invalid-number", Steps: steps(create(svc("n", typ(np), ports(tcpPort("a", 80, 65536)))))},

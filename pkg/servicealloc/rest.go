@@ -94,8 +94,8 @@ func (g trackingOptions) GetRESTOptions(resource schema.GroupResource, example r
 // Allocator returns the allocator the hooks call.
 func (r *REST) Allocator() *Allocator { return r.alloc }
 
-// Create refuses a Service that already exists before anything is reserved,
-// then creates it through the store (whose BeginCreate hook reserves).
+// Create creates a Service through the store (whose BeginCreate hook
+// reserves), and settles what was reserved when the write failed.
 func (r *REST) Create(ctx context.Context, obj runtime.Object, createValidation rest.ValidateObjectFunc, options *metav1.CreateOptions) (runtime.Object, error) {
 	svc, ok := obj.(*corev1.Service)
 	if !ok {
@@ -106,15 +106,11 @@ func (r *REST) Create(ctx context.Context, obj runtime.Object, createValidation 
 		return nil, err
 	}
 	defer done()
-	if svc.Name != "" {
-		_, err := r.Store.Get(ctx, svc.Name, &metav1.GetOptions{})
-		switch {
-		case err == nil:
-			return nil, apierrors.NewAlreadyExists(r.Store.DefaultQualifiedResource, svc.Name)
-		case !apierrors.IsNotFound(err):
-			return nil, err
-		}
-	}
+	// No existence check first: as in kube-apiserver, a create of a name
+	// already taken is validated and allocates before the write answers
+	// 409, so asking again for the address or node port the existing
+	// Service holds is refused as taken (422), and what a dynamic request
+	// picked is released on the 409 (testdata/parity, "already-exists").
 	log := &writeLog{}
 	out, err := r.Store.Create(withWriteLog(ctx, log), obj, createValidation, options)
 	log.settle(ctx, err, r.reader(svc.Name))
