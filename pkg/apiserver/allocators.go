@@ -43,7 +43,7 @@ func (s *Server) openBackend(ctx context.Context, objects ipaddress.Objects) (*i
 		obj := &networkingv1.ServiceCIDR{ObjectMeta: metav1.ObjectMeta{Name: r.ServiceCIDR}}
 		recorder.Eventf(obj, corev1.EventTypeWarning, ReasonServiceCIDRNotServed, "CIDR %s is not served: %v", r.CIDR, r.Err)
 	}
-	s.informers = sharedInformers(ctx, client, s.cfg.Model == model.IPAddress || s.transition != nil)
+	s.informers = sharedInformers(ctx, client, s.sources, s.cfg.Model == model.IPAddress || s.transition != nil)
 	cfg := ipallocator.Config{
 		Model: s.cfg.Model, Prefixes: s.cfg.ServiceCIDRs, Etcd: s.etcd, EtcdPrefix: s.cfg.EtcdPrefix,
 		Client: client, Informers: s.informers, IPAddresses: objects, Transition: s.transition, OnRefused: onRefused,
@@ -69,10 +69,12 @@ func (s *Server) openBackend(ctx context.Context, objects ipaddress.Objects) (*i
 // started here, for the server's lifetime:
 // otherwise one first started by a shorter-lived user (the transition
 // repair, which runs only while dual write is on) would stop with it and
-// stay dead in the factory. They list through the loopback client, so they
-// sync once the server serves.
-func sharedInformers(ctx context.Context, client kubernetes.Interface, services bool) informers.SharedInformerFactory {
+// stay dead in the factory. They list and watch the server's own stores in
+// process (srcs), and sync once those exist and their watch caches are
+// ready.
+func sharedInformers(ctx context.Context, client kubernetes.Interface, srcs *inProcessSources, services bool) informers.SharedInformerFactory {
 	factory := informers.NewSharedInformerFactoryWithOptions(client, 0, informers.WithTransform(stripManagedFields))
+	inProcessInformers(factory, srcs)
 	factory.Networking().V1().IPAddresses().Informer()
 	factory.Networking().V1().ServiceCIDRs().Informer()
 	if services {

@@ -55,10 +55,11 @@ type Server struct {
 	alloc     *servicealloc.Allocator
 	nodePorts *portallocator.EtcdAllocator
 	backend   *ipallocator.Backend
-	// informers is the server's one informer factory on its loopback
-	// client (allocators, repairs, ServiceCIDR controller); see
-	// openBackend.
+	// informers is the server's one informer factory (allocators,
+	// repairs, ServiceCIDR controller); see openBackend. Its informers read
+	// the stores of sources in process.
 	informers  informers.SharedInformerFactory
+	sources    *inProcessSources
 	allocators []allocation.Interface // the backend's, as wrapped by Config.WrapAllocator; primary first
 	open       atomic.Bool            // set once bootstrap opened s.alloc
 	bootstrap  atomic.Bool
@@ -123,6 +124,7 @@ func (c CompletedConfig) New(ctx context.Context) (*Server, error) {
 		repairFirstPass: make(chan struct{}),
 	}
 	s.watches = newWatchTerminator()
+	s.sources = newInProcessSources()
 	generic.Handler.FullHandlerChain = s.watches.wrap(generic.Handler.FullHandlerChain)
 	s.allocMetrics.Register(s.registry)
 	s.repairMetrics.Register(s.registry)
@@ -194,6 +196,11 @@ func (c CompletedConfig) New(ctx context.Context) (*Server, error) {
 	if err != nil {
 		return nil, err
 	}
+
+	s.sources.services.set(svcREST)
+	s.sources.namespaces.set(nsREST)
+	s.sources.ipAddresses.set(ipREST)
+	s.sources.serviceCIDRs.set(cidrREST)
 
 	nsREST.OnDelete(func(ctx context.Context, namespace string) error {
 		ctx = request.WithNamespace(ctx, namespace)

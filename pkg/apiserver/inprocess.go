@@ -1,0 +1,147 @@
+package apiserver
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	networkingv1 "k8s.io/api/networking/v1"
+	metainternalversion "k8s.io/apimachinery/pkg/apis/meta/internalversion"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/watch"
+	"k8s.io/apiserver/pkg/registry/rest"
+	"k8s.io/client-go/informers"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/tools/cache"
+)
+
+// listWatchStore is what an in-process informer reads: a resource's registry
+// store, whose lists and watches the watch cache serves.
+type listWatchStore interface {
+	rest.Lister
+	rest.Watcher
+}
+
+// storeSource is one resource's store for its in-process informer. The
+// informers are built (and started) before the stores exist, so a list or
+// watch waits until set is called.
+type storeSource struct {
+	ready chan struct{}
+	store listWatchStore
+}
+
+func newStoreSource() *storeSource { return &storeSource{ready: make(chan struct{})} }
+
+func (s *storeSource) set(store listWatchStore) {
+	s.store = store
+	close(s.ready)
+}
+
+func (s *storeSource) wait(ctx context.Context) error {
+	select {
+	case <-s.ready:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+// inProcessSources are the stores of the four resources the server's own
+// informers read (Services, Namespaces, IPAddresses, ServiceCIDRs).
+type inProcessSources struct {
+	services, namespaces, ipAddresses, serviceCIDRs *storeSource
+}
+
+func newInProcessSources() *inProcessSources {
+	return &inProcessSources{
+		services: newStoreSource(), namespaces: newStoreSource(),
+		ipAddresses: newStoreSource(), serviceCIDRs: newStoreSource(),
+	}
+}
+
+// storeListWatch lists and watches a store in process: the informer gets
+// the watch cache's events without the loopback request (authentication,
+// protobuf encoding, HTTP/2 and TLS on the server's side, the same again
+// to decode them on the informer's), which cost every create and delete a
+// few percent of its CPU per informer (docs/performance.md).
+type storeListWatch struct{ src *storeSource }
+
+var _ cache.ListerWatcherWithContext = storeListWatch{}
+
+func (lw storeListWatch) List(opts metav1.ListOptions) (runtime.Object, error) {
+	return lw.ListWithContext(context.Background(), opts)
+}
+
+func (lw storeListWatch) Watch(opts metav1.ListOptions) (watch.Interface, error) {
+	return lw.WatchWithContext(context.Background(), opts)
+}
+
+func (lw storeListWatch) ListWithContext(ctx context.Context, opts metav1.ListOptions) (runtime.Object, error) {
+	in, err := lw.prepare(ctx, opts)
+	if err != nil {
+		return nil, err
+	}
+	// The list's items are copies of the cached objects (a typed list
+	// holds values), so the informer's transform may change them.
+	return lw.src.store.List(ctx, in)
+}
+
+func (lw storeListWatch) WatchWithContext(ctx context.Context, opts metav1.ListOptions) (watch.Interface, error) {
+	in, err := lw.prepare(ctx, opts)
+	if err != nil {
+		return nil, err
+	}
+	w, err := lw.src.store.Watch(ctx, in)
+	if err != nil {
+		return nil, err
+	}
+	return watch.Filter(w, ownCopy), nil
+}
+
+func (lw storeListWatch) prepare(ctx context.Context, opts metav1.ListOptions) (*metainternalversion.ListOptions, error) {
+	if err := lw.src.wait(ctx); err != nil {
+		return nil, err
+	}
+	in := &metainternalversion.ListOptions{}
+	if err := metainternalversion.Convert_v1_ListOptions_To_internalversion_ListOptions(&opts, in, nil); err != nil {
+		return nil, fmt.Errorf("list options: %w", err)
+	}
+	return in, nil
+}
+
+// ownCopy gives the informer an object of its own: a watch event carries
+// the watch cache's object, shared with every other watcher and with the
+// cache itself (wrapped for the encoders, or not), and the informer's
+// transform changes what it stores.
+func ownCopy(e watch.Event) (watch.Event, bool) {
+	switch o := e.Object.(type) {
+	case nil:
+	case runtime.CacheableObject:
+		e.Object = o.GetObject() // a deep copy
+	default:
+		e.Object = o.DeepCopyObject()
+	}
+	return e, true
+}
+
+// inProcessInformers registers, in factory, informers of the four resources
+// that read srcs in process; the factory's own constructors (on its
+// client) are then never used for them.
+func inProcessInformers(factory informers.SharedInformerFactory, srcs *inProcessSources) {
+	for _, r := range []struct {
+		obj runtime.Object
+		src *storeSource
+	}{
+		{&corev1.Service{}, srcs.services},
+		{&corev1.Namespace{}, srcs.namespaces},
+		{&networkingv1.IPAddress{}, srcs.ipAddresses},
+		{&networkingv1.ServiceCIDR{}, srcs.serviceCIDRs},
+	} {
+		factory.InformerFor(r.obj, func(_ kubernetes.Interface, resync time.Duration) cache.SharedIndexInformer {
+			return cache.NewSharedIndexInformer(storeListWatch{src: r.src}, r.obj, resync,
+				cache.Indexers{cache.NamespaceIndex: cache.MetaNamespaceIndexFunc})
+		})
+	}
+}
