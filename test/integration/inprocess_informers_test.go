@@ -13,7 +13,9 @@ import (
 // cache they read must keep them (a list or get at resourceVersion "0" is
 // served from it). Objects made before the server starts reach the
 // informers as initial events, those made after as watch events.
-func TestWatchCacheKeepsManagedFields(t *testing.T) { forEachModel(t, testWatchCacheKeepsManagedFields) }
+func TestWatchCacheKeepsManagedFields(t *testing.T) {
+	forEachModel(t, testWatchCacheKeepsManagedFields)
+}
 
 func testWatchCacheKeepsManagedFields(t *testing.T, model string) {
 	ctx := testContext(t)
