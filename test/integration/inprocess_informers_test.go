@@ -1,11 +1,12 @@
 package integration
 
 import (
-	"fmt"
 	"testing"
 	"time"
 
+	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
 )
 
 // TestWatchCacheKeepsManagedFields: the server's own informers read its
@@ -29,69 +30,41 @@ func testWatchCacheKeepsManagedFields(t *testing.T, model string) {
 	// here; the allocator's readiness covers only their first sync).
 	time.Sleep(2 * time.Second)
 
-	check := func(what string, managed func() (map[string]int, error)) {
+	// check lists what from the watch cache and wants at least min
+	// objects, each with managedFields.
+	check := func(what string, min int, list func(metav1.ListOptions) (runtime.Object, error)) {
 		t.Helper()
-		got, err := managed()
+		l, err := list(metav1.ListOptions{ResourceVersion: "0"})
 		if err != nil {
-			t.Fatalf("%s: %v", what, err)
+			t.Fatalf("list %s: %v", what, err)
 		}
-		for name, n := range got {
-			if n == 0 {
-				t.Errorf("%s %s served from the watch cache without managedFields", what, name)
+		items, err := meta.ExtractList(l)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(items) < min {
+			t.Errorf("listed %d %s, want at least %d", len(items), what, min)
+		}
+		for _, item := range items {
+			m, err := meta.Accessor(item)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if len(m.GetManagedFields()) == 0 {
+				t.Errorf("%s %s served from the watch cache without managedFields", what, m.GetName())
 			}
 		}
 	}
-	cached := metav1.ListOptions{ResourceVersion: "0"}
-	check("Service", func() (map[string]int, error) {
-		l, err := c.CoreV1().Services(metav1.NamespaceDefault).List(ctx, cached)
-		if err != nil {
-			return nil, err
-		}
-		m := map[string]int{}
-		for _, s := range l.Items {
-			m[s.Name] = len(s.ManagedFields)
-		}
-		if len(m) < 3 {
-			return nil, fmt.Errorf("listed %v, want kubernetes, before and after", m)
-		}
-		return m, nil
+	check("Services", 3, func(o metav1.ListOptions) (runtime.Object, error) {
+		return c.CoreV1().Services(metav1.NamespaceDefault).List(ctx, o)
 	})
-	check("Namespace", func() (map[string]int, error) {
-		l, err := c.CoreV1().Namespaces().List(ctx, cached)
-		if err != nil {
-			return nil, err
-		}
-		m := map[string]int{}
-		for _, s := range l.Items {
-			m[s.Name] = len(s.ManagedFields)
-		}
-		return m, nil
-	})
+	check("Namespaces", 1, func(o metav1.ListOptions) (runtime.Object, error) { return c.CoreV1().Namespaces().List(ctx, o) })
 	if model == "ipaddress" {
-		check("IPAddress", func() (map[string]int, error) {
-			l, err := c.NetworkingV1().IPAddresses().List(ctx, cached)
-			if err != nil {
-				return nil, err
-			}
-			m := map[string]int{}
-			for _, s := range l.Items {
-				m[s.Name] = len(s.ManagedFields)
-			}
-			if len(m) < 3 {
-				return nil, fmt.Errorf("listed %v, want three", m)
-			}
-			return m, nil
+		check("IPAddresses", 3, func(o metav1.ListOptions) (runtime.Object, error) {
+			return c.NetworkingV1().IPAddresses().List(ctx, o)
 		})
-		check("ServiceCIDR", func() (map[string]int, error) {
-			l, err := c.NetworkingV1().ServiceCIDRs().List(ctx, cached)
-			if err != nil {
-				return nil, err
-			}
-			m := map[string]int{}
-			for _, s := range l.Items {
-				m[s.Name] = len(s.ManagedFields)
-			}
-			return m, nil
+		check("ServiceCIDRs", 1, func(o metav1.ListOptions) (runtime.Object, error) {
+			return c.NetworkingV1().ServiceCIDRs().List(ctx, o)
 		})
 	}
 }
