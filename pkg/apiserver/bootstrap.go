@@ -238,32 +238,41 @@ func (s *Server) ensureKubernetesService(ctx context.Context, client kubernetes.
 			}},
 		},
 	}
-	_, err := client.CoreV1().Services(metav1.NamespaceDefault).Create(ctx, svc, metav1.CreateOptions{})
-	if err == nil {
-		return nil
+	// Read first, as kube-apiserver does: a create of an existing Service
+	// asks again for the address it holds and is refused as taken (422),
+	// not as existing (409).
+	services := client.CoreV1().Services(metav1.NamespaceDefault)
+	existing, err := services.Get(ctx, svc.Name, metav1.GetOptions{})
+	if apierrors.IsNotFound(err) {
+		_, err = services.Create(ctx, svc, metav1.CreateOptions{})
+		if err == nil {
+			return nil
+		}
+		if !apierrors.IsInvalid(err) && !apierrors.IsAlreadyExists(err) {
+			return fmt.Errorf("create default/kubernetes Service: %w", err)
+		}
+		// Created meanwhile (another replica), or its address went to
+		// another Service while it was gone.
+		created := err
+		existing, err = services.Get(ctx, svc.Name, metav1.GetOptions{})
+		if apierrors.IsNotFound(err) {
+			// Do not hold readiness hostage to it; log and try again later.
+			logger(ctx).Info("Cannot create the default/kubernetes Service", "err", created)
+			return nil
+		}
 	}
-	if apierrors.IsInvalid(err) {
-		// E.g. its address went to another Service while it was gone. Do
-		// not hold readiness hostage to it; log and try again later.
-		logger(ctx).Info("Cannot create the default/kubernetes Service", "err", err)
-		return nil
-	}
-	if !apierrors.IsAlreadyExists(err) {
-		return fmt.Errorf("create default/kubernetes Service: %w", err)
+	if err != nil {
+		return fmt.Errorf("get default/kubernetes Service: %w", err)
 	}
 	if !fixPort {
 		return nil
 	}
 	// It exists: keep its port pointing at this server's port (it changes
 	// across restarts with --secure-port 0).
-	existing, err := client.CoreV1().Services(metav1.NamespaceDefault).Get(ctx, "kubernetes", metav1.GetOptions{})
-	if err != nil {
-		return fmt.Errorf("get default/kubernetes Service: %w", err)
-	}
 	for i, p := range existing.Spec.Ports {
 		if p.Name == "https" && p.TargetPort != svc.Spec.Ports[0].TargetPort {
 			existing.Spec.Ports[i].TargetPort = svc.Spec.Ports[0].TargetPort
-			if _, err := client.CoreV1().Services(metav1.NamespaceDefault).Update(ctx, existing, metav1.UpdateOptions{}); err != nil {
+			if _, err := services.Update(ctx, existing, metav1.UpdateOptions{}); err != nil {
 				return fmt.Errorf("update default/kubernetes Service port: %w", err)
 			}
 		}

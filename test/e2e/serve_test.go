@@ -392,4 +392,15 @@ func TestStartupLogs(t *testing.T) {
 	if !strings.Contains(out, "Bootstrap done") {
 		t.Errorf("no klog output at -v 2?\n%s", tail(out, 20))
 	}
+
+	// Started again, the server finds default/kubernetes stored and keeps
+	// it: a second create of it would be refused as taking its own address
+	// (as on kube-apiserver), which must not be what the bootstrap does.
+	again := startEmbedded(t, bin, s.dataDir, "-v", "2")
+	if _, err, exited := again.stop(t, 30*time.Second); !exited || err != nil {
+		t.Fatalf("stop after restart: exited=%v err=%v", exited, err)
+	}
+	if log := again.log.String(); strings.Contains(log, "Cannot create the default/kubernetes Service") {
+		t.Errorf("the restarted server tried to create default/kubernetes again:\n%s", tail(log, 20))
+	}
 }
