@@ -7,6 +7,7 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	networkingv1 "k8s.io/api/networking/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metainternalversion "k8s.io/apimachinery/pkg/apis/meta/internalversion"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
@@ -85,7 +86,7 @@ func (lw storeListWatch) ListWithContext(ctx context.Context, opts metav1.ListOp
 	}
 	// The list's items are copies of the cached objects (a typed list
 	// holds values), so the informer's transform may change them.
-	return lw.src.store.List(ctx, in)
+	return whileInitializing(ctx, func() (runtime.Object, error) { return lw.src.store.List(ctx, in) })
 }
 
 func (lw storeListWatch) WatchWithContext(ctx context.Context, opts metav1.ListOptions) (watch.Interface, error) {
@@ -93,7 +94,7 @@ func (lw storeListWatch) WatchWithContext(ctx context.Context, opts metav1.ListO
 	if err != nil {
 		return nil, err
 	}
-	w, err := lw.src.store.Watch(ctx, in)
+	w, err := whileInitializing(ctx, func() (watch.Interface, error) { return lw.src.store.Watch(ctx, in) })
 	if err != nil {
 		return nil, err
 	}
@@ -109,6 +110,30 @@ func (lw storeListWatch) prepare(ctx context.Context, opts metav1.ListOptions) (
 		return nil, fmt.Errorf("list options: %w", err)
 	}
 	return in, nil
+}
+
+// initializingRetry bounds how long a list or watch waits out a watch cache
+// that is not ready; after it, the informer's own backoff takes over.
+const initializingRetry = 10 * time.Second
+
+// whileInitializing calls f again while the store answers 429, "storage is
+// (re)initializing": its watch cache lists etcd when the server starts, a
+// few milliseconds after the informers do, and the informer's own backoff
+// would wait a second or more before trying again (the IPAddress repair's
+// first pass, which waits for every informer, with it).
+func whileInitializing[T any](ctx context.Context, f func() (T, error)) (T, error) {
+	deadline := time.Now().Add(initializingRetry)
+	for {
+		v, err := f()
+		if !apierrors.IsTooManyRequests(err) || time.Now().After(deadline) {
+			return v, err
+		}
+		select {
+		case <-ctx.Done():
+			return v, err
+		case <-time.After(20 * time.Millisecond):
+		}
+	}
 }
 
 // ownCopy gives the informer an object of its own: a watch event carries

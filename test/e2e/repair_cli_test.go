@@ -103,6 +103,10 @@ func startServe(t *testing.T, bin string, etcd *etcdtest.Etcd, args ...string) (
 			<-done
 		}
 		logFile.Close()
+		if t.Failed() {
+			log, _ := os.ReadFile(logPath)
+			t.Logf("server log (last lines):\n%s", tail(string(log), 60))
+		}
 	})
 	kubeconfig := filepath.Join(dataDir, "admin.kubeconfig")
 	var client kubernetes.Interface
@@ -198,11 +202,17 @@ func TestRepairCLIBitmap(t *testing.T) {
 		t.Fatal(err)
 	}
 	plantService(t, etcd, "planted", "10.0.0.50")
+	// The server keeps IPAddresses beside its bits (dual write is on): the
+	// one of default/kubernetes comes from its IPAddress repair, moments
+	// after the bootstrap made the Service.
 	if err := wait.PollUntilContextTimeout(ctx, 100*time.Millisecond, 30*time.Second, true, func(ctx context.Context) (bool, error) {
-		_, err := client.CoreV1().Services("default").Get(ctx, "planted", metav1.GetOptions{})
+		if _, err := client.CoreV1().Services("default").Get(ctx, "planted", metav1.GetOptions{}); err != nil {
+			return false, nil
+		}
+		_, err := client.NetworkingV1().IPAddresses().Get(ctx, "10.0.0.1", metav1.GetOptions{})
 		return err == nil, nil
 	}); err != nil {
-		t.Fatal("planted Service never served")
+		t.Fatal("planted Service never served, or default/kubernetes never got its IPAddress")
 	}
 	common := []string{"--kubeconfig", kubeconfig, "--etcd-servers", strings.Join(etcd.Endpoints(), ",")}
 
