@@ -11,12 +11,20 @@ import (
 	"k8s.io/client-go/kubernetes"
 )
 
+// ListPageSize is the page size of the repairs' and the migration's lists.
+// Every page after the first is a list at the first page's resourceVersion,
+// which a watch cache (ours, kube-apiserver's) answers at a cost that grows
+// with the objects stored: at 100,000 Services on our server, `kubectl get
+// services -A` took 45 s with pages of 500, 16 s with pages of 5,000 or
+// with one list.
+const ListPageSize = 5000
+
 // ListServices lists every Service with a consistent read, in pages, oldest
 // first (then by namespace/name), so that of two Services sharing an address
 // or a port the older one keeps it.
 func ListServices(ctx context.Context, client kubernetes.Interface) ([]corev1.Service, error) {
 	var services []corev1.Service
-	opts := metav1.ListOptions{Limit: 500}
+	opts := metav1.ListOptions{Limit: ListPageSize}
 	for {
 		list, err := client.CoreV1().Services(metav1.NamespaceAll).List(ctx, opts)
 		if err != nil {

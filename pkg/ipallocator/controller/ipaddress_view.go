@@ -201,20 +201,11 @@ func newListView(ctx context.Context, client kubernetes.Interface) (*listView, e
 		services: map[string]*corev1.Service{},
 		ips:      map[string]*networkingv1.IPAddress{},
 	}
-	opts := metav1.ListOptions{Limit: 500}
-	for {
-		list, err := client.NetworkingV1().IPAddresses().List(ctx, opts)
-		if err != nil {
-			return nil, fmt.Errorf("list ipaddresses: %w", err)
-		}
-		for i := range list.Items {
-			v.ips[list.Items[i].Name] = &list.Items[i]
-		}
-		if list.Continue == "" {
-			break
-		}
-		opts.Continue = list.Continue
+	ips, err := listIPAddressObjects(ctx, client)
+	if err != nil {
+		return nil, err
 	}
+	v.ips = ips
 	cidrList, err := client.NetworkingV1().ServiceCIDRs().List(ctx, metav1.ListOptions{})
 	if err != nil {
 		return nil, fmt.Errorf("list servicecidrs: %w", err)

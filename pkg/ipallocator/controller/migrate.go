@@ -479,7 +479,7 @@ func bitmapHolds(ctx context.Context, store BitmapStore, ips []netip.Addr) (bool
 // listIPAddressObjects lists every IPAddress, in pages, by name.
 func listIPAddressObjects(ctx context.Context, client kubernetes.Interface) (map[string]*networkingv1.IPAddress, error) {
 	byName := map[string]*networkingv1.IPAddress{}
-	opts := metav1.ListOptions{Limit: 500}
+	opts := metav1.ListOptions{Limit: report.ListPageSize}
 	for {
 		list, err := client.NetworkingV1().IPAddresses().List(ctx, opts)
 		if err != nil {
