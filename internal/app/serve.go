@@ -72,6 +72,7 @@ func runServe(ctx context.Context, opts *apiserver.Options, streams Streams) err
 	if embedded && (opts.EtcdCAFile != "" || opts.EtcdCertFile != "" || opts.EtcdKeyFile != "") {
 		return errors.New("--etcd-cafile, --etcd-certfile and --etcd-keyfile need --etcd-servers (the embedded etcd uses the certificates in <data-dir>/etcd-pki)")
 	}
+	var inProcess *embedetcd.Server
 	if embedded {
 		pki, err := embedetcd.EnsurePKI(filepath.Join(opts.DataDir, etcdPKIDir))
 		if err != nil {
@@ -82,12 +83,18 @@ func runServe(ctx context.Context, opts *apiserver.Options, streams Streams) err
 			return err
 		}
 		defer etcd.Close()
+		inProcess = etcd
 		endpoints = etcd.Endpoints()
 		opts.EtcdCAFile, opts.EtcdCertFile, opts.EtcdKeyFile = pki.CAFile, pki.ClientCertFile, pki.ClientKeyFile
 	}
 	cfg, err := opts.Config(endpoints)
 	if err != nil {
 		return fmt.Errorf("configure server: %w", err)
+	}
+	if inProcess != nil {
+		// The server's own requests call the member in this process; the
+		// endpoints are for everyone else.
+		cfg.InProcessEtcd = inProcess
 	}
 	server, err := cfg.Complete().New(ctx)
 	if err != nil {

@@ -108,6 +108,19 @@ func (e *Etcd) Client() *clientv3.Client {
 	return e.client
 }
 
+// InProcessClient returns a client calling the running member in this
+// process (embedetcd.Server.InProcessClient), as `allocator serve` reaches
+// its embedded etcd; the caller closes it. It does not survive Stop or
+// Restart: give it only to what lives no longer than the member.
+func (e *Etcd) InProcessClient() *clientv3.Client {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if e.srv == nil {
+		panic("etcdtest: InProcessClient of a stopped member")
+	}
+	return e.srv.InProcessClient()
+}
+
 // NewClient returns an independent client, closed when t ends.
 func (e *Etcd) NewClient(t testing.TB) *clientv3.Client {
 	t.Helper()

@@ -30,7 +30,10 @@ type Options struct {
 	ServiceRange string
 	// Model is --allocator ("" keeps the default).
 	Model string
-	// Etcd is the etcd to use; nil starts a new one.
+	// Etcd is the etcd to use, reached over gRPC at its client URL; nil
+	// starts a new one that the server calls in process, as `allocator
+	// serve` calls its embedded etcd (so a test sharing it with a second
+	// server has one of each).
 	Etcd *etcdtest.Etcd
 	// EtcdPrefix is --etcd-prefix ("" keeps the default).
 	EtcdPrefix string
@@ -92,7 +95,8 @@ func (s *Server) Stop() { s.stop() }
 // Start starts a server and waits until it is ready and bootstrapped.
 func Start(t testing.TB, o Options) *Server {
 	t.Helper()
-	if o.Etcd == nil {
+	inProcess := o.Etcd == nil
+	if inProcess {
 		o.Etcd = etcdtest.New(t)
 	}
 	if o.DataDir == "" {
@@ -117,6 +121,9 @@ func Start(t testing.TB, o Options) *Server {
 	cfg, err := opts.Config(nil)
 	if err != nil {
 		t.Fatalf("server config: %v", err)
+	}
+	if inProcess {
+		cfg.InProcessEtcd = o.Etcd
 	}
 	cfg.ManualRepair = !o.WithRepair
 	cfg.WrapAllocator = o.WrapAllocator

@@ -38,6 +38,13 @@ type Config struct {
 	EtcdPrefix string
 	// EtcdTLS secures the connection to EtcdServers (empty: plain http).
 	EtcdTLS EtcdTLS
+	// InProcessEtcd, when set, is the etcd member of EtcdServers running in
+	// this process (serve's embedded etcd): the server's stores and
+	// allocators then call it in process, without gRPC and TLS over
+	// loopback. EtcdServers stay what the etcd health checks probe and what
+	// other processes (repair, migrate) are told to use. The member must
+	// outlive the server's Run.
+	InProcessEtcd InProcessEtcd
 	// Model is the ClusterIP allocator model (--allocator); pkg/ipallocator
 	// builds it.
 	Model model.Name

@@ -97,26 +97,9 @@ func (c CompletedConfig) New(ctx context.Context) (*Server, error) {
 	if err != nil {
 		return nil, fmt.Errorf("create generic server: %w", err)
 	}
-	etcdTLS, err := c.EtcdTLS.ClientConfig()
+	etcdClient, err := c.etcdClient(ctx)
 	if err != nil {
 		return nil, err
-	}
-	etcdClient, err := clientv3.New(clientv3.Config{
-		Endpoints:   c.EtcdServers,
-		DialTimeout: 10 * time.Second,
-		TLS:         etcdTLS,
-		Logger:      embedetcd.KlogLogger(logger(ctx).WithName("etcd-client")),
-		// Reconnect within 2 s of etcd answering again: gRPC's default
-		// backoff grows to two minutes while etcd is down, which kept the
-		// allocators and the restore check (restore.go) blind long after a
-		// restarted or restored etcd was back.
-		DialOptions: []grpc.DialOption{grpc.WithConnectParams(grpc.ConnectParams{
-			Backoff:           backoff.Config{BaseDelay: 100 * time.Millisecond, Multiplier: 1.6, Jitter: 0.2, MaxDelay: 2 * time.Second},
-			MinConnectTimeout: 5 * time.Second,
-		})},
-	})
-	if err != nil {
-		return nil, fmt.Errorf("connect to etcd %v: %w", c.EtcdServers, err)
 	}
 	s := &Server{
 		cfg: c.Config, generic: generic, etcd: etcdClient,
@@ -153,7 +136,7 @@ func (c CompletedConfig) New(ctx context.Context) (*Server, error) {
 			}
 		}()
 	}
-	getter := newRESTOptionsGetter(c.EtcdServers, c.EtcdPrefix, c.EtcdTLS)
+	getter := newRESTOptionsGetter(c.EtcdServers, c.EtcdPrefix, c.EtcdTLS, c.InProcessEtcd)
 	ipREST, err := ipaddresses.NewREST(Scheme, getter)
 	if err != nil {
 		return nil, err
@@ -395,3 +378,34 @@ func (s *Server) Bootstrapped() bool { return s.bootstrap.Load() }
 
 // logger returns the logger of ctx with the server's name.
 func logger(ctx context.Context) klog.Logger { return klog.FromContext(ctx).WithName("allocator") }
+
+// etcdClient is the server's own etcd client (allocation maps, transition
+// records, the restore check): in process for an etcd in this process, else
+// gRPC to EtcdServers.
+func (c CompletedConfig) etcdClient(ctx context.Context) (*clientv3.Client, error) {
+	if c.InProcessEtcd != nil {
+		return c.InProcessEtcd.InProcessClient(), nil
+	}
+	etcdTLS, err := c.EtcdTLS.ClientConfig()
+	if err != nil {
+		return nil, err
+	}
+	etcdClient, err := clientv3.New(clientv3.Config{
+		Endpoints:   c.EtcdServers,
+		DialTimeout: 10 * time.Second,
+		TLS:         etcdTLS,
+		Logger:      embedetcd.KlogLogger(logger(ctx).WithName("etcd-client")),
+		// Reconnect within 2 s of etcd answering again: gRPC's default
+		// backoff grows to two minutes while etcd is down, which kept the
+		// allocators and the restore check (restore.go) blind long after a
+		// restarted or restored etcd was back.
+		DialOptions: []grpc.DialOption{grpc.WithConnectParams(grpc.ConnectParams{
+			Backoff:           backoff.Config{BaseDelay: 100 * time.Millisecond, Multiplier: 1.6, Jitter: 0.2, MaxDelay: 2 * time.Second},
+			MinConnectTimeout: 5 * time.Second,
+		})},
+	})
+	if err != nil {
+		return nil, fmt.Errorf("connect to etcd %v: %w", c.EtcdServers, err)
+	}
+	return etcdClient, nil
+}

@@ -34,16 +34,23 @@ var resourcePrefixes = map[schema.GroupResource]string{
 // JSON values are read too.
 // Reads go through the watch cache.
 type restOptionsGetter struct {
-	base storagebackend.Config
+	base      storagebackend.Config
+	inProcess *inProcessStores // nil: over gRPC
 }
 
-func newRESTOptionsGetter(etcdServers []string, etcdPrefix string, etcdTLS EtcdTLS) *restOptionsGetter {
+// newRESTOptionsGetter reaches etcd at etcdServers over gRPC, or in process
+// when inProcess is set (etcd_inprocess.go).
+func newRESTOptionsGetter(etcdServers []string, etcdPrefix string, etcdTLS EtcdTLS, inProcess InProcessEtcd) *restOptionsGetter {
 	base := storagebackend.NewDefaultConfig(etcdPrefix, nil)
 	base.Transport.ServerList = etcdServers
 	base.Transport.TrustedCAFile = etcdTLS.CAFile
 	base.Transport.CertFile = etcdTLS.CertFile
 	base.Transport.KeyFile = etcdTLS.KeyFile
-	return &restOptionsGetter{base: *base}
+	g := &restOptionsGetter{base: *base}
+	if inProcess != nil {
+		g.inProcess = &inProcessStores{etcd: inProcess}
+	}
+	return g
 }
 
 func (g *restOptionsGetter) GetRESTOptions(resource schema.GroupResource, _ runtime.Object) (generic.RESTOptions, error) {
@@ -63,9 +70,13 @@ func (g *restOptionsGetter) GetRESTOptions(resource schema.GroupResource, _ runt
 	cfg := g.base
 	cfg.Codec = Codecs.CodecForVersions(serializer, decoder, external, internal)
 	cfg.EncodeVersioner = external
+	decorator := genericregistry.StorageWithCacher()
+	if g.inProcess != nil {
+		decorator = g.inProcess.decorator()
+	}
 	return generic.RESTOptions{
 		StorageConfig:           cfg.ForResource(resource),
-		Decorator:               genericregistry.StorageWithCacher(),
+		Decorator:               decorator,
 		DeleteCollectionWorkers: 1,
 		EnableGarbageCollection: false,
 		ResourcePrefix:          prefix,

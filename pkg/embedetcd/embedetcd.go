@@ -14,8 +14,16 @@ import (
 	"syscall"
 	"time"
 
+	"go.etcd.io/etcd/api/v3/etcdserverpb"
+	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.etcd.io/etcd/server/v3/embed"
+	"go.etcd.io/etcd/server/v3/etcdserver/api/v3client"
+	"go.etcd.io/etcd/server/v3/etcdserver/api/v3rpc"
+	"go.etcd.io/etcd/server/v3/proxy/grpcproxy/adapter"
 	"go.uber.org/zap"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
 )
 
 // Cluster states for Config.InitialClusterState.
@@ -178,6 +186,71 @@ func (s *Server) ClientTLS() (*tls.Config, error) {
 	}
 	return s.cfg.PKI.ClientConfig()
 }
+
+// InProcessClient returns a client that calls the member's v3 API in this
+// process: no gRPC, TLS or socket between them, and no protobuf copy of
+// each request and response. Requests take the same path inside etcd as
+// over gRPC (quotas, linearizable reads, watches, leases); what is skipped
+// is only the transport and gRPC's interceptors, none of which this
+// single-member etcd needs. Responses and watch events may share their
+// byte slices with etcd and with other watchers: callers must not modify
+// them (k8s.io/apiserver's storage and our stores only read them).
+//
+// The client works while the member runs; its caller closes it, before
+// Close. Each call returns a new client. As with a gRPC client, a request
+// made after the client's Close fails (v3client's own key-value calls would
+// still reach etcd: they take only the caller's context), and Close ends
+// its watches; requests already under way finish.
+func (s *Server) InProcessClient() *clientv3.Client {
+	c := v3client.New(s.etcd.Server)
+	kv := adapter.KvServerToKvClient(v3rpc.NewQuotaKVServer(s.etcd.Server))
+	c.KV = clientv3.NewKVFromKVClient(closableKV{KVClient: kv, closed: c.Ctx()}, c)
+	return c
+}
+
+// closableKV refuses requests once closed ends (the client's Close).
+type closableKV struct {
+	etcdserverpb.KVClient
+	closed context.Context
+}
+
+func (k closableKV) Range(ctx context.Context, in *etcdserverpb.RangeRequest, opts ...grpc.CallOption) (*etcdserverpb.RangeResponse, error) {
+	if err := k.closed.Err(); err != nil {
+		return nil, errClientClosed
+	}
+	return k.KVClient.Range(ctx, in, opts...)
+}
+
+func (k closableKV) Put(ctx context.Context, in *etcdserverpb.PutRequest, opts ...grpc.CallOption) (*etcdserverpb.PutResponse, error) {
+	if err := k.closed.Err(); err != nil {
+		return nil, errClientClosed
+	}
+	return k.KVClient.Put(ctx, in, opts...)
+}
+
+func (k closableKV) DeleteRange(ctx context.Context, in *etcdserverpb.DeleteRangeRequest, opts ...grpc.CallOption) (*etcdserverpb.DeleteRangeResponse, error) {
+	if err := k.closed.Err(); err != nil {
+		return nil, errClientClosed
+	}
+	return k.KVClient.DeleteRange(ctx, in, opts...)
+}
+
+func (k closableKV) Txn(ctx context.Context, in *etcdserverpb.TxnRequest, opts ...grpc.CallOption) (*etcdserverpb.TxnResponse, error) {
+	if err := k.closed.Err(); err != nil {
+		return nil, errClientClosed
+	}
+	return k.KVClient.Txn(ctx, in, opts...)
+}
+
+func (k closableKV) Compact(ctx context.Context, in *etcdserverpb.CompactionRequest, opts ...grpc.CallOption) (*etcdserverpb.CompactionResponse, error) {
+	if err := k.closed.Err(); err != nil {
+		return nil, errClientClosed
+	}
+	return k.KVClient.Compact(ctx, in, opts...)
+}
+
+// errClientClosed is what a gRPC client answers once closed.
+var errClientClosed = status.Error(codes.Canceled, "grpc: the client connection is closing")
 
 // Config returns the member's configuration with every URL resolved to a
 // concrete port. Starting it again on the same data directory restarts the
