@@ -8,6 +8,7 @@ import (
 	"context"
 	"errors"
 	"path/filepath"
+	"slices"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -117,6 +118,8 @@ func Start(t testing.TB, o Options) *Server {
 	}
 	if o.Flags != nil {
 		o.Flags(opts)
+		// Flags pointing the server at another etcd: it goes there over gRPC.
+		inProcess = inProcess && slices.Equal(opts.EtcdServers, o.Etcd.Endpoints())
 	}
 	cfg, err := opts.Config(nil)
 	if err != nil {
