@@ -196,54 +196,67 @@ func (s *Server) ClientTLS() (*tls.Config, error) {
 // byte slices with etcd and with other watchers: callers must not modify
 // them (k8s.io/apiserver's storage and our stores only read them).
 //
+// Two differences from a gRPC client, both in its key-value calls:
+//   - A write (Put, Delete, Txn) is not cut short by its context: it is
+//     answered with what etcd made of it, within etcd's own request timeout.
+//     etcd proposes a write to raft even for a context already ended and,
+//     when the context ends first, answers with the context's error while
+//     the write still lands. Over gRPC a cancelled call mostly fails before
+//     it is sent; in process every write of a cancelled request (a client
+//     that went away mid-create) would be such an ambiguous write, and a
+//     read-back right after it can miss it (pkg/servicealloc/settle.go):
+//     a Service stored without its address (TestClientDisconnectsMidAllocation).
+//   - After the client's Close, a request fails, as over gRPC (v3client's
+//     own calls would still reach etcd: they take only the caller's
+//     context). Close also ends its watches.
+//
 // The client works while the member runs; its caller closes it, before
-// Close. Each call returns a new client. As with a gRPC client, a request
-// made after the client's Close fails (v3client's own key-value calls would
-// still reach etcd: they take only the caller's context), and Close ends
-// its watches; requests already under way finish.
+// Close. Each call returns a new client.
 func (s *Server) InProcessClient() *clientv3.Client {
 	c := v3client.New(s.etcd.Server)
 	kv := adapter.KvServerToKvClient(v3rpc.NewQuotaKVServer(s.etcd.Server))
-	c.KV = clientv3.NewKVFromKVClient(closableKV{KVClient: kv, closed: c.Ctx()}, c)
+	c.KV = clientv3.NewKVFromKVClient(inProcessKV{KVClient: kv, closed: c.Ctx()}, c)
 	return c
 }
 
-// closableKV refuses requests once closed ends (the client's Close).
-type closableKV struct {
+// inProcessKV is the key-value API of an in-process client: writes detached
+// from their context's end, every call refused once closed ends (the
+// client's Close).
+type inProcessKV struct {
 	etcdserverpb.KVClient
 	closed context.Context
 }
 
-func (k closableKV) Range(ctx context.Context, in *etcdserverpb.RangeRequest, opts ...grpc.CallOption) (*etcdserverpb.RangeResponse, error) {
-	if err := k.closed.Err(); err != nil {
+func (k inProcessKV) Range(ctx context.Context, in *etcdserverpb.RangeRequest, opts ...grpc.CallOption) (*etcdserverpb.RangeResponse, error) {
+	if k.closed.Err() != nil {
 		return nil, errClientClosed
 	}
 	return k.KVClient.Range(ctx, in, opts...)
 }
 
-func (k closableKV) Put(ctx context.Context, in *etcdserverpb.PutRequest, opts ...grpc.CallOption) (*etcdserverpb.PutResponse, error) {
-	if err := k.closed.Err(); err != nil {
+func (k inProcessKV) Put(ctx context.Context, in *etcdserverpb.PutRequest, opts ...grpc.CallOption) (*etcdserverpb.PutResponse, error) {
+	if k.closed.Err() != nil {
 		return nil, errClientClosed
 	}
-	return k.KVClient.Put(ctx, in, opts...)
+	return k.KVClient.Put(context.WithoutCancel(ctx), in, opts...)
 }
 
-func (k closableKV) DeleteRange(ctx context.Context, in *etcdserverpb.DeleteRangeRequest, opts ...grpc.CallOption) (*etcdserverpb.DeleteRangeResponse, error) {
-	if err := k.closed.Err(); err != nil {
+func (k inProcessKV) DeleteRange(ctx context.Context, in *etcdserverpb.DeleteRangeRequest, opts ...grpc.CallOption) (*etcdserverpb.DeleteRangeResponse, error) {
+	if k.closed.Err() != nil {
 		return nil, errClientClosed
 	}
-	return k.KVClient.DeleteRange(ctx, in, opts...)
+	return k.KVClient.DeleteRange(context.WithoutCancel(ctx), in, opts...)
 }
 
-func (k closableKV) Txn(ctx context.Context, in *etcdserverpb.TxnRequest, opts ...grpc.CallOption) (*etcdserverpb.TxnResponse, error) {
-	if err := k.closed.Err(); err != nil {
+func (k inProcessKV) Txn(ctx context.Context, in *etcdserverpb.TxnRequest, opts ...grpc.CallOption) (*etcdserverpb.TxnResponse, error) {
+	if k.closed.Err() != nil {
 		return nil, errClientClosed
 	}
-	return k.KVClient.Txn(ctx, in, opts...)
+	return k.KVClient.Txn(context.WithoutCancel(ctx), in, opts...)
 }
 
-func (k closableKV) Compact(ctx context.Context, in *etcdserverpb.CompactionRequest, opts ...grpc.CallOption) (*etcdserverpb.CompactionResponse, error) {
-	if err := k.closed.Err(); err != nil {
+func (k inProcessKV) Compact(ctx context.Context, in *etcdserverpb.CompactionRequest, opts ...grpc.CallOption) (*etcdserverpb.CompactionResponse, error) {
+	if k.closed.Err() != nil {
 		return nil, errClientClosed
 	}
 	return k.KVClient.Compact(ctx, in, opts...)

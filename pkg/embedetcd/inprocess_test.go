@@ -82,6 +82,18 @@ func TestInProcessClient(t *testing.T) {
 		t.Fatalf("gRPC read after the write in process: %v, want /w/a=2 at revision %d", got.Kvs, txn.Header.Revision)
 	}
 
+	// A write whose context has ended is carried out and answered with its
+	// outcome, not with the context's error (etcd would propose it anyway).
+	ended, end := context.WithCancel(ctx)
+	end()
+	late, err := local.Put(ended, "/w/late", "x")
+	if err != nil {
+		t.Fatalf("write in process with an ended context: %v, want it carried out", err)
+	}
+	if got, err := remote.Get(ctx, "/w/late"); err != nil || len(got.Kvs) != 1 || got.Kvs[0].ModRevision != late.Header.Revision {
+		t.Fatalf("gRPC read of the write with an ended context: %v %v", got, err)
+	}
+
 	// etcd's own errors come back as over gRPC.
 	if _, err := local.Get(ctx, "/w/a", clientv3.WithRev(got.Header.Revision+100)); !errors.Is(err, rpctypes.ErrFutureRev) {
 		t.Fatalf("read of a future revision in process: %v, want %v", err, rpctypes.ErrFutureRev)
