@@ -115,6 +115,10 @@ func svc(name string, opts ...opt) *corev1.Service {
 	return s
 }
 
+func finalizer(f string) opt {
+	return func(s *corev1.Service) { s.Finalizers = append(s.Finalizers, f) }
+}
+
 func typ(t corev1.ServiceType) opt { return func(s *corev1.Service) { s.Spec.Type = t } }
 
 func policy(p corev1.IPFamilyPolicy) opt {

@@ -161,5 +161,14 @@ func updateCases(f Family) []Case {
 			update("u", func(s *corev1.Service) { s.Spec.Ports = nil }))},
 		{Name: "update/delete-twice", Steps: steps(
 			create(svc("u")), del("u"), del("u"), get("u"))},
+		// A delete of a Service holding a finalizer marks it and keeps its
+		// address; removing the finalizer deletes it. Our delete decides
+		// this on the watch cache's copy, checked against what it deletes.
+		{Name: "update/delete-with-finalizer", Steps: steps(
+			create(svc("u", finalizer("example.com/hold"))), del("u"), get("u"), del("u"),
+			update("u", func(s *corev1.Service) { s.Finalizers = nil }), get("u"))},
+		{Name: "update/finalizer-added-then-delete", Steps: steps(
+			create(svc("u")), update("u", func(s *corev1.Service) { s.Finalizers = []string{"example.com/hold"} }),
+			del("u"), get("u"), update("u", func(s *corev1.Service) { s.Finalizers = nil }), get("u"))},
 	}
 }

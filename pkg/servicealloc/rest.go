@@ -155,13 +155,22 @@ func (r *REST) Update(ctx context.Context, name string, objInfo rest.UpdatedObje
 }
 
 // Delete deletes through the store, whose AfterDelete hook releases; a
-// shutdown waits for both.
+// shutdown waits for both. Without preconditions, the store's first read
+// comes from the watch cache, checked against what is deleted
+// (delete_read.go).
 func (r *REST) Delete(ctx context.Context, name string, deleteValidation rest.ValidateObjectFunc, options *metav1.DeleteOptions) (runtime.Object, bool, error) {
 	done, err := r.alloc.beginWrite()
 	if err != nil {
 		return nil, false, err
 	}
 	defer done()
+	if options == nil || options.Preconditions == nil {
+		read := &cachedRead{}
+		out, deleted, err := r.Store.Delete(withCachedRead(ctx, read), name, read.guard(deleteValidation), options)
+		if !errors.Is(err, errStaleRead) {
+			return out, deleted, err
+		}
+	}
 	return r.Store.Delete(ctx, name, deleteValidation, options)
 }
 
@@ -262,6 +271,17 @@ func (l *deleteLog) take(obj runtime.Object) bool {
 type deleteTracking struct {
 	storage.Interface
 	log *deleteLog
+}
+
+// Get is the storage's, but for the first read of a Service delete, which
+// the watch cache answers (delete_read.go).
+func (d *deleteTracking) Get(ctx context.Context, key string, opts storage.GetOptions, out runtime.Object) error {
+	if opts.ResourceVersion == "" {
+		if read := takeCachedRead(ctx); read != nil {
+			return read.get(ctx, d.Interface, key, opts, out)
+		}
+	}
+	return d.Interface.Get(ctx, key, opts, out)
 }
 
 func (d *deleteTracking) Delete(ctx context.Context, key string, out runtime.Object, preconditions *storage.Preconditions,
