@@ -93,7 +93,9 @@ func (p *inProcessStores) decorator() generic.StorageDecorator {
 }
 
 // rawStorage is factory.Create's etcd3 store on an in-process client of its
-// own (as factory.Create gives each resource a client of its own).
+// own (as factory.Create gives each resource a client of its own). The
+// factory's AllowUnsafeMalformedObjectDeletion wrappers are left out: the
+// server has no --feature-gates to turn that alpha gate on.
 func (p *inProcessStores) rawStorage(config *storagebackend.ConfigForResource, newFunc, newListFunc func() runtime.Object, resourcePrefix string) (storage.Interface, factory.DestroyFunc, error) {
 	compactor := p.acquireCompactor(config.CompactionInterval)
 	client := p.etcd.InProcessClient()

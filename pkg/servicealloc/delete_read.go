@@ -31,7 +31,9 @@ import (
 // kube-apiserver makes it. This is stricter than kube-apiserver, whose
 // decision is not checked against the object its delete removes.
 // A delete with preconditions (UID, resourceVersion) reads from etcd: the
-// store checks them against what it read.
+// store checks them against what it read. So does the delete of a Service
+// the cache shows marked for deletion already: the store then answers with
+// what it read and calls no validation.
 
 // errStaleRead ends a delete whose cached read was not the object deleted.
 var errStaleRead = errors.New("servicealloc: the Service changed since its cached read")
@@ -70,11 +72,16 @@ func (r *cachedRead) get(ctx context.Context, s storage.Interface, key string, o
 	if err := s.Get(ctx, key, cached, out); err != nil {
 		return s.Get(ctx, key, opts, out)
 	}
-	reflect.ValueOf(out).Elem().Set(reflect.ValueOf(out.DeepCopyObject()).Elem())
 	accessor, err := meta.Accessor(out)
 	if err != nil {
 		return err
 	}
+	if accessor.GetDeletionTimestamp() != nil {
+		// Already marked: the store answers with what it read and writes
+		// nothing, so no validation would check a stale copy.
+		return s.Get(ctx, key, opts, out)
+	}
+	reflect.ValueOf(out).Elem().Set(reflect.ValueOf(out.DeepCopyObject()).Elem())
 	rv := accessor.GetResourceVersion()
 	r.rv.Store(&rv)
 	return nil
