@@ -1,6 +1,7 @@
 package apiserver
 
 import (
+	"context"
 	"fmt"
 	"sync"
 	"time"
@@ -12,6 +13,7 @@ import (
 	"k8s.io/apiserver/pkg/storage"
 	cacherstorage "k8s.io/apiserver/pkg/storage/cacher"
 	"k8s.io/apiserver/pkg/storage/etcd3"
+	etcdfeature "k8s.io/apiserver/pkg/storage/feature"
 	"k8s.io/apiserver/pkg/storage/storagebackend"
 	"k8s.io/apiserver/pkg/storage/storagebackend/factory"
 	"k8s.io/apiserver/pkg/storage/value/encrypt/identity"
@@ -107,6 +109,14 @@ func (p *inProcessStores) rawStorage(config *storagebackend.ConfigForResource, n
 		transformer = identity.NewEncryptCheckTransformer()
 	}
 	versioner := storage.APIObjectVersioner{}
+	// The watch cache answers a consistent LIST (no resourceVersion) only
+	// once the storage layer knows etcd supports progress requests, which
+	// it learns from the version of each of the client's endpoints: an
+	// in-process client has none, so every such LIST went to etcd, and the
+	// ServiceCIDR controller's and the repairs' lists cost the server more
+	// the more it stored (hack/scale.sh: 8.9 ms of CPU per create at 80% of
+	// 100,000 Services, against 3.5 over gRPC).
+	etcdfeature.DefaultFeatureSupportChecker.CheckClient(client.Ctx(), inProcessEndpoint{client}, storage.RequestWatchProgress)
 	store, err := etcd3.New(kc, compactor, config.Codec, newFunc, newListFunc, config.Prefix, resourcePrefix,
 		config.GroupResource, transformer, config.LeaseManagerConfig, etcd3.NewDefaultDecoder(config.Codec, versioner), versioner)
 	if err != nil {
@@ -122,6 +132,19 @@ func (p *inProcessStores) rawStorage(config *storagebackend.ConfigForResource, n
 			p.releaseCompactor()
 		})
 	}, nil
+}
+
+// inProcessEndpoint shows the storage layer's feature check an in-process
+// client as the one endpoint it is, so that it asks its version (Status).
+type inProcessEndpoint struct{ client *clientv3.Client }
+
+// inProcessEndpointName names the member in the feature check.
+const inProcessEndpointName = "in-process"
+
+func (e inProcessEndpoint) Endpoints() []string { return []string{inProcessEndpointName} }
+
+func (e inProcessEndpoint) Status(ctx context.Context, _ string) (*clientv3.StatusResponse, error) {
+	return e.client.Status(ctx, inProcessEndpointName)
 }
 
 // acquireCompactor returns the compactor every storage shares, started by

@@ -13,6 +13,8 @@ import (
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/apiserver/pkg/endpoints/request"
 	"k8s.io/apiserver/pkg/registry/rest"
+	"k8s.io/apiserver/pkg/storage"
+	etcdfeature "k8s.io/apiserver/pkg/storage/feature"
 
 	"github.com/allocator/allocator/internal/etcdtest"
 	"github.com/allocator/allocator/pkg/etcdlayout"
@@ -79,5 +81,32 @@ func TestInProcessStores(t *testing.T) {
 	stores.mu.Unlock()
 	if refs != 0 || compactor != nil {
 		t.Fatalf("after the last store's Destroy: %d stores left, compactor %v", refs, compactor)
+	}
+}
+
+// TestInProcessEndpointFeatureCheck: k8s.io/apiserver's feature check finds
+// that the in-process etcd supports progress requests (without which the
+// watch cache sends every consistent LIST to etcd) through
+// inProcessEndpoint, and cannot through the bare in-process client, which
+// has no endpoint to ask.
+func TestInProcessEndpointFeatureCheck(t *testing.T) {
+	etcd := etcdtest.New(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	client := etcd.InProcessClient()
+	defer client.Close()
+
+	bare := etcdfeature.NewDefaultFeatureSupportChecker()
+	bare.CheckClient(ctx, client, storage.RequestWatchProgress)
+	checker := etcdfeature.NewDefaultFeatureSupportChecker()
+	checker.CheckClient(ctx, inProcessEndpoint{client}, storage.RequestWatchProgress)
+	err := wait.PollUntilContextTimeout(ctx, 10*time.Millisecond, 5*time.Second, true, func(context.Context) (bool, error) {
+		return checker.Supports(storage.RequestWatchProgress), nil
+	})
+	if err != nil {
+		t.Fatalf("the feature check never found progress requests supported through inProcessEndpoint: %v", err)
+	}
+	if bare.Supports(storage.RequestWatchProgress) {
+		t.Error("the bare in-process client passed the feature check: inProcessEndpoint is not needed")
 	}
 }
