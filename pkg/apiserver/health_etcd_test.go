@@ -108,15 +108,7 @@ func TestEtcdAlarmCheckRealEtcd(t *testing.T) {
 	if err := c.Check(nil); err != nil {
 		t.Fatalf("ready check on a healthy etcd: %v", err)
 	}
-	value := strings.Repeat("x", 128<<10)
-	var putErr error
-	// etcd measures its size as its backend commits (every 100 ms), so a
-	// burst of puts faster than that can all pass the quota check: pace
-	// them, up to 500 (64 MiB, 2.5 s).
-	for i := 0; i < 500 && putErr == nil; i++ {
-		_, putErr = client.Put(ctx, "/ballast", value)
-		time.Sleep(5 * time.Millisecond)
-	}
+	putErr := etcdtest.FillUntilNoSpace(ctx, client, "/ballast")
 	if !errors.Is(putErr, rpctypes.ErrNoSpace) {
 		t.Fatalf("500 puts of 128 KiB into a 1 MiB quota: %v, want %v", putErr, rpctypes.ErrNoSpace)
 	}

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"path/filepath"
-	"strings"
 	"testing"
 	"time"
 
@@ -110,30 +109,5 @@ func TestInProcessClient(t *testing.T) {
 	// Closing the client ends only the client.
 	if _, err := remote.Get(ctx, "/w/a"); err != nil {
 		t.Fatalf("gRPC read after the in-process client closed: %v", err)
-	}
-}
-
-// TestInProcessClientQuota: the member's quota holds for writes in process
-// too (they pass the same NOSPACE check as over gRPC).
-func TestInProcessClientQuota(t *testing.T) {
-	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
-	defer cancel()
-	s, err := Start(ctx, Config{DataDir: t.TempDir(), UnsafeNoFsync: true, QuotaBackendBytes: 1 << 20})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer s.Close()
-	local := s.InProcessClient()
-	defer local.Close()
-	value := strings.Repeat("x", 128<<10)
-	var putErr error
-	// etcd measures its size as its backend commits (every 100 ms): paced,
-	// up to 500 puts (64 MiB, 2.5 s).
-	for i := 0; i < 500 && putErr == nil; i++ {
-		_, putErr = local.Put(ctx, "/ballast", value)
-		time.Sleep(5 * time.Millisecond)
-	}
-	if !errors.Is(putErr, rpctypes.ErrNoSpace) {
-		t.Fatalf("500 puts of 128 KiB in process into a 1 MiB quota: %v, want %v", putErr, rpctypes.ErrNoSpace)
 	}
 }
