@@ -7,12 +7,8 @@ import (
 	"slices"
 	"sync"
 
-	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
-	"google.golang.org/grpc/codes"
-	grpcstatus "google.golang.org/grpc/status"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	genericregistry "k8s.io/apiserver/pkg/registry/generic/registry"
 	"k8s.io/klog/v2"
@@ -41,10 +37,6 @@ import (
 //   - an update keeps its changes (Commit) when the stored Service, same
 //     UID, holds what the attempt wrote, and undoes them (Revert) when it
 //     holds what the attempt replaced;
-//   - but when the caller gave up waiting (its context ended, a timeout),
-//     the write may still be in etcd's log and land after the read-back,
-//     so only a read that finds it settles it (keep); anything else is
-//     left;
 //   - anything else (unreadable, gone, re-created, changed by another
 //     writer meanwhile) is left as it is: nothing released, and the
 //     repair's leak rule frees what no Service holds. A leak is repaired, a
@@ -168,47 +160,15 @@ func settleFailedWrite(err error, a attempt, stored *corev1.Service, getErr erro
 		switch {
 		case !a.update || held.equal(a.wrote):
 			return keep
-		case held.equal(a.base) && !mayStillLand(err):
+		case held.equal(a.base):
 			return release
 		}
-		return leave // another writer changed it since, or the write may still land
-	case mayStillLand(err):
-		// The write may be in etcd's log and apply after the read-back:
-		// that it is not there yet proves nothing.
-		return leave
+		return leave // another writer changed it since
 	case !a.update && (getErr == nil || apierrors.IsNotFound(getErr)):
 		return release // absent, or another object by that name
 	default:
 		return leave
 	}
-}
-
-// mayStillLand reports whether err is the caller giving up on a write that
-// etcd may still apply: the request's context ended, or etcd's own request
-// timeout, while the proposal was in flight. A read-back right after such a
-// write can miss it and the write land a moment later; releasing then
-// frees what the stored Service holds. An error etcd answers once the
-// write is decided (a refused compare, "database space exceeded" for the
-// write applied past the quota) says nothing of the kind.
-func mayStillLand(err error) bool {
-	if errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) {
-		return true
-	}
-	for _, timeout := range []error{rpctypes.ErrTimeout, rpctypes.ErrTimeoutDueToLeaderFail,
-		rpctypes.ErrTimeoutDueToConnectionLost, rpctypes.ErrTimeoutWaitAppliedIndex} {
-		if errors.Is(err, timeout) {
-			return true
-		}
-	}
-	var status apierrors.APIStatus
-	if errors.As(err, &status) && status.Status().Reason == metav1.StatusReasonTimeout {
-		return true
-	}
-	switch grpcstatus.Code(err) {
-	case codes.Canceled, codes.DeadlineExceeded:
-		return true
-	}
-	return false
 }
 
 // apply settles txn as s says, never releasing what stored holds.
