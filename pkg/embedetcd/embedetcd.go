@@ -228,38 +228,47 @@ type inProcessKV struct {
 }
 
 func (k inProcessKV) Range(ctx context.Context, in *etcdserverpb.RangeRequest, opts ...grpc.CallOption) (*etcdserverpb.RangeResponse, error) {
-	if k.closed.Err() != nil {
-		return nil, errClientClosed
+	if err := k.refuse(); err != nil {
+		return nil, err
 	}
 	return k.KVClient.Range(ctx, in, opts...)
 }
 
 func (k inProcessKV) Put(ctx context.Context, in *etcdserverpb.PutRequest, opts ...grpc.CallOption) (*etcdserverpb.PutResponse, error) {
-	if k.closed.Err() != nil {
-		return nil, errClientClosed
+	if err := k.refuse(); err != nil {
+		return nil, err
 	}
 	return k.KVClient.Put(context.WithoutCancel(ctx), in, opts...)
 }
 
 func (k inProcessKV) DeleteRange(ctx context.Context, in *etcdserverpb.DeleteRangeRequest, opts ...grpc.CallOption) (*etcdserverpb.DeleteRangeResponse, error) {
-	if k.closed.Err() != nil {
-		return nil, errClientClosed
+	if err := k.refuse(); err != nil {
+		return nil, err
 	}
 	return k.KVClient.DeleteRange(context.WithoutCancel(ctx), in, opts...)
 }
 
 func (k inProcessKV) Txn(ctx context.Context, in *etcdserverpb.TxnRequest, opts ...grpc.CallOption) (*etcdserverpb.TxnResponse, error) {
-	if k.closed.Err() != nil {
-		return nil, errClientClosed
+	if err := k.refuse(); err != nil {
+		return nil, err
 	}
 	return k.KVClient.Txn(context.WithoutCancel(ctx), in, opts...)
 }
 
 func (k inProcessKV) Compact(ctx context.Context, in *etcdserverpb.CompactionRequest, opts ...grpc.CallOption) (*etcdserverpb.CompactionResponse, error) {
-	if k.closed.Err() != nil {
-		return nil, errClientClosed
+	if err := k.refuse(); err != nil {
+		return nil, err
 	}
 	return k.KVClient.Compact(ctx, in, opts...)
+}
+
+// refuse is what a call gets once the client is closed: the error a gRPC
+// client answers then.
+func (k inProcessKV) refuse() error {
+	if k.closed.Err() != nil {
+		return errClientClosed
+	}
+	return nil
 }
 
 // errClientClosed is what a gRPC client answers once closed.
