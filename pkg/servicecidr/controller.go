@@ -24,6 +24,7 @@ import (
 	"k8s.io/klog/v2"
 
 	"github.com/allocator/allocator/internal/lazy"
+	"github.com/allocator/allocator/pkg/addrindex"
 	"github.com/allocator/allocator/pkg/subrange"
 )
 
@@ -63,7 +64,7 @@ func WithResyncPeriod(d time.Duration) Option { return func(c *Controller) { c.r
 type Controller struct {
 	client        kubernetes.Interface
 	cidrLister    networkinglisters.ServiceCIDRLister
-	ipLister      networkinglisters.IPAddressLister
+	ipIndexer     cache.Indexer // with the addrindex index
 	synced        []cache.InformerSynced
 	queue         workqueue.TypedRateLimitingInterface[string]
 	now           func() time.Time
@@ -90,7 +91,7 @@ func New(client kubernetes.Interface, cidrs networkinginformers.ServiceCIDRInfor
 	c := &Controller{
 		client:     client,
 		cidrLister: cidrs.Lister(),
-		ipLister:   ips.Lister(),
+		ipIndexer:  ips.Informer().GetIndexer(),
 		queue: workqueue.NewTypedRateLimitingQueueWithConfig(workqueue.DefaultTypedControllerRateLimiter[string](),
 			workqueue.TypedRateLimitingQueueConfig[string]{Name: "servicecidrs"}),
 		now:           time.Now,
@@ -125,6 +126,9 @@ func New(client kubernetes.Interface, cidrs networkinginformers.ServiceCIDRInfor
 	})
 	if err != nil {
 		return nil, fmt.Errorf("servicecidr controller: watch ServiceCIDRs: %w", err)
+	}
+	if err := addrindex.Add(ips.Informer()); err != nil {
+		return nil, fmt.Errorf("servicecidr controller: %w", err)
 	}
 	ipReg, err := ips.Informer().AddEventHandler(cache.ResourceEventHandlerFuncs{
 		AddFunc:    c.enqueueContaining,
@@ -284,7 +288,7 @@ func (c *Controller) sync(ctx context.Context, name string) (requeue time.Durati
 	if !slices.Contains(sc.Finalizers, Finalizer) {
 		return 0, nil
 	}
-	ips, err := c.ipLister.List(labels.Everything())
+	ips, err := addrindex.In(c.ipIndexer, prefixes(sc))
 	if err != nil {
 		return 0, err
 	}
@@ -343,7 +347,13 @@ func (c *Controller) orphanedIPs(sc *networkingv1.ServiceCIDR, ips []*networking
 	}
 	for _, other := range all {
 		if other.Name != sc.Name && other.DeletionTimestamp == nil {
-			others = append(others, prefixes(other)...)
+			// Only a prefix that overlaps sc's can cover one of its
+			// addresses: with a thousand ServiceCIDRs, that is one or none.
+			for _, p := range prefixes(other) {
+				if slices.ContainsFunc(mine, p.Overlaps) {
+					others = append(others, p)
+				}
+			}
 		}
 	}
 	n := 0

@@ -21,6 +21,7 @@ import (
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/klog/v2"
 
+	"github.com/allocator/allocator/pkg/addrindex"
 	"github.com/allocator/allocator/pkg/allocation"
 	"github.com/allocator/allocator/pkg/subrange"
 )
@@ -92,6 +93,7 @@ type Allocator struct {
 	logger        klog.Logger
 
 	ipLister   networkinglisters.IPAddressLister
+	ipIndexer  cache.Indexer // ipLister's, with the addrindex index
 	cidrLister networkinglisters.ServiceCIDRLister
 	nsLister   corelisters.NamespaceLister
 	namespaces NamespaceGetter
@@ -174,6 +176,10 @@ func New(ctx context.Context, cfg Config) (*Allocator, error) {
 	cidrInf := factory.Networking().V1().ServiceCIDRs()
 	nsInf := factory.Core().V1().Namespaces()
 	a.ipLister, a.cidrLister, a.nsLister = ipInf.Lister(), cidrInf.Lister(), nsInf.Lister()
+	a.ipIndexer = ipInf.Informer().GetIndexer()
+	if err := addrindex.Add(ipInf.Informer()); err != nil {
+		return nil, fmt.Errorf("ipaddress allocator: %w", err)
+	}
 	nsSynced := nsInf.Informer().HasSynced
 
 	ipReg, err := ipInf.Informer().AddEventHandler(cache.ResourceEventHandlerFuncs{
@@ -313,8 +319,6 @@ func (a *Allocator) rebuildLocked() []RefusedCIDR {
 	for _, r := range a.ranges {
 		old[r.rng.Prefix()] = r.index
 	}
-	var used []netip.Addr // loaded once, only when a new index is needed
-	loaded := false
 	ranges := make([]*cidrRange, 0, len(active))
 	for _, ar := range active {
 		idx := old[ar.rng.Prefix()]
@@ -323,10 +327,7 @@ func (a *Allocator) rebuildLocked() []RefusedCIDR {
 				a.logger.Error(err, "build free index", "cidr", ar.rng.Prefix())
 				continue
 			}
-			if !loaded {
-				used, loaded = a.cachedAddrs(), true
-			}
-			for _, ip := range used {
+			for _, ip := range a.cachedAddrs(ar.rng.Prefix()) {
 				idx.Set(ip)
 			}
 			for ip := range a.inflight {
@@ -353,8 +354,27 @@ func (a *Allocator) rebuildLocked() []RefusedCIDR {
 	return fresh
 }
 
-// cachedAddrs returns the addresses of this family's IPAddresses in the cache.
-func (a *Allocator) cachedAddrs() []netip.Addr {
+// cachedAddrs returns the addresses of the cached IPAddresses inside p:
+// those of its blocks in the addrindex index, not a read of every
+// IPAddress (a ServiceCIDR added at 100,000 IPAddresses).
+func (a *Allocator) cachedAddrs(p netip.Prefix) []netip.Addr {
+	objs, err := addrindex.In(a.ipIndexer, []netip.Prefix{p})
+	if err != nil {
+		a.logger.Error(err, "list IPAddresses from cache", "cidr", p)
+		return nil
+	}
+	out := make([]netip.Addr, 0, len(objs))
+	for _, o := range objs {
+		if ip, err := subrange.ParseAddr(o.Name); err == nil {
+			out = append(out, ip)
+		}
+	}
+	return out
+}
+
+// familyAddrs returns the addresses of this family's IPAddresses in the
+// cache.
+func (a *Allocator) familyAddrs() []netip.Addr {
 	objs, err := a.ipLister.List(labels.Everything())
 	if err != nil {
 		a.logger.Error(err, "list IPAddresses from cache")
@@ -724,7 +744,7 @@ func (a *Allocator) ForEach(ctx context.Context, fn func(netip.Addr)) error {
 	if !a.ready.Load() {
 		return allocation.ErrNotReady
 	}
-	addrs := a.cachedAddrs()
+	addrs := a.familyAddrs()
 	a.mu.Lock()
 	addrs = slices.DeleteFunc(addrs, func(ip netip.Addr) bool { return !a.containsLocked(ip) })
 	a.mu.Unlock()
