@@ -58,11 +58,14 @@ type Server struct {
 	// informers is the server's one informer factory (allocators,
 	// repairs, ServiceCIDR controller); see openBackend. Its informers read
 	// the stores of sources in process.
-	informers  informers.SharedInformerFactory
-	sources    *inProcessSources
-	allocators []allocation.Interface // the backend's, as wrapped by Config.WrapAllocator; primary first
-	open       atomic.Bool            // set once bootstrap opened s.alloc
-	bootstrap  atomic.Bool
+	informers informers.SharedInformerFactory
+	sources   *inProcessSources
+	// ipAddresses is the IPAddress store in process (the allocators'
+	// claims, the ServiceCIDR controller's live list).
+	ipAddresses ipaddresses.InProcess
+	allocators  []allocation.Interface // the backend's, as wrapped by Config.WrapAllocator; primary first
+	open        atomic.Bool            // set once bootstrap opened s.alloc
+	bootstrap   atomic.Bool
 
 	// registry holds this server's own metrics (allocators, repair), served
 	// on /metrics together with the process-wide ones.
@@ -141,7 +144,8 @@ func (c CompletedConfig) New(ctx context.Context) (*Server, error) {
 	if err != nil {
 		return nil, err
 	}
-	if s.backend, err = s.openBackend(ctx, ipREST.InProcess()); err != nil {
+	s.ipAddresses = ipREST.InProcess()
+	if s.backend, err = s.openBackend(ctx, s.ipAddresses); err != nil {
 		return nil, err
 	}
 	var allocators []allocation.Interface
@@ -297,7 +301,8 @@ func (s *Server) startServiceCIDRController(hc genericapiserver.PostStartHookCon
 	// informer built without a resync period ignores that (and warns "the
 	// specified resyncPeriod is invalid" at every start). IPAddresses need none.
 	factory := s.informers
-	ctrl, err := servicecidr.New(client, factory.Networking().V1().ServiceCIDRs(), factory.Networking().V1().IPAddresses())
+	ctrl, err := servicecidr.New(client, factory.Networking().V1().ServiceCIDRs(), factory.Networking().V1().IPAddresses(),
+		servicecidr.WithLiveIPAddresses(s.ipAddresses))
 	if err != nil {
 		logger(ctx).Error(err, "ServiceCIDR controller not started")
 		return nil

@@ -142,7 +142,11 @@ func (b *Backend) CarryOver(ctx context.Context) (*controller.MigrationReport, e
 	)
 	switch b.cfg.Model {
 	case model.IPAddress:
-		rep, err = controller.MigrateToIPAddress(ctx, controller.MigrateConfig{Client: b.cfg.Client})
+		cfg := controller.MigrateConfig{Client: b.cfg.Client}
+		if b.cfg.Informers != nil {
+			cfg.Snapshot = controller.InformerSnapshot(b.cfg.Informers)
+		}
+		rep, err = controller.MigrateToIPAddress(ctx, cfg)
 		if err == nil && b.DualWrite() && len(b.stores) > 0 {
 			var toBitmap *controller.MigrationReport
 			toBitmap, err = controller.MigrateToBitmap(ctx, controller.MigrateConfig{Client: b.cfg.Client, Stores: b.stores, SkipUnrepresentable: true})

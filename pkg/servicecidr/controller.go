@@ -57,6 +57,19 @@ type Option func(*Controller)
 // DefaultDeletionGrace). Tests shorten it; a server should not.
 func WithDeletionGrace(d time.Duration) Option { return func(c *Controller) { c.deletionGrace = d } }
 
+// IPAddressLister lists IPAddresses from the API server: the client's
+// IPAddresses(), or a server's own store in process.
+type IPAddressLister interface {
+	List(ctx context.Context, opts metav1.ListOptions) (*networkingv1.IPAddressList, error)
+}
+
+// WithLiveIPAddresses makes the live confirmation before a ServiceCIDR goes
+// list IPAddresses from l instead of the client: a server passes its
+// store, which answers from the same watch cache without encoding and
+// decoding every IPAddress of the family (at 100,000 Services, with a
+// ServiceCIDR deleted every 2 s, that list was an eighth of the CPU).
+func WithLiveIPAddresses(l IPAddressLister) Option { return func(c *Controller) { c.liveIPs = l } }
+
 // WithResyncPeriod sets the periodic re-check (default DefaultResyncPeriod).
 func WithResyncPeriod(d time.Duration) Option { return func(c *Controller) { c.resyncPeriod = d } }
 
@@ -65,6 +78,7 @@ type Controller struct {
 	client        kubernetes.Interface
 	cidrLister    networkinglisters.ServiceCIDRLister
 	ipIndexer     cache.Indexer // with the addrindex index
+	liveIPs       IPAddressLister
 	synced        []cache.InformerSynced
 	queue         workqueue.TypedRateLimitingInterface[string]
 	now           func() time.Time
@@ -100,6 +114,9 @@ func New(client kubernetes.Interface, cidrs networkinginformers.ServiceCIDRInfor
 	}
 	for _, opt := range opts {
 		opt(c)
+	}
+	if c.liveIPs == nil {
+		c.liveIPs = client.NetworkingV1().IPAddresses()
 	}
 	if c.resyncPeriod <= 0 {
 		c.resyncPeriod = DefaultResyncPeriod
@@ -314,7 +331,7 @@ func (c *Controller) sync(ctx context.Context, name string) (requeue time.Durati
 	// ServiceCIDR every 2 s spent a fifth of the server's CPU encoding
 	// it). Allocators label what they create with its family; one without
 	// the label is still in the cache check above.
-	live, err := c.client.NetworkingV1().IPAddresses().List(ctx, metav1.ListOptions{LabelSelector: familySelector(prefixes(sc))})
+	live, err := c.liveIPs.List(ctx, metav1.ListOptions{LabelSelector: familySelector(prefixes(sc))})
 	if err != nil {
 		return 0, fmt.Errorf("list IPAddresses: %w", err)
 	}

@@ -49,6 +49,16 @@ type MigrateConfig struct {
 	// switching models at start uses it: refusing would leave it unable to
 	// start over one bad Service, while the bitmap repair reports it anyway.
 	SkipUnrepresentable bool
+	// Snapshot (ToIPAddress) is where the Services and IPAddresses are read
+	// from; nil lists them through Client. See InformerSnapshot.
+	Snapshot Snapshot
+}
+
+func (cfg MigrateConfig) snapshot() Snapshot {
+	if cfg.Snapshot != nil {
+		return cfg.Snapshot
+	}
+	return apiSnapshot{client: cfg.Client}
 }
 
 // MigrationReport is the outcome of a migration.
@@ -89,9 +99,8 @@ type claim struct {
 
 // serviceClaims lists every Service address, oldest Service first, and
 // reports the ones that cannot be addresses at all.
-func serviceClaims(services []corev1.Service) (claims []claim, problems []report.Problem) {
-	for i := range services {
-		svc := &services[i]
+func serviceClaims(services []*corev1.Service) (claims []claim, problems []report.Problem) {
+	for _, svc := range services {
 		for _, text := range serviceIPs(svc) {
 			ip, ok := parseServiceIP(text)
 			if !ok {
@@ -134,7 +143,8 @@ func MigrateToIPAddress(ctx context.Context, cfg MigrateConfig) (*MigrationRepor
 	if len(prefixes) == 0 {
 		return nil, errors.New("migrate: no ServiceCIDR exists; create one (the server creates \"kubernetes\" from --service-cluster-ip-range)")
 	}
-	services, err := report.ListServices(ctx, cfg.Client)
+	snap := cfg.snapshot()
+	services, err := snap.Services(ctx)
 	if err != nil {
 		return nil, fmt.Errorf("migrate: %w", err)
 	}
@@ -158,7 +168,7 @@ func MigrateToIPAddress(ctx context.Context, cfg MigrateConfig) (*MigrationRepor
 	// One list finds what earlier runs (or the servers) already claimed, so a
 	// rerun, or a server's check at every start, costs two lists and no
 	// write when there is nothing to carry over.
-	existing, err := listIPAddressObjects(ctx, cfg.Client)
+	existing, err := snap.IPAddresses(ctx)
 	if err != nil {
 		return nil, fmt.Errorf("migrate: %w", err)
 	}
@@ -244,7 +254,13 @@ func MigrateToIPAddress(ctx context.Context, cfg MigrateConfig) (*MigrationRepor
 	}
 	sortProblems(rep.Problems)
 
-	if !cfg.DryRun {
+	switch {
+	case cfg.DryRun:
+	case rep.Created == 0:
+		// Nothing written since the read above, which found every claim
+		// present or reported it: reading again would find the same.
+		rep.Verified = len(rep.Problems) == 0
+	default:
 		verified, err := verifyIPAddresses(ctx, cfg.Client, todo)
 		if err != nil {
 			return nil, err
@@ -348,7 +364,7 @@ func MigrateToBitmap(ctx context.Context, cfg MigrateConfig) (_ *MigrationReport
 	}
 	rep.Services = len(services)
 	owners := map[netip.Addr]string{}
-	claims, problems := serviceClaims(services)
+	claims, problems := serviceClaims(pointers(services))
 	rep.Problems = problems
 	for _, c := range claims {
 		owners[c.ip] = c.svc
@@ -474,6 +490,15 @@ func bitmapHolds(ctx context.Context, store BitmapStore, ips []netip.Addr) (bool
 		}
 	}
 	return true, nil
+}
+
+// pointers returns a pointer to each of list's items.
+func pointers[T any](list []T) []*T {
+	out := make([]*T, len(list))
+	for i := range list {
+		out[i] = &list[i]
+	}
+	return out
 }
 
 // listIPAddressObjects lists every IPAddress, in pages, by name.

@@ -18,6 +18,7 @@ import (
 	networkingv1 "k8s.io/api/networking/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/intstr"
+	"k8s.io/client-go/informers"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 
@@ -154,6 +155,42 @@ func TestMigrateKubeAPIServer132(t *testing.T) {
 	if err != nil || rep.Created != 0 || rep.Present != 23 || !rep.Verified {
 		t.Fatalf("rerun: %v %v", err, rep)
 	}
+}
+
+// TestMigrateFromInformerSnapshot migrates the same data reading Services
+// and IPAddresses from informer caches (a server's start-up carry-over):
+// the same counts as from lists; a rerun right after, whose cache may not
+// hold every IPAddress just created yet, still creates nothing twice.
+func TestMigrateFromInformerSnapshot(t *testing.T) {
+	ctx := repairtest.Context(t)
+	etcd := etcdtest.New(t)
+	fx := fixtures.Load(t, fixtures.Bitmap132)
+	if _, err := fixtures.Put(ctx, etcd.Client(), fx); err != nil {
+		t.Fatal(err)
+	}
+	srv := testserver.Start(t, testserver.Options{ServiceRange: "10.96.0.0/16", Model: "bitmap", Etcd: etcd})
+	factory := informers.NewSharedInformerFactory(srv.Client, 0)
+	cfg := controller.MigrateConfig{Client: srv.Client, Snapshot: controller.InformerSnapshot(factory), DryRun: true}
+	factory.Start(ctx.Done())
+	rep, err := controller.MigrateToIPAddress(ctx, cfg)
+	if err != nil || rep.Created != 23 || rep.Present != 0 || rep.Services != len(serviceIPsByName(t, srv.Client)) {
+		t.Fatalf("dry run: %v %v", err, rep)
+	}
+	cfg.DryRun = false
+	rep, err = controller.MigrateToIPAddress(ctx, cfg)
+	if err != nil || !rep.Verified || rep.Created != 23 || len(rep.Problems) != 0 {
+		t.Fatalf("migrate: %v %+v", err, rep)
+	}
+	want := map[string][]string{}
+	for svc, ips := range fx.Expect.Services {
+		want[svc] = ips
+	}
+	checkIPAddressesMatch(t, srv.Client, want)
+	rep, err = controller.MigrateToIPAddress(ctx, cfg)
+	if err != nil || rep.Created != 0 || rep.Present != 23 || !rep.Verified {
+		t.Fatalf("rerun: %v %v", err, rep)
+	}
+	checkIPAddressesMatch(t, srv.Client, want)
 }
 
 // TestMigrateBothWaysWithKill migrates a dual-stack cluster of many Services

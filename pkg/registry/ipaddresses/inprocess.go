@@ -5,6 +5,7 @@ import (
 	"fmt"
 
 	networkingv1 "k8s.io/api/networking/v1"
+	metainternalversion "k8s.io/apimachinery/pkg/apis/meta/internalversion"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	genericapirequest "k8s.io/apiserver/pkg/endpoints/request"
@@ -63,6 +64,27 @@ func (p InProcess) Create(ctx context.Context, ip *networkingv1.IPAddress, opts 
 		return nil, err
 	}
 	return asIPAddress(obj)
+}
+
+// List lists IPAddresses as a LIST request with opts does (label selector,
+// resourceVersion; the watch cache serves it the same way), without
+// encoding and decoding every object. The items share their contents with
+// the cache: the caller only reads them.
+func (p InProcess) List(ctx context.Context, opts metav1.ListOptions) (*networkingv1.IPAddressList, error) {
+	ctx = clusterScoped(ctx)
+	var internal metainternalversion.ListOptions
+	if err := metainternalversion.Convert_v1_ListOptions_To_internalversion_ListOptions(&opts, &internal, nil); err != nil {
+		return nil, fmt.Errorf("list ipaddresses: %w", err)
+	}
+	obj, err := p.r.List(ctx, &internal)
+	if err != nil {
+		return nil, err
+	}
+	list, ok := obj.(*networkingv1.IPAddressList)
+	if !ok {
+		return nil, fmt.Errorf("ipaddresses store listed %T", obj)
+	}
+	return list, nil
 }
 
 // Delete deletes an IPAddress, honouring opts' preconditions.
