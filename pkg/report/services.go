@@ -46,7 +46,37 @@ func OldestFirst(a, b *corev1.Service) int {
 	if c := a.CreationTimestamp.Time.Compare(b.CreationTimestamp.Time); c != 0 {
 		return c
 	}
-	return cmp.Compare(ServiceKey(a), ServiceKey(b))
+	return compareJoined(a.Namespace, a.Name, b.Namespace, b.Name)
+}
+
+// compareJoined compares ns1+"/"+name1 with ns2+"/"+name2 without building
+// them (sorting 100,000 Services built two strings a comparison).
+func compareJoined(ns1, name1, ns2, name2 string) int {
+	at := func(ns, name string, k int) (byte, bool) {
+		switch {
+		case k < len(ns):
+			return ns[k], true
+		case k == len(ns):
+			return '/', true
+		case k-len(ns)-1 < len(name):
+			return name[k-len(ns)-1], true
+		}
+		return 0, false
+	}
+	for k := 0; ; k++ {
+		c1, ok1 := at(ns1, name1, k)
+		c2, ok2 := at(ns2, name2, k)
+		switch {
+		case !ok1 && !ok2:
+			return 0
+		case !ok1:
+			return -1
+		case !ok2:
+			return 1
+		case c1 != c2:
+			return cmp.Compare(c1, c2)
+		}
+	}
 }
 
 // ServiceKey is "namespace/name", the Service field of a Problem.

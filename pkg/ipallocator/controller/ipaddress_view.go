@@ -375,17 +375,30 @@ func (v *informerView) counts() (int, int, error) {
 // sortKeys orders addresses first (IPv4 before IPv6, numerically), then
 // invalid ClusterIPs and names that are no address, by text.
 func sortKeys(keys []string) {
-	slices.SortFunc(keys, func(a, b string) int {
-		ia, errA := netip.ParseAddr(a)
-		ib, errB := netip.ParseAddr(b)
+	// Each key parsed once, not in every comparison: the repair's pass
+	// sorts 200,000 keys at 100,000 Services.
+	type parsed struct {
+		addr netip.Addr
+		ok   bool
+		key  string
+	}
+	all := make([]parsed, len(keys))
+	for i, k := range keys {
+		addr, err := netip.ParseAddr(k)
+		all[i] = parsed{addr: addr, ok: err == nil, key: k}
+	}
+	slices.SortFunc(all, func(a, b parsed) int {
 		switch {
-		case errA == nil && errB == nil:
-			return ia.Compare(ib)
-		case errA == nil:
+		case a.ok && b.ok:
+			return a.addr.Compare(b.addr)
+		case a.ok:
 			return -1
-		case errB == nil:
+		case b.ok:
 			return 1
 		}
-		return strings.Compare(a, b)
+		return strings.Compare(a.key, b.key)
 	})
+	for i := range all {
+		keys[i] = all[i].key
+	}
 }
