@@ -190,9 +190,24 @@ func New(ctx context.Context, cfg Config) (*Allocator, error) {
 		return nil, fmt.Errorf("ipaddress allocator: watch IPAddresses: %w", err)
 	}
 	cidrReg, err := cidrInf.Informer().AddEventHandler(cache.ResourceEventHandlerFuncs{
-		AddFunc:    func(any) { a.cidrsChanged() },
-		UpdateFunc: func(any, any) { a.cidrsChanged() },
-		DeleteFunc: func(any) { a.cidrsChanged() },
+		AddFunc: func(obj any) {
+			if concerns(obj, a.ipv6) {
+				a.cidrsChanged()
+			}
+		},
+		UpdateFunc: func(old, obj any) {
+			if changeConcerns(old, obj, a.ipv6) {
+				a.cidrsChanged()
+			}
+		},
+		DeleteFunc: func(obj any) {
+			if tomb, ok := obj.(cache.DeletedFinalStateUnknown); ok {
+				obj = tomb.Obj
+			}
+			if concerns(obj, a.ipv6) {
+				a.cidrsChanged()
+			}
+		},
 	})
 	if err != nil {
 		return nil, fmt.Errorf("ipaddress allocator: watch ServiceCIDRs: %w", err)

@@ -10,6 +10,7 @@ import (
 	"github.com/google/go-cmp/cmp"
 	networkingv1 "k8s.io/api/networking/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/tools/cache"
 
 	"github.com/allocator/allocator/pkg/scope"
 	"github.com/allocator/allocator/pkg/subrange"
@@ -99,5 +100,59 @@ func TestMaximalRanges(t *testing.T) {
 	got := maximalRanges(mk("10.0.0.0/28", "10.0.0.0/24", "10.1.0.0/24", "10.0.0.240/28"))
 	if diff := cmp.Diff([]int{1, 2}, got); diff != "" {
 		t.Errorf("(-want +got):\n%s", diff)
+	}
+}
+
+func TestChangeConcerns(t *testing.T) {
+	sc := func(cidrs ...string) *networkingv1.ServiceCIDR {
+		return &networkingv1.ServiceCIDR{
+			ObjectMeta: metav1.ObjectMeta{Name: "extra", CreationTimestamp: metav1.NewTime(time.Unix(100, 0))},
+			Spec:       networkingv1.ServiceCIDRSpec{CIDRs: cidrs},
+		}
+	}
+	v4, v6, dual := sc("10.0.0.0/24"), sc("fd00::/112"), sc("10.0.0.0/24", "fd00::/112")
+	with := func(base *networkingv1.ServiceCIDR, f func(*networkingv1.ServiceCIDR)) *networkingv1.ServiceCIDR {
+		c := base.DeepCopy()
+		f(c)
+		return c
+	}
+	ready := func(status metav1.ConditionStatus) func(*networkingv1.ServiceCIDR) {
+		return func(c *networkingv1.ServiceCIDR) {
+			c.Status.Conditions = []metav1.Condition{{Type: networkingv1.ServiceCIDRConditionReady, Status: status}}
+		}
+	}
+	cases := []struct {
+		name     string
+		old, new *networkingv1.ServiceCIDR
+		v4, v6   bool // whether the IPv4 and the IPv6 allocator rebuild
+	}{
+		{"finalizer added", v4, with(v4, func(c *networkingv1.ServiceCIDR) { c.Finalizers = []string{"f"} }), false, false},
+		{"Ready=True set", v4, with(v4, ready(metav1.ConditionTrue)), false, false},
+		{"Ready=False set", v4, with(v4, ready(metav1.ConditionFalse)), true, false},
+		{"being deleted", dual, with(dual, func(c *networkingv1.ServiceCIDR) { c.DeletionTimestamp = &metav1.Time{Time: time.Unix(200, 0)} }), true, true},
+		{"IPv6 one being deleted", v6, with(v6, func(c *networkingv1.ServiceCIDR) { c.DeletionTimestamp = &metav1.Time{Time: time.Unix(200, 0)} }), false, true},
+		{"scope annotation", v4, with(v4, func(c *networkingv1.ServiceCIDR) { c.Annotations = map[string]string{"a": "b"} }), true, false},
+		{"CIDRs widened to dual stack", v4, dual, true, true},
+		{"an unparsable CIDR", v6, with(v6, func(c *networkingv1.ServiceCIDR) { c.Spec.CIDRs = append(c.Spec.CIDRs, "10.0.0.1/24") }), true, true},
+		{"labels only", dual, with(dual, func(c *networkingv1.ServiceCIDR) { c.Labels = map[string]string{"a": "b"} }), false, false},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			if got := changeConcerns(tc.old, tc.new, false); got != tc.v4 {
+				t.Errorf("IPv4: changeConcerns = %v, want %v", got, tc.v4)
+			}
+			if got := changeConcerns(tc.old, tc.new, true); got != tc.v6 {
+				t.Errorf("IPv6: changeConcerns = %v, want %v", got, tc.v6)
+			}
+		})
+	}
+	if concerns(v6, false) || !concerns(v6, true) || !concerns(v4, false) || concerns(v4, true) {
+		t.Error("concerns: a single-family ServiceCIDR concerns only its family")
+	}
+	if !concerns(sc("bad"), false) || !concerns(sc("bad"), true) {
+		t.Error("concerns: an unparsable CIDR concerns both families (both refuse it)")
+	}
+	if !concerns(cache.DeletedFinalStateUnknown{Key: "x"}, false) {
+		t.Error("concerns: an unknown object must count")
 	}
 }
