@@ -34,6 +34,7 @@ import (
 	"github.com/allocator/allocator/pkg/allocation"
 	"github.com/allocator/allocator/pkg/allocmetrics"
 	"github.com/allocator/allocator/pkg/embedetcd"
+	"github.com/allocator/allocator/pkg/etcdlayout"
 	"github.com/allocator/allocator/pkg/ipallocator"
 	"github.com/allocator/allocator/pkg/portallocator"
 	"github.com/allocator/allocator/pkg/registry/events"
@@ -307,7 +308,10 @@ func (s *Server) startServiceCIDRController(hc genericapiserver.PostStartHookCon
 	// specified resyncPeriod is invalid" at every start). IPAddresses need none.
 	factory := s.informers
 	ctrl, err := servicecidr.New(client, factory.Networking().V1().ServiceCIDRs(), factory.Networking().V1().IPAddresses(),
-		servicecidr.WithLiveIPAddresses(s.ipAddresses))
+		servicecidr.WithLiveNames(etcdLiveNames{
+			etcd: s.etcd, layout: etcdlayout.Layout{Prefix: s.cfg.EtcdPrefix},
+			list: servicecidr.ListNames{Lister: s.ipAddresses},
+		}))
 	if err != nil {
 		logger(ctx).Error(err, "ServiceCIDR controller not started")
 		return nil

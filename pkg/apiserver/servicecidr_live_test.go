@@ -1,0 +1,171 @@
+package apiserver
+
+import (
+	"context"
+	"math/rand/v2"
+	"net/netip"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/google/go-cmp/cmp"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/wait"
+
+	"github.com/allocator/allocator/internal/etcdtest"
+	"github.com/allocator/allocator/pkg/allocation"
+	"github.com/allocator/allocator/pkg/etcdlayout"
+	"github.com/allocator/allocator/pkg/ipallocator/ipaddress"
+	"github.com/allocator/allocator/pkg/registry/ipaddresses"
+	"github.com/allocator/allocator/pkg/servicecidr"
+)
+
+// matches reports whether name starts with (or, exact, is) one of texts.
+func matches(texts []textPrefix, name string) bool {
+	return slices.ContainsFunc(texts, func(t textPrefix) bool {
+		if t.exact {
+			return name == t.text
+		}
+		return strings.HasPrefix(name, t.text)
+	})
+}
+
+func TestTextPrefixes(t *testing.T) {
+	cases := []struct {
+		prefix string
+		want   []textPrefix
+		ok     bool
+	}{
+		{"10.96.5.0/24", []textPrefix{{text: "10.96.5."}}, true},
+		{"10.96.0.0/16", []textPrefix{{text: "10.96."}}, true},
+		{"10.0.0.0/8", []textPrefix{{text: "10."}}, true},
+		{"10.96.5.7/32", []textPrefix{{text: "10.96.5.7", exact: true}}, true},
+		{"10.96.5.0/30", []textPrefix{{"10.96.5.0", true}, {"10.96.5.1", true}, {"10.96.5.2", true}, {"10.96.5.3", true}}, true},
+		{"10.96.4.0/23", []textPrefix{{text: "10.96.4."}, {text: "10.96.5."}}, true},
+		{"10.96.5.9/24", []textPrefix{{text: "10.96.5."}}, true}, // not masked
+		{"8.0.0.0/7", nil, false},
+		{"0.0.0.0/0", nil, false},
+		{"fd00::/112", nil, false},
+	}
+	for _, tc := range cases {
+		got, ok := textPrefixes(netip.MustParsePrefix(tc.prefix))
+		if ok != tc.ok || !cmp.Equal(got, tc.want, cmp.AllowUnexported(textPrefix{})) {
+			t.Errorf("textPrefixes(%s) = %v, %v; want %v, %v", tc.prefix, got, ok, tc.want, tc.ok)
+		}
+	}
+	// Every address of 10.96.0.0/20, and its neighbours, against /20's texts.
+	p := netip.MustParsePrefix("10.96.0.0/20")
+	texts, _ := textPrefixes(p)
+	for a := netip.MustParseAddr("10.95.250.0"); a.Compare(netip.MustParseAddr("10.96.20.0")) < 0; a = a.Next() {
+		if got := matches(texts, a.String()); got != p.Contains(a) {
+			t.Fatalf("%s: matched %v, in %s %v", a, got, p, p.Contains(a))
+		}
+	}
+}
+
+// FuzzTextPrefixes: a canonical IPv4 name matches the texts of a prefix
+// exactly when the prefix contains the address.
+func FuzzTextPrefixes(f *testing.F) {
+	f.Add(uint32(0x0a600500), 24, uint32(0x0a600507))
+	f.Add(uint32(0x0a600000), 20, uint32(0x0a60100f))
+	f.Add(uint32(0x64000000), 9, uint32(0x0a000001))
+	f.Fuzz(func(t *testing.T, base uint32, bits int, addr uint32) {
+		b := netip.AddrFrom4([4]byte{byte(base >> 24), byte(base >> 16), byte(base >> 8), byte(base)})
+		p, err := b.Prefix(bits)
+		if err != nil {
+			return
+		}
+		texts, ok := textPrefixes(p)
+		if !ok {
+			if p.Bits() >= 8 {
+				t.Fatalf("textPrefixes(%s) refused an IPv4 prefix of /8 or longer", p)
+			}
+			return
+		}
+		if len(texts) > 128 {
+			t.Fatalf("textPrefixes(%s): %d texts", p, len(texts))
+		}
+		a := netip.AddrFrom4([4]byte{byte(addr >> 24), byte(addr >> 16), byte(addr >> 8), byte(addr)})
+		if got := matches(texts, a.String()); got != p.Contains(a) {
+			t.Fatalf("%s against %s: matched %v, contained %v (texts %v)", a, p, got, p.Contains(a), texts)
+		}
+	})
+}
+
+// TestEtcdLiveNames: the ServiceCIDR controller's live read in the server
+// finds, in etcd, exactly the IPAddresses under an IPv4 prefix (one made a
+// moment before included), and the family's list for IPv6 and wide IPv4
+// prefixes.
+func TestEtcdLiveNames(t *testing.T) {
+	etcd := etcdtest.New(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	getter := newRESTOptionsGetter(etcd.Endpoints(), "/registry", EtcdTLS{}, etcd)
+	r, err := ipaddresses.NewREST(Scheme, getter)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(r.Destroy)
+	store := r.InProcess()
+	live := etcdLiveNames{etcd: etcd.Client(), layout: etcdlayout.Layout{Prefix: "/registry"}, list: servicecidr.ListNames{Lister: store}}
+	owner := allocation.Owner{Namespace: "default", Name: "web"}
+	var stored []netip.Addr
+	create := func(text string) {
+		t.Helper()
+		ip := netip.MustParseAddr(text)
+		if _, err := store.Create(ctx, ipaddress.NewObject(ip, owner), metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		stored = append(stored, ip)
+	}
+	rng := rand.New(rand.NewPCG(3, 4))
+	for range 150 {
+		a := netip.AddrFrom4([4]byte{10, byte(96 + rng.IntN(2)), byte(rng.IntN(20)), byte(rng.IntN(256))})
+		if !slices.Contains(stored, a) {
+			create(a.String())
+		}
+	}
+	for _, text := range []string{"100.96.5.1", "1.96.5.1", "fd00::1", "fd00::1:5"} {
+		create(text)
+	}
+	want := func(p netip.Prefix, family bool) []string {
+		var out []string
+		for _, a := range stored {
+			if (family && a.Is4() == p.Addr().Is4()) || p.Contains(a) {
+				out = append(out, a.String())
+			}
+		}
+		slices.Sort(out)
+		return out
+	}
+	for _, tc := range []struct {
+		prefix string
+		family bool // read by listing the family
+	}{
+		{"10.96.5.0/24", false}, {"10.96.0.0/20", false}, {"10.96.0.0/15", false}, {"10.96.3.0/27", false},
+		{"10.96.3.7/32", false}, {"10.0.0.0/8", false}, {"172.16.0.0/12", false},
+		{"8.0.0.0/6", true}, {"fd00::/112", true},
+	} {
+		p := netip.MustParsePrefix(tc.prefix)
+		// The family list may wait for the watch cache (429 until loaded).
+		var got []string
+		err := wait.PollUntilContextTimeout(ctx, 20*time.Millisecond, 10*time.Second, true, func(ctx context.Context) (bool, error) {
+			got, err = live.Names(ctx, []netip.Prefix{p})
+			return err == nil, nil
+		})
+		if err != nil {
+			t.Fatalf("Names(%s): %v", p, err)
+		}
+		slices.Sort(got)
+		if diff := cmp.Diff(want(p, tc.family), got); diff != "" {
+			t.Errorf("Names(%s) (-want +got):\n%s", p, diff)
+		}
+	}
+	// One made a moment ago is read.
+	create("10.96.5.250")
+	got, err := live.Names(ctx, []netip.Prefix{netip.MustParsePrefix("10.96.5.248/29")})
+	if err != nil || !slices.Contains(got, "10.96.5.250") {
+		t.Errorf("Names right after a create: %v, %v", got, err)
+	}
+}
