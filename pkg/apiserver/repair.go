@@ -120,9 +120,9 @@ func (s *Server) migrateFromOtherModel(ctx context.Context) error {
 // both IP models (the node-port map is the same in both). It does not gate
 // readiness: the map is persistent, so a restart loses nothing it would
 // have to rebuild first. So its first pass waits for the ClusterIP
-// repair's, which does gate it: at 100,000 Services, its list of every
-// Service took a fifth of the start-up's CPU from the work readiness
-// waits for (docs/performance.md).
+// repair's, which does gate it (afterFirstRepairPass, at most 30 s): at
+// 100,000 Services, its list of every Service took a fifth of the
+// start-up's CPU from the work readiness waits for (docs/performance.md).
 func (s *Server) startNodePortRepair(ctx context.Context, client kubernetes.Interface) error {
 	if s.nodePorts == nil {
 		return nil
@@ -135,9 +135,7 @@ func (s *Server) startNodePortRepair(ctx context.Context, client kubernetes.Inte
 		return err
 	}
 	go func() {
-		select {
-		case <-s.repairFirstPass:
-		case <-ctx.Done():
+		if !s.afterFirstRepairPass(ctx) {
 			return
 		}
 		if err := r.Run(ctx, nil); err != nil && ctx.Err() == nil {
@@ -145,4 +143,23 @@ func (s *Server) startNodePortRepair(ctx context.Context, client kubernetes.Inte
 		}
 	}()
 	return nil
+}
+
+// firstPassWait bounds how long work that readiness does not wait for
+// waits for the ClusterIP repair's first pass: a repair that keeps
+// failing must not hold it back for good.
+const firstPassWait = 30 * time.Second
+
+// afterFirstRepairPass waits until the ClusterIP repair's first pass is
+// done, or firstPassWait has passed; false when ctx ended first.
+func (s *Server) afterFirstRepairPass(ctx context.Context) bool {
+	t := time.NewTimer(firstPassWait)
+	defer t.Stop()
+	select {
+	case <-s.repairFirstPass:
+	case <-t.C:
+	case <-ctx.Done():
+		return false
+	}
+	return true
 }

@@ -291,11 +291,12 @@ func (s *Server) addHealthChecks(ctx context.Context, getter *restOptionsGetter)
 // startServiceCIDRController runs the ServiceCIDR controller until the
 // server stops. The hook returns at once; a failure to build the controller
 // is logged and not fatal (ServiceCIDRs then keep no finalizer). Its work
-// starts after the ClusterIP repair's first pass, as the node-port
-// repair's does: readiness does not wait for it (a ServiceCIDR without a
-// Ready condition is served), and at 100,000 Services its start-up checks
-// of the ServiceCIDRs being deleted took CPU from the work readiness waits
-// for. Until then its queue only collects ServiceCIDR names.
+// starts after the ClusterIP repair's first pass (afterFirstRepairPass),
+// as the node-port repair's does: readiness does not wait for it (a
+// ServiceCIDR without a Ready condition is served), and at 100,000
+// Services its start-up checks of the ServiceCIDRs being deleted took CPU
+// from the work readiness waits for. Until then its queue only collects
+// ServiceCIDR names.
 func (s *Server) startServiceCIDRController(hc genericapiserver.PostStartHookContext) error {
 	ctx := hc.Context
 	client, err := kubernetes.NewForConfig(hc.LoopbackClientConfig)
@@ -317,9 +318,7 @@ func (s *Server) startServiceCIDRController(hc genericapiserver.PostStartHookCon
 		return nil
 	}
 	go func() {
-		select {
-		case <-s.repairFirstPass:
-		case <-ctx.Done():
+		if !s.afterFirstRepairPass(ctx) {
 			return
 		}
 		if err := ctrl.Run(ctx, 2); err != nil && ctx.Err() == nil {

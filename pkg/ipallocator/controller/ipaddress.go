@@ -25,6 +25,10 @@ import (
 	"github.com/allocator/allocator/pkg/scope"
 )
 
+// repairRetryMax caps the backoff of a key the IPAddress repair failed to
+// reconcile.
+const repairRetryMax = 10 * time.Second
+
 // DefaultOrphanGrace is the default IPAddressConfig.OrphanGrace: upstream's
 // 60 s, the API server's default request timeout.
 const DefaultOrphanGrace = 60 * time.Second
@@ -232,8 +236,15 @@ func (r *IPAddressRepair) Run(ctx context.Context, firstPass chan<- struct{}) er
 		nsLister:       nsInf.Lister(),
 	}
 
+	// A failed key is retried with its own exponential backoff, capped at
+	// repairRetryMax, and no overall rate: client-go's default controller
+	// limiter also holds every retry to 10 a second, so after an etcd
+	// outage (NOSPACE) the hundreds of keys that failed during it waited
+	// tens of seconds in line, leaving the bitmap and the IPAddresses
+	// apart meanwhile (TestEtcdOutOfSpace). Each retry is one key's
+	// reconcile, with the outage already over or its own backoff growing.
 	queue := workqueue.NewTypedRateLimitingQueueWithConfig(
-		workqueue.DefaultTypedControllerRateLimiter[string](),
+		workqueue.NewTypedItemExponentialFailureRateLimiter[string](5*time.Millisecond, repairRetryMax),
 		workqueue.TypedRateLimitingQueueConfig[string]{Name: "ipaddress-repair"},
 	)
 	defer queue.ShutDown()
