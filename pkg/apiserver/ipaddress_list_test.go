@@ -19,22 +19,28 @@ import (
 	"github.com/allocator/allocator/pkg/registry/ipaddresses"
 )
 
+// newIPAddressStore returns a fresh etcd and the IPAddress store on it,
+// called in process (ipaddresses.InProcess), as the server builds it.
+func newIPAddressStore(t *testing.T) (*etcdtest.Etcd, ipaddresses.InProcess) {
+	t.Helper()
+	etcd := etcdtest.New(t)
+	r, err := ipaddresses.NewREST(Scheme, newRESTOptionsGetter(etcd.Endpoints(), "/registry", EtcdTLS{}, etcd))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(r.Destroy)
+	return etcd, r.InProcess()
+}
+
 // TestIPAddressInProcessList: the IPAddress store's in-process List (the
 // ServiceCIDR controller's live confirmation) answers as the API's LIST:
 // every IPAddress, or those the label selector picks, and one created a
 // moment before is in it (a consistent read, though the watch cache
 // serves it).
 func TestIPAddressInProcessList(t *testing.T) {
-	etcd := etcdtest.New(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	getter := newRESTOptionsGetter(etcd.Endpoints(), "/registry", EtcdTLS{}, etcd)
-	r, err := ipaddresses.NewREST(Scheme, getter)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(r.Destroy)
-	store := r.InProcess()
+	_, store := newIPAddressStore(t)
 	owner := allocation.Owner{Namespace: "default", Name: "web"}
 	names := func(opts metav1.ListOptions) []string {
 		t.Helper()

@@ -13,11 +13,9 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/wait"
 
-	"github.com/allocator/allocator/internal/etcdtest"
 	"github.com/allocator/allocator/pkg/allocation"
 	"github.com/allocator/allocator/pkg/etcdlayout"
 	"github.com/allocator/allocator/pkg/ipallocator/ipaddress"
-	"github.com/allocator/allocator/pkg/registry/ipaddresses"
 	"github.com/allocator/allocator/pkg/servicecidr"
 )
 
@@ -98,16 +96,9 @@ func FuzzTextPrefixes(f *testing.F) {
 // moment before included), and the family's list for IPv6 and wide IPv4
 // prefixes.
 func TestEtcdLiveNames(t *testing.T) {
-	etcd := etcdtest.New(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	getter := newRESTOptionsGetter(etcd.Endpoints(), "/registry", EtcdTLS{}, etcd)
-	r, err := ipaddresses.NewREST(Scheme, getter)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(r.Destroy)
-	store := r.InProcess()
+	etcd, store := newIPAddressStore(t)
 	live := etcdLiveNames{etcd: etcd.Client(), layout: etcdlayout.Layout{Prefix: "/registry"}, list: servicecidr.ListNames{Lister: store}}
 	owner := allocation.Owner{Namespace: "default", Name: "web"}
 	var stored []netip.Addr
@@ -150,12 +141,13 @@ func TestEtcdLiveNames(t *testing.T) {
 		p := netip.MustParsePrefix(tc.prefix)
 		// The family list may wait for the watch cache (429 until loaded).
 		var got []string
+		var namesErr error
 		err := wait.PollUntilContextTimeout(ctx, 20*time.Millisecond, 10*time.Second, true, func(ctx context.Context) (bool, error) {
-			got, err = live.Names(ctx, []netip.Prefix{p})
-			return err == nil, nil
+			got, namesErr = live.Names(ctx, []netip.Prefix{p})
+			return namesErr == nil, nil
 		})
 		if err != nil {
-			t.Fatalf("Names(%s): %v", p, err)
+			t.Fatalf("Names(%s): %v (last error %v)", p, err, namesErr)
 		}
 		slices.Sort(got)
 		if diff := cmp.Diff(want(p, tc.family), got); diff != "" {

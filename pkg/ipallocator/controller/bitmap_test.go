@@ -15,7 +15,6 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/intstr"
 
-	"github.com/allocator/allocator/internal/etcdtest"
 	"github.com/allocator/allocator/internal/fixtures"
 	"github.com/allocator/allocator/internal/testserver"
 	"github.com/allocator/allocator/pkg/allocation"
@@ -314,13 +313,7 @@ func TestBitmapRepairCreatesMissingMapAndIsQuietWhenConsistent(t *testing.T) {
 // TestBitmapRepairKubeAPIServer132 serves what kube-apiserver 1.32 wrote and
 // checks that a repair pass finds it consistent.
 func TestBitmapRepairKubeAPIServer132(t *testing.T) {
-	ctx := repairtest.Context(t)
-	etcd := etcdtest.New(t)
-	fx := fixtures.Load(t, fixtures.Bitmap132)
-	if _, err := fixtures.Put(ctx, etcd.Client(), fx); err != nil {
-		t.Fatal(err)
-	}
-	srv := testserver.Start(t, testserver.Options{ServiceRange: "10.96.0.0/16", Model: "bitmap", Etcd: etcd})
+	ctx, etcd, fx, srv := fixtureServer(t, fixtures.Bitmap132, "bitmap")
 	store := bitmapStore(t, etcd.Client(), "10.96.0.0/16")
 	ctrl, err := controller.NewBitmapRepair(controller.BitmapConfig{Client: srv.Client, Stores: []controller.BitmapStore{store}})
 	if err != nil {

@@ -22,7 +22,6 @@ import (
 	"k8s.io/apimachinery/pkg/util/uuid"
 	"k8s.io/apimachinery/pkg/util/wait"
 
-	"github.com/allocator/allocator/internal/etcdtest"
 	"github.com/allocator/allocator/internal/fixtures"
 	"github.com/allocator/allocator/internal/testserver"
 	"github.com/allocator/allocator/pkg/etcdlayout"
@@ -363,13 +362,7 @@ func TestIPAddressRepairPlantedFaults(t *testing.T) {
 // TestIPAddressRepairKubeAPIServer136 checks that the IPAddresses
 // kube-apiserver 1.36 wrote (including the extra ServiceCIDR) are consistent.
 func TestIPAddressRepairKubeAPIServer136(t *testing.T) {
-	ctx := repairtest.Context(t)
-	etcd := etcdtest.New(t)
-	fx := fixtures.Load(t, fixtures.IPAddress136)
-	if _, err := fixtures.Put(ctx, etcd.Client(), fx); err != nil {
-		t.Fatal(err)
-	}
-	srv := testserver.Start(t, testserver.Options{ServiceRange: "10.96.0.0/16", Model: "ipaddress", Etcd: etcd})
+	ctx, _, fx, srv := fixtureServer(t, fixtures.IPAddress136, "ipaddress")
 	ctrl, err := controller.NewIPAddressRepair(controller.IPAddressConfig{Client: srv.Client})
 	if err != nil {
 		t.Fatal(err)
@@ -384,13 +377,7 @@ func TestIPAddressRepairKubeAPIServer136(t *testing.T) {
 // kube-apiserver 1.32 wrote with the IPAddress model: one pass creates
 // exactly one IPAddress per Service IP.
 func TestIPAddressRepairMigratesKubeAPIServer132(t *testing.T) {
-	ctx := repairtest.Context(t)
-	etcd := etcdtest.New(t)
-	fx := fixtures.Load(t, fixtures.Bitmap132)
-	if _, err := fixtures.Put(ctx, etcd.Client(), fx); err != nil {
-		t.Fatal(err)
-	}
-	srv := testserver.Start(t, testserver.Options{ServiceRange: "10.96.0.0/16", Model: "ipaddress", Etcd: etcd})
+	ctx, _, fx, srv := fixtureServer(t, fixtures.Bitmap132, "ipaddress")
 	ctrl, err := controller.NewIPAddressRepair(controller.IPAddressConfig{Client: srv.Client, Recorder: report.NewEventRecorder(ctx, srv.Client)})
 	if err != nil {
 		t.Fatal(err)

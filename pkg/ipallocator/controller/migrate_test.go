@@ -58,6 +58,19 @@ func killAfter(t *testing.T, cfg *rest.Config, n int64) (kubernetes.Interface, c
 	return client, ctx
 }
 
+// fixtureServer puts a capture of upstream's etcd data (internal/fixtures)
+// in a fresh etcd and starts our server of model on it, on 10.96.0.0/16.
+func fixtureServer(t *testing.T, name, model string) (context.Context, *etcdtest.Etcd, *fixtures.File, *testserver.Server) {
+	t.Helper()
+	ctx := repairtest.Context(t)
+	etcd := etcdtest.New(t)
+	fx := fixtures.Load(t, name)
+	if _, err := fixtures.Put(ctx, etcd.Client(), fx); err != nil {
+		t.Fatal(err)
+	}
+	return ctx, etcd, fx, testserver.Start(t, testserver.Options{ServiceRange: "10.96.0.0/16", Model: model, Etcd: etcd})
+}
+
 type roundTripFunc func(*http.Request) (*http.Response, error)
 
 func (f roundTripFunc) RoundTrip(r *http.Request) (*http.Response, error) { return f(r) }
@@ -128,13 +141,7 @@ func checkIPAddressesMatch(t *testing.T, client kubernetes.Interface, services m
 // TestMigrateKubeAPIServer132 migrates what kube-apiserver 1.32 wrote
 // (bitmap model, no IPAddresses) to the IPAddress model.
 func TestMigrateKubeAPIServer132(t *testing.T) {
-	ctx := repairtest.Context(t)
-	etcd := etcdtest.New(t)
-	fx := fixtures.Load(t, fixtures.Bitmap132)
-	if _, err := fixtures.Put(ctx, etcd.Client(), fx); err != nil {
-		t.Fatal(err)
-	}
-	srv := testserver.Start(t, testserver.Options{ServiceRange: "10.96.0.0/16", Model: "bitmap", Etcd: etcd})
+	ctx, _, fx, srv := fixtureServer(t, fixtures.Bitmap132, "bitmap")
 	rep, err := controller.MigrateToIPAddress(ctx, controller.MigrateConfig{Client: srv.Client, DryRun: true})
 	if err != nil || rep.Created != 23 || rep.Present != 0 {
 		t.Fatalf("dry run: %v %v", err, rep)
@@ -162,13 +169,7 @@ func TestMigrateKubeAPIServer132(t *testing.T) {
 // the same counts as from lists; a rerun right after, whose cache may not
 // hold every IPAddress just created yet, still creates nothing twice.
 func TestMigrateFromInformerSnapshot(t *testing.T) {
-	ctx := repairtest.Context(t)
-	etcd := etcdtest.New(t)
-	fx := fixtures.Load(t, fixtures.Bitmap132)
-	if _, err := fixtures.Put(ctx, etcd.Client(), fx); err != nil {
-		t.Fatal(err)
-	}
-	srv := testserver.Start(t, testserver.Options{ServiceRange: "10.96.0.0/16", Model: "bitmap", Etcd: etcd})
+	ctx, _, fx, srv := fixtureServer(t, fixtures.Bitmap132, "bitmap")
 	factory := informers.NewSharedInformerFactory(srv.Client, 0)
 	cfg := controller.MigrateConfig{Client: srv.Client, Snapshot: controller.InformerSnapshot(factory), DryRun: true}
 	factory.Start(ctx.Done())
