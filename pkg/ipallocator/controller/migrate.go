@@ -165,9 +165,9 @@ func MigrateToIPAddress(ctx context.Context, cfg MigrateConfig) (*MigrationRepor
 		todo = append(todo, c)
 	}
 
-	// One list finds what earlier runs (or the servers) already claimed, so a
-	// rerun, or a server's check at every start, costs two lists and no
-	// write when there is nothing to carry over.
+	// One read finds what earlier runs (or the servers) already claimed, so a
+	// rerun costs two lists, and a server's check at every start two reads
+	// of its caches, and no write when there is nothing to carry over.
 	existing, err := snap.IPAddresses(ctx)
 	if err != nil {
 		return nil, fmt.Errorf("migrate: %w", err)
