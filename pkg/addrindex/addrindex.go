@@ -58,15 +58,25 @@ func Add(inf cache.SharedIndexInformer) error {
 // not an address is filed nowhere (In finds it only by a full scan, and no
 // prefix contains it anyway).
 func indexFunc(obj any) ([]string, error) {
-	ipa, ok := obj.(*networkingv1.IPAddress)
+	_, addr, ok := addressOf(obj)
 	if !ok {
 		return nil, nil
 	}
+	return []string{blockKey(blockOf(addr.WithZone("")))}, nil
+}
+
+// addressOf returns obj as an IPAddress and the address its name is, or
+// false when it is not an IPAddress named by an address.
+func addressOf(obj any) (*networkingv1.IPAddress, netip.Addr, bool) {
+	ipa, ok := obj.(*networkingv1.IPAddress)
+	if !ok {
+		return nil, netip.Addr{}, false
+	}
 	addr, err := netip.ParseAddr(ipa.Name)
 	if err != nil {
-		return nil, nil
+		return nil, netip.Addr{}, false
 	}
-	return []string{blockKey(blockOf(addr.WithZone("")))}, nil
+	return ipa, addr, true
 }
 
 // blockOf returns the block that contains addr.
@@ -149,12 +159,8 @@ func In(indexer cache.Indexer, prefixes []netip.Prefix) ([]*networkingv1.IPAddre
 		}
 	}
 	inside := func(obj any) (*networkingv1.IPAddress, bool) {
-		ipa, ok := obj.(*networkingv1.IPAddress)
+		ipa, addr, ok := addressOf(obj)
 		if !ok {
-			return nil, false
-		}
-		addr, err := netip.ParseAddr(ipa.Name)
-		if err != nil {
 			return nil, false
 		}
 		for _, p := range prefixes {
