@@ -330,7 +330,8 @@ func (c *Controller) sync(ctx context.Context, name string) (requeue time.Durati
 	if !slices.Contains(sc.Finalizers, Finalizer) {
 		return 0, nil
 	}
-	ips, err := addrindex.In(c.ipIndexer, prefixes(sc))
+	mine := prefixes(sc)
+	ips, err := addrindex.In(c.ipIndexer, mine)
 	if err != nil {
 		return 0, err
 	}
@@ -338,7 +339,7 @@ func (c *Controller) sync(ctx context.Context, name string) (requeue time.Durati
 	for _, ip := range ips {
 		names = append(names, ip.Name)
 	}
-	blocking, err := c.orphanedIPs(sc, names)
+	blocking, err := c.orphanedIPs(sc.Name, mine, names)
 	if err != nil {
 		return 0, err
 	}
@@ -361,11 +362,11 @@ func (c *Controller) sync(ctx context.Context, name string) (requeue time.Durati
 	// the family's (allocators label what they create with it; one without
 	// the label is still in the cache check above), and a server's reads
 	// only the etcd keys of the ServiceCIDR's addresses (WithLiveNames).
-	names, err = c.live.Names(ctx, prefixes(sc))
+	names, err = c.live.Names(ctx, mine)
 	if err != nil {
 		return 0, fmt.Errorf("live IPAddresses: %w", err)
 	}
-	if blocking, err = c.orphanedIPs(sc, names); err != nil {
+	if blocking, err = c.orphanedIPs(sc.Name, mine, names); err != nil {
 		return 0, err
 	}
 	if blocking > 0 {
@@ -379,17 +380,16 @@ func (c *Controller) sync(ctx context.Context, name string) (requeue time.Durati
 	return 0, nil
 }
 
-// orphanedIPs counts the IPAddresses in sc that no other ServiceCIDR (not
-// being deleted) covers.
-func (c *Controller) orphanedIPs(sc *networkingv1.ServiceCIDR, names []string) (int, error) {
-	mine := prefixes(sc)
+// orphanedIPs counts the IPAddresses (by name) in the prefixes mine of the
+// ServiceCIDR sc that no other ServiceCIDR (not being deleted) covers.
+func (c *Controller) orphanedIPs(sc string, mine []netip.Prefix, names []string) (int, error) {
 	var others []netip.Prefix
 	all, err := c.cidrLister.List(labels.Everything())
 	if err != nil {
 		return 0, err
 	}
 	for _, other := range all {
-		if other.Name != sc.Name && other.DeletionTimestamp == nil {
+		if other.Name != sc && other.DeletionTimestamp == nil {
 			// Only a prefix that overlaps sc's can cover one of its
 			// addresses: with a thousand ServiceCIDRs, that is one or none.
 			for _, p := range prefixes(other) {

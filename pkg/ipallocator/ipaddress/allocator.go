@@ -371,7 +371,8 @@ func (a *Allocator) rebuildLocked() []RefusedCIDR {
 
 // cachedAddrs returns the addresses of the cached IPAddresses inside p:
 // those of its blocks in the addrindex index, not a read of every
-// IPAddress (a ServiceCIDR added at 100,000 IPAddresses).
+// IPAddress (a ServiceCIDR added at 100,000 IPAddresses); the whole
+// family's (familyPrefix) is a scan.
 func (a *Allocator) cachedAddrs(p netip.Prefix) []netip.Addr {
 	objs, err := addrindex.In(a.ipIndexer, []netip.Prefix{p})
 	if err != nil {
@@ -387,21 +388,12 @@ func (a *Allocator) cachedAddrs(p netip.Prefix) []netip.Addr {
 	return out
 }
 
-// familyAddrs returns the addresses of this family's IPAddresses in the
-// cache.
-func (a *Allocator) familyAddrs() []netip.Addr {
-	objs, err := a.ipLister.List(labels.Everything())
-	if err != nil {
-		a.logger.Error(err, "list IPAddresses from cache")
-		return nil
+// familyPrefix is the prefix of every address of one family.
+func familyPrefix(ipv6 bool) netip.Prefix {
+	if ipv6 {
+		return netip.PrefixFrom(netip.IPv6Unspecified(), 0)
 	}
-	out := make([]netip.Addr, 0, len(objs))
-	for _, o := range objs {
-		if ip, err := subrange.ParseAddr(o.Name); err == nil && ip.Is6() == a.ipv6 {
-			out = append(out, ip)
-		}
-	}
-	return out
+	return netip.PrefixFrom(netip.IPv4Unspecified(), 0)
 }
 
 // markLocked sets or clears ip in every served index that contains it, so
@@ -759,7 +751,7 @@ func (a *Allocator) ForEach(ctx context.Context, fn func(netip.Addr)) error {
 	if !a.ready.Load() {
 		return allocation.ErrNotReady
 	}
-	addrs := a.familyAddrs()
+	addrs := a.cachedAddrs(familyPrefix(a.ipv6))
 	a.mu.Lock()
 	addrs = slices.DeleteFunc(addrs, func(ip netip.Addr) bool { return !a.containsLocked(ip) })
 	a.mu.Unlock()
