@@ -19,12 +19,13 @@ import (
 	"github.com/allocator/allocator/pkg/registry/ipaddresses"
 )
 
-// newIPAddressStore returns a fresh etcd and the IPAddress store on it,
-// called in process (ipaddresses.InProcess), as the server builds it.
-func newIPAddressStore(t *testing.T) (*etcdtest.Etcd, ipaddresses.InProcess) {
+// newIPAddressStore returns a fresh etcd and the IPAddress store on it
+// under the etcd prefix (--etcd-prefix), called in process
+// (ipaddresses.InProcess), as the server builds it.
+func newIPAddressStore(t *testing.T, prefix string) (*etcdtest.Etcd, ipaddresses.InProcess) {
 	t.Helper()
 	etcd := etcdtest.New(t)
-	r, err := ipaddresses.NewREST(Scheme, newRESTOptionsGetter(etcd.Endpoints(), "/registry", EtcdTLS{}, etcd))
+	r, err := ipaddresses.NewREST(Scheme, newRESTOptionsGetter(etcd.Endpoints(), prefix, EtcdTLS{}, etcd))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -40,7 +41,7 @@ func newIPAddressStore(t *testing.T) (*etcdtest.Etcd, ipaddresses.InProcess) {
 func TestIPAddressInProcessList(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	_, store := newIPAddressStore(t)
+	_, store := newIPAddressStore(t, "/registry")
 	owner := allocation.Owner{Namespace: "default", Name: "web"}
 	names := func(opts metav1.ListOptions) []string {
 		t.Helper()

@@ -135,7 +135,7 @@ func (s *Server) startNodePortRepair(ctx context.Context, client kubernetes.Inte
 		return err
 	}
 	go func() {
-		if !s.afterFirstRepairPass(ctx) {
+		if !s.afterFirstRepairPass(ctx, firstPassWait) {
 			return
 		}
 		if err := r.Run(ctx, nil); err != nil && ctx.Err() == nil {
@@ -151,9 +151,9 @@ func (s *Server) startNodePortRepair(ctx context.Context, client kubernetes.Inte
 const firstPassWait = 30 * time.Second
 
 // afterFirstRepairPass waits until the ClusterIP repair's first pass is
-// done, or firstPassWait has passed; false when ctx ended first.
-func (s *Server) afterFirstRepairPass(ctx context.Context) bool {
-	t := time.NewTimer(firstPassWait)
+// done, or max has passed (firstPassWait); false when ctx ended first.
+func (s *Server) afterFirstRepairPass(ctx context.Context, max time.Duration) bool {
+	t := time.NewTimer(max)
 	defer t.Stop()
 	select {
 	case <-s.repairFirstPass:

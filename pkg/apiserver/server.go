@@ -318,7 +318,7 @@ func (s *Server) startServiceCIDRController(hc genericapiserver.PostStartHookCon
 		return nil
 	}
 	go func() {
-		if !s.afterFirstRepairPass(ctx) {
+		if !s.afterFirstRepairPass(ctx, firstPassWait) {
 			return
 		}
 		if err := ctrl.Run(ctx, 2); err != nil && ctx.Err() == nil {

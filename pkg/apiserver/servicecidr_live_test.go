@@ -94,12 +94,19 @@ func FuzzTextPrefixes(f *testing.F) {
 // TestEtcdLiveNames: the ServiceCIDR controller's live read in the server
 // finds, in etcd, exactly the IPAddresses under an IPv4 prefix (one made a
 // moment before included), and the family's list for IPv6 and wide IPv4
-// prefixes.
+// prefixes; under kube-apiserver's default etcd prefix and another one
+// (--etcd-prefix), where the keys it reads must be the store's.
 func TestEtcdLiveNames(t *testing.T) {
+	for _, prefix := range []string{"/registry", "/clusters/a"} {
+		t.Run(prefix, func(t *testing.T) { testEtcdLiveNames(t, prefix) })
+	}
+}
+
+func testEtcdLiveNames(t *testing.T, etcdPrefix string) {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	etcd, store := newIPAddressStore(t)
-	live := etcdLiveNames{etcd: etcd.Client(), layout: etcdlayout.Layout{Prefix: "/registry"}, list: servicecidr.ListNames{Lister: store}}
+	etcd, store := newIPAddressStore(t, etcdPrefix)
+	live := etcdLiveNames{etcd: etcd.Client(), layout: etcdlayout.Layout{Prefix: etcdPrefix}, list: servicecidr.ListNames{Lister: store}}
 	owner := allocation.Owner{Namespace: "default", Name: "web"}
 	var stored []netip.Addr
 	create := func(text string) {
