@@ -45,7 +45,7 @@ type opsLoad struct {
 	recovered  int                   // creates found stored after a lost answer; guarded by mu
 	retries    int                   // requests retried; guarded by mu
 	// lostFrom and lostUntil: etcd was restored from a snapshot taken at
-	// lostFrom and stopped for it at lostUntil (forgetAfter). What was
+	// lostFrom and had stopped for it by lostUntil (forgetAfter). What was
 	// acknowledged in between may be undone; guarded by mu.
 	lostFrom, lostUntil time.Time
 	lostToRestore       int // deletes that found their Service undone by the restore; guarded by mu
@@ -349,7 +349,7 @@ func (l *opsLoad) isUnsure(name string) bool {
 	return l.unsure[name]
 }
 
-// forgetAfter is called just before etcd is stopped to be restored from a
+// forgetAfter is called once etcd has stopped, to be restored from a
 // snapshot taken at snapshotStart. Every create acknowledged since, and every
 // create or delete sent before now and acknowledged later, may be undone by
 // the restore: the load no longer counts their addresses and node ports as
