@@ -13,6 +13,9 @@
 // parsed every IPAddress once per ServiceCIDR change, a quarter of the
 // server's CPU at 90% fill (docs/performance.md).
 //
+// BlockKey and BlockKeys name the same blocks for an index of another kind
+// of object (the IPAddress repair's of Services by ClusterIP).
+//
 // Invariant: In returns the same objects as a scan of the whole cache
 // filtered by the prefixes would, whatever the index holds; an informer
 // without the index is scanned.
@@ -62,7 +65,7 @@ func indexFunc(obj any) ([]string, error) {
 	if !ok {
 		return nil, nil
 	}
-	return []string{blockKey(blockOf(addr.WithZone("")))}, nil
+	return []string{BlockKey(addr)}, nil
 }
 
 // addressOf returns obj as an IPAddress and the address its name is, or
@@ -90,6 +93,37 @@ func blockOf(addr netip.Addr) netip.Prefix {
 }
 
 func blockKey(p netip.Prefix) string { return p.String() }
+
+// BlockKey names the block that holds addr, as the index files it: for an
+// index of another kind of object over the same blocks (the repair's of
+// Services by ClusterIP).
+func BlockKey(addr netip.Addr) string { return blockKey(blockOf(addr.WithZone(""))) }
+
+// BlockKeys names the blocks that prefixes cover, each once; false when
+// they are more than MaxBlocks, for which a scan of every object is
+// cheaper. Prefixes that are not valid cover nothing.
+func BlockKeys(prefixes []netip.Prefix) ([]string, bool) {
+	var keys []string
+	seen := map[string]bool{}
+	budget := MaxBlocks
+	for _, p := range prefixes {
+		if !p.IsValid() {
+			continue
+		}
+		bs, ok := blocks(p, budget)
+		if !ok {
+			return nil, false
+		}
+		budget -= len(bs)
+		for _, b := range bs {
+			if k := blockKey(b); !seen[k] { // overlapping prefixes
+				seen[k] = true
+				keys = append(keys, k)
+			}
+		}
+	}
+	return keys, true
+}
 
 // blocks returns the blocks that p covers, or ok false when they are more
 // than limit.
@@ -138,26 +172,9 @@ func nextBlock(b netip.Prefix) (netip.Prefix, bool) {
 // In returns the IPAddresses of indexer whose names are addresses inside
 // one of prefixes, each once. Prefixes that are not valid select nothing.
 func In(indexer cache.Indexer, prefixes []netip.Prefix) ([]*networkingv1.IPAddress, error) {
-	var keys []string
-	budget := MaxBlocks
-	scan := false
-	if _, ok := indexer.GetIndexers()[Name]; !ok {
-		scan = true
-	}
-	for _, p := range prefixes {
-		if scan || !p.IsValid() {
-			continue
-		}
-		bs, ok := blocks(p, budget)
-		if !ok {
-			scan = true
-			break
-		}
-		budget -= len(bs)
-		for _, b := range bs {
-			keys = append(keys, blockKey(b))
-		}
-	}
+	_, indexed := indexer.GetIndexers()[Name]
+	keys, ok := BlockKeys(prefixes)
+	scan := !indexed || !ok
 	inside := func(obj any) (*networkingv1.IPAddress, bool) {
 		ipa, addr, ok := addressOf(obj)
 		if !ok {
@@ -179,12 +196,7 @@ func In(indexer cache.Indexer, prefixes []netip.Prefix) ([]*networkingv1.IPAddre
 		}
 		return out, nil
 	}
-	seen := make(map[string]bool, len(keys))
 	for _, k := range keys {
-		if seen[k] {
-			continue // overlapping prefixes
-		}
-		seen[k] = true
 		objs, err := indexer.ByIndex(Name, k)
 		if err != nil {
 			return nil, fmt.Errorf("IPAddresses in block %s: %w", k, err)

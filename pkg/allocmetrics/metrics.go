@@ -72,10 +72,11 @@ func (m *Metrics) Register(registry metrics.KubeRegistry) {
 	m.ports.register(registry)
 }
 
-// cidrLister is implemented by allocators over several CIDRs (the IPAddress
-// model) to name the CIDR of an address.
-type cidrLister interface {
-	Ranges() []netip.Prefix
+// cidrNamer is implemented by allocators over several CIDRs (the IPAddress
+// model) to name the CIDR of an address: the first served CIDR that holds
+// it, else the first served; false when none is served.
+type cidrNamer interface {
+	CIDROf(ip netip.Addr) (netip.Prefix, bool)
 }
 
 // ranged is implemented by allocators over one range (the bitmap model).
@@ -150,15 +151,9 @@ func cidrOf(a allocation.Interface, ip netip.Addr) string {
 	switch a := a.(type) {
 	case ranged:
 		return a.Range().Prefix().String()
-	case cidrLister:
-		ranges := a.Ranges()
-		for _, p := range ranges {
-			if p.Contains(ip) {
-				return p.String()
-			}
-		}
-		if len(ranges) > 0 {
-			return ranges[0].String()
+	case cidrNamer:
+		if p, ok := a.CIDROf(ip); ok {
+			return p.String()
 		}
 	}
 	return ""

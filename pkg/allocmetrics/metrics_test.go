@@ -89,7 +89,7 @@ kube_apiserver_clusterip_allocator_allocated_ips{cidr="10.0.0.0/28"} 2
 // yet: it serves no CIDR and refuses every address.
 type noRanges struct{ allocation.Interface }
 
-func (noRanges) Ranges() []netip.Prefix { return nil }
+func (noRanges) CIDROf(netip.Addr) (netip.Prefix, bool) { return netip.Prefix{}, false }
 func (noRanges) Allocate(context.Context, netip.Addr, allocation.Owner) error {
 	return allocation.ErrMismatchedNetwork
 }

@@ -97,6 +97,9 @@ func (c CompletedConfig) New(ctx context.Context) (*Server, error) {
 	if len(c.ServiceCIDRs) == 0 {
 		return nil, errors.New("no service CIDRs configured")
 	}
+	if err := setCacheFeatures(); err != nil {
+		return nil, err
+	}
 	generic, err := c.generic.New("allocator", genericapiserver.NewEmptyDelegate())
 	if err != nil {
 		return nil, fmt.Errorf("create generic server: %w", err)

@@ -216,14 +216,7 @@ func (r *IPAddressRepair) Run(ctx context.Context, firstPass chan<- struct{}) er
 	ipInf := factory.Networking().V1().IPAddresses()
 	cidrInf := factory.Networking().V1().ServiceCIDRs()
 	if _, exists := svcInf.Informer().GetIndexer().GetIndexers()[serviceIndex]; !exists {
-		err := svcInf.Informer().AddIndexers(cache.Indexers{serviceIndex: func(obj any) ([]string, error) {
-			svc, ok := obj.(*corev1.Service)
-			if !ok {
-				return nil, nil
-			}
-			return addressKeys(svc), nil
-		}})
-		if err != nil {
+		if err := svcInf.Informer().AddIndexers(serviceIndexers); err != nil {
 			return fmt.Errorf("ipaddress repair: index services: %w", err)
 		}
 	}
@@ -280,10 +273,8 @@ func (r *IPAddressRepair) Run(ctx context.Context, firstPass chan<- struct{}) er
 				prefixes = append(prefixes, cidrPrefixes(sc)...)
 			}
 		}
-		for _, k := range view.serviceIndexer.ListIndexFuncValues(serviceIndex) {
-			if ip, err := netip.ParseAddr(k); err == nil && slices.ContainsFunc(prefixes, func(p netip.Prefix) bool { return p.Contains(ip) }) {
-				queue.Add(k)
-			}
+		for _, k := range view.heldInside(prefixes) {
+			queue.Add(k)
 		}
 	}
 	// A scope added, changed or removed can move any held address in or out

@@ -18,6 +18,7 @@ import (
 	"k8s.io/client-go/tools/cache"
 
 	"github.com/allocator/allocator/internal/lazy"
+	"github.com/allocator/allocator/pkg/addrindex"
 	"github.com/allocator/allocator/pkg/report"
 	"github.com/allocator/allocator/pkg/scope"
 	"github.com/allocator/allocator/pkg/subrange"
@@ -30,6 +31,35 @@ const invalidKeyPrefix = "!"
 // serviceIndex is the name of the index the repair adds to the Service
 // informer: Services by addressKey of each ClusterIP.
 const serviceIndex = "repair.allocator/clusterIP"
+
+// serviceBlockIndex files each Service under the addrindex blocks of its
+// ClusterIPs, so that the addresses held inside a ServiceCIDR's prefixes
+// are found without parsing every Service's (heldInside).
+const serviceBlockIndex = "repair.allocator/clusterIP-block"
+
+// serviceIndexers are the repair's indexes of the Service informer.
+var serviceIndexers = cache.Indexers{
+	serviceIndex: func(obj any) ([]string, error) {
+		svc, ok := obj.(*corev1.Service)
+		if !ok {
+			return nil, nil
+		}
+		return addressKeys(svc), nil
+	},
+	serviceBlockIndex: func(obj any) ([]string, error) {
+		svc, ok := obj.(*corev1.Service)
+		if !ok {
+			return nil, nil
+		}
+		var blocks []string
+		for _, text := range serviceIPs(svc) {
+			if ip, ok := parseServiceIP(text); ok && !slices.Contains(blocks, addrindex.BlockKey(ip)) {
+				blocks = append(blocks, addrindex.BlockKey(ip))
+			}
+		}
+		return blocks, nil
+	},
+}
 
 // addressKeys returns the work keys of a Service's ClusterIPs: the canonical
 // address, or invalidKeyPrefix and the text for one that does not parse.
@@ -300,6 +330,45 @@ func (v *informerView) keys() ([]string, error) {
 	}
 	sortKeys(keys)
 	return slices.Compact(keys), nil
+}
+
+// heldInside returns the keys of the addresses that cached Services hold
+// inside prefixes, each once: from the Services filed under the prefixes'
+// blocks, or from every Service when the prefixes cover more blocks than
+// addrindex.MaxBlocks.
+func (v *informerView) heldInside(prefixes []netip.Prefix) []string {
+	inside := func(k string) bool {
+		ip, err := netip.ParseAddr(k)
+		return err == nil && slices.ContainsFunc(prefixes, func(p netip.Prefix) bool { return p.Contains(ip) })
+	}
+	var out []string
+	blocks, ok := addrindex.BlockKeys(prefixes)
+	if !ok {
+		for _, k := range v.serviceIndexer.ListIndexFuncValues(serviceIndex) {
+			if inside(k) {
+				out = append(out, k)
+			}
+		}
+		return out
+	}
+	for _, b := range blocks {
+		objs, err := v.serviceIndexer.ByIndex(serviceBlockIndex, b)
+		if err != nil {
+			continue // no such index: nothing is filed under it
+		}
+		for _, obj := range objs {
+			svc, ok := obj.(*corev1.Service)
+			if !ok {
+				continue
+			}
+			for _, k := range addressKeys(svc) {
+				if inside(k) && !slices.Contains(out, k) {
+					out = append(out, k)
+				}
+			}
+		}
+	}
+	return out
 }
 
 func (v *informerView) holders(key string) ([]*corev1.Service, error) {

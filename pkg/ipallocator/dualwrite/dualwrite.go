@@ -235,6 +235,9 @@ func (a *Allocator) UsageByCIDR(ctx context.Context) (map[netip.Prefix]allocatio
 // metrics).
 func (a *Allocator) Ranges() []netip.Prefix { return a.ip.Ranges() }
 
+// CIDROf names the IPAddress model's served prefix of ip (ipaddress.Allocator.CIDROf).
+func (a *Allocator) CIDROf(ip netip.Addr) (netip.Prefix, bool) { return a.ip.CIDROf(ip) }
+
 // Ready reports whether the IPAddress model's caches are synced.
 func (a *Allocator) Ready() bool { return a.ip.Ready() }
 

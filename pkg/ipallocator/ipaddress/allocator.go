@@ -263,6 +263,25 @@ func (a *Allocator) Ranges() []netip.Prefix {
 	return out
 }
 
+// CIDROf returns the first served prefix, in allocation order, that
+// contains ip, or the first served prefix when none does; false when no
+// prefix is served. It copies nothing: the metrics name the CIDR of every
+// allocation with it, and a copy of the ranges per call (Ranges) was a
+// tenth of the bytes the server allocated at 1,000 ServiceCIDRs.
+func (a *Allocator) CIDROf(ip netip.Addr) (netip.Prefix, bool) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if len(a.ranges) == 0 {
+		return netip.Prefix{}, false
+	}
+	for _, r := range a.ranges {
+		if r.rng.Contains(ip) {
+			return r.rng.Prefix(), true
+		}
+	}
+	return a.ranges[0].rng.Prefix(), true
+}
+
 // Refused returns the CIDRs of ready ServiceCIDRs of this family that are not
 // served, with the reason.
 func (a *Allocator) Refused() []RefusedCIDR {

@@ -234,10 +234,27 @@ func TestShrink(t *testing.T) {
 			outside = append(outside, ip)
 		}
 	}
+	big := netip.MustParsePrefix("10.0.0.0/24")
+	first := a.Ranges()[0]
+	for _, tc := range []struct {
+		ip   netip.Addr
+		want netip.Prefix
+	}{
+		{outside[0], big},                           // only the /24 holds it
+		{netip.MustParseAddr("10.0.0.1"), first},    // both do: the first in allocation order
+		{netip.MustParseAddr("192.168.0.1"), first}, // none does: the first served
+	} {
+		if got, ok := a.CIDROf(tc.ip); !ok || got != tc.want {
+			t.Errorf("CIDROf(%s) = %s, %v; want %s (ranges %v)", tc.ip, got, ok, tc.want, a.Ranges())
+		}
+	}
 	if err := client.NetworkingV1().ServiceCIDRs().Delete(ctx, "big", metav1.DeleteOptions{}); err != nil {
 		t.Fatal(err)
 	}
 	poll(t, ctx, "the terminating /24 to stop serving", func() bool { return len(a.Ranges()) == 1 })
+	if got, ok := a.CIDROf(outside[0]); !ok || got != small {
+		t.Errorf("CIDROf(%s) once the /24 stopped serving = %s, %v; want %s", outside[0], got, ok, small)
+	}
 	for i := range 20 {
 		ip, err := a.AllocateNext(ctx, owner(1000+i))
 		if errors.Is(err, allocation.ErrFull) {
