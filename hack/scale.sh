@@ -10,7 +10,8 @@
 #
 #   hack/scale.sh                                            1,000 ranges, 100,000 Services (a few minutes)
 #   CIDRS=100 V4_CIDRS=40 SERVICES=10000 hack/scale.sh       a tenth of it
-#   HEAP_PROFILE=/tmp/heap.pprof hack/scale.sh               also saves the restarted server's heap profile
+#   HEAP_PROFILE=/tmp/heap.pprof hack/scale.sh               also saves the server's heap profile right after the
+#       creates (/tmp/heap.pprof.creates) and after the restart (/tmp/heap.pprof)
 #   KUBE=v1.37.2 hack/scale.sh                                the same against a real kube-apiserver v1.37.2
 #       (hack/lib/kube-apiserver-serve.sh: on the etcd ours embeds, run as a process of its own, with
 #       kube-controller-manager's service-cidr-controller, which finalizes deleted ServiceCIDRs);
@@ -57,6 +58,10 @@ serve_start "${args[@]}"
 echo "empty server ready in $(since "$t0") ($(nproc) CPUs)"
 "$work/scale" --kubeconfig "$kc" --cidrs "$CIDRS" --v4-cidrs "$V4_CIDRS" --services "$SERVICES" \
   --concurrency "$CONCURRENCY" --pids "$server_pid"
+
+if [ -n "${HEAP_PROFILE:-}" ]; then
+  kubectl --kubeconfig "$kc" get --raw /debug/pprof/heap >"$HEAP_PROFILE.creates"
+fi
 
 db=$(find "$work/data" -path '*/member/snap/db' | head -1)
 echo "etcd database file: $(( $(stat -c %s "$db") >> 20 )) MiB"

@@ -107,8 +107,10 @@ type Allocator struct {
 	readyOnce sync.Once
 
 	mu sync.Mutex
-	// ranges are the served ranges in allocation order, each with its index.
+	// ranges are the served ranges in allocation order, each with its index;
+	// lookup finds those that hold an address.
 	ranges []*cidrRange
+	lookup rangeLookup
 	// unscoped and scopedRanges split ranges by their carriers' scopes
 	// (splitScopesLocked).
 	unscoped, scopedRanges []*cidrRange
@@ -128,6 +130,39 @@ type Allocator struct {
 type cidrRange struct {
 	activeRange
 	index *FreeIndex
+	pos   int // its place in Allocator.ranges
+}
+
+// rangeLookup finds the served ranges whose prefix holds an address by the
+// address's prefix at each length in use, not by looking at every range:
+// an informer event or a claim marks its address in each, and with a
+// thousand ServiceCIDRs that look was a thirtieth of a create's CPU.
+type rangeLookup struct {
+	byPrefix map[netip.Prefix][]*cidrRange
+	lengths  []int // the prefix lengths of the ranges, each once
+}
+
+func newRangeLookup(ranges []*cidrRange) rangeLookup {
+	l := rangeLookup{byPrefix: make(map[netip.Prefix][]*cidrRange, len(ranges))}
+	for _, r := range ranges {
+		p := r.rng.Prefix().Masked()
+		l.byPrefix[p] = append(l.byPrefix[p], r)
+		if !slices.Contains(l.lengths, p.Bits()) {
+			l.lengths = append(l.lengths, p.Bits())
+		}
+	}
+	return l
+}
+
+// appendHolding appends to dst the ranges whose prefix holds ip (its
+// network and broadcast addresses included: the caller asks the range).
+func (l rangeLookup) appendHolding(dst []*cidrRange, ip netip.Addr) []*cidrRange {
+	for _, bits := range l.lengths {
+		if p, err := ip.Prefix(bits); err == nil {
+			dst = append(dst, l.byPrefix[p]...)
+		}
+	}
+	return dst
 }
 
 // reservation records what the informer said about an in-flight address
@@ -274,12 +309,15 @@ func (a *Allocator) CIDROf(ip netip.Addr) (netip.Prefix, bool) {
 	if len(a.ranges) == 0 {
 		return netip.Prefix{}, false
 	}
-	for _, r := range a.ranges {
-		if r.rng.Contains(ip) {
-			return r.rng.Prefix(), true
+	first := a.ranges[0]
+	found := false
+	var buf [4]*cidrRange
+	for _, r := range a.lookup.appendHolding(buf[:0], ip) {
+		if r.rng.Contains(ip) && (!found || r.pos < first.pos) {
+			first, found = r, true
 		}
 	}
-	return a.ranges[0].rng.Prefix(), true
+	return first.rng.Prefix(), true
 }
 
 // Refused returns the CIDRs of ready ServiceCIDRs of this family that are not
@@ -371,9 +409,10 @@ func (a *Allocator) rebuildLocked() []RefusedCIDR {
 				idx.Set(ip)
 			}
 		}
-		ranges = append(ranges, &cidrRange{activeRange: ar, index: idx})
+		ranges = append(ranges, &cidrRange{activeRange: ar, index: idx, pos: len(ranges)})
 	}
 	a.ranges = ranges
+	a.lookup = newRangeLookup(ranges)
 	a.splitScopesLocked()
 
 	var fresh []RefusedCIDR
@@ -418,7 +457,8 @@ func familyPrefix(ipv6 bool) netip.Prefix {
 // markLocked sets or clears ip in every served index that contains it, so
 // overlapping ranges agree.
 func (a *Allocator) markLocked(ip netip.Addr, used bool) {
-	for _, r := range a.ranges {
+	var buf [4]*cidrRange
+	for _, r := range a.lookup.appendHolding(buf[:0], ip) {
 		if used {
 			r.index.Set(ip)
 		} else {
@@ -442,7 +482,8 @@ func (a *Allocator) pickLocked(ranges []*cidrRange, excluded Excluded) (netip.Ad
 }
 
 func (a *Allocator) containsLocked(ip netip.Addr) bool {
-	for _, r := range a.ranges {
+	var buf [4]*cidrRange
+	for _, r := range a.lookup.appendHolding(buf[:0], ip) {
 		if r.rng.Contains(ip) {
 			return true
 		}

@@ -3,6 +3,7 @@ package ipaddress
 import (
 	"errors"
 	"net/netip"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -154,5 +155,33 @@ func TestChangeConcerns(t *testing.T) {
 	}
 	if !concerns(cache.DeletedFinalStateUnknown{Key: "x"}, false) {
 		t.Error("concerns: an unknown object must count")
+	}
+}
+
+// TestRangeLookup: the ranges a lookup finds for an address are those of a
+// look at every range whose prefix holds it, over overlapping prefixes of
+// several lengths, for addresses inside, at the edges and outside.
+func TestRangeLookup(t *testing.T) {
+	var ranges []*cidrRange
+	for i, text := range []string{"10.0.0.0/24", "10.0.0.0/16", "10.0.1.0/24", "10.0.0.0/28", "10.1.0.0/24", "fd00::/112", "fd00::/64"} {
+		ranges = append(ranges, &cidrRange{activeRange: activeRange{rng: subrange.MustNew(netip.MustParsePrefix(text), subrange.ModelIPAddress)}, pos: i})
+	}
+	l := newRangeLookup(ranges)
+	for _, text := range []string{"10.0.0.0", "10.0.0.5", "10.0.0.16", "10.0.0.255", "10.0.1.1", "10.0.255.255", "10.1.0.9", "10.2.0.1", "192.168.0.1", "fd00::5", "fd00::1:5", "fd01::1"} {
+		ip := netip.MustParseAddr(text)
+		var want []int
+		for _, r := range ranges {
+			if r.rng.Prefix().Contains(ip) {
+				want = append(want, r.pos)
+			}
+		}
+		var got []int
+		for _, r := range l.appendHolding(nil, ip) {
+			got = append(got, r.pos)
+		}
+		slices.Sort(got)
+		if !slices.Equal(got, want) {
+			t.Errorf("ranges holding %s: %v, want %v", ip, got, want)
+		}
 	}
 }
