@@ -8,7 +8,6 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	networkingv1 "k8s.io/api/networking/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
-	"k8s.io/apimachinery/pkg/api/meta"
 	metainternalversion "k8s.io/apimachinery/pkg/apis/meta/internalversion"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
@@ -86,15 +85,8 @@ func (lw storeListWatch) ListWithContext(ctx context.Context, opts metav1.ListOp
 		return nil, err
 	}
 	// The list's items are copies of the cached objects (a typed list
-	// holds values): setting a field of one changes no cached object.
-	list, err := whileInitializing(ctx, func() (runtime.Object, error) { return lw.src.store.List(ctx, in) })
-	if err != nil {
-		return nil, err
-	}
-	if err := meta.EachListItem(list, func(o runtime.Object) error { trimManagedFields(o); return nil }); err != nil {
-		return nil, fmt.Errorf("list: %w", err)
-	}
-	return list, nil
+	// holds values), so the informer's transform may change them.
+	return whileInitializing(ctx, func() (runtime.Object, error) { return lw.src.store.List(ctx, in) })
 }
 
 func (lw storeListWatch) WatchWithContext(ctx context.Context, opts metav1.ListOptions) (watch.Interface, error) {
@@ -106,7 +98,7 @@ func (lw storeListWatch) WatchWithContext(ctx context.Context, opts metav1.ListO
 	if err != nil {
 		return nil, err
 	}
-	return watch.Filter(w, forInformer), nil
+	return watch.Filter(w, ownCopy), nil
 }
 
 func (lw storeListWatch) prepare(ctx context.Context, opts metav1.ListOptions) (*metainternalversion.ListOptions, error) {
@@ -144,31 +136,20 @@ func whileInitializing[T any](ctx context.Context, f func() (T, error)) (T, erro
 	}
 }
 
-// forInformer gives the informer an object of its own, without its
-// managedFields. An event of the watch cache carries either its shared
-// object wrapped for the encoders (a CacheableObject, shared with every
-// other watcher and with the cache itself), which is copied here, or an
-// object the watch already copied for this watcher alone (the cacher's
-// getMutableObject; the initial events of a watch list, 100,000 per
-// resource at a start with 100,000 Services), which is the informer's as
-// it is: copying it again was a tenth of the start-up's CPU.
-func forInformer(e watch.Event) (watch.Event, bool) {
+// ownCopy gives the informer an object of its own: the factory's transform
+// (stripManagedFields) changes what it stores. An event of the watch cache
+// carries either its shared object wrapped for the encoders (a
+// CacheableObject, shared with every other watcher and with the cache
+// itself), which is copied here, or an object the watch already copied for
+// this watcher alone (the cacher's getMutableObject; the initial events of
+// a watch list, 100,000 per resource at a start with 100,000 Services),
+// which is the informer's as it is: copying it again was a tenth of the
+// start-up's CPU.
+func ownCopy(e watch.Event) (watch.Event, bool) {
 	if o, ok := e.Object.(runtime.CacheableObject); ok {
 		e.Object = o.GetObject() // a deep copy
 	}
-	trimManagedFields(e.Object)
 	return e, true
-}
-
-// trimManagedFields drops the managedFields of obj, an object of the
-// informer's own: nothing in the server reads them from a cache, and an
-// update that leaves them out keeps the stored ones (the field manager
-// takes the live object's), as kube-controller-manager's trimmed informers
-// rely on. They were a tenth of each cached Service and IPAddress.
-func trimManagedFields(obj runtime.Object) {
-	if m, err := meta.Accessor(obj); err == nil {
-		m.SetManagedFields(nil)
-	}
 }
 
 // inProcessInformers registers, in factory, informers of the four resources

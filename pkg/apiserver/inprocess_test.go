@@ -27,32 +27,25 @@ func managedService() *corev1.Service {
 		ManagedFields: []metav1.ManagedFieldsEntry{{Manager: "kubectl", Operation: metav1.ManagedFieldsOperationUpdate}}}}
 }
 
-// TestForInformer: the informer gets its own copy of a shared object and
-// the object of its own as it is, both without managedFields; the shared
-// object keeps them.
-func TestForInformer(t *testing.T) {
+// TestOwnCopy: the informer gets its own copy of a shared object (the
+// factory's transform then strips its managedFields, never the shared
+// object's) and the object of its own as it is.
+func TestOwnCopy(t *testing.T) {
 	cached := managedService()
-	e, ok := forInformer(watch.Event{Type: watch.Added, Object: shared{obj: cached}})
+	e, ok := ownCopy(watch.Event{Type: watch.Added, Object: shared{obj: cached}})
 	got, isService := e.Object.(*corev1.Service)
-	if !ok || !isService || got == cached {
-		t.Fatalf("shared object: got %T (%v), want a copy of its own", e.Object, ok)
+	if !ok || !isService || got == cached || got.Name != "web" {
+		t.Fatalf("shared object: got %T %v, want a copy of its own", e.Object, ok)
 	}
-	if got.ManagedFields != nil || got.Name != "web" {
-		t.Errorf("shared object's copy: %+v, want web without managedFields", got.ObjectMeta)
+	if _, err := stripManagedFields(got); err != nil || got.ManagedFields != nil {
+		t.Fatalf("the transform left managedFields %v (%v)", got.ManagedFields, err)
 	}
 	if len(cached.ManagedFields) != 1 {
 		t.Errorf("the shared object lost its managedFields: %v", cached.ManagedFields)
 	}
 
 	own := managedService()
-	e, ok = forInformer(watch.Event{Type: watch.Modified, Object: own})
-	if !ok || e.Object != own || own.ManagedFields != nil {
-		t.Errorf("the informer's own object: %T %v, managedFields %v; want it as it is, trimmed", e.Object, ok, own.ManagedFields)
-	}
-
-	// A bookmark or an error carries no ObjectMeta to trim.
-	status := &metav1.Status{Message: "too old"}
-	if e, ok := forInformer(watch.Event{Type: watch.Error, Object: status}); !ok || e.Object != status {
-		t.Errorf("error event: %v %v", e, ok)
+	if e, ok := ownCopy(watch.Event{Type: watch.Modified, Object: own}); !ok || e.Object != own {
+		t.Errorf("the informer's own object: %T %v, want it as it is", e.Object, ok)
 	}
 }
