@@ -22,6 +22,7 @@ type informerLag struct {
 
 type rangesReady interface {
 	Ranges() []netip.Prefix
+	CIDROf(netip.Addr) (netip.Prefix, bool)
 	Ready() bool
 }
 
@@ -32,6 +33,13 @@ func (l *informerLag) Ranges() []netip.Prefix {
 		return nil
 	}
 	return l.Interface.(rangesReady).Ranges()
+}
+
+func (l *informerLag) CIDROf(ip netip.Addr) (netip.Prefix, bool) {
+	if l.lagging() {
+		return netip.Prefix{}, false
+	}
+	return l.Interface.(rangesReady).CIDROf(ip)
 }
 
 func (l *informerLag) Ready() bool { return l.Interface.(rangesReady).Ready() }
