@@ -351,6 +351,7 @@ func (v *informerView) heldInside(prefixes []netip.Prefix) []string {
 		}
 		return out
 	}
+	seen := map[string]bool{} // a block of an IPv6 range may file thousands of Services
 	for _, b := range blocks {
 		objs, err := v.serviceIndexer.ByIndex(serviceBlockIndex, b)
 		if err != nil {
@@ -362,7 +363,8 @@ func (v *informerView) heldInside(prefixes []netip.Prefix) []string {
 				continue
 			}
 			for _, k := range addressKeys(svc) {
-				if inside(k) && !slices.Contains(out, k) {
+				if !seen[k] && inside(k) {
+					seen[k] = true
 					out = append(out, k)
 				}
 			}
