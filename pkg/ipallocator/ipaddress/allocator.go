@@ -108,7 +108,7 @@ type Allocator struct {
 
 	mu sync.Mutex
 	// ranges are the served ranges in allocation order, each with its index;
-	// lookup finds those that hold an address.
+	// lookup, built with them, finds by position those that hold an address.
 	ranges []*cidrRange
 	lookup rangeLookup
 	// unscoped and scopedRanges split ranges by their carriers' scopes
@@ -130,7 +130,6 @@ type Allocator struct {
 type cidrRange struct {
 	activeRange
 	index *FreeIndex
-	pos   int // its place in Allocator.ranges
 }
 
 // rangeLookup finds the served ranges whose prefix holds an address by the
@@ -138,15 +137,15 @@ type cidrRange struct {
 // an informer event or a claim marks its address in each, and with a
 // thousand ServiceCIDRs that look was a thirtieth of a create's CPU.
 type rangeLookup struct {
-	byPrefix map[netip.Prefix][]*cidrRange
-	lengths  []int // the prefix lengths of the ranges, each once
+	byPrefix map[netip.Prefix][]int // positions in the ranges it was built from
+	lengths  []int                  // the prefix lengths of the ranges, each once
 }
 
 func newRangeLookup(ranges []*cidrRange) rangeLookup {
-	l := rangeLookup{byPrefix: make(map[netip.Prefix][]*cidrRange, len(ranges))}
-	for _, r := range ranges {
+	l := rangeLookup{byPrefix: make(map[netip.Prefix][]int, len(ranges))}
+	for i, r := range ranges {
 		p := r.rng.Prefix().Masked()
-		l.byPrefix[p] = append(l.byPrefix[p], r)
+		l.byPrefix[p] = append(l.byPrefix[p], i)
 		if !slices.Contains(l.lengths, p.Bits()) {
 			l.lengths = append(l.lengths, p.Bits())
 		}
@@ -154,9 +153,10 @@ func newRangeLookup(ranges []*cidrRange) rangeLookup {
 	return l
 }
 
-// appendHolding appends to dst the ranges whose prefix holds ip (its
-// network and broadcast addresses included: the caller asks the range).
-func (l rangeLookup) appendHolding(dst []*cidrRange, ip netip.Addr) []*cidrRange {
+// appendHolding appends to dst the positions of the ranges whose prefix
+// holds ip (its network and broadcast addresses included: the caller asks
+// the range).
+func (l rangeLookup) appendHolding(dst []int, ip netip.Addr) []int {
 	for _, bits := range l.lengths {
 		if p, err := ip.Prefix(bits); err == nil {
 			dst = append(dst, l.byPrefix[p]...)
@@ -309,15 +309,17 @@ func (a *Allocator) CIDROf(ip netip.Addr) (netip.Prefix, bool) {
 	if len(a.ranges) == 0 {
 		return netip.Prefix{}, false
 	}
-	first := a.ranges[0]
-	found := false
-	var buf [4]*cidrRange
-	for _, r := range a.lookup.appendHolding(buf[:0], ip) {
-		if r.rng.Contains(ip) && (!found || r.pos < first.pos) {
-			first, found = r, true
+	first := len(a.ranges) // none holds ip
+	var buf [4]int
+	for _, i := range a.lookup.appendHolding(buf[:0], ip) {
+		if i < first && a.ranges[i].rng.Contains(ip) {
+			first = i
 		}
 	}
-	return first.rng.Prefix(), true
+	if first == len(a.ranges) {
+		first = 0
+	}
+	return a.ranges[first].rng.Prefix(), true
 }
 
 // Refused returns the CIDRs of ready ServiceCIDRs of this family that are not
@@ -409,7 +411,7 @@ func (a *Allocator) rebuildLocked() []RefusedCIDR {
 				idx.Set(ip)
 			}
 		}
-		ranges = append(ranges, &cidrRange{activeRange: ar, index: idx, pos: len(ranges)})
+		ranges = append(ranges, &cidrRange{activeRange: ar, index: idx})
 	}
 	a.ranges = ranges
 	a.lookup = newRangeLookup(ranges)
@@ -457,8 +459,9 @@ func familyPrefix(ipv6 bool) netip.Prefix {
 // markLocked sets or clears ip in every served index that contains it, so
 // overlapping ranges agree.
 func (a *Allocator) markLocked(ip netip.Addr, used bool) {
-	var buf [4]*cidrRange
-	for _, r := range a.lookup.appendHolding(buf[:0], ip) {
+	var buf [4]int
+	for _, i := range a.lookup.appendHolding(buf[:0], ip) {
+		r := a.ranges[i]
 		if used {
 			r.index.Set(ip)
 		} else {
@@ -482,9 +485,9 @@ func (a *Allocator) pickLocked(ranges []*cidrRange, excluded Excluded) (netip.Ad
 }
 
 func (a *Allocator) containsLocked(ip netip.Addr) bool {
-	var buf [4]*cidrRange
-	for _, r := range a.lookup.appendHolding(buf[:0], ip) {
-		if r.rng.Contains(ip) {
+	var buf [4]int
+	for _, i := range a.lookup.appendHolding(buf[:0], ip) {
+		if a.ranges[i].rng.Contains(ip) {
 			return true
 		}
 	}

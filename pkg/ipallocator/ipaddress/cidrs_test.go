@@ -163,23 +163,19 @@ func TestChangeConcerns(t *testing.T) {
 // several lengths, for addresses inside, at the edges and outside.
 func TestRangeLookup(t *testing.T) {
 	var ranges []*cidrRange
-	for i, text := range []string{"10.0.0.0/24", "10.0.0.0/16", "10.0.1.0/24", "10.0.0.0/28", "10.1.0.0/24", "fd00::/112", "fd00::/64"} {
-		ranges = append(ranges, &cidrRange{activeRange: activeRange{rng: subrange.MustNew(netip.MustParsePrefix(text), subrange.ModelIPAddress)}, pos: i})
+	for _, text := range []string{"10.0.0.0/24", "10.0.0.0/16", "10.0.1.0/24", "10.0.0.0/28", "10.1.0.0/24", "fd00::/112", "fd00::/64"} {
+		ranges = append(ranges, &cidrRange{activeRange: activeRange{rng: subrange.MustNew(netip.MustParsePrefix(text), subrange.ModelIPAddress)}})
 	}
 	l := newRangeLookup(ranges)
 	for _, text := range []string{"10.0.0.0", "10.0.0.5", "10.0.0.16", "10.0.0.255", "10.0.1.1", "10.0.255.255", "10.1.0.9", "10.2.0.1", "192.168.0.1", "fd00::5", "fd00::1:5", "fd01::1"} {
 		ip := netip.MustParseAddr(text)
 		var want []int
-		for _, r := range ranges {
+		for i, r := range ranges {
 			if r.rng.Prefix().Contains(ip) {
-				want = append(want, r.pos)
+				want = append(want, i)
 			}
 		}
-		var got []int
-		for _, r := range l.appendHolding(nil, ip) {
-			got = append(got, r.pos)
-		}
-		slices.Sort(got)
+		got := slices.Sorted(slices.Values(l.appendHolding(nil, ip)))
 		if !slices.Equal(got, want) {
 			t.Errorf("ranges holding %s: %v, want %v", ip, got, want)
 		}
