@@ -13,6 +13,12 @@
 #   RUNS=3 hack/scale.sh                                     three runs, each on a fresh server, then what they
 #       agree on: each run's rate ratio (ninth tenth / first) and the median, and the CPU per create in the
 #       first and the last whole tenth averaged over the runs (one run's ratio moves by ±0.15 on a 2-core machine)
+#   PAIRED=1 hack/scale.sh                                   also, right after the creates: the filled server deletes
+#       the last BURST=10000 Services, then it and a second, empty server with the same ServiceCIDRs take bursts
+#       of BURST creates in turn (PAIRS=6 rounds, ABBA order), each deleted after it: the ninth tenth of the fill
+#       against the first with the machine's drift paired away, and the garbage collection charged by allocation
+#       (test/scale/paired.go); the restart's figures then follow that extra history. PAIRED_PROFILES=DIR also
+#       saves a CPU profile of each burst's server into DIR
 #   HEAP_PROFILE=/tmp/heap.pprof hack/scale.sh               also saves the server's heap profile right after the
 #       creates (/tmp/heap.pprof.creates) and after the restart (/tmp/heap.pprof)
 #   KUBE=v1.37.2 hack/scale.sh                                the same against a real kube-apiserver v1.37.2
@@ -58,6 +64,7 @@ if [ "$RUNS" -gt 1 ]; then
       printf "rate ratio (last whole tenth / first), the runs sorted: %s; median %.2f\n", list, median
       printf "CPU per create averaged over the runs: first tenth %.2f ms, last whole tenth %.2f ms (%+.0f%%)\n", first / NR, last / NR, (last / first - 1) * 100
     }'
+  grep -h '^paired rate ratio' "$runs"/run*.txt || true
   exit 0
 fi
 
@@ -98,6 +105,22 @@ fi
 
 db=$(find "$work/data" -path '*/member/snap/db' | head -1)
 echo "etcd database file: $(( $(stat -c %s "$db") >> 20 )) MiB"
+
+if [ -n "${PAIRED:-}" ]; then
+  # The empty server: the same flags, its own data dir and port.
+  "$work/allocator" serve --data-dir "$work/data0" --secure-port 0 "${args[@]}" >>"$work/server0.log" 2>&1 &
+  empty_pid=$!
+  trap 'kill -KILL "$empty_pid" 2>/dev/null || true; serve_cleanup' EXIT
+  for _ in $(seq 1 300); do
+    kubectl --kubeconfig "$work/data0/admin.kubeconfig" get --raw /readyz >/dev/null 2>&1 && break
+    kill -0 "$empty_pid" 2>/dev/null || { tail -20 "$work/server0.log"; echo "empty server exited" >&2; exit 1; }
+    sleep 0.2
+  done
+  "$work/scale" --kubeconfig "$kc" --pids "$server_pid" --compare-with "$work/data0/admin.kubeconfig" --compare-pids "$empty_pid" \
+    --cidrs "$CIDRS" --v4-cidrs "$V4_CIDRS" --concurrency "$CONCURRENCY" --services "$SERVICES" --pairs "${PAIRS:-6}" --burst "${BURST:-10000}" ${PAIRED_PROFILES:+--profile-dir "$PAIRED_PROFILES"}
+  kill -TERM "$empty_pid"
+  wait "$empty_pid" || true
+fi
 
 serve_stop
 log_from=$(( $(wc -l <"$work/server.log") + 1 ))

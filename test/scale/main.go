@@ -43,6 +43,9 @@ type config struct {
 	churn       time.Duration // one ServiceCIDR added and one deleted every churn
 	defaultV4   int           // addresses of the default ServiceCIDR's IPv4 range
 	meter       procstat.Meter
+	pairs       int // rounds of the paired comparison
+	burst       int // creates per burst in it
+	profileDir  string
 }
 
 func main() {
@@ -57,6 +60,11 @@ func main() {
 	flag.DurationVar(&cfg.churn, "churn", 2*time.Second, "add one ServiceCIDR and delete one every interval while the Services are created (0: none)")
 	flag.IntVar(&cfg.defaultV4, "default-v4", 254, "usable addresses of the default ServiceCIDR's IPv4 range (counted in the fill)")
 	flag.StringVar(&pids, "pids", "", "comma-separated pids of the server's processes (etcd included) whose CPU and memory are reported")
+	compareWith := flag.String("compare-with", "", "kubeconfig of an empty server: instead of filling --kubeconfig's server, which is filled already, give it this one's ServiceCIDRs and alternate bursts of creates between the two (paired.go)")
+	comparePIDs := flag.String("compare-pids", "", "comma-separated pids of the empty server's processes")
+	flag.IntVar(&cfg.pairs, "pairs", 6, "rounds of the paired comparison")
+	flag.IntVar(&cfg.burst, "burst", 10000, "creates per burst of the paired comparison; the filled server first deletes the fill's last as many (--services tells how many it made)")
+	flag.StringVar(&cfg.profileDir, "profile-dir", "", "with --compare-with: save a CPU profile of each burst's server, taken while the burst runs, in this directory (filled-pNN.pprof, empty-pNN.pprof)")
 	timeout := flag.Duration("timeout", 2*time.Hour, "overall time limit")
 	flag.Parse()
 	meter, err := procstat.ParsePIDs(pids)
@@ -65,27 +73,58 @@ func main() {
 		os.Exit(2)
 	}
 	cfg.meter = meter
+	emptyMeter, err := procstat.ParsePIDs(*comparePIDs)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "scale: --compare-pids:", err)
+		os.Exit(2)
+	}
 	if cfg.v4CIDRs > cfg.cidrs || cfg.v4CIDRs > 256*156 || cfg.cidrs-cfg.v4CIDRs > 65535 || cfg.services <= 0 || cfg.concurrency <= 0 {
 		fmt.Fprintln(os.Stderr, "scale: want 0 ≤ --v4-cidrs ≤ --cidrs, at most 39,936 IPv4 and 65,535 IPv6 ranges, and positive --services and --concurrency")
 		os.Exit(2)
 	}
+	if cfg.pairs <= 0 || cfg.burst <= 0 {
+		fmt.Fprintln(os.Stderr, "scale: want positive --pairs and --burst")
+		os.Exit(2)
+	}
 	ctx, cancel := context.WithTimeout(context.Background(), *timeout)
 	defer cancel()
-	if err := run(ctx, cfg); err != nil {
+	if *compareWith != "" {
+		err = compareServers(ctx, cfg, *compareWith, emptyMeter)
+	} else {
+		err = run(ctx, cfg)
+	}
+	if err != nil {
 		fmt.Fprintln(os.Stderr, "scale:", err)
 		os.Exit(1)
 	}
 }
 
-func run(ctx context.Context, cfg config) error {
-	rc, err := clientcmd.BuildConfigFromFlags("", cfg.kubeconfig)
+// newClient is a protobuf client of the server kubeconfig names, unthrottled.
+func newClient(kubeconfig string) (kubernetes.Interface, error) {
+	rc, err := clientcmd.BuildConfigFromFlags("", kubeconfig)
 	if err != nil {
-		return fmt.Errorf("load kubeconfig: %w", err)
+		return nil, fmt.Errorf("load kubeconfig %s: %w", kubeconfig, err)
 	}
 	rc.QPS, rc.Burst = 1e6, 1e6
 	rc.ContentType = "application/vnd.kubernetes.protobuf"
 	rc.AcceptContentTypes = "application/vnd.kubernetes.protobuf,application/json"
-	client, err := kubernetes.NewForConfig(rc)
+	return kubernetes.NewForConfig(rc)
+}
+
+func compareServers(ctx context.Context, cfg config, emptyKubeconfig string, emptyMeter procstat.Meter) error {
+	filled, err := newClient(cfg.kubeconfig)
+	if err != nil {
+		return err
+	}
+	empty, err := newClient(emptyKubeconfig)
+	if err != nil {
+		return err
+	}
+	return compare(ctx, cfg, server{"filled", filled, cfg.meter}, server{"empty", empty, emptyMeter})
+}
+
+func run(ctx context.Context, cfg config) error {
+	client, err := newClient(cfg.kubeconfig)
 	if err != nil {
 		return err
 	}
@@ -105,7 +144,7 @@ func run(ctx context.Context, cfg config) error {
 
 	churnCtx, stopChurn := context.WithCancel(ctx)
 	churned := make(chan churnResult, 1)
-	go func() { churned <- churn(churnCtx, client, cfg.churn) }()
+	go func() { churned <- churn(churnCtx, client, cfg.churn, "churn-", "fd02") }()
 
 	res, err := createServices(ctx, client, ns, cfg, v4Capacity)
 	stopChurn()
@@ -178,10 +217,11 @@ type churnResult struct {
 	err            error
 }
 
-// churn adds an IPv6 /112 ServiceCIDR every interval and deletes the one it
-// added before, until ctx ends. A deleted one that holds addresses stays
+// churn adds an IPv6 /112 ServiceCIDR every interval (named prefix and a
+// number, inside the /16 that net names) and deletes the one it added
+// before, until ctx ends. A deleted one that holds addresses stays
 // terminating, as on kube-apiserver.
-func churn(ctx context.Context, client kubernetes.Interface, interval time.Duration) churnResult {
+func churn(ctx context.Context, client kubernetes.Interface, interval time.Duration, prefix, net string) churnResult {
 	var r churnResult
 	if interval <= 0 {
 		return r
@@ -195,9 +235,9 @@ func churn(ctx context.Context, client kubernetes.Interface, interval time.Durat
 			return r
 		case <-t.C:
 		}
-		name := fmt.Sprintf("churn-%04d", n)
+		name := fmt.Sprintf("%s%04d", prefix, n)
 		sc := &networkingv1.ServiceCIDR{ObjectMeta: metav1.ObjectMeta{Name: name},
-			Spec: networkingv1.ServiceCIDRSpec{CIDRs: []string{fmt.Sprintf("fd02::%x:0/112", n)}}}
+			Spec: networkingv1.ServiceCIDRSpec{CIDRs: []string{fmt.Sprintf("%s::%x:0/112", net, n)}}}
 		if _, err := client.NetworkingV1().ServiceCIDRs().Create(ctx, sc, metav1.CreateOptions{}); err != nil {
 			if ctx.Err() == nil {
 				r.err = fmt.Errorf("create %s: %w", name, err)
@@ -236,11 +276,17 @@ type result struct {
 
 // createServices creates cfg.services Services with cfg.concurrency clients.
 func createServices(ctx context.Context, client kubernetes.Interface, ns string, cfg config, v4Capacity int) (*result, error) {
+	return createNamed(ctx, client, ns, "s-", cfg.services, cfg, v4Capacity)
+}
+
+// createNamed creates n Services named prefix + a six-digit number with
+// cfg.concurrency clients, every cfg.v6Every-th IPv6 single-stack.
+func createNamed(ctx context.Context, client kubernetes.Interface, ns, prefix string, n int, cfg config, v4Capacity int) (*result, error) {
 	var (
 		next    atomic.Int64
 		v4Done  atomic.Int64
 		mu      sync.Mutex
-		res     = &result{ips: make([]netip.Addr, 0, cfg.services), creates: make([]created, 0, cfg.services)}
+		res     = &result{ips: make([]netip.Addr, 0, n), creates: make([]created, 0, n)}
 		errOnce sync.Once
 		first   error
 		wg      sync.WaitGroup
@@ -250,12 +296,12 @@ func createServices(ctx context.Context, client kubernetes.Interface, ns string,
 		wg.Go(func() {
 			for {
 				i := int(next.Add(1)) - 1
-				if i >= cfg.services || ctx.Err() != nil {
+				if i >= n || ctx.Err() != nil {
 					return
 				}
 				v6 := cfg.v6Every > 0 && i%cfg.v6Every == cfg.v6Every-1
 				svc := &corev1.Service{
-					ObjectMeta: metav1.ObjectMeta{Name: fmt.Sprintf("s-%06d", i)},
+					ObjectMeta: metav1.ObjectMeta{Name: fmt.Sprintf("%s%06d", prefix, i)},
 					Spec: corev1.ServiceSpec{
 						Selector: map[string]string{"app": "scale"},
 						Ports:    []corev1.ServicePort{{Port: 80, TargetPort: intstr.FromInt32(8080)}},
@@ -362,13 +408,22 @@ func report(res *result, cfg config, v4Capacity int) {
 func ms(d time.Duration) float64 { return float64(d.Microseconds()) / 1000 }
 
 func checkDistinct(ips []netip.Addr) error {
+	if ip, dup := firstDuplicate(ips); dup {
+		return fmt.Errorf("DUPLICATE: %s given to two Services", ip)
+	}
+	fmt.Printf("%d Services, %d distinct ClusterIPs\n", len(ips), len(ips))
+	return nil
+}
+
+// firstDuplicate returns the first address of ips that an earlier one
+// repeats.
+func firstDuplicate(ips []netip.Addr) (netip.Addr, bool) {
 	seen := make(map[netip.Addr]bool, len(ips))
 	for _, ip := range ips {
 		if seen[ip] {
-			return fmt.Errorf("DUPLICATE: %s given to two Services", ip)
+			return ip, true
 		}
 		seen[ip] = true
 	}
-	fmt.Printf("%d Services, %d distinct ClusterIPs\n", len(ips), len(seen))
-	return nil
+	return netip.Addr{}, false
 }
