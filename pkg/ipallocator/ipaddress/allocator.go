@@ -111,6 +111,13 @@ type Allocator struct {
 	// lookup, built with them, finds by position those that hold an address.
 	ranges []*cidrRange
 	lookup rangeLookup
+	// fullBefore is a position in ranges before which every range is
+	// full: a pick over all of them starts there. Ranges fill in order, and
+	// at 90% fill of a thousand ServiceCIDRs asking each full one in turn
+	// was the one cost of a create that grew with the fill. markLocked
+	// lowers it when it frees an address of an earlier range;
+	// setRangesLocked zeroes it.
+	fullBefore int
 	// unscoped and scopedRanges split ranges by their carriers' scopes
 	// (splitScopesLocked).
 	unscoped, scopedRanges []*cidrRange
@@ -413,9 +420,7 @@ func (a *Allocator) rebuildLocked() []RefusedCIDR {
 		}
 		ranges = append(ranges, &cidrRange{activeRange: ar, index: idx})
 	}
-	a.ranges = ranges
-	a.lookup = newRangeLookup(ranges)
-	a.splitScopesLocked()
+	a.setRangesLocked(ranges)
 
 	var fresh []RefusedCIDR
 	for _, r := range refused {
@@ -456,6 +461,15 @@ func familyPrefix(ipv6 bool) netip.Prefix {
 	return netip.PrefixFrom(netip.IPv4Unspecified(), 0)
 }
 
+// setRangesLocked makes ranges the served ones, with what is derived from
+// them.
+func (a *Allocator) setRangesLocked(ranges []*cidrRange) {
+	a.ranges = ranges
+	a.lookup = newRangeLookup(ranges)
+	a.fullBefore = 0
+	a.splitScopesLocked()
+}
+
 // markLocked sets or clears ip in every served index that contains it, so
 // overlapping ranges agree.
 func (a *Allocator) markLocked(ip netip.Addr, used bool) {
@@ -464,21 +478,34 @@ func (a *Allocator) markLocked(ip netip.Addr, used bool) {
 		r := a.ranges[i]
 		if used {
 			r.index.Set(ip)
-		} else {
-			r.index.Clear(ip)
+		} else if r.index.Clear(ip) && i < a.fullBefore {
+			a.fullBefore = i
 		}
 	}
 }
 
 // pickLocked returns the first candidate of the first of ranges that has a
-// free address.
-func (a *Allocator) pickLocked(ranges []*cidrRange, excluded Excluded) (netip.Addr, bool) {
-	for _, r := range ranges {
+// free address. all says ranges are all the served ones (a.ranges), not a
+// scope's: the pick then starts at fullBefore, and moves it past the full
+// ranges it finds before any excluded one.
+func (a *Allocator) pickLocked(ranges []*cidrRange, all bool, excluded Excluded) (netip.Addr, bool) {
+	start := 0
+	if all {
+		start = a.fullBefore
+	}
+	for i := start; i < len(ranges); i++ {
+		r := ranges[i]
 		if excluded != nil && excluded.ContainsPrefix(r.rng.Prefix()) {
+			all = false // not full, perhaps: the hint stops here
 			continue
 		}
 		if ip, ok := r.index.Next(); ok {
 			return ip, true
+		}
+		if all && r.index.Free() == 0 {
+			a.fullBefore = i + 1
+		} else {
+			all = false
 		}
 	}
 	return netip.Addr{}, false
@@ -646,7 +673,7 @@ func (a *Allocator) allocateNext(ctx context.Context, owner allocation.Owner, ex
 	for collisions := 0; ; {
 		a.mu.Lock()
 		candidates, rt := a.candidatesLocked(routed, nsLabels, svcLabels)
-		ip, ok := a.pickLocked(candidates, excluded)
+		ip, ok := a.pickLocked(candidates, rt == nil, excluded)
 		if ok && excluded != nil && excluded.Contains(ip) {
 			a.mu.Unlock()
 			if collisions++; collisions > a.maxCollisions {
@@ -935,7 +962,7 @@ func (d dryRun) AllocateNext(ctx context.Context, owner allocation.Owner) (netip
 	}
 	a.mu.Lock()
 	candidates, rt := a.candidatesLocked(routed, nsLabels, svcLabels)
-	ip, ok := a.pickLocked(candidates, nil)
+	ip, ok := a.pickLocked(candidates, rt == nil, nil)
 	a.mu.Unlock()
 	switch {
 	case ok:

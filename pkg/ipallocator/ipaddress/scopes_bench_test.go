@@ -42,8 +42,8 @@ func BenchmarkRoute(b *testing.B) {
 			b.Run(fmt.Sprintf("scoped=%d/%s", scoped, who.name), func(b *testing.B) {
 				b.ReportAllocs()
 				for b.Loop() {
-					ranges, _ := a.candidatesLocked(true, who.ns, nil)
-					if _, ok := a.pickLocked(ranges, nil); !ok {
+					ranges, rt := a.candidatesLocked(true, who.ns, nil)
+					if _, ok := a.pickLocked(ranges, rt == nil, nil); !ok {
 						b.Fatal("no candidate")
 					}
 				}
