@@ -64,7 +64,7 @@ if [ "$RUNS" -gt 1 ]; then
       printf "rate ratio (last whole tenth / first), the runs sorted: %s; median %.2f\n", list, median
       printf "CPU per create averaged over the runs: first tenth %.2f ms, last whole tenth %.2f ms (%+.0f%%)\n", first / NR, last / NR, (last / first - 1) * 100
     }'
-  grep -h '^paired rate ratio' "$runs"/run*.txt || true
+  grep -hE '^paired (rate ratio|CPU per create)' "$runs"/run*.txt || true
   exit 0
 fi
 
