@@ -173,22 +173,33 @@ func run(ctx context.Context, cfg config) error {
 // createCIDRs makes the ServiceCIDRs with 16 clients: sc-v4-NNNN holds
 // 10.100.0.0/24 onwards, sc-v6-NNNN fd01::1:0/112 onwards.
 func createCIDRs(ctx context.Context, client kubernetes.Interface, cfg config) error {
+	return forEach(0, cfg.cidrs, 16, func(i int) error {
+		var name, cidr string
+		if i < cfg.v4CIDRs {
+			name, cidr = fmt.Sprintf("sc-v4-%04d", i), fmt.Sprintf("10.%d.%d.0/24", 100+i/256, i%256)
+		} else {
+			j := i - cfg.v4CIDRs + 1
+			name, cidr = fmt.Sprintf("sc-v6-%04d", j), fmt.Sprintf("fd01::%x:0/112", j)
+		}
+		sc := &networkingv1.ServiceCIDR{ObjectMeta: metav1.ObjectMeta{Name: name}, Spec: networkingv1.ServiceCIDRSpec{CIDRs: []string{cidr}}}
+		if _, err := client.NetworkingV1().ServiceCIDRs().Create(ctx, sc, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
+			return fmt.Errorf("create ServiceCIDR %s (%s): %w", name, cidr, err)
+		}
+		return nil
+	})
+}
+
+// forEach calls do for each i in [from, to) from workers goroutines and
+// returns the first error; once one is returned, no further i is handed out.
+func forEach(from, to, workers int, do func(i int) error) error {
 	work := make(chan int)
-	errs := make(chan error, 16)
+	errs := make(chan error, workers)
 	var wg sync.WaitGroup
-	for range 16 {
+	for range workers {
 		wg.Go(func() {
 			for i := range work {
-				var name, cidr string
-				if i < cfg.v4CIDRs {
-					name, cidr = fmt.Sprintf("sc-v4-%04d", i), fmt.Sprintf("10.%d.%d.0/24", 100+i/256, i%256)
-				} else {
-					j := i - cfg.v4CIDRs + 1
-					name, cidr = fmt.Sprintf("sc-v6-%04d", j), fmt.Sprintf("fd01::%x:0/112", j)
-				}
-				sc := &networkingv1.ServiceCIDR{ObjectMeta: metav1.ObjectMeta{Name: name}, Spec: networkingv1.ServiceCIDRSpec{CIDRs: []string{cidr}}}
-				if _, err := client.NetworkingV1().ServiceCIDRs().Create(ctx, sc, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
-					errs <- fmt.Errorf("create ServiceCIDR %s (%s): %w", name, cidr, err)
+				if err := do(i); err != nil {
+					errs <- err
 					return
 				}
 			}
@@ -196,7 +207,7 @@ func createCIDRs(ctx context.Context, client kubernetes.Interface, cfg config) e
 	}
 	var err error
 feed:
-	for i := range cfg.cidrs {
+	for i := from; i < to; i++ {
 		select {
 		case work <- i:
 		case err = <-errs:

@@ -66,6 +66,11 @@ func readGC(ctx context.Context, client kubernetes.Interface) (gcCounters, error
 	if err != nil {
 		return gcCounters{}, fmt.Errorf("read /metrics: %w", err)
 	}
+	return parseGC(raw)
+}
+
+// parseGC reads the two counters from a Prometheus text exposition.
+func parseGC(raw []byte) (gcCounters, error) {
 	var c gcCounters
 	found := 0
 	for line := range strings.Lines(string(raw)) {
@@ -250,36 +255,13 @@ func profile(ctx context.Context, s server, path string) error {
 // deleteNamed deletes the Services createNamed made with prefix, numbered
 // from to below to.
 func deleteNamed(ctx context.Context, client kubernetes.Interface, ns, prefix string, from, to, concurrency int) error {
-	work := make(chan int)
-	errs := make(chan error, concurrency)
-	var wg sync.WaitGroup
-	for range concurrency {
-		wg.Go(func() {
-			for i := range work {
-				name := fmt.Sprintf("%s%06d", prefix, i)
-				if err := client.CoreV1().Services(ns).Delete(ctx, name, metav1.DeleteOptions{}); err != nil && !apierrors.IsNotFound(err) {
-					errs <- fmt.Errorf("delete %s: %w", name, err)
-					return
-				}
-			}
-		})
-	}
-	var err error
-feed:
-	for i := from; i < to; i++ {
-		select {
-		case work <- i:
-		case err = <-errs:
-			break feed
+	return forEach(from, to, concurrency, func(i int) error {
+		name := fmt.Sprintf("%s%06d", prefix, i)
+		if err := client.CoreV1().Services(ns).Delete(ctx, name, metav1.DeleteOptions{}); err != nil && !apierrors.IsNotFound(err) {
+			return fmt.Errorf("delete %s: %w", name, err)
 		}
-	}
-	close(work)
-	wg.Wait()
-	close(errs)
-	if err != nil {
-		return err
-	}
-	return <-errs // nil when closed empty
+		return nil
+	})
 }
 
 // settle waits, at most 15 s, until the servers are near idle (a tenth of
