@@ -111,11 +111,7 @@ if [ -n "${PAIRED:-}" ]; then
   "$work/allocator" serve --data-dir "$work/data0" --secure-port 0 "${args[@]}" >>"$work/server0.log" 2>&1 &
   empty_pid=$!
   trap 'kill -KILL "$empty_pid" 2>/dev/null || true; serve_cleanup' EXIT
-  for _ in $(seq 1 300); do
-    kubectl --kubeconfig "$work/data0/admin.kubeconfig" get --raw /readyz >/dev/null 2>&1 && break
-    kill -0 "$empty_pid" 2>/dev/null || { tail -20 "$work/server0.log"; echo "empty server exited" >&2; exit 1; }
-    sleep 0.2
-  done
+  serve_wait "$work/data0/admin.kubeconfig" "$empty_pid" "$work/server0.log"
   "$work/scale" --kubeconfig "$kc" --pids "$server_pid" --compare-with "$work/data0/admin.kubeconfig" --compare-pids "$empty_pid" \
     --cidrs "$CIDRS" --v4-cidrs "$V4_CIDRS" --concurrency "$CONCURRENCY" --services "$SERVICES" --pairs "${PAIRS:-6}" --burst "${BURST:-10000}" ${PAIRED_PROFILES:+--profile-dir "$PAIRED_PROFILES"}
   kill -TERM "$empty_pid"

@@ -42,10 +42,17 @@ serve_start() {
   serve_build
   "$work/allocator" serve --data-dir "$work/data" --secure-port 0 "$@" >>"$work/server.log" 2>&1 &
   server_pid=$!
+  serve_wait "$kc" "$server_pid" "$work/server.log"
+}
+
+# serve_wait KUBECONFIG PID LOG waits until the server PID, whose admin
+# kubeconfig is KUBECONFIG, answers /readyz ok; it exits with LOG's tail if
+# the server exits or is not ready within 60 s.
+serve_wait() {
   for _ in $(seq 1 300); do
-    if [ -f "$kc" ] && kubectl --kubeconfig "$kc" get --raw /readyz >/dev/null 2>&1; then return 0; fi
-    kill -0 "$server_pid" 2>/dev/null || { tail -20 "$work/server.log"; echo "server exited" >&2; exit 1; }
+    if [ -f "$1" ] && kubectl --kubeconfig "$1" get --raw /readyz >/dev/null 2>&1; then return 0; fi
+    kill -0 "$2" 2>/dev/null || { tail -20 "$3"; echo "server exited" >&2; exit 1; }
     sleep 0.2
   done
-  tail -20 "$work/server.log"; echo "server not ready after 60s" >&2; exit 1
+  tail -20 "$3"; echo "server not ready after 60s" >&2; exit 1
 }
