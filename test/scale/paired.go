@@ -43,6 +43,9 @@ type burst struct {
 	rate    float64       // creates acknowledged per second
 	cpu     time.Duration // the server's CPU (etcd included) over the burst
 	gc      gcCounters    // what its garbage collector did meanwhile
+	// unsettled: the servers were still busy when it started (settle
+	// gave up waiting); the table marks its round.
+	unsettled bool
 }
 
 // gcCounters are two of the Go runtime's counters, from a server's
@@ -179,13 +182,15 @@ func pairedBursts(ctx context.Context, cfg config, ns string, filled, empty serv
 		}
 		for _, k := range order {
 			s := []server{filled, empty}[k]
-			if err := settle(ctx, filled.meter, empty.meter); err != nil {
+			settled, err := settle(ctx, filled.meter, empty.meter)
+			if err != nil {
 				return nil, err
 			}
 			b, err := oneBurst(ctx, cfg, s, ns, fmt.Sprintf("p%02d-", r))
 			if err != nil {
 				return nil, fmt.Errorf("round %d on the %s server: %w", r+1, s.name, err)
 			}
+			b.unsettled = !settled
 			pair[k] = b
 		}
 		out = append(out, pair)
@@ -197,7 +202,7 @@ func pairedBursts(ctx context.Context, cfg config, ns string, filled, empty serv
 // them again.
 func oneBurst(ctx context.Context, cfg config, s server, ns, prefix string) (burst, error) {
 	c := cfg
-	c.meter = s.meter
+	c.meter = procstat.Meter{} // the burst's CPU is read around it, not at each create
 	gc0, err := readGC(ctx, s.client)
 	if err != nil {
 		return burst{}, err
@@ -266,8 +271,8 @@ func deleteNamed(ctx context.Context, client kubernetes.Interface, ns, prefix st
 
 // settle waits, at most 15 s, until the servers are near idle (a tenth of
 // a core between them over half a second): the deletes of the burst before
-// must not be paid by the next.
-func settle(ctx context.Context, meters ...procstat.Meter) error {
+// must not be paid by the next. It reports false when they were still busy.
+func settle(ctx context.Context, meters ...procstat.Meter) (bool, error) {
 	const window, idle = 500 * time.Millisecond, 50 * time.Millisecond
 	deadline := time.Now().Add(15 * time.Second)
 	total := func() (time.Duration, error) {
@@ -284,22 +289,22 @@ func settle(ctx context.Context, meters ...procstat.Meter) error {
 	for time.Now().Before(deadline) {
 		t0, err := total()
 		if err != nil {
-			return err
+			return false, err
 		}
 		select {
 		case <-ctx.Done():
-			return ctx.Err()
+			return false, ctx.Err()
 		case <-time.After(window):
 		}
 		t1, err := total()
 		if err != nil {
-			return err
+			return false, err
 		}
 		if t1-t0 <= idle {
-			return nil
+			return true, nil
 		}
 	}
-	return nil // busy still: measure anyway; the table shows it
+	return false, nil // busy still: measured anyway, and marked in the table
 }
 
 // reportPairs prints each round and the medians; whole is each server's
@@ -322,7 +327,13 @@ func reportPairs(cfg config, pairs [][2]burst, whole [2]gcCounters) {
 	fmt.Fprintln(w, "round\tfilled/s\tempty/s\tratio\tfilled cpu-ms/op\tempty cpu-ms/op\tGC charged: filled\tempty\tratio\t")
 	var ratios, charged [2][]float64
 	var rates []float64
+	unsettled := false
 	for r, p := range pairs {
+		round := strconv.Itoa(r + 1)
+		if p[0].unsettled || p[1].unsettled {
+			round += "*"
+			unsettled = true
+		}
 		var raw, fair [2]float64
 		for k, b := range p {
 			raw[k] = b.cpu.Seconds() * 1e3 / float64(b.creates)
@@ -332,10 +343,13 @@ func reportPairs(cfg config, pairs [][2]burst, whole [2]gcCounters) {
 		rates = append(rates, p[0].rate/p[1].rate)
 		ratios[0] = append(ratios[0], raw[0]/raw[1])
 		ratios[1] = append(ratios[1], fair[0]/fair[1])
-		fmt.Fprintf(w, "%d\t%.0f\t%.0f\t%.2f\t%.2f\t%.2f\t%.2f\t%.2f\t%.2f\t\n", r+1, p[0].rate, p[1].rate, p[0].rate/p[1].rate,
+		fmt.Fprintf(w, "%s\t%.0f\t%.0f\t%.2f\t%.2f\t%.2f\t%.2f\t%.2f\t%.2f\t\n", round, p[0].rate, p[1].rate, p[0].rate/p[1].rate,
 			raw[0], raw[1], fair[0], fair[1], fair[0]/fair[1])
 	}
 	w.Flush()
+	if unsettled {
+		fmt.Println("* a burst of this round started with the servers still busy 15 s after the one before")
+	}
 	fmt.Printf("paired rate ratio (filled / empty), median of %d rounds: %.2f\n", len(pairs), median(rates))
 	fmt.Printf("paired CPU per create with GC charged by allocation, medians: filled %.2f ms, empty %.2f ms; ratio median %.2f (raw %.2f)\n",
 		median(charged[0]), median(charged[1]), median(ratios[1]), median(ratios[0]))
