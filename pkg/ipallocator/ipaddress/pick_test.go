@@ -3,6 +3,7 @@ package ipaddress
 import (
 	"math/rand/v2"
 	"net/netip"
+	"slices"
 	"testing"
 	"time"
 
@@ -22,7 +23,8 @@ func (e excludedPrefix) ContainsPrefix(p netip.Prefix) bool {
 // every pick comes from the first range (in allocation order) that has a
 // free address and is not excluded, and it fails only when there is none.
 // The ranges nest (a release frees the address in both) and fill and empty
-// many times.
+// many times, and their order changes now and then (a rebuild), which
+// must start the pick from the first range again.
 func TestPickSkipsFullRanges(t *testing.T) {
 	cidrs := []*networkingv1.ServiceCIDR{
 		serviceCIDR("a", 5*time.Hour, "10.0.0.0/28"),
@@ -48,8 +50,12 @@ func TestPickSkipsFullRanges(t *testing.T) {
 
 	rnd := rand.New(rand.NewPCG(1, 2))
 	var used []netip.Addr
-	picks, fails := 0, 0
+	picks, fails, mostSkipped := 0, 0, 0
 	for step := range 20000 {
+		if step%3000 == 2999 {
+			// The oldest range goes last: every position changes.
+			a.setRangesLocked(append(slices.Clone(a.ranges[1:]), a.ranges[0]))
+		}
 		// Claims outnumber releases, then releases claims, in waves, so
 		// the ranges fill up and empty again.
 		claim := rnd.IntN(100) < 70
@@ -80,6 +86,7 @@ func TestPickSkipsFullRanges(t *testing.T) {
 			}
 		}
 		ip, ok := a.pickLocked(a.ranges, true, excluded)
+		mostSkipped = max(mostSkipped, a.fullBefore)
 		for i := range a.fullBefore {
 			if a.ranges[i].index.Free() != 0 {
 				t.Fatalf("step %d: range %s before fullBefore %d has %d free", step, a.ranges[i].rng.Prefix(), a.fullBefore, a.ranges[i].index.Free())
@@ -101,5 +108,8 @@ func TestPickSkipsFullRanges(t *testing.T) {
 	}
 	if picks < 1000 || fails < 100 {
 		t.Fatalf("%d picks and %d picks finding every range full: the waves did not fill the ranges", picks, fails)
+	}
+	if mostSkipped < 2 {
+		t.Fatalf("fullBefore reached %d at most: the picks never skipped full ranges", mostSkipped)
 	}
 }
