@@ -113,7 +113,7 @@ func newServiceStorage(scheme *runtime.Scheme, getter generic.RESTOptionsGetter,
 	}
 	// Serve the returned REST, not store: its Create and Update do what the
 	// store's hooks cannot do alone.
-	storage, err := servicealloc.NewREST(store, alloc)
+	storage, err := servicealloc.NewREST(store, alloc, nil)
 	if err != nil {
 		return nil, err
 	}

@@ -11,6 +11,12 @@ import (
 type Owner struct {
 	Namespace string
 	Name      string
+	// UID is the Service's UID, when known. The IPAddress model records it
+	// beside the parentRef, which has no room for it, and releases an
+	// address only for the UID recorded (or when none is), so a late
+	// release for a deleted Service never frees the address of a newer
+	// Service of the same name.
+	UID string
 	// Scoped, when set, makes the allocation follow ServiceCIDR scopes
 	// (IPAddress model, design.md §11) with the Service's labels. It is nil
 	// when an address a stored Service already holds is marked again (at

@@ -109,7 +109,7 @@ func (s *Server) rebuildAllocations(ctx context.Context, client kubernetes.Inter
 		if !servicealloc.NeedsClusterIP(svc) {
 			continue
 		}
-		owner := allocation.Owner{Namespace: svc.Namespace, Name: svc.Name}
+		owner := allocation.Owner{Namespace: svc.Namespace, Name: svc.Name, UID: string(svc.UID)}
 		for _, text := range svc.Spec.ClusterIPs {
 			addr, err := netip.ParseAddr(text)
 			if err != nil {

@@ -143,7 +143,8 @@ func (c CompletedConfig) New(ctx context.Context) (*Server, error) {
 			}
 		}()
 	}
-	getter := newRESTOptionsGetter(c.EtcdServers, c.EtcdPrefix, c.EtcdTLS, c.InProcessEtcd)
+	getter := newRESTOptionsGetter(c.EtcdServers, c.EtcdPrefix, c.EtcdTLS, c.InProcessEtcd,
+		embedetcd.KlogLogger(logger(ctx).WithName("etcd-client")))
 	ipREST, err := ipaddresses.NewREST(Scheme, getter)
 	if err != nil {
 		return nil, err
@@ -175,7 +176,8 @@ func (c CompletedConfig) New(ctx context.Context) (*Server, error) {
 	if err != nil {
 		return nil, err
 	}
-	svcREST, svcStatus, err := services.NewREST(Scheme, getter, s.alloc, nsREST.Check)
+	svcREST, svcStatus, err := services.NewREST(Scheme, getter, s.alloc, nsREST.Check,
+		serviceFencer{client: etcdClient, layout: etcdlayout.Layout{Prefix: c.EtcdPrefix}})
 	if err != nil {
 		return nil, err
 	}
@@ -400,6 +402,15 @@ func (s *Server) Bootstrapped() bool { return s.bootstrap.Load() }
 // logger returns the logger of ctx with the server's name.
 func logger(ctx context.Context) klog.Logger { return klog.FromContext(ctx).WithName("allocator") }
 
+// reconnectParams make an etcd client reconnect within 2 s of etcd answering
+// again: gRPC's default backoff grows to two minutes while etcd is down,
+// which kept the allocators and the restore check (restore.go) blind long
+// after a restarted or restored etcd was back.
+var reconnectParams = grpc.ConnectParams{
+	Backoff:           backoff.Config{BaseDelay: 100 * time.Millisecond, Multiplier: 1.6, Jitter: 0.2, MaxDelay: 2 * time.Second},
+	MinConnectTimeout: 5 * time.Second,
+}
+
 // etcdClient is the server's own etcd client (allocation maps, transition
 // records, the restore check): in process for an etcd in this process, else
 // gRPC to EtcdServers.
@@ -416,14 +427,7 @@ func (c CompletedConfig) etcdClient(ctx context.Context) (*clientv3.Client, erro
 		DialTimeout: 10 * time.Second,
 		TLS:         etcdTLS,
 		Logger:      embedetcd.KlogLogger(logger(ctx).WithName("etcd-client")),
-		// Reconnect within 2 s of etcd answering again: gRPC's default
-		// backoff grows to two minutes while etcd is down, which kept the
-		// allocators and the restore check (restore.go) blind long after a
-		// restarted or restored etcd was back.
-		DialOptions: []grpc.DialOption{grpc.WithConnectParams(grpc.ConnectParams{
-			Backoff:           backoff.Config{BaseDelay: 100 * time.Millisecond, Multiplier: 1.6, Jitter: 0.2, MaxDelay: 2 * time.Second},
-			MinConnectTimeout: 5 * time.Second,
-		})},
+		DialOptions: []grpc.DialOption{grpc.WithConnectParams(reconnectParams)},
 	})
 	if err != nil {
 		return nil, fmt.Errorf("connect to etcd %v: %w", c.EtcdServers, err)

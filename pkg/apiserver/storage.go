@@ -4,6 +4,8 @@ import (
 	"fmt"
 	"time"
 
+	"go.uber.org/zap"
+
 	networkingv1 "k8s.io/api/networking/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
@@ -11,7 +13,6 @@ import (
 	"k8s.io/apimachinery/pkg/runtime/serializer/protobuf"
 	"k8s.io/apimachinery/pkg/runtime/serializer/recognizer"
 	"k8s.io/apiserver/pkg/registry/generic"
-	genericregistry "k8s.io/apiserver/pkg/registry/generic/registry"
 	"k8s.io/apiserver/pkg/storage/storagebackend"
 
 	"github.com/allocator/allocator/pkg/etcdlayout"
@@ -34,21 +35,28 @@ var resourcePrefixes = map[schema.GroupResource]string{
 // JSON values are read too.
 // Reads go through the watch cache.
 type restOptionsGetter struct {
-	base      storagebackend.Config
-	inProcess *inProcessStores // nil: over gRPC
+	base   storagebackend.Config
+	stores *etcdStores
 }
 
-// newRESTOptionsGetter reaches etcd at etcdServers over gRPC, or in process
-// when inProcess is set (etcd_inprocess.go).
-func newRESTOptionsGetter(etcdServers []string, etcdPrefix string, etcdTLS EtcdTLS, inProcess InProcessEtcd) *restOptionsGetter {
+// newRESTOptionsGetter reaches etcd at etcdServers over gRPC (logging
+// through log; nil logs nothing), or in process when inProcess is set
+// (etcd_stores.go).
+func newRESTOptionsGetter(etcdServers []string, etcdPrefix string, etcdTLS EtcdTLS, inProcess InProcessEtcd, log *zap.Logger) *restOptionsGetter {
 	base := storagebackend.NewDefaultConfig(etcdPrefix, nil)
 	base.Transport.ServerList = etcdServers
 	base.Transport.TrustedCAFile = etcdTLS.CAFile
 	base.Transport.CertFile = etcdTLS.CertFile
 	base.Transport.KeyFile = etcdTLS.KeyFile
 	g := &restOptionsGetter{base: *base}
-	if inProcess != nil {
-		g.inProcess = &inProcessStores{etcd: inProcess}
+	switch {
+	case inProcess != nil:
+		g.stores = inProcessStores(inProcess)
+	default:
+		if log == nil {
+			log = zap.NewNop()
+		}
+		g.stores = grpcStores(base.Transport, log)
 	}
 	return g
 }
@@ -70,13 +78,9 @@ func (g *restOptionsGetter) GetRESTOptions(resource schema.GroupResource, _ runt
 	cfg := g.base
 	cfg.Codec = Codecs.CodecForVersions(serializer, decoder, external, internal)
 	cfg.EncodeVersioner = external
-	decorator := genericregistry.StorageWithCacher()
-	if g.inProcess != nil {
-		decorator = g.inProcess.decorator()
-	}
 	return generic.RESTOptions{
 		StorageConfig:           cfg.ForResource(resource),
-		Decorator:               decorator,
+		Decorator:               g.stores.decorator(),
 		DeleteCollectionWorkers: 1,
 		EnableGarbageCollection: false,
 		ResourcePrefix:          prefix,

@@ -123,6 +123,12 @@ func (l Layout) RestoreMarker(process string) string {
 	return l.key("clusterip-allocator", "markers", process)
 }
 
+// Fence is this project's own key that fences the Service writes of one
+// request (pkg/fence): while it exists, none of them can be applied.
+func (l Layout) Fence(token string) string {
+	return l.key("clusterip-allocator", "fences", token)
+}
+
 // MapStamp is this project's own key beside the RangeAllocation at rangeKey
 // (<prefix>/ranges/<name>): a random stamp that every write of the map by
 // this server replaces in the same transaction, and every compare-and-swap

@@ -174,7 +174,7 @@ func (a *Allocator) release(ctx context.Context, owner allocation.Owner, addrs [
 // own default/kubernetes, whose address is the first of the default range
 // whatever scope takes in its namespace.
 func ownerOf(svc *corev1.Service) allocation.Owner {
-	owner := allocation.Owner{Namespace: svc.Namespace, Name: svc.Name}
+	owner := allocation.Owner{Namespace: svc.Namespace, Name: svc.Name, UID: string(svc.UID)}
 	if svc.Namespace != metav1.NamespaceDefault || svc.Name != kubernetesServiceName {
 		owner.Scoped = &allocation.ScopedRequest{Labels: svc.Labels}
 	}

@@ -13,6 +13,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
+	genericapirequest "k8s.io/apiserver/pkg/endpoints/request"
 	"k8s.io/apiserver/pkg/registry/generic"
 	genericregistry "k8s.io/apiserver/pkg/registry/generic/registry"
 	"k8s.io/apiserver/pkg/registry/rest"
@@ -41,19 +42,34 @@ type REST struct {
 	*genericregistry.Store
 	alloc   *Allocator
 	deletes *deleteLog
+	fencer  Fencer // nil: unknown outcomes are left to the repair
+}
+
+// Fencer makes the outcome of a Service write known (pkg/fence is the
+// etcd one). Without it, a write whose outcome is unknown releases nothing
+// that it may still store.
+type Fencer interface {
+	// Guard returns ctx with a fence of its own: every write of the
+	// Service's storage made with it honours the fence.
+	Guard(ctx context.Context) context.Context
+	// Close closes the fence of ctx (from Guard), after which no write made
+	// under it can be applied, and returns the Service namespace/name as
+	// stored from then on: nil when absent.
+	Close(ctx context.Context, namespace, name string) (*corev1.Service, error)
 }
 
 // NewREST installs the allocation hooks (BeginCreate, BeginUpdate,
 // AfterDelete) and the read defaulting (Decorator) into store, which must be a store of *corev1.Service
 // completed with options from TrackDeletes, and returns the storage to
 // serve. Serve the returned REST, not store: its Create and Update add what
-// the hooks cannot do alone.
-func NewREST(store *genericregistry.Store, alloc *Allocator) (*REST, error) {
+// the hooks cannot do alone. fencer, if not nil, must fence the writes of
+// store's storage (settle.go).
+func NewREST(store *genericregistry.Store, alloc *Allocator, fencer Fencer) (*REST, error) {
 	tracking, ok := store.Storage.Storage.(*deleteTracking)
 	if !ok {
 		return nil, fmt.Errorf("servicealloc: the Service store must be completed with servicealloc.TrackDeletes options, its storage is %T", store.Storage.Storage)
 	}
-	r := &REST{Store: store, alloc: alloc, deletes: tracking.log}
+	r := &REST{Store: store, alloc: alloc, deletes: tracking.log, fencer: fencer}
 	store.BeginCreate = r.beginCreate
 	store.BeginUpdate = r.beginUpdate
 	store.AfterDelete = r.afterDelete
@@ -111,28 +127,50 @@ func (r *REST) Create(ctx context.Context, obj runtime.Object, createValidation 
 	// 409, so asking again for the address or node port the existing
 	// Service holds is refused as taken (422), and what a dynamic request
 	// picked is released on the 409 (testdata/parity, "already-exists").
+	ctx = r.guard(ctx)
 	log := &writeLog{}
 	out, err := r.Store.Create(withWriteLog(ctx, log), obj, createValidation, options)
-	log.settle(ctx, err, r.reader(svc.Name))
+	// The store names the Service before it reserves (generateName).
+	log.settle(ctx, err, r.readBack(svc.Name))
 	return out, err
 }
 
-// reader reads the Service name back from storage, to settle a write that
-// failed (settle.go).
-func (r *REST) reader(name string) func(context.Context) (*corev1.Service, error) {
-	return func(ctx context.Context) (*corev1.Service, error) {
+// guard gives ctx the request's fence, when there is a Fencer.
+func (r *REST) guard(ctx context.Context) context.Context {
+	if r.fencer == nil {
+		return ctx
+	}
+	return r.fencer.Guard(ctx)
+}
+
+// readBack reads the Service name back after a write failed (settle.go):
+// through the request's fence, or a plain read from storage, final after
+// etcd's quota error only.
+func (r *REST) readBack(name string) readBack {
+	return func(ctx context.Context, writeErr error) (*corev1.Service, bool, error) {
 		if name == "" {
-			return nil, errors.New("no name to read the Service back by")
+			return nil, false, errors.New("no name to read the Service back by")
+		}
+		if r.fencer != nil && !quotaExceeded(writeErr) {
+			namespace, _ := genericapirequest.NamespaceFrom(ctx)
+			svc, err := r.fencer.Close(ctx, namespace, name)
+			if svc != nil {
+				r.alloc.DefaultOnRead(svc)
+			}
+			return svc, err == nil, err
 		}
 		obj, err := r.Store.Get(ctx, name, &metav1.GetOptions{})
+		if apierrors.IsNotFound(err) {
+			return nil, quotaExceeded(writeErr), nil
+		}
 		if err != nil {
-			return nil, err
+			return nil, false, err
 		}
 		svc, ok := obj.(*corev1.Service)
 		if !ok {
-			return nil, fmt.Errorf("read back %s: not a Service: %T", name, obj)
+			return nil, false, fmt.Errorf("read back %s: not a Service: %T", name, obj)
 		}
-		return svc, nil
+		return svc, quotaExceeded(writeErr), nil
 	}
 }
 
@@ -148,9 +186,10 @@ func (r *REST) Update(ctx context.Context, name string, objInfo rest.UpdatedObje
 		return nil, false, err
 	}
 	defer done()
+	ctx = r.guard(ctx)
 	log := &writeLog{update: true}
 	out, created, err := r.Store.Update(withWriteLog(ctx, log), name, objInfo, createValidation, updateValidation, forceAllowCreate, options)
-	log.settle(ctx, err, r.reader(name))
+	log.settle(ctx, err, r.readBack(name))
 	return out, created, err
 }
 

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"net/netip"
 	"slices"
+	"strings"
 	"sync"
 
 	corev1 "k8s.io/api/core/v1"
@@ -24,24 +25,35 @@ import (
 // the transactions in the request's writeLog, and REST.Create and
 // REST.Update settle them knowing the store's answer.
 //
-// A write that failed did not always fail to land. It can reach etcd and
-// still return an error: a timeout after the request was sent, or etcd's
-// "database space exceeded" for the write that crossed the quota. Undoing
-// the reservation then frees addresses and node ports a stored Service
-// holds, and the next create can take them: a duplicate. An update that did
-// not land must not release what it dropped either: the stored Service
-// still holds it. So when the error does not say the write was refused, the
-// Service is read back, and:
-//   - a create stored with its UID keeps its reservation (Commit); absent,
-//     or another object by that name, it is released (Revert);
-//   - an update keeps its changes (Commit) when the stored Service, same
-//     UID, holds what the attempt wrote, and undoes them (Revert) when it
-//     holds what the attempt replaced;
-//   - anything else (unreadable, gone, re-created, changed by another
-//     writer meanwhile) is left as it is: nothing released, and the
-//     repair's leak rule frees what no Service holds. A leak is repaired, a
-//     duplicate is not.
-// Whatever is settled, nothing the stored Service holds is released.
+// A write that failed did not always fail to land. A write refused by the
+// API (a 4xx: invalid, conflict, already exists) was not stored. Any other
+// error leaves the outcome open: etcd answers "database space exceeded"
+// for writes it applied past its quota, and a write whose caller gave up
+// (a timeout, a slow member, a broken connection) may be applied after the
+// answer, even after a read sent to another member found nothing. Releasing
+// then frees what a stored Service holds, and the next create takes it: a
+// duplicate. So the Service is read again once its outcome is final:
+//   - after a quota error, at once: etcd applied or refused the write
+//     before it answered, and the read is linearizable;
+//   - after any other error, through the request's fence (Fencer,
+//     pkg/fence): the read and the fence are one transaction, after which
+//     no write of the request can be applied;
+//   - without a Fencer (a server that embeds this package on other
+//     storage), the read is not final: nothing is released on its word
+//     that could still be written.
+//
+// What the final read decides:
+//
+//	request  the Service read                                   settlement
+//	create   stored with the create's UID                        keep (Commit)
+//	create   absent, or another object by that name              release (Revert)
+//	update   same UID, holds every claim the update added        keep: only this update can hold them
+//	update   same UID, at the resourceVersion the update read    release: nothing was written since
+//	either   unreadable, or anything else (deleted, re-created,  leave: release nothing
+//	         changed by another writer, a read not final)
+//
+// A settlement never releases what the Service read holds. What is left is
+// a leak, which the repair's leak rule frees; a duplicate is never repaired.
 
 // writeLog collects the transactions of one create or update request.
 type writeLog struct {
@@ -59,6 +71,9 @@ type attempt struct {
 	// wrote is what the attempt's object holds; base what the object it
 	// replaced held (updates).
 	wrote, base claims
+	// baseVersion is the resourceVersion of the object it replaced
+	// (updates): the store's compare-and-swap compares it.
+	baseVersion string
 }
 
 type writeLogKey struct{}
@@ -86,7 +101,7 @@ func finisher(ctx context.Context, txn *Transaction, svc, old *corev1.Service) g
 			// A plain create that failed, or an update's passed attempt.
 			a := attempt{txn: txn, uid: svc.UID, wrote: claimsOf(svc)}
 			if old != nil {
-				a.uid, a.update, a.base = old.UID, true, claimsOf(old)
+				a.uid, a.update, a.base, a.baseVersion = old.UID, true, claimsOf(old), old.ResourceVersion
 			}
 			log.mu.Lock()
 			log.attempts = append(log.attempts, a)
@@ -95,12 +110,16 @@ func finisher(ctx context.Context, txn *Transaction, svc, old *corev1.Service) g
 	}
 }
 
+// readBack reads the Service after a write that failed with err: stored
+// (nil when absent), whether the read is final for the request (no write of
+// it can be applied later), or the read's error.
+type readBack func(ctx context.Context, err error) (stored *corev1.Service, final bool, readErr error)
+
 // settle settles the recorded attempts after the store answered err. Every
 // attempt but the last lost its compare-and-swap and is reverted; the last
-// is committed on success, and otherwise decided by settleFailedWrite,
-// reading the Service back with read when the error leaves the write's fate
-// unknown.
-func (l *writeLog) settle(ctx context.Context, err error, read func(context.Context) (*corev1.Service, error)) {
+// is committed on success, and otherwise decided by settleFailedWrite on
+// what read finds.
+func (l *writeLog) settle(ctx context.Context, err error, read readBack) {
 	l.mu.Lock()
 	attempts := l.attempts
 	l.attempts = nil
@@ -116,14 +135,17 @@ func (l *writeLog) settle(ctx context.Context, err error, read func(context.Cont
 		last.txn.Commit(ctx)
 		return
 	}
-	var stored *corev1.Service
-	getErr := err
+	var (
+		stored  *corev1.Service
+		final   bool
+		readErr error
+	)
 	if !writeRefused(err) {
 		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), releaseTimeout)
-		stored, getErr = read(rctx)
+		stored, final, readErr = read(rctx, err)
 		cancel()
 	}
-	settleFailedWrite(err, last, stored, getErr).apply(ctx, last.txn, stored, err)
+	settleFailedWrite(err, last, stored, final, readErr).apply(ctx, last.txn, stored, err)
 }
 
 // settlement is what becomes of a failed write's reservation.
@@ -148,27 +170,46 @@ func writeRefused(err error) bool {
 	return false
 }
 
+// quotaExceeded reports whether err is etcd's "database space exceeded":
+// etcd answers it once it has applied or refused the write, so a read after
+// it is final.
+func quotaExceeded(err error) bool {
+	return strings.Contains(err.Error(), "database space exceeded")
+}
+
 // settleFailedWrite decides the last attempt a of a write that failed with
-// err, given a read of the Service after it: stored, with getErr nil, or
-// the read's error.
-func settleFailedWrite(err error, a attempt, stored *corev1.Service, getErr error) settlement {
-	switch {
-	case writeRefused(err):
+// err, given a read of the Service after it: stored (nil when absent), and
+// whether that read is final, or the read's error (the table above).
+func settleFailedWrite(err error, a attempt, stored *corev1.Service, final bool, readErr error) settlement {
+	if writeRefused(err) {
 		return release
-	case getErr == nil && stored != nil && a.uid != "" && stored.UID == a.uid:
-		held := claimsOf(stored)
-		switch {
-		case !a.update || held.equal(a.wrote):
-			return keep
-		case held.equal(a.base):
-			return release
-		}
-		return leave // another writer changed it since
-	case !a.update && (getErr == nil || apierrors.IsNotFound(getErr)):
-		return release // absent, or another object by that name
-	default:
+	}
+	if readErr != nil && !apierrors.IsNotFound(readErr) {
 		return leave
 	}
+	if readErr != nil {
+		stored = nil
+	}
+	sameUID := stored != nil && a.uid != "" && stored.UID == a.uid
+	if !a.update {
+		switch {
+		case sameUID:
+			return keep
+		case final:
+			return release
+		}
+		return leave
+	}
+	if !sameUID {
+		return leave
+	}
+	if added := a.wrote.minus(a.base); !added.empty() && claimsOf(stored).holds(added) {
+		return keep
+	}
+	if final && stored.ResourceVersion == a.baseVersion {
+		return release
+	}
+	return leave
 }
 
 // apply settles txn as s says, never releasing what stored holds.
@@ -201,9 +242,18 @@ func claimsOf(svc *corev1.Service) claims {
 	return c
 }
 
-func (c claims) equal(o claims) bool {
-	return slices.Equal(c.ips, o.ips) && slices.Equal(c.ports, o.ports)
+// minus returns what c holds and o does not.
+func (c claims) minus(o claims) claims {
+	return claims{
+		ips:   slices.DeleteFunc(slices.Clone(c.ips), func(ip netip.Addr) bool { return slices.Contains(o.ips, ip) }),
+		ports: slices.DeleteFunc(slices.Clone(c.ports), func(p int) bool { return slices.Contains(o.ports, p) }),
+	}
 }
+
+func (c claims) empty() bool { return len(c.ips) == 0 && len(c.ports) == 0 }
+
+// holds reports whether c holds everything o does.
+func (c claims) holds(o claims) bool { return o.minus(c).empty() }
 
 // spare removes from the transaction's releases what held holds.
 func (t *Transaction) spare(held claims) {

@@ -27,50 +27,74 @@ func held(uid, ip string, ports ...int32) *corev1.Service {
 	return s
 }
 
+// at returns svc at resourceVersion rv.
+func at(svc *corev1.Service, rv string) *corev1.Service {
+	svc.ResourceVersion = rv
+	return svc
+}
+
 // TestSettleFailedWrite: a write refused by the API (4xx) is undone. One
 // whose fate is unknown (an etcd or context error, a 5xx) is decided from
-// the Service read back: a create keeps its reservation if the Service was
-// stored with its UID, and releases it if absent or another object; an
-// update keeps its changes if the stored Service holds what it wrote, and
-// undoes them if it holds what it replaced. Anything else (unreadable,
-// deleted or re-created, changed by another writer) is left to the repair.
+// the Service read back (settle.go's table): a create keeps its reservation
+// if the Service was stored with its UID, and releases it if absent or
+// another object only when the read is final (fenced, or after a quota
+// error); an update keeps its changes if the stored Service holds what it
+// added, and undoes them if a final read finds the resourceVersion it
+// replaced. Anything else (unreadable, a read not final, deleted or
+// re-created, changed by another writer) is left to the repair.
 func TestSettleFailedWrite(t *testing.T) {
 	svcs := schema.GroupResource{Resource: "services"}
 	nospace := errors.New("etcdserver: mvcc: database space exceeded")
 	notFound := apierrors.NewNotFound(svcs, "web")
 	invalid := apierrors.NewInvalid(serviceKind, "web", field.ErrorList{field.Required(field.NewPath("spec"), "")})
+	timeout := apierrors.NewTimeoutError("etcd", 1)
 
 	create := attempt{uid: "u1", wrote: claimsOf(held("u1", "10.0.0.5"))}
-	// An update of u1 from ClusterIP 10.0.0.5 to NodePort 30001.
-	update := attempt{uid: "u1", update: true, base: claimsOf(held("u1", "10.0.0.5")), wrote: claimsOf(held("u1", "10.0.0.5", 30001))}
+	// An update of u1, read at resourceVersion 7, from ClusterIP 10.0.0.5
+	// to NodePort 30001 (adds a port), and one back (adds nothing).
+	update := attempt{uid: "u1", update: true, baseVersion: "7",
+		base: claimsOf(held("u1", "10.0.0.5")), wrote: claimsOf(held("u1", "10.0.0.5", 30001))}
+	drop := attempt{uid: "u1", update: true, baseVersion: "7",
+		base: claimsOf(held("u1", "10.0.0.5", 30001)), wrote: claimsOf(held("u1", "10.0.0.5"))}
 	tests := []struct {
 		name   string
 		a      attempt
 		err    error
 		stored *corev1.Service
+		final  bool
 		getErr error
 		want   settlement
 	}{
-		{"create invalid", create, invalid, held("u1", "10.0.0.5"), nil, release},
-		{"create already exists", create, apierrors.NewAlreadyExists(svcs, "web"), held("u2", "10.0.0.9"), nil, release},
-		{"create forbidden by admission", create, apierrors.NewForbidden(svcs, "web", errors.New("no")), nil, notFound, release},
-		{"create NOSPACE, stored anyway", create, nospace, held("u1", "10.0.0.5"), nil, keep},
-		{"create timeout, stored", create, apierrors.NewTimeoutError("etcd", 1), held("u1", "10.0.0.5"), nil, keep},
-		{"create deadline, not stored", create, context.DeadlineExceeded, nil, notFound, release},
-		{"create internal, another object by that name", create, apierrors.NewInternalError(nospace), held("u2", "10.0.0.9"), nil, release},
-		{"create canceled, unreadable", create, context.Canceled, nil, errors.New("etcd unavailable"), leave},
+		{"create invalid", create, invalid, held("u1", "10.0.0.5"), true, nil, release},
+		{"create already exists", create, apierrors.NewAlreadyExists(svcs, "web"), held("u2", "10.0.0.9"), true, nil, release},
+		{"create forbidden by admission", create, apierrors.NewForbidden(svcs, "web", errors.New("no")), nil, false, notFound, release},
+		{"create NOSPACE, stored anyway", create, nospace, held("u1", "10.0.0.5"), true, nil, keep},
+		{"create timeout, stored", create, timeout, held("u1", "10.0.0.5"), true, nil, keep},
+		{"create timeout, stored, read not final", create, timeout, held("u1", "10.0.0.5"), false, nil, keep},
+		{"create deadline, fenced absent", create, context.DeadlineExceeded, nil, true, nil, release},
+		{"create deadline, absent, read not final", create, context.DeadlineExceeded, nil, false, nil, leave},
+		{"create deadline, not found, read not final", create, context.DeadlineExceeded, nil, false, notFound, leave},
+		{"create internal, fenced, another object by that name", create, apierrors.NewInternalError(nospace), held("u2", "10.0.0.9"), true, nil, release},
+		{"create internal, another object, read not final", create, apierrors.NewInternalError(timeout), held("u2", "10.0.0.9"), false, nil, leave},
+		{"create canceled, unreadable", create, context.Canceled, nil, false, errors.New("etcd unavailable"), leave},
 
-		{"update conflict", update, apierrors.NewConflict(svcs, "web", errors.New("changed")), held("u1", "10.0.0.5"), nil, release},
-		{"update NOSPACE, stored anyway", update, nospace, held("u1", "10.0.0.5", 30001), nil, keep},
-		{"update timeout, not stored", update, apierrors.NewTimeoutError("etcd", 1), held("u1", "10.0.0.5"), nil, release},
-		{"update NOSPACE, changed by another writer", update, nospace, held("u1", "10.0.0.5", 30002), nil, leave},
-		{"update NOSPACE, deleted since", update, nospace, nil, notFound, leave},
-		{"update NOSPACE, re-created since", update, nospace, held("u2", "10.0.0.5", 30001), nil, leave},
-		{"update canceled, unreadable", update, context.Canceled, nil, errors.New("etcd unavailable"), leave},
+		{"update conflict", update, apierrors.NewConflict(svcs, "web", errors.New("changed")), held("u1", "10.0.0.5"), true, nil, release},
+		{"update NOSPACE, stored anyway", update, nospace, at(held("u1", "10.0.0.5", 30001), "8"), true, nil, keep},
+		{"update timeout, stored, read not final", update, timeout, at(held("u1", "10.0.0.5", 30001), "8"), false, nil, keep},
+		{"update timeout, fenced, not stored", update, timeout, at(held("u1", "10.0.0.5"), "7"), true, nil, release},
+		{"update timeout, not stored yet, read not final", update, timeout, at(held("u1", "10.0.0.5"), "7"), false, nil, leave},
+		{"update timeout, fenced, changed by another writer", update, timeout, at(held("u1", "10.0.0.5", 30002), "9"), true, nil, leave},
+		{"update timeout, fenced, deleted since", update, timeout, nil, true, nil, leave},
+		{"update NOSPACE, deleted since", update, nospace, nil, true, notFound, leave},
+		{"update NOSPACE, re-created since", update, nospace, at(held("u2", "10.0.0.5", 30001), "9"), true, nil, leave},
+		{"update canceled, unreadable", update, context.Canceled, nil, false, errors.New("etcd unavailable"), leave},
+		{"drop a port, fenced, not stored", drop, timeout, at(held("u1", "10.0.0.5", 30001), "7"), true, nil, release},
+		{"drop a port, fenced, stored or another writer's", drop, timeout, at(held("u1", "10.0.0.5"), "8"), true, nil, leave},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			if got := settleFailedWrite(tt.err, tt.a, tt.stored, tt.getErr); got != tt.want {
+			t.Parallel()
+			if got := settleFailedWrite(tt.err, tt.a, tt.stored, tt.final, tt.getErr); got != tt.want {
 				t.Errorf("settleFailedWrite = %d, want %d", got, tt.want)
 			}
 		})
@@ -144,7 +168,7 @@ func TestSettleUpdateAttempts(t *testing.T) {
 		if landed {
 			stored = next[len(next)-1]
 		}
-		log.settle(ctx, nospace, func(context.Context) (*corev1.Service, error) { return stored, nil })
+		log.settle(ctx, nospace, func(context.Context, error) (*corev1.Service, bool, error) { return stored, true, nil })
 		want := map[string]bool{"10.0.0.5": true, "fd00::6": false, "fd00::7": landed}
 		for ip, w := range want {
 			m := mems[0]

@@ -512,7 +512,7 @@ var errHolderGone = errors.New("the Service let the address go while its IPAddre
 // the object created): whichever comes last, the Service's delete and its
 // release, or this read, sees the other.
 func (r *IPAddressRepair) create(ctx context.Context, ip netip.Addr, svc *corev1.Service) error {
-	obj := ipaddress.NewObject(ip, allocation.Owner{Namespace: svc.Namespace, Name: svc.Name})
+	obj := ipaddress.NewObject(ip, allocation.Owner{Namespace: svc.Namespace, Name: svc.Name, UID: string(svc.UID)})
 	created, err := r.cfg.Client.NetworkingV1().IPAddresses().Create(ctx, obj, metav1.CreateOptions{})
 	if err != nil {
 		return err
@@ -536,7 +536,10 @@ func isServiceRef(ipa *networkingv1.IPAddress) bool {
 	return p != nil && p.Group == "" && p.Resource == "services"
 }
 
-// references reports whether the IPAddress's parent is svc.
+// references reports whether the IPAddress's parent is svc, by namespace and
+// name: a UID recorded for an earlier Service of that name is not a wrong
+// reference to report (the address is svc's to hold, and releases compare
+// the UID).
 func references(ipa *networkingv1.IPAddress, svc *corev1.Service) bool {
 	return ipaddress.OwnedBy(ipa, allocation.Owner{Namespace: svc.Namespace, Name: svc.Name})
 }

@@ -108,7 +108,7 @@ func serviceClaims(services []*corev1.Service) (claims []claim, problems []repor
 					Message: fmt.Sprintf("Cluster IP %s is not a valid IP; please recreate service", text)})
 				continue
 			}
-			claims = append(claims, claim{ip: ip, owner: allocation.Owner{Namespace: svc.Namespace, Name: svc.Name}, svc: report.ServiceKey(svc)})
+			claims = append(claims, claim{ip: ip, owner: allocation.Owner{Namespace: svc.Namespace, Name: svc.Name, UID: string(svc.UID)}, svc: report.ServiceKey(svc)})
 		}
 	}
 	return claims, problems

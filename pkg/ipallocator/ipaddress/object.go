@@ -9,10 +9,20 @@ import (
 	"github.com/allocator/allocator/pkg/allocation"
 )
 
-// NewObject returns the IPAddress that claims ip for owner, exactly as
-// kube-apiserver writes it: the canonical address as name, the family and
-// managed-by labels, and a parentRef to the Service.
+// AnnotationServiceUID records the UID of the Service an IPAddress was
+// claimed for (its parentRef names the Service but has no UID field).
+// kube-apiserver neither writes nor reads it, and keeps it as any annotation.
+const AnnotationServiceUID = "allocator.github.io/service-uid"
+
+// NewObject returns the IPAddress that claims ip for owner as kube-apiserver
+// writes it (the canonical address as name, the family and managed-by
+// labels, a parentRef to the Service), with owner's UID, when known, as
+// the AnnotationServiceUID annotation.
 func NewObject(ip netip.Addr, owner allocation.Owner) *networkingv1.IPAddress {
+	var annotations map[string]string
+	if owner.UID != "" {
+		annotations = map[string]string{AnnotationServiceUID: owner.UID}
+	}
 	return &networkingv1.IPAddress{
 		ObjectMeta: metav1.ObjectMeta{
 			Name: ip.String(),
@@ -20,6 +30,7 @@ func NewObject(ip netip.Addr, owner allocation.Owner) *networkingv1.IPAddress {
 				LabelIPFamily:  familyOf(ip.Is6()),
 				LabelManagedBy: ManagedBy,
 			},
+			Annotations: annotations,
 		},
 		Spec: networkingv1.IPAddressSpec{
 			ParentRef: &networkingv1.ParentReference{
@@ -29,11 +40,17 @@ func NewObject(ip netip.Addr, owner allocation.Owner) *networkingv1.IPAddress {
 	}
 }
 
-// OwnedBy reports whether obj's parentRef is owner's Service.
+// OwnedBy reports whether obj's parentRef is owner's Service and, when both
+// obj and owner carry a Service UID, whether it is the same Service: an
+// IPAddress kube-apiserver wrote (no UID recorded), or an owner whose UID is
+// not known, is judged by namespace and name alone.
 func OwnedBy(obj *networkingv1.IPAddress, owner allocation.Owner) bool {
 	p := obj.Spec.ParentRef
-	return p != nil && p.Group == "" && p.Resource == "services" &&
-		p.Namespace == owner.Namespace && p.Name == owner.Name
+	if p == nil || p.Group != "" || p.Resource != "services" || p.Namespace != owner.Namespace || p.Name != owner.Name {
+		return false
+	}
+	uid := obj.Annotations[AnnotationServiceUID]
+	return uid == "" || owner.UID == "" || uid == owner.UID
 }
 
 // IsManaged reports whether obj was created by a ClusterIP allocator (ours or

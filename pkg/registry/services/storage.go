@@ -27,8 +27,9 @@ type REST struct {
 }
 
 // NewREST builds the Service storages. alloc reserves and releases cluster
-// IPs; check refuses Services in namespaces that do not exist.
-func NewREST(scheme *runtime.Scheme, optsGetter generic.RESTOptionsGetter, alloc *servicealloc.Allocator, check NamespaceCheck) (*REST, *statusrest.REST, error) {
+// IPs; check refuses Services in namespaces that do not exist; fencer
+// fences the writes of optsGetter's storage (servicealloc.Fencer).
+func NewREST(scheme *runtime.Scheme, optsGetter generic.RESTOptionsGetter, alloc *servicealloc.Allocator, check NamespaceCheck, fencer servicealloc.Fencer) (*REST, *statusrest.REST, error) {
 	main, status := NewStrategies(scheme)
 	store := &genericregistry.Store{
 		NewFunc:                   func() runtime.Object { return &corev1.Service{} },
@@ -50,7 +51,7 @@ func NewREST(scheme *runtime.Scheme, optsGetter generic.RESTOptionsGetter, alloc
 	statusStore := *store
 	statusStore.UpdateStrategy = status
 	statusStore.ResetFieldsStrategy = status
-	rest, err := servicealloc.NewREST(store, alloc)
+	rest, err := servicealloc.NewREST(store, alloc, fencer)
 	if err != nil {
 		return nil, nil, err
 	}

@@ -29,14 +29,11 @@ func TestInProcessStores(t *testing.T) {
 	etcd := etcdtest.New(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	getter := newRESTOptionsGetter(etcd.Endpoints(), "/registry", EtcdTLS{}, etcd)
+	getter := newRESTOptionsGetter(etcd.Endpoints(), "/registry", EtcdTLS{}, etcd, nil)
 	// The compactor compacts, every interval, up to the revision the
 	// previous interval ended at.
 	getter.base.CompactionInterval = 100 * time.Millisecond
-	stores := getter.inProcess
-	if stores == nil {
-		t.Fatal("a getter with an in-process etcd has no in-process stores")
-	}
+	stores := getter.stores
 	nsREST, err := namespaces.NewREST(Scheme, getter)
 	if err != nil {
 		t.Fatal(err)
