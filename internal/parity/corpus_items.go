@@ -5,8 +5,8 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 )
 
-// itemCases are the twelve behaviours issue 17 found different from
-// kube-apiserver, one named case each.
+// itemCases are twelve behaviours where a careless implementation differs
+// from kube-apiserver, one named case each.
 func itemCases(f Family) []Case {
 	lb := corev1.ServiceTypeLoadBalancer
 	return []Case{

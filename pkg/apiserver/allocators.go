@@ -29,7 +29,7 @@ const ReasonServiceCIDRNotServed = "ServiceCIDRNotServed"
 // allocators answer ErrNotReady (503 with Retry-After). They stop when ctx
 // ends. The allocators claim and release IPAddresses through objects, the
 // server's own storage: an allocation is one etcd write, not a second API
-// request over loopback (issue 19: that hop was half of a create's CPU).
+// request over loopback (that hop would be half of a create's CPU).
 func (s *Server) openBackend(ctx context.Context, objects ipaddress.Objects) (*ipallocator.Backend, error) {
 	client, err := loopbackClient(s.cfg.Generic.LoopbackClientConfig)
 	if err != nil {

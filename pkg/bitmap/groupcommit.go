@@ -138,8 +138,8 @@ func (r *request) batchErr() error {
 // RequestTimeout and never shorter than MinBatchTime: a caller with a short
 // deadline does not cut short the others, and a batch of callers with very
 // short deadlines still gets the time an etcd round trip needs. Without the
-// floor, callers with 0–3 ms deadlines made nearly every write time out after
-// it may have landed, and a /24 leaked in seconds (issue 11, defect 5). A
+// floor, callers with 0–3 ms deadlines make nearly every write time out after
+// it may have landed, and a /24 leaks in seconds. A
 // member whose own deadline passes meanwhile waits for the batch (see
 // submit), so it learns its real outcome instead of leaking it.
 func (a *Store) batchContext(batch []*request) (context.Context, context.CancelFunc) {

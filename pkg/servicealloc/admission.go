@@ -15,7 +15,7 @@ import (
 // their reservations and releases included, so that a shutdown lets them
 // finish before the server stops serving: a delete whose Service is gone
 // but whose addresses are not yet released would otherwise leave them held
-// until repair frees them (issue 20 saw it after a SIGTERM).
+// until repair frees them.
 type writes struct {
 	mu       sync.Mutex
 	draining bool          // guarded by mu

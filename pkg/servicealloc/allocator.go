@@ -149,9 +149,9 @@ func (t *Transaction) ReservedPorts() []int { return append([]int(nil), t.ports.
 // and logger of ctx are kept, its cancellation and deadline are not, and the
 // releases get releaseTimeout of their own. A release is the last step of a
 // request that has already decided its outcome (a failed create, a stored
-// update, a delete); running it on the request's context made every
-// cancelled or timed-out request leak what it reserved, because the bitmap
-// queue refuses a dead context at once (issue 11, defect 3).
+// update, a delete); on the request's context every cancelled or timed-out
+// request would leak what it reserved, because the bitmap queue refuses a
+// dead context at once.
 func (a *Allocator) release(ctx context.Context, owner allocation.Owner, addrs []netip.Addr) {
 	if len(addrs) == 0 {
 		return

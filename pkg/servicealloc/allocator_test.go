@@ -93,7 +93,7 @@ func TestPrepareCreate(t *testing.T) {
 			s.Spec.ClusterIP = "10.0.0.5"
 		}), wantErr: "SingleStack"},
 		// Its endpoints are the user's, of any family: kube-apiserver gives
-		// it both families even on a single-stack cluster (issue 17, item 6).
+		// it both families even on a single-stack cluster.
 		{name: "headless selectorless on single", ranges: single, svc: svc(func(s *corev1.Service) {
 			s.Spec.ClusterIP = "None"
 			s.Spec.Selector = nil

@@ -12,7 +12,7 @@ import (
 	"k8s.io/apiserver/pkg/storage"
 )
 
-// The read a Service delete starts with (issue 19).
+// The read a Service delete starts with.
 //
 // k8s.io/apiserver's Store.Delete first reads the object from etcd, a quorum
 // read, to decide how to delete it (at once, or by setting a deletion

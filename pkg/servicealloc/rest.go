@@ -258,8 +258,8 @@ func (r *REST) beginUpdate(ctx context.Context, obj, old runtime.Object, options
 // fail with NotFound and the store still calls AfterDelete for them (with
 // the object of their request), and a delete whose storage delete found the
 // object gone after a graceful/finalizer update does the same with its last
-// read. Releasing there freed the address again, 2–4 times, and if another
-// Service had taken it meanwhile, a duplicate followed (issue 11, defect 1).
+// read. Releasing there would free the address again, several times, and
+// if another Service had taken it meanwhile, a duplicate would follow.
 // The store calls AfterDelete after a successful storage delete with the very
 // object that delete decoded into, so deleteTracking records those objects
 // and only they release.

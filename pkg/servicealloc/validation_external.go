@@ -23,7 +23,7 @@ import (
 // stay. New externalIPs and source ranges are parsed strictly, the ones the
 // old object already had are not (an older, looser release may have
 // accepted them; a Service written by kube-apiserver must stay editable
-// through this server, issue 10); an old external IP still has to be an
+// through this server); an old external IP still has to be an
 // address traffic can reach (not loopback, link-local or unspecified), as
 // upstream checks that on every update.
 

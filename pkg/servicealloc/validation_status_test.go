@@ -15,7 +15,7 @@ func withIngress(s *corev1.Service, ingress ...corev1.LoadBalancerIngress) *core
 }
 
 // TestValidateServiceStatusUpdate pins upstream's texts for
-// status.loadBalancer, ipMode first (issue 10's two refused patches).
+// status.loadBalancer, ipMode first.
 func TestValidateServiceStatusUpdate(t *testing.T) {
 	vip, proxy, weird := corev1.LoadBalancerIPModeVIP, corev1.LoadBalancerIPModeProxy, corev1.LoadBalancerIPMode("Weird")
 	old := lb()

@@ -22,7 +22,7 @@ import (
 	"github.com/allocator/allocator/pkg/transition"
 )
 
-// The model-transition scenarios of issue 9, with real `allocator serve`
+// The model-transition scenarios (design.md §8), with real `allocator serve`
 // processes on one real etcd, driven through client-go. Every scenario
 // asserts: no two Services ever share a ClusterIP, every acknowledged create
 // is stored (and every acknowledged delete gone), and — once the repair

@@ -18,8 +18,8 @@ import (
 // TestJSONStoredService: a Service an older kube-apiserver (or one run with
 // --storage-media-type=application/json) stored as JSON is read, served,
 // and its address is held: repair gives it its allocation, so the address is
-// never handed out again (issue 17, item 5). Before, reading it failed with
-// "object not decodable" and no IPAddress was created for it.
+// never handed out again, rather than failing with "object not decodable"
+// and getting no IPAddress.
 func TestJSONStoredService(t *testing.T) {
 	forEachModel(t, func(t *testing.T, model string) {
 		ctx := testContext(t)

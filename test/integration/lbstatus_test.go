@@ -119,7 +119,7 @@ func TestLoadBalancerStatus(t *testing.T) {
 			t.Errorf("ipModes (-want +got):\n%s", diff)
 		}
 
-		// Upstream's refusals, word for word (issue 10).
+		// Upstream's refusals, word for word.
 		refused := []struct {
 			ingress map[string]any
 			want    string
@@ -220,7 +220,7 @@ func TestExternalFieldsValidation(t *testing.T) {
 	}
 
 	// A non-canonical external IP is refused at this API level (strict
-	// parsing, issue 17 item 8); a canonical one is accepted with upstream's
+	// parsing); a canonical one is accepted with upstream's
 	// deprecation warning, and the traffic policy is defaulted for a
 	// ClusterIP Service with external IPs (externally accessible).
 	_, err = svcs.Create(ctx, newService("ext", func(s *corev1.Service) { s.Spec.ExternalIPs = []string{"192.0.2.010"} }), metav1.CreateOptions{})

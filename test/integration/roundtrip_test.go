@@ -149,8 +149,8 @@ func storedService(t *testing.T, ctx context.Context, etcd *etcdtest.Etcd, key s
 // then loads, lists, updates, patches (merge, strategic, JSON), applies
 // (server-side) and deletes each through the server with client-go. Every
 // step must change only what it asked for, in what is served and in what is
-// stored, and keep the managed fields of the other managers (issue 10: a
-// label on a Service written by kube-apiserver was refused).
+// stored, and keep the managed fields of the other managers (a label
+// added to a Service written by kube-apiserver is accepted).
 func TestKubeAPIServerServicesRoundTrip(t *testing.T) {
 	for _, tc := range []struct {
 		fixture, model, template string

@@ -25,7 +25,7 @@ import (
 	"github.com/allocator/allocator/pkg/scope"
 )
 
-// Scoped ServiceCIDRs (issue 21, design.md §12) through the real server:
+// Scoped ServiceCIDRs (design.md §11) through the real server:
 // every request goes over HTTPS to our API server on a real etcd, the way a
 // client of kube-apiserver would send it.
 

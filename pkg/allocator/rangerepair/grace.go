@@ -18,6 +18,5 @@ const leakGraceMargin = 30 * time.Second
 // in the one-shot `allocator repair` job alike: longer than any
 // reserved-but-not-yet-stored allocation can exist (RequestTimeout plus a
 // margin). A shorter grace frees the address of a create that is merely slow
-// and hands it out again: two Services with one ClusterIP. The one-shot job
-// once defaulted to 10 s and did exactly that (issue 11, defect 2).
+// and hands it out again: two Services with one ClusterIP.
 const DefaultLeakGrace = RequestTimeout + leakGraceMargin

@@ -18,8 +18,8 @@
 // number of used addresses).
 //
 // Allocator is one family's meta-allocator over the per-CIDR indexes. It
-// implements allocation.Interface, so the API server can use it for each
-// family through its AllocatorFactory hook.
+// implements allocation.Interface; pkg/ipallocator's Open builds one per
+// family for the API server and the jobs alike.
 //
 // # Order of ServiceCIDRs
 //

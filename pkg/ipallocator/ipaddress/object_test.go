@@ -17,7 +17,9 @@ import (
 // (no UID) or an owner whose UID is unknown is judged by namespace and name.
 func TestOwnedBy(t *testing.T) {
 	ip := netip.MustParseAddr("10.0.0.7")
-	web := func(uid string) allocation.Owner { return allocation.Owner{Namespace: "default", Name: "web", UID: uid} }
+	web := func(uid string) allocation.Owner {
+		return allocation.Owner{Namespace: "default", Name: "web", UID: uid}
+	}
 	tests := []struct {
 		name  string
 		obj   allocation.Owner // the owner the object was created for
