@@ -14,6 +14,8 @@ import (
 	"k8s.io/component-base/logs"
 	logsapi "k8s.io/component-base/logs/api/v1"
 	_ "k8s.io/component-base/logs/json/register" // --logging-format=json
+
+	"github.com/allocator/allocator/pkg/version"
 )
 
 // Streams are the standard streams a command reads and writes.
@@ -79,6 +81,9 @@ func newRootCommand(streams Streams, plugin bool) *cobra.Command {
 		root.Short = "ClusterIP allocation status, repair and migration (kubectl plugin)"
 		root.Annotations = map[string]string{cobra.CommandDisplayNameAnnotation: "kubectl allocator"}
 	}
+	// --version prints what `allocator version` prints.
+	root.Version = version.Get().String()
+	root.SetVersionTemplate("{{.Version}}\n")
 	root.SetIn(streams.In)
 	root.SetOut(streams.Out)
 	root.SetErr(streams.Err)

@@ -33,6 +33,14 @@ func TestVersion(t *testing.T) {
 	}
 }
 
+// TestVersionFlag: --version prints what the version command prints.
+func TestVersionFlag(t *testing.T) {
+	want, _, _ := runApp(t, "version")
+	if got, stderr, code := runApp(t, "--version"); code != 0 || got != want {
+		t.Errorf("--version: exit %d, stdout %q, stderr %q; want %q", code, got, stderr, want)
+	}
+}
+
 func TestUnknownCommand(t *testing.T) {
 	if _, errOut, code := runApp(t, "frobnicate"); code == 0 || !strings.Contains(errOut, "unknown command") {
 		t.Fatalf("unknown command: code %d, stderr %q", code, errOut)

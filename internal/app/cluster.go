@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"path/filepath"
 	"strings"
 	"sync"
 	"time"
@@ -16,9 +17,10 @@ import (
 	"go.uber.org/zap"
 	"google.golang.org/grpc/grpclog"
 	"k8s.io/client-go/kubernetes"
-	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
+	"k8s.io/client-go/util/homedir"
 
+	"github.com/allocator/allocator/pkg/apiserver"
 	"github.com/allocator/allocator/pkg/bitmap"
 	"github.com/allocator/allocator/pkg/etcdlayout"
 	ipcontroller "github.com/allocator/allocator/pkg/ipallocator/controller"
@@ -30,7 +32,6 @@ import (
 // RangeAllocations through etcd. They work unchanged against a real
 // kube-apiserver cluster, whose etcd layout is the same (design.md §5).
 type clusterFlags struct {
-	kubeconfig   string
 	etcdServers  []string
 	etcdPrefix   string
 	etcdCAFile   string
@@ -38,11 +39,12 @@ type clusterFlags struct {
 	etcdKeyFile  string
 	serviceRange string
 
-	// plugin: run as `kubectl allocator`; the API is reached through
-	// kubectl's own connection flags, not --kubeconfig alone: kube holds
-	// --kubeconfig, overrides the rest (--context, -n, --user, -s, ...).
+	// kube are the kubeconfig loading rules, kubectl's: --kubeconfig, else
+	// $KUBECONFIG, else ~/.kube/config, else the in-cluster config.
+	kube *clientcmd.ClientConfigLoadingRules
+	// plugin: run as `kubectl allocator`, with kubectl's connection flags
+	// (--context, -n, --user, -s, ...) in overrides.
 	plugin    bool
-	kube      *clientcmd.ClientConfigLoadingRules
 	overrides clientcmd.ConfigOverrides
 	// namespaced: the command honours -n (status); the others work on the
 	// whole cluster and refuse it.
@@ -50,47 +52,81 @@ type clusterFlags struct {
 	fs         *pflag.FlagSet
 }
 
+// addFlags registers every connection flag: the Kubernetes API's, etcd's
+// and the service range.
 func (f *clusterFlags) addFlags(fs *pflag.FlagSet) {
+	f.addKubeFlags(fs)
+	f.addEtcdFlags(fs)
+	f.addRangeFlag(fs)
+}
+
+// addKubeFlags registers how the Kubernetes API is reached.
+func (f *clusterFlags) addKubeFlags(fs *pflag.FlagSet) {
 	f.fs = fs
+	f.kube = newLoadingRules()
 	if f.plugin {
-		// kubectl's flags, read the way kubectl reads them (--kubeconfig,
-		// $KUBECONFIG, ~/.kube/config, --context, --cluster, --user, -n, -s,
-		// --token, --as, ...). They come from client-go's clientcmd, which
-		// kubectl's own (k8s.io/cli-runtime's ConfigFlags) wraps: the same
-		// names and loading rules, without cli-runtime's dependencies
-		// (kustomize and its embedded OpenAPI documents: +38 MB, +31%, of
-		// binary for flags client-go already has).
-		f.kube = clientcmd.NewDefaultClientConfigLoadingRules()
+		// kubectl's flags, read the way kubectl reads them. They come from
+		// client-go's clientcmd, which kubectl's own (k8s.io/cli-runtime's
+		// ConfigFlags) wraps: the same names and loading rules, without
+		// cli-runtime's dependencies (kustomize and its embedded OpenAPI
+		// documents: +38 MB, +31%, of binary for flags client-go already has).
 		fs.StringVar(&f.kube.ExplicitPath, clientcmd.RecommendedConfigPathFlag, "", "Path to the kubeconfig file to use for CLI requests.")
 		clientcmd.BindOverrideFlags(&f.overrides, fs, clientcmd.RecommendedConfigOverrideFlags(""))
-	} else {
-		fs.StringVar(&f.kubeconfig, "kubeconfig", "", "kubeconfig of the cluster (default: $KUBECONFIG, else the in-cluster config)")
+		return
 	}
-	fs.StringSliceVar(&f.etcdServers, "etcd-servers", nil, "etcd client URLs holding the bitmap model's RangeAllocations")
+	fs.StringVar(&f.kube.ExplicitPath, clientcmd.RecommendedConfigPathFlag, "",
+		"Path to the kubeconfig file to use (default: $KUBECONFIG, else ~/.kube/config, else the in-cluster config).")
+	if f.namespaced {
+		fs.StringVarP(&f.overrides.Context.Namespace, clientcmd.FlagNamespace, "n", "",
+			"Show this namespace's share of each range only (the totals stay the cluster's).")
+	}
+}
+
+// addEtcdFlags registers how etcd is reached.
+func (f *clusterFlags) addEtcdFlags(fs *pflag.FlagSet) {
+	fs.StringSliceVar(&f.etcdServers, "etcd-servers", nil, "etcd client URLs (http:// or https://) holding the bitmap model's RangeAllocations")
 	fs.StringVar(&f.etcdPrefix, "etcd-prefix", etcdlayout.DefaultPrefix, "etcd key prefix of the cluster's data")
 	fs.StringVar(&f.etcdCAFile, "etcd-cafile", "", "CA bundle to verify the etcd servers")
 	fs.StringVar(&f.etcdCertFile, "etcd-certfile", "", "client certificate for etcd")
 	fs.StringVar(&f.etcdKeyFile, "etcd-keyfile", "", "client key for etcd")
+}
+
+// addRangeFlag registers --service-cluster-ip-range.
+func (f *clusterFlags) addRangeFlag(fs *pflag.FlagSet) {
 	fs.StringVar(&f.serviceRange, "service-cluster-ip-range", "", "the bitmap ranges, primary family first (default: read from the stored maps, or from the ServiceCIDR \"kubernetes\")")
 }
 
-// kubeClient builds a clientset from --kubeconfig, $KUBECONFIG or the
-// in-cluster config.
+// validate checks the flags' values before anything is reached.
+func (f *clusterFlags) validate() error {
+	return apiserver.CheckEtcdServers(f.etcdServers)
+}
+
+// newLoadingRules returns clientcmd's default loading rules ($KUBECONFIG,
+// else ~/.kube/config) with the home directory read when the command runs:
+// clientcmd fixes ~/.kube/config when the process starts, and the commands
+// take their environment when they run (tests run them in-process). The
+// rules' migration of a pre-2015 ~/.kube/.kubeconfig is left out: it writes
+// into the home directory, and it is keyed on the path fixed at start.
+func newLoadingRules() *clientcmd.ClientConfigLoadingRules {
+	rules := clientcmd.NewDefaultClientConfigLoadingRules()
+	rules.MigrationRules = nil
+	if os.Getenv(clientcmd.RecommendedConfigPathEnvVar) == "" {
+		rules.Precedence = []string{filepath.Join(homedir.HomeDir(), clientcmd.RecommendedHomeDir, clientcmd.RecommendedFileName)}
+	}
+	return rules
+}
+
+// kubeClient builds a clientset from the kubeconfig the loading rules find,
+// else the in-cluster config.
 func (f *clusterFlags) kubeClient() (kubernetes.Interface, error) {
 	if ns := f.namespace(); ns != "" && !f.namespaced {
 		// A repair or migration of one namespace would take every other
 		// namespace's addresses for leaks.
 		return nil, &usageError{fmt.Errorf("-n/--namespace %s: this command works on the whole cluster; drop -n", ns)}
 	}
-	var cfg *rest.Config
-	var err error
-	switch path := f.kubeconfigPath(); {
-	case f.kube != nil:
-		cfg, err = clientcmd.NewNonInteractiveDeferredLoadingClientConfig(f.kube, &f.overrides).ClientConfig()
-	case path != "":
-		cfg, err = clientcmd.BuildConfigFromFlags("", path)
-	default:
-		cfg, err = rest.InClusterConfig()
+	cfg, err := clientcmd.NewNonInteractiveDeferredLoadingClientConfig(f.kube, &f.overrides).ClientConfig()
+	if clientcmd.IsEmptyConfig(err) {
+		return nil, f.noConfigError()
 	}
 	if err != nil {
 		return nil, fmt.Errorf("kubernetes client config: %w", err)
@@ -104,20 +140,48 @@ func (f *clusterFlags) kubeClient() (kubernetes.Interface, error) {
 	return client, nil
 }
 
-// namespace is -n when it was given on the command line (plugin mode); the
-// kubeconfig context's default namespace does not narrow anything.
+// noConfigError says, in one line, where the loading rules looked for a
+// cluster and why each place gave none.
+func (f *clusterFlags) noConfigError() error {
+	var tried []string
+	files := func(paths []string) string {
+		var out []string
+		for _, path := range paths {
+			if _, err := os.Stat(path); err != nil {
+				out = append(out, path+" not found")
+			} else {
+				out = append(out, path+" selects no cluster")
+			}
+		}
+		return strings.Join(out, ", ")
+	}
+	switch {
+	case f.kube.ExplicitPath != "":
+		tried = append(tried, "--kubeconfig "+files([]string{f.kube.ExplicitPath}))
+	case os.Getenv(clientcmd.RecommendedConfigPathEnvVar) != "":
+		tried = append(tried, "--kubeconfig not given", "$KUBECONFIG: "+files(f.kube.Precedence))
+	default:
+		tried = append(tried, "--kubeconfig not given", "$KUBECONFIG not set", files(f.kube.Precedence))
+	}
+	// The in-cluster config needs both variables and the token file.
+	switch {
+	case os.Getenv("KUBERNETES_SERVICE_HOST") == "":
+		tried = append(tried, "in-cluster config: KUBERNETES_SERVICE_HOST not set")
+	case os.Getenv("KUBERNETES_SERVICE_PORT") == "":
+		tried = append(tried, "in-cluster config: KUBERNETES_SERVICE_PORT not set")
+	default:
+		tried = append(tried, "in-cluster config: no service account token")
+	}
+	return fmt.Errorf("no Kubernetes cluster found: %s", strings.Join(tried, "; "))
+}
+
+// namespace is -n when it was given on the command line; the kubeconfig
+// context's default namespace does not narrow anything.
 func (f *clusterFlags) namespace() string {
-	if f.kube == nil || f.fs == nil || !f.fs.Changed(clientcmd.FlagNamespace) {
+	if f.fs == nil || !f.fs.Changed(clientcmd.FlagNamespace) {
 		return ""
 	}
 	return f.overrides.Context.Namespace
-}
-
-func (f *clusterFlags) kubeconfigPath() string {
-	if f.kubeconfig != "" {
-		return f.kubeconfig
-	}
-	return os.Getenv("KUBECONFIG")
 }
 
 // quietGRPC silences gRPC's own logging once per process (it is global).

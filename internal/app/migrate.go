@@ -20,6 +20,7 @@ type migrateOptions struct {
 	output   string
 	progress bool
 	rerun    string // the command line that resumes an interrupted run
+	command  string // the command's path, for pointers at its help
 }
 
 func newMigrateCommand(streams Streams, plugin bool) *cobra.Command {
@@ -47,7 +48,7 @@ stops it between two addresses, says how far it got, and exits 130; the same
 command resumes.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			o.rerun = rerunLine(cmd)
+			o.rerun, o.command = rerunLine(cmd), cmd.CommandPath()
 			return runMigrate(cmd.Context(), o, streams)
 		},
 	}
@@ -61,7 +62,13 @@ command resumes.`,
 }
 
 func runMigrate(ctx context.Context, o *migrateOptions, streams Streams) error {
+	if err := checkMigrateTarget(o.to, o.command); err != nil {
+		return err
+	}
 	if err := checkOutputFormat(o.output); err != nil {
+		return err
+	}
+	if err := o.cluster.validate(); err != nil {
 		return err
 	}
 	client, err := o.cluster.kubeClient()
@@ -78,8 +85,6 @@ func runMigrate(ctx context.Context, o *migrateOptions, streams Streams) error {
 		rep, err = ipcontroller.MigrateToIPAddress(ctx, cfg)
 	case "bitmap":
 		rep, err = o.migrateToBitmap(ctx, client, cfg)
-	default:
-		return fmt.Errorf("--to must be ipaddress or bitmap, got %q", o.to)
 	}
 	if err != nil {
 		return interrupted(ctx, err, streams, o.rerun, migrationDone(o.to, rep))
@@ -99,6 +104,19 @@ func runMigrate(ctx context.Context, o *migrateOptions, streams Streams) error {
 		return &exitError{code: 2, msg: "the verification found the two views disagreeing; run again"}
 	}
 	return nil
+}
+
+// checkMigrateTarget refuses a missing or unknown --to before anything is
+// reached, pointing at the help of command (`allocator migrate`).
+func checkMigrateTarget(to, command string) error {
+	switch to {
+	case "bitmap", "ipaddress":
+		return nil
+	case "":
+		return fmt.Errorf("--to is required (bitmap or ipaddress); see %s --help", command)
+	default:
+		return fmt.Errorf("--to %q: must be bitmap or ipaddress; see %s --help", to, command)
+	}
 }
 
 func (o *migrateOptions) migrateToBitmap(ctx context.Context, client kubernetes.Interface, cfg ipcontroller.MigrateConfig) (*ipcontroller.MigrationReport, error) {

@@ -69,8 +69,9 @@ Duplicates, out-of-range and invalid addresses are reported (as events on the
 Service, too) and never changed.
 
 It reads Services, IPAddresses and ServiceCIDRs through the Kubernetes API
-(--kubeconfig, or the in-cluster config) and the bitmap model's RangeAllocations
-through etcd (--etcd-servers). It works the same against a real kube-apiserver.
+(--kubeconfig, else $KUBECONFIG, else ~/.kube/config, else the in-cluster
+config, as kubectl) and the bitmap model's RangeAllocations through etcd
+(--etcd-servers). It works the same against a real kube-apiserver.
 
 By default it makes one pass and exits: 0 when the cluster is consistent or was
 fixed, 2 when problems are left, 1 on errors. In the bitmap model a suspected
@@ -109,6 +110,9 @@ func runRepair(ctx context.Context, o *repairOptions, streams Streams) error {
 	}
 	if o.interval < 0 {
 		return fmt.Errorf("--interval %v: must be positive, or 0 for one pass", o.interval)
+	}
+	if err := o.cluster.validate(); err != nil {
+		return err
 	}
 	client, err := o.cluster.kubeClient()
 	if err != nil {

@@ -6,9 +6,12 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
+	"net"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
+	"syscall"
 	"time"
 
 	"github.com/spf13/cobra"
@@ -88,6 +91,10 @@ func runServe(ctx context.Context, opts *apiserver.Options, streams Streams) err
 		opts.EtcdCAFile, opts.EtcdCertFile, opts.EtcdKeyFile = pki.CAFile, pki.ClientCertFile, pki.ClientKeyFile
 	}
 	cfg, err := opts.Config(endpoints)
+	if isAddrInUse(err) {
+		return fmt.Errorf("listen on %s: address already in use; stop what listens there, or pick another --secure-port (0 picks a free one)",
+			net.JoinHostPort(opts.BindAddress, strconv.Itoa(opts.SecurePort)))
+	}
 	if err != nil {
 		return fmt.Errorf("configure server: %w", err)
 	}
@@ -110,6 +117,14 @@ func runServe(ctx context.Context, opts *apiserver.Options, streams Streams) err
 		return fmt.Errorf("serve: %w", err)
 	}
 	return nil
+}
+
+// isAddrInUse reports whether err is a listen on a taken address. Its text
+// is matched too: k8s.io/apiserver's CreateListener formats the net error
+// into its own (with %v), after which errors.Is no longer finds it, and the
+// address appears three times over.
+func isAddrInUse(err error) bool {
+	return err != nil && (errors.Is(err, syscall.EADDRINUSE) || strings.Contains(err.Error(), syscall.EADDRINUSE.Error()))
 }
 
 // etcdPKIDir is where, inside the data dir, the embedded etcd's CA and

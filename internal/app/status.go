@@ -66,6 +66,9 @@ func runStatus(ctx context.Context, o *statusOptions, streams Streams) error {
 	default:
 		return fmt.Errorf("unknown output format %q: use table, wide or json", o.output)
 	}
+	if err := o.cluster.validate(); err != nil {
+		return err
+	}
 	client, err := o.cluster.kubeClient()
 	if err != nil {
 		return err

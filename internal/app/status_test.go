@@ -145,8 +145,14 @@ func TestStatusKnownFill(t *testing.T) {
 			if diff := cmp.Diff(wantStatusJSON(tt.model, tt.source), out); diff != "" {
 				t.Errorf("json (-want +got):\n%s", diff)
 			}
+			// -n narrows the namespaces, not the totals.
+			out, errOut, code = runApp(t, append(args, "-n", "team-b")...)
+			wantRow := "IPv4    10.0.0.0/24  all      254   8     246   3.1%   team-b=1\n"
+			if code != 0 || !strings.Contains(out, wantRow) {
+				t.Errorf("status -n team-b: exit %d, want row\n%s\ngot\n%s%s", code, wantRow, out, errOut)
+			}
 			out, errOut, code = runApp(t, append(args, "-o", "wide", "--top", "5")...)
-			wantRow := "IPv4    10.0.0.0/24  " + tt.source + "  true   10.0.0.1  10.0.0.254  all      254   8     246   3.1%   team-a=5 default=2 team-b=1"
+			wantRow = "IPv4    10.0.0.0/24  " + tt.source + "  true   10.0.0.1  10.0.0.254  all      254   8     246   3.1%   team-a=5 default=2 team-b=1"
 			if code != 0 || !strings.Contains(out, wantRow+"\n") {
 				t.Errorf("status -o wide: exit %d, want row\n%s\ngot\n%s%s", code, wantRow, out, errOut)
 			}

@@ -12,9 +12,12 @@ import (
 	"time"
 
 	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
+	clientv3 "go.etcd.io/etcd/client/v3"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/tools/clientcmd"
 
 	ipcontroller "github.com/allocator/allocator/pkg/ipallocator/controller"
 	"github.com/allocator/allocator/pkg/transition"
@@ -27,121 +30,120 @@ type transitionOptions struct {
 	wait    time.Duration
 }
 
+// transitionAction is what finish and resume do before the state is shown;
+// say is where their one-line reports go.
+type transitionAction func(ctx context.Context, o *transitionOptions, etcd *clientv3.Client, say io.Writer) error
+
 func newTransitionCommand(streams Streams) *cobra.Command {
-	o := &transitionOptions{}
 	cmd := &cobra.Command{
-		Use:   "transition status|finish|resume",
+		Use:   "transition",
 		Short: "Show, end or resume the switch between the bitmap and the IPAddress model",
 		Long: `While bitmap-model writers may be live (bitmap-model replicas of this server, or a
 kube-apiserver up to 1.33), IPAddress-model replicas dual-write: every address is
 claimed in the bitmap as well as by its IPAddress object. The state is stored in
-etcd and read by every replica.
+etcd and read by every replica.`,
+		// An unknown action is an error, not a silent help text.
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error { return cmd.Help() },
+	}
+	cmd.AddCommand(newTransitionStatusCommand(streams), newTransitionFinishCommand(streams), newTransitionResumeCommand(streams))
+	return cmd
+}
 
-  status   the state, the live replicas of each model and the live kube-apiserver
-           identity leases (read-only)
-  finish   ends the transition: dual write off, the bitmap retired (kept, no
-           longer written). Refused while a bitmap-model replica is live, while a
-           kube-apiserver identity lease is live (unless --force), or while a
-           Service address has no IPAddress yet (unless --force). A bitmap-model
-           replica started afterwards refuses to start.
-  resume   turns dual write on again, waits until every live IPAddress-model
-           replica dual-writes, then writes every IPAddress and Service address
-           into the bitmap. Run it before starting a bitmap-model replica or a
-           kube-apiserver up to 1.33 on a cluster whose transition was finished.`,
-		Args:      cobra.ExactArgs(1),
-		ValidArgs: []string{"status", "finish", "resume"},
-		RunE: func(cmd *cobra.Command, args []string) error {
-			return runTransition(cmd.Context(), o, args[0], streams)
+func newTransitionStatusCommand(streams Streams) *cobra.Command {
+	o := &transitionOptions{}
+	cmd := &cobra.Command{
+		Use:   "status",
+		Short: "Show the state, the live replicas of each model and the live kube-apiserver identity leases",
+		Long: `Status shows the transition state, the live replicas of each model and the live
+kube-apiserver identity leases. It only reads etcd.`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			return runTransition(cmd.Context(), o, nil, streams)
+		},
+	}
+	fs := cmd.Flags()
+	o.cluster.addEtcdFlags(fs)
+	o.addOutputFlag(fs)
+	// Accepted and unused, so that one set of connection flags works for
+	// every transition command (scripts pass the same flags to all three).
+	fs.String(clientcmd.RecommendedConfigPathFlag, "", "unused: status reads etcd only")
+	_ = fs.MarkHidden(clientcmd.RecommendedConfigPathFlag)
+	return cmd
+}
+
+func newTransitionFinishCommand(streams Streams) *cobra.Command {
+	o := &transitionOptions{}
+	cmd := &cobra.Command{
+		Use:   "finish",
+		Short: "End the transition: dual write off, the bitmap retired",
+		Long: `Finish ends the transition: dual write off, the bitmap retired (kept, no longer
+written). It is refused while a bitmap-model replica is live, while a
+kube-apiserver identity lease is live (unless --force), or while a Service
+address has no IPAddress yet (unless --force). A bitmap-model replica started
+afterwards refuses to start. On a finished transition it changes nothing.`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			return runTransition(cmd.Context(), o, finishTransition, streams)
+		},
+	}
+	fs := cmd.Flags()
+	o.cluster.addKubeFlags(fs)
+	o.cluster.addEtcdFlags(fs)
+	o.addOutputFlag(fs)
+	fs.BoolVar(&o.force, "force", false, "finish although kube-apiserver identity leases are live or Service addresses lack IPAddresses")
+	return cmd
+}
+
+func newTransitionResumeCommand(streams Streams) *cobra.Command {
+	o := &transitionOptions{}
+	cmd := &cobra.Command{
+		Use:   "resume",
+		Short: "Turn dual write on again and bring the bitmap up to date",
+		Long: `Resume turns dual write on again, waits until every live IPAddress-model
+replica dual-writes, then writes every IPAddress and Service address into the
+bitmap. Run it before starting a bitmap-model replica or a kube-apiserver up to
+1.33 on a cluster whose transition was finished.`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			return runTransition(cmd.Context(), o, resumeTransition, streams)
 		},
 	}
 	fs := cmd.Flags()
 	o.cluster.addFlags(fs)
-	fs.StringVarP(&o.output, "output", "o", "table", "output format: table or json")
-	fs.BoolVar(&o.force, "force", false, "finish although kube-apiserver identity leases are live or Service addresses lack IPAddresses")
-	fs.DurationVar(&o.wait, "wait", 2*time.Minute, "resume: how long to wait for the IPAddress-model replicas to dual-write")
+	o.addOutputFlag(fs)
+	fs.DurationVar(&o.wait, "wait", 2*time.Minute, "how long to wait for the IPAddress-model replicas to dual-write")
 	return cmd
 }
 
-func runTransition(ctx context.Context, o *transitionOptions, verb string, streams Streams) error {
+func (o *transitionOptions) addOutputFlag(fs *pflag.FlagSet) {
+	fs.StringVarP(&o.output, "output", "o", "table", "output format: table or json")
+}
+
+// runTransition runs act, if any, then shows the transition's status.
+func runTransition(ctx context.Context, o *transitionOptions, act transitionAction, streams Streams) error {
 	if err := checkOutputFormat(o.output); err != nil {
 		return err
 	}
-	switch verb {
-	case "status", "finish", "resume":
-	default:
-		return fmt.Errorf("unknown transition command %q: use status, finish or resume", verb)
+	if err := o.cluster.validate(); err != nil {
+		return err
 	}
 	etcd, err := o.cluster.etcdClient(ctx)
 	if err != nil {
 		return err
 	}
 	defer etcd.Close()
-	prefix := o.cluster.etcdPrefix
-	switch verb {
-	case "finish":
-		if !o.force {
-			client, err := o.cluster.kubeClient()
-			if err != nil {
-				return err
-			}
-			missing, err := addressesWithoutIPAddress(ctx, client)
-			if err != nil {
-				return err
-			}
-			if len(missing) > 0 {
-				return fmt.Errorf("%d Service addresses have no IPAddress yet (%s): finishing now would let an IPAddress-model replica hand them out again; "+
-					"run `allocator migrate --to ipaddress --dry-run=false` (or wait for the repair controller) and try again",
-					len(missing), strings.Join(missing[:min(len(missing), 5)], ", "))
-			}
-		}
-		state, err := transition.Finish(ctx, etcd, prefix, transition.FinishOptions{By: "allocator transition finish", Force: o.force})
-		if err != nil {
-			return err
-		}
-		fmt.Fprintf(streams.Out, "Transition finished: %s.\n", state)
-	case "resume":
-		client, err := o.cluster.kubeClient()
-		if err != nil {
-			return err
-		}
-		state, err := transition.Resume(ctx, etcd, prefix, "allocator transition resume")
-		if err != nil {
-			return err
-		}
-		fmt.Fprintf(streams.Out, "Dual write turned on (state revision %d); waiting for the IPAddress-model replicas...\n", state.Revision)
-		wctx, cancel := context.WithTimeout(ctx, o.wait)
-		err = transition.WaitForDualWriters(wctx, etcd, prefix, 0)
-		cancel()
-		if err != nil {
-			return err
-		}
-		fallback, err := defaultServiceCIDRs(ctx, client)
-		if err != nil {
-			return err
-		}
-		stores, err := o.cluster.bitmapStores(ctx, etcd, fallback)
-		if err != nil {
-			return err
-		}
-		if len(stores) == 0 {
-			return errors.New("no service range known: pass --service-cluster-ip-range")
-		}
-		for _, s := range stores {
-			if init, ok := s.(interface {
-				Initialize(context.Context) (bool, error)
-			}); ok {
-				if _, err := init.Initialize(ctx); err != nil {
-					return fmt.Errorf("create the bitmap: %w", err)
-				}
-			}
-		}
-		rep, err := ipcontroller.MigrateToBitmap(ctx, ipcontroller.MigrateConfig{Client: client, Stores: stores, SkipUnrepresentable: true})
-		if err != nil {
-			return fmt.Errorf("carry the IPAddresses into the bitmap: %w", err)
-		}
-		fmt.Fprintf(streams.Out, "Every IPAddress-model replica dual-writes; bitmap brought up to date: %s\n", rep.String())
+	// With -o json, standard output holds the JSON document only.
+	say := streams.Out
+	if o.output == "json" {
+		say = streams.Err
 	}
-	status, err := transition.ReadStatus(ctx, etcd, prefix)
+	if act != nil {
+		if err := act(ctx, o, etcd, say); err != nil {
+			return err
+		}
+	}
+	status, err := transition.ReadStatus(ctx, etcd, o.cluster.etcdPrefix)
 	if err != nil {
 		return err
 	}
@@ -149,6 +151,88 @@ func runTransition(ctx context.Context, o *transitionOptions, verb string, strea
 		return writeJSON(streams.Out, status)
 	}
 	return writeTransitionStatus(streams.Out, status)
+}
+
+// finishTransition turns dual write off, unless it is off already: a second
+// finish would only rewrite when and by whom it was turned off.
+func finishTransition(ctx context.Context, o *transitionOptions, etcd *clientv3.Client, say io.Writer) error {
+	prefix := o.cluster.etcdPrefix
+	current, stored, err := transition.ReadState(ctx, etcd, prefix)
+	if err != nil {
+		return err
+	}
+	if stored && !current.DualWrite {
+		fmt.Fprintf(say, "Transition already finished: %s; nothing changed.\n", current)
+		return nil
+	}
+	if !o.force {
+		client, err := o.cluster.kubeClient()
+		if err != nil {
+			return err
+		}
+		missing, err := addressesWithoutIPAddress(ctx, client)
+		if err != nil {
+			return err
+		}
+		if len(missing) > 0 {
+			return fmt.Errorf("%d Service addresses have no IPAddress yet (%s): finishing now would let an IPAddress-model replica hand them out again; "+
+				"run `allocator migrate --to ipaddress --dry-run=false` (or wait for the repair controller) and try again",
+				len(missing), strings.Join(missing[:min(len(missing), 5)], ", "))
+		}
+	}
+	state, err := transition.Finish(ctx, etcd, prefix, transition.FinishOptions{By: "allocator transition finish", Force: o.force})
+	if err != nil {
+		return err
+	}
+	fmt.Fprintf(say, "Transition finished: %s.\n", state)
+	return nil
+}
+
+// resumeTransition turns dual write on, waits for the IPAddress-model
+// replicas to act on it, and carries the IPAddresses into the bitmap.
+func resumeTransition(ctx context.Context, o *transitionOptions, etcd *clientv3.Client, say io.Writer) error {
+	prefix := o.cluster.etcdPrefix
+	client, err := o.cluster.kubeClient()
+	if err != nil {
+		return err
+	}
+	state, err := transition.Resume(ctx, etcd, prefix, "allocator transition resume")
+	if err != nil {
+		return err
+	}
+	fmt.Fprintf(say, "Dual write turned on (state revision %d); waiting for the IPAddress-model replicas...\n", state.Revision)
+	wctx, cancel := context.WithTimeout(ctx, o.wait)
+	err = transition.WaitForDualWriters(wctx, etcd, prefix, 0)
+	cancel()
+	if err != nil {
+		return err
+	}
+	fallback, err := defaultServiceCIDRs(ctx, client)
+	if err != nil {
+		return err
+	}
+	stores, err := o.cluster.bitmapStores(ctx, etcd, fallback)
+	if err != nil {
+		return err
+	}
+	if len(stores) == 0 {
+		return errors.New("no service range known: pass --service-cluster-ip-range")
+	}
+	for _, s := range stores {
+		if init, ok := s.(interface {
+			Initialize(context.Context) (bool, error)
+		}); ok {
+			if _, err := init.Initialize(ctx); err != nil {
+				return fmt.Errorf("create the bitmap: %w", err)
+			}
+		}
+	}
+	rep, err := ipcontroller.MigrateToBitmap(ctx, ipcontroller.MigrateConfig{Client: client, Stores: stores, SkipUnrepresentable: true})
+	if err != nil {
+		return fmt.Errorf("carry the IPAddresses into the bitmap: %w", err)
+	}
+	fmt.Fprintf(say, "Every IPAddress-model replica dual-writes; bitmap brought up to date: %s\n", rep.String())
+	return nil
 }
 
 func writeTransitionStatus(w io.Writer, st *transition.Status) error {

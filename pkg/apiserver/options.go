@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"net"
 	"net/netip"
+	"net/url"
 	"path/filepath"
 	"strings"
 	"time"
@@ -102,6 +103,9 @@ func (o *Options) Validate() error {
 	if net.ParseIP(o.BindAddress) == nil {
 		errs = append(errs, fmt.Errorf("--bind-address %q is not an IP address", o.BindAddress))
 	}
+	if err := CheckEtcdServers(o.EtcdServers); err != nil {
+		errs = append(errs, err)
+	}
 	if !strings.HasPrefix(o.EtcdPrefix, "/") {
 		errs = append(errs, fmt.Errorf("--etcd-prefix %q must start with /", o.EtcdPrefix))
 	}
@@ -117,6 +121,50 @@ func (o *Options) Validate() error {
 	errs = append(errs, o.etcdTLS().validate()...)
 	errs = append(errs, o.Security.Validate()...)
 	return errors.Join(errs...)
+}
+
+// CheckEtcdServers checks the URLs of --etcd-servers (serve's and the jobs'):
+// each has a scheme etcd's client dials (http, https, or unix and unixs for
+// a socket) and a host, as kube-apiserver's flag documents. A bare host:port
+// is refused at once because it leaves the client guessing whether to speak
+// TLS (it does only when certificates are given): a TLS etcd reached that way
+// is waited for until the probe's timeout, then reported as not answering.
+func CheckEtcdServers(servers []string) error {
+	var errs []error
+	for _, s := range servers {
+		if err := checkEtcdServer(s); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	return errors.Join(errs...)
+}
+
+func checkEtcdServer(s string) error {
+	if strings.TrimSpace(s) == "" {
+		return fmt.Errorf("--etcd-servers %q: empty entry; give URLs separated by commas, such as https://127.0.0.1:2379", s)
+	}
+	scheme, _, ok := strings.Cut(s, "://")
+	if !ok {
+		return fmt.Errorf("--etcd-servers %s: missing scheme; use http://%s or https://%s", s, s, s)
+	}
+	switch scheme {
+	case "http", "https", "unix", "unixs":
+	default:
+		return fmt.Errorf("--etcd-servers %s: scheme %q; use http:// or https://", s, scheme)
+	}
+	u, err := url.Parse(s)
+	if err != nil {
+		// url.Error repeats the whole value; the entry is named once.
+		var urlErr *url.Error
+		if errors.As(err, &urlErr) {
+			err = urlErr.Err
+		}
+		return fmt.Errorf("--etcd-servers %s: %w", s, err)
+	}
+	if u.Host == "" && (scheme == "http" || scheme == "https") {
+		return fmt.Errorf("--etcd-servers %s: no host; use %s://HOST:PORT", s, scheme)
+	}
+	return nil
 }
 
 // certDir returns the certificate directory.

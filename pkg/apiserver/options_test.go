@@ -129,3 +129,40 @@ func TestAuditLogWithoutPolicyWarns(t *testing.T) {
 		t.Errorf("log with policy warns: %v", w)
 	}
 }
+
+// TestCheckEtcdServers: every entry of --etcd-servers is a URL with a
+// scheme etcd's client dials; anything else is refused naming the entry.
+func TestCheckEtcdServers(t *testing.T) {
+	t.Parallel()
+	for _, tt := range []struct {
+		servers []string
+		wantErr string
+	}{
+		{servers: nil},
+		{servers: []string{"http://127.0.0.1:2379"}},
+		{servers: []string{"https://etcd-0.etcd:2379", "https://[::1]:2379"}},
+		{servers: []string{"unix:///run/etcd.sock", "unixs://etcd.sock:0"}},
+		{servers: []string{"127.0.0.1:2379"}, wantErr: "--etcd-servers 127.0.0.1:2379: missing scheme; use http://127.0.0.1:2379 or https://127.0.0.1:2379"},
+		{servers: []string{"https://a:2379", "etcd-1:2379"}, wantErr: "--etcd-servers etcd-1:2379: missing scheme; use http://etcd-1:2379 or https://etcd-1:2379"},
+		{servers: []string{"tcp://127.0.0.1:2379"}, wantErr: `--etcd-servers tcp://127.0.0.1:2379: scheme "tcp"; use http:// or https://`},
+		{servers: []string{"https://"}, wantErr: "--etcd-servers https://: no host; use https://HOST:PORT"},
+		{servers: []string{"http://127.0.0.1:port"}, wantErr: `--etcd-servers http://127.0.0.1:port: invalid port ":port" after host`},
+		{servers: []string{""}, wantErr: `--etcd-servers "": empty entry`},
+	} {
+		err := CheckEtcdServers(tt.servers)
+		if tt.wantErr == "" {
+			if err != nil {
+				t.Errorf("%q: %v", tt.servers, err)
+			}
+			continue
+		}
+		if err == nil || !strings.HasPrefix(err.Error(), tt.wantErr) || strings.Contains(err.Error(), "\n") {
+			t.Errorf("%q: got %v, want one line starting %q", tt.servers, err, tt.wantErr)
+		}
+	}
+	o := NewOptions()
+	o.EtcdServers = []string{"127.0.0.1:2379"}
+	if err := o.Validate(); err == nil || !strings.Contains(err.Error(), "--etcd-servers 127.0.0.1:2379: missing scheme") {
+		t.Errorf("Validate does not check --etcd-servers: %v", err)
+	}
+}
