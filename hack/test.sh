@@ -19,6 +19,9 @@ fi
 echo "== go vet"
 go vet ./...
 
+echo "== file and function sizes"
+hack/verify-size.sh
+
 echo "== go test -race"
 log=$(mktemp)
 trap 'rm -f "$log"' EXIT

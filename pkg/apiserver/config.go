@@ -108,68 +108,19 @@ func (o *Options) Config(etcdServers []string) (*Config, error) {
 	gc.EnableMetrics = false
 	gc.EffectiveVersion = newEffectiveVersion()
 
-	namer := openapinamer.NewDefinitionNamer(OpenAPIScheme)
-	gc.OpenAPIConfig = genericapiserver.DefaultOpenAPIConfig(generatedopenapi.GetOpenAPIDefinitions, namer)
-	gc.OpenAPIConfig.Info.Title = "allocator"
-	gc.OpenAPIConfig.Info.Version = "v1"
-	gc.OpenAPIV3Config = genericapiserver.DefaultOpenAPIV3Config(generatedopenapi.GetOpenAPIDefinitions, namer)
-	gc.OpenAPIV3Config.Info.Title = "allocator"
-	gc.OpenAPIV3Config.Info.Version = "v1"
-
-	serving := genericoptions.NewSecureServingOptions().WithLoopback()
-	serving.BindAddress = net.ParseIP(o.BindAddress)
-	serving.ServerCert.CertDirectory = o.certDir()
-	serving.ServerCert.PairName = "apiserver"
-	o.Security.applyServing(serving)
-	listener, port, err := genericoptions.CreateListener("tcp", net.JoinHostPort(o.BindAddress, strconv.Itoa(o.SecurePort)), net.ListenConfig{})
+	setOpenAPIConfig(gc)
+	listener, host, port, err := o.applySecureServing(gc)
 	if err != nil {
-		return nil, fmt.Errorf("listen on %s:%d: %w", o.BindAddress, o.SecurePort, err)
-	}
-	serving.Listener, serving.BindPort = listener, port
-	host := o.BindAddress
-	if ip := net.ParseIP(host); ip.IsUnspecified() {
-		host = "127.0.0.1"
-		if ip.To4() == nil {
-			host = "::1"
-		}
-	}
-	if err := serving.MaybeDefaultWithSelfSignedCerts(host, []string{"localhost"},
-		[]net.IP{net.ParseIP("127.0.0.1"), net.IPv6loopback}); err != nil {
-		listener.Close()
-		return nil, fmt.Errorf("self-signed certificate: %w", err)
-	}
-	if err := serving.ApplyTo(&gc.SecureServing, &gc.LoopbackClientConfig); err != nil {
-		listener.Close()
-		return nil, fmt.Errorf("secure serving: %w", err)
+		return nil, err
 	}
 	serverURL := "https://" + net.JoinHostPort(host, strconv.Itoa(port))
 	gc.PublicAddress = net.ParseIP(host)
 	gc.ExternalAddress = net.JoinHostPort(host, strconv.Itoa(port))
 
 	kubeconfig := filepath.Join(o.DataDir, "admin.kubeconfig")
-	caFile := filepath.Join(o.certDir(), "apiserver.crt")
-	if o.Security.TLSCertFile != "" {
-		// Go clients accept a certificate found in their roots, so the
-		// serving bundle itself is what the admin kubeconfig trusts.
-		caFile = o.Security.TLSCertFile
-	}
-	token, err := ensureAdminKubeconfig(kubeconfig, serverURL, caFile)
-	if err != nil {
+	if err := o.applyAdminAccess(gc, kubeconfig, serverURL); err != nil {
 		listener.Close()
 		return nil, err
-	}
-	// Without --authorization-kubeconfig every authenticated user is an
-	// administrator; anonymous requests may only read the probes and
-	// /version (anonymous.go).
-	for _, apply := range []func() error{
-		func() error { return o.Security.applyAuth(gc, token) },
-		func() error { return o.Security.applyAudit(gc) },
-		func() error { return o.Security.applyFeatures(gc) },
-	} {
-		if err := apply(); err != nil {
-			listener.Close()
-			return nil, err
-		}
 	}
 
 	// The server's own clients (informers, bootstrap, repair) talk to it
@@ -192,6 +143,80 @@ func (o *Options) Config(etcdServers []string) (*Config, error) {
 		KubernetesServicePort: port,
 	}
 	return cfg, nil
+}
+
+// setOpenAPIConfig makes gc serve the OpenAPI v2 and v3 documents of the
+// generated definitions.
+func setOpenAPIConfig(gc *genericapiserver.Config) {
+	namer := openapinamer.NewDefinitionNamer(OpenAPIScheme)
+	gc.OpenAPIConfig = genericapiserver.DefaultOpenAPIConfig(generatedopenapi.GetOpenAPIDefinitions, namer)
+	gc.OpenAPIConfig.Info.Title = "allocator"
+	gc.OpenAPIConfig.Info.Version = "v1"
+	gc.OpenAPIV3Config = genericapiserver.DefaultOpenAPIV3Config(generatedopenapi.GetOpenAPIDefinitions, namer)
+	gc.OpenAPIV3Config.Info.Title = "allocator"
+	gc.OpenAPIV3Config.Info.Version = "v1"
+}
+
+// applySecureServing opens the listener and sets gc's secure serving and
+// loopback client, with a self-signed certificate generated once unless
+// one is configured. It returns the listener, closed on error, and the
+// host and port clients reach the server at.
+func (o *Options) applySecureServing(gc *genericapiserver.Config) (listener net.Listener, host string, port int, err error) {
+	serving := genericoptions.NewSecureServingOptions().WithLoopback()
+	serving.BindAddress = net.ParseIP(o.BindAddress)
+	serving.ServerCert.CertDirectory = o.certDir()
+	serving.ServerCert.PairName = "apiserver"
+	o.Security.applyServing(serving)
+	listener, port, err = genericoptions.CreateListener("tcp", net.JoinHostPort(o.BindAddress, strconv.Itoa(o.SecurePort)), net.ListenConfig{})
+	if err != nil {
+		return nil, "", 0, fmt.Errorf("listen on %s:%d: %w", o.BindAddress, o.SecurePort, err)
+	}
+	serving.Listener, serving.BindPort = listener, port
+	host = o.BindAddress
+	if ip := net.ParseIP(host); ip.IsUnspecified() {
+		host = "127.0.0.1"
+		if ip.To4() == nil {
+			host = "::1"
+		}
+	}
+	if err := serving.MaybeDefaultWithSelfSignedCerts(host, []string{"localhost"},
+		[]net.IP{net.ParseIP("127.0.0.1"), net.IPv6loopback}); err != nil {
+		listener.Close()
+		return nil, "", 0, fmt.Errorf("self-signed certificate: %w", err)
+	}
+	if err := serving.ApplyTo(&gc.SecureServing, &gc.LoopbackClientConfig); err != nil {
+		listener.Close()
+		return nil, "", 0, fmt.Errorf("secure serving: %w", err)
+	}
+	return listener, host, port, nil
+}
+
+// applyAdminAccess writes the admin kubeconfig (generating its token once)
+// and sets gc's authentication, authorization, audit and feature gates.
+func (o *Options) applyAdminAccess(gc *genericapiserver.Config, kubeconfig, serverURL string) error {
+	caFile := filepath.Join(o.certDir(), "apiserver.crt")
+	if o.Security.TLSCertFile != "" {
+		// Go clients accept a certificate found in their roots, so the
+		// serving bundle itself is what the admin kubeconfig trusts.
+		caFile = o.Security.TLSCertFile
+	}
+	token, err := ensureAdminKubeconfig(kubeconfig, serverURL, caFile)
+	if err != nil {
+		return err
+	}
+	// Without --authorization-kubeconfig every authenticated user is an
+	// administrator; anonymous requests may only read the probes and
+	// /version (anonymous.go).
+	for _, apply := range []func() error{
+		func() error { return o.Security.applyAuth(gc, token) },
+		func() error { return o.Security.applyAudit(gc) },
+		func() error { return o.Security.applyFeatures(gc) },
+	} {
+		if err := apply(); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 // completedConfig is a Config whose defaults are filled in.

@@ -100,6 +100,49 @@ func (c CompletedConfig) New(ctx context.Context) (*Server, error) {
 	if err := setCacheFeatures(); err != nil {
 		return nil, err
 	}
+	s, err := c.newServer(ctx)
+	if err != nil {
+		return nil, err
+	}
+	ok := false
+	defer func() {
+		if !ok {
+			s.closeUnbuilt(ctx)
+		}
+	}()
+	if err := c.probeAndJoin(ctx, s); err != nil {
+		return nil, err
+	}
+	getter := newRESTOptionsGetter(c.EtcdServers, c.EtcdPrefix, c.EtcdTLS, c.InProcessEtcd,
+		embedetcd.KlogLogger(logger(ctx).WithName("etcd-client")))
+	ipREST, err := ipaddresses.NewREST(Scheme, getter)
+	if err != nil {
+		return nil, err
+	}
+	s.ipAddresses = ipREST.InProcess()
+	if err := c.openAllocators(ctx, s); err != nil {
+		return nil, err
+	}
+	core, networking, err := c.newStores(s, getter, ipREST)
+	if err != nil {
+		return nil, err
+	}
+	if err := s.installAPIGroups(core, networking); err != nil {
+		return nil, err
+	}
+	if err := s.addPostStartHooks(); err != nil {
+		return nil, err
+	}
+	if err := s.addHealthChecks(ctx, getter); err != nil {
+		return nil, err
+	}
+	ok = true
+	return s, nil
+}
+
+// newServer builds the generic server and the etcd client, and returns
+// the Server holding them, with its handler chain and /metrics set up.
+func (c CompletedConfig) newServer(ctx context.Context) (*Server, error) {
 	generic, err := c.generic.New("allocator", genericapiserver.NewEmptyDelegate())
 	if err != nil {
 		return nil, fmt.Errorf("create generic server: %w", err)
@@ -120,38 +163,44 @@ func (c CompletedConfig) New(ctx context.Context) (*Server, error) {
 	s.repairMetrics.Register(s.registry)
 	generic.Handler.NonGoRestfulMux.Handle("/metrics", metrics.HandlerFor(
 		prometheus.Gatherers{legacyregistry.DefaultGatherer, s.registry}, metrics.HandlerOpts{}))
-	ok := false
-	defer func() {
-		if !ok {
-			etcdClient.Close()
-		}
-	}()
-	if err := probeEtcd(ctx, etcdClient, c.EtcdServers, c.EtcdPrefix, c.EtcdTLS.Enabled()); err != nil {
-		return nil, err
-	}
+	return s, nil
+}
 
-	if !c.InMemory {
-		s.transition, err = transition.Join(ctx, transition.Config{
-			Client: etcdClient, Prefix: c.EtcdPrefix, Model: c.Model, TTL: c.TransitionTTL,
-		})
-		if err != nil {
-			return nil, fmt.Errorf("join the ClusterIP allocator model transition: %w", err)
-		}
-		defer func() {
-			if !ok {
-				_ = s.transition.Close(context.WithoutCancel(ctx))
-			}
-		}()
+// closeUnbuilt releases what New opened before it failed: the transition
+// record, if joined, then the etcd client.
+func (s *Server) closeUnbuilt(ctx context.Context) {
+	if s.transition != nil {
+		_ = s.transition.Close(context.WithoutCancel(ctx))
 	}
-	getter := newRESTOptionsGetter(c.EtcdServers, c.EtcdPrefix, c.EtcdTLS, c.InProcessEtcd,
-		embedetcd.KlogLogger(logger(ctx).WithName("etcd-client")))
-	ipREST, err := ipaddresses.NewREST(Scheme, getter)
+	s.etcd.Close()
+}
+
+// probeAndJoin checks that etcd answers and, unless the server is InMemory,
+// joins the model transition as s.transition.
+func (c CompletedConfig) probeAndJoin(ctx context.Context, s *Server) error {
+	if err := probeEtcd(ctx, s.etcd, c.EtcdServers, c.EtcdPrefix, c.EtcdTLS.Enabled()); err != nil {
+		return err
+	}
+	if c.InMemory {
+		return nil
+	}
+	joined, err := transition.Join(ctx, transition.Config{
+		Client: s.etcd, Prefix: c.EtcdPrefix, Model: c.Model, TTL: c.TransitionTTL,
+	})
 	if err != nil {
-		return nil, err
+		return fmt.Errorf("join the ClusterIP allocator model transition: %w", err)
 	}
-	s.ipAddresses = ipREST.InProcess()
+	s.transition = joined
+	return nil
+}
+
+// openAllocators opens the ClusterIP backend on s.ipAddresses, the
+// node-port allocator and the Service allocator over them; every allocator
+// starts closed.
+func (c CompletedConfig) openAllocators(ctx context.Context, s *Server) error {
+	var err error
 	if s.backend, err = s.openBackend(ctx, s.ipAddresses); err != nil {
-		return nil, err
+		return err
 	}
 	var allocators []allocation.Interface
 	for _, a := range s.backend.Allocators() {
@@ -161,33 +210,38 @@ func (c CompletedConfig) New(ctx context.Context) (*Server, error) {
 		s.allocators = append(s.allocators, a)
 		allocators = append(allocators, s.allocMetrics.Wrap(a))
 	}
-	if s.nodePorts, err = openNodePorts(ctx, etcdClient, c.EtcdPrefix, c.NodePortRange); err != nil {
-		return nil, err
+	if s.nodePorts, err = openNodePorts(ctx, s.etcd, c.EtcdPrefix, c.NodePortRange); err != nil {
+		return err
 	}
 	if s.alloc, err = servicealloc.New(servicealloc.Config{
 		Allocators:  allocators,
 		NodePorts:   s.allocMetrics.WrapPorts(s.nodePorts),
 		StartClosed: true,
 	}); err != nil {
-		return nil, err
+		return err
 	}
+	return nil
+}
 
+// newStores builds the stores of the core/v1 and networking.k8s.io/v1
+// resources, by resource, and makes them the in-process sources.
+func (c CompletedConfig) newStores(s *Server, getter *restOptionsGetter, ipREST *ipaddresses.REST) (core, networking map[string]rest.Storage, err error) {
 	nsREST, err := namespaces.NewREST(Scheme, getter)
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	svcREST, svcStatus, err := services.NewREST(Scheme, getter, s.alloc, nsREST.Check,
-		serviceFencer{client: etcdClient, layout: etcdlayout.Layout{Prefix: c.EtcdPrefix}})
+		serviceFencer{client: s.etcd, layout: etcdlayout.Layout{Prefix: c.EtcdPrefix}})
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	evREST, err := events.NewREST(Scheme, getter, nsREST.Check)
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	cidrREST, cidrStatus, err := servicecidrs.NewREST(Scheme, getter)
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 
 	s.sources.services.set(svcREST)
@@ -205,48 +259,57 @@ func (c CompletedConfig) New(ctx context.Context) (*Server, error) {
 		return nil
 	})
 
-	core := genericapiserver.NewDefaultAPIGroupInfo("", Scheme, runtime.NewParameterCodec(Scheme), Codecs)
-	core.VersionedResourcesStorageMap["v1"] = map[string]rest.Storage{
+	core = map[string]rest.Storage{
 		"services":        svcREST,
 		"services/status": svcStatus,
 		"namespaces":      nsREST,
 		"events":          evREST,
 	}
-	if err := generic.InstallLegacyAPIGroup(genericapiserver.DefaultLegacyAPIPrefix, &core); err != nil {
-		return nil, fmt.Errorf("install core/v1: %w", err)
+	networking = map[string]rest.Storage{
+		"ipaddresses":         ipREST,
+		"servicecidrs":        cidrREST,
+		"servicecidrs/status": cidrStatus,
+	}
+	return core, networking, nil
+}
+
+// installAPIGroups serves the core and networking stores, by resource, as
+// core/v1 and networking.k8s.io/v1.
+func (s *Server) installAPIGroups(coreStores, networkingStores map[string]rest.Storage) error {
+	core := genericapiserver.NewDefaultAPIGroupInfo("", Scheme, runtime.NewParameterCodec(Scheme), Codecs)
+	core.VersionedResourcesStorageMap["v1"] = coreStores
+	if err := s.generic.InstallLegacyAPIGroup(genericapiserver.DefaultLegacyAPIPrefix, &core); err != nil {
+		return fmt.Errorf("install core/v1: %w", err)
 	}
 	networking := genericapiserver.NewDefaultAPIGroupInfo(networkingv1.GroupName, Scheme, runtime.NewParameterCodec(Scheme), Codecs)
 	// Only v1 is served; v1beta1 is in Scheme for decoding what
 	// kube-apiserver 1.33 stored (pkg/storageversion).
 	networking.PrioritizedVersions = []schema.GroupVersion{networkingv1.SchemeGroupVersion}
-	networking.VersionedResourcesStorageMap["v1"] = map[string]rest.Storage{
-		"ipaddresses":         ipREST,
-		"servicecidrs":        cidrREST,
-		"servicecidrs/status": cidrStatus,
+	networking.VersionedResourcesStorageMap["v1"] = networkingStores
+	if err := s.generic.InstallAPIGroup(&networking); err != nil {
+		return fmt.Errorf("install networking.k8s.io/v1: %w", err)
 	}
-	if err := generic.InstallAPIGroup(&networking); err != nil {
-		return nil, fmt.Errorf("install networking.k8s.io/v1: %w", err)
-	}
+	return nil
+}
 
-	if err := generic.AddPostStartHook("allocator-bootstrap", func(hc genericapiserver.PostStartHookContext) error {
+// addPostStartHooks adds the hooks that run once the server serves: the
+// bootstrap, the ServiceCIDR and repair controllers and the scope check.
+func (s *Server) addPostStartHooks() error {
+	if err := s.generic.AddPostStartHook("allocator-bootstrap", func(hc genericapiserver.PostStartHookContext) error {
 		return s.runBootstrap(hc.Context, hc.LoopbackClientConfig)
 	}); err != nil {
-		return nil, err
+		return err
 	}
-	if err := generic.AddPostStartHook("allocator-servicecidr-controller", s.startServiceCIDRController); err != nil {
-		return nil, err
+	if err := s.generic.AddPostStartHook("allocator-servicecidr-controller", s.startServiceCIDRController); err != nil {
+		return err
 	}
-	if err := generic.AddPostStartHook("allocator-repair-controller", s.startRepairController); err != nil {
-		return nil, err
+	if err := s.generic.AddPostStartHook("allocator-repair-controller", s.startRepairController); err != nil {
+		return err
 	}
-	if err := generic.AddPostStartHook("allocator-scope-check", s.checkScopes); err != nil {
-		return nil, err
+	if err := s.generic.AddPostStartHook("allocator-scope-check", s.checkScopes); err != nil {
+		return err
 	}
-	if err := s.addHealthChecks(ctx, getter); err != nil {
-		return nil, err
-	}
-	ok = true
-	return s, nil
+	return nil
 }
 
 // readiness is implemented by allocators that load state asynchronously
@@ -363,8 +426,8 @@ func (s *Server) Run(ctx context.Context) (runErr error) {
 	// On shutdown, Service writes in progress finish first, with their
 	// releases, while the server still serves (the IPAddress model releases
 	// through its own API); new ones are refused with 503 meanwhile. Only
-	// then does the generic server stop (issue 20: a SIGTERM during deletes
-	// left addresses held without a Service).
+	// then does the generic server stop: a SIGTERM during deletes would
+	// otherwise leave addresses held without a Service.
 	serving, stopServing := context.WithCancel(context.WithoutCancel(ctx))
 	defer stopServing()
 	go func() {

@@ -190,72 +190,14 @@ func (a *Allocator) initIPFamilies(svc, old *corev1.Service) field.ErrorList {
 	if unchangedPreferDualStack(svc, old) {
 		return nil
 	}
-	if spec.IPFamilyPolicy == nil {
-		var policy corev1.IPFamilyPolicy
-		switch {
-		case old != nil && old.Spec.IPFamilyPolicy != nil:
-			policy = *old.Spec.IPFamilyPolicy
-		case spec.ClusterIP == corev1.ClusterIPNone && len(spec.Selector) == 0:
-			// Headless without selector: its endpoints are the user's, of
-			// any family.
-			policy = corev1.IPFamilyPolicyRequireDualStack
-		default:
-			policy = corev1.IPFamilyPolicySingleStack
-		}
-		spec.IPFamilyPolicy = &policy
-	}
+	defaultIPFamilyPolicy(spec, old)
 	if errs := ValidateClusterIPFields(svc, old); len(errs) > 0 {
 		return errs
 	}
 	policy := *spec.IPFamilyPolicy
 
-	var errs field.ErrorList
-	if old != nil {
-		if policy == corev1.IPFamilyPolicySingleStack {
-			// Setting SingleStack with the addresses and families as they
-			// were is the intent to release the secondary.
-			if slices.Equal(spec.ClusterIPs, old.Spec.ClusterIPs) && len(spec.ClusterIPs) > 1 {
-				spec.ClusterIPs = spec.ClusterIPs[:1]
-			}
-			if slices.Equal(spec.IPFamilies, old.Spec.IPFamilies) && len(spec.IPFamilies) > 1 {
-				spec.IPFamilies = spec.IPFamilies[:1]
-			}
-		} else {
-			if len(spec.ClusterIPs) > 0 && len(spec.ClusterIPs) < len(old.Spec.ClusterIPs) {
-				errs = append(errs, field.Invalid(ipFamilyPolicyPath, spec.IPFamilyPolicy, "must be 'SingleStack' to release the secondary cluster IP"))
-			}
-			if len(spec.IPFamilies) > 0 && len(spec.IPFamilies) < len(old.Spec.IPFamilies) {
-				errs = append(errs, field.Invalid(ipFamilyPolicyPath, spec.IPFamilyPolicy, "must be 'SingleStack' to release the secondary IP family"))
-			}
-		}
-	}
-	if policy == corev1.IPFamilyPolicySingleStack {
-		if len(spec.ClusterIPs) == 2 {
-			errs = append(errs, field.Invalid(ipFamilyPolicyPath, spec.IPFamilyPolicy,
-				"must be 'RequireDualStack' or 'PreferDualStack' when multiple cluster IPs are specified"))
-		}
-		if len(spec.IPFamilies) == 2 {
-			errs = append(errs, field.Invalid(ipFamilyPolicyPath, spec.IPFamilyPolicy,
-				"must be 'RequireDualStack' or 'PreferDualStack' when multiple IP families are specified"))
-		}
-	}
-
-	// Families of the requested addresses (validated above; a family
-	// given for an index was checked against its address there).
-	for i, text := range spec.ClusterIPs {
-		if text == corev1.ClusterIPNone {
-			break
-		}
-		if i < len(spec.IPFamilies) {
-			continue
-		}
-		fam := familyOfText(text)
-		if _, ok := a.byFamily[fam]; !ok {
-			errs = append(errs, field.Invalid(clusterIPsPath.Index(i), spec.ClusterIPs, fmt.Sprintf("%s is not configured on this cluster", fam)))
-			continue
-		}
-		spec.IPFamilies = append(spec.IPFamilies, fam)
-	}
+	errs := checkIPFamilyPolicy(spec, old, policy)
+	errs = append(errs, a.addClusterIPFamilies(spec)...)
 	if len(errs) > 0 {
 		return errs
 	}
@@ -291,6 +233,86 @@ func (a *Allocator) initIPFamilies(svc, old *corev1.Service) field.ErrorList {
 		spec.IPFamilies = append(spec.IPFamilies, otherFamily(spec.IPFamilies[0]))
 	}
 	return nil
+}
+
+// defaultIPFamilyPolicy sets an unset ipFamilyPolicy: the old object's,
+// RequireDualStack for a headless Service without selector, else
+// SingleStack.
+func defaultIPFamilyPolicy(spec *corev1.ServiceSpec, old *corev1.Service) {
+	if spec.IPFamilyPolicy == nil {
+		var policy corev1.IPFamilyPolicy
+		switch {
+		case old != nil && old.Spec.IPFamilyPolicy != nil:
+			policy = *old.Spec.IPFamilyPolicy
+		case spec.ClusterIP == corev1.ClusterIPNone && len(spec.Selector) == 0:
+			// Headless without selector: its endpoints are the user's, of
+			// any family.
+			policy = corev1.IPFamilyPolicyRequireDualStack
+		default:
+			policy = corev1.IPFamilyPolicySingleStack
+		}
+		spec.IPFamilyPolicy = &policy
+	}
+}
+
+// checkIPFamilyPolicy refuses addresses and families that policy does not
+// allow, given what old had; on an update to SingleStack that keeps them as
+// they were, it drops the secondary address and family.
+func checkIPFamilyPolicy(spec *corev1.ServiceSpec, old *corev1.Service, policy corev1.IPFamilyPolicy) field.ErrorList {
+	var errs field.ErrorList
+	if old != nil {
+		if policy == corev1.IPFamilyPolicySingleStack {
+			// Setting SingleStack with the addresses and families as they
+			// were is the intent to release the secondary.
+			if slices.Equal(spec.ClusterIPs, old.Spec.ClusterIPs) && len(spec.ClusterIPs) > 1 {
+				spec.ClusterIPs = spec.ClusterIPs[:1]
+			}
+			if slices.Equal(spec.IPFamilies, old.Spec.IPFamilies) && len(spec.IPFamilies) > 1 {
+				spec.IPFamilies = spec.IPFamilies[:1]
+			}
+		} else {
+			if len(spec.ClusterIPs) > 0 && len(spec.ClusterIPs) < len(old.Spec.ClusterIPs) {
+				errs = append(errs, field.Invalid(ipFamilyPolicyPath, spec.IPFamilyPolicy, "must be 'SingleStack' to release the secondary cluster IP"))
+			}
+			if len(spec.IPFamilies) > 0 && len(spec.IPFamilies) < len(old.Spec.IPFamilies) {
+				errs = append(errs, field.Invalid(ipFamilyPolicyPath, spec.IPFamilyPolicy, "must be 'SingleStack' to release the secondary IP family"))
+			}
+		}
+	}
+	if policy == corev1.IPFamilyPolicySingleStack {
+		if len(spec.ClusterIPs) == 2 {
+			errs = append(errs, field.Invalid(ipFamilyPolicyPath, spec.IPFamilyPolicy,
+				"must be 'RequireDualStack' or 'PreferDualStack' when multiple cluster IPs are specified"))
+		}
+		if len(spec.IPFamilies) == 2 {
+			errs = append(errs, field.Invalid(ipFamilyPolicyPath, spec.IPFamilyPolicy,
+				"must be 'RequireDualStack' or 'PreferDualStack' when multiple IP families are specified"))
+		}
+	}
+	return errs
+}
+
+// addClusterIPFamilies appends to ipFamilies the family of each requested
+// address beyond those given, and refuses a family the cluster does not
+// serve. The addresses were validated: a family given for an index was
+// checked against its address there.
+func (a *Allocator) addClusterIPFamilies(spec *corev1.ServiceSpec) field.ErrorList {
+	var errs field.ErrorList
+	for i, text := range spec.ClusterIPs {
+		if text == corev1.ClusterIPNone {
+			break
+		}
+		if i < len(spec.IPFamilies) {
+			continue
+		}
+		fam := familyOfText(text)
+		if _, ok := a.byFamily[fam]; !ok {
+			errs = append(errs, field.Invalid(clusterIPsPath.Index(i), spec.ClusterIPs, fmt.Sprintf("%s is not configured on this cluster", fam)))
+			continue
+		}
+		spec.IPFamilies = append(spec.IPFamilies, fam)
+	}
+	return errs
 }
 
 // unchangedPreferDualStack reports whether an update keeps a

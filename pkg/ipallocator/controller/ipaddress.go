@@ -4,16 +4,10 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"maps"
-	"net/netip"
-	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
 
-	corev1 "k8s.io/api/core/v1"
-	networkingv1 "k8s.io/api/networking/v1"
-	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/client-go/informers"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/cache"
@@ -22,7 +16,6 @@ import (
 	"k8s.io/klog/v2"
 
 	"github.com/allocator/allocator/pkg/report"
-	"github.com/allocator/allocator/pkg/scope"
 )
 
 // repairRetryMax caps the backoff of a key the IPAddress repair failed to
@@ -212,21 +205,9 @@ func (r *IPAddressRepair) Run(ctx context.Context, firstPass chan<- struct{}) er
 	}
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
-	svcInf := factory.Core().V1().Services()
-	ipInf := factory.Networking().V1().IPAddresses()
-	cidrInf := factory.Networking().V1().ServiceCIDRs()
-	if _, exists := svcInf.Informer().GetIndexer().GetIndexers()[serviceIndex]; !exists {
-		if err := svcInf.Informer().AddIndexers(serviceIndexers); err != nil {
-			return fmt.Errorf("ipaddress repair: index services: %w", err)
-		}
-	}
-	nsInf := factory.Core().V1().Namespaces()
-	view := &informerView{
-		serviceIndexer: svcInf.Informer().GetIndexer(),
-		serviceLister:  svcInf.Lister(),
-		ipLister:       ipInf.Lister(),
-		cidrLister:     cidrInf.Lister(),
-		nsLister:       nsInf.Lister(),
+	view, err := newRepairView(factory)
+	if err != nil {
+		return err
 	}
 
 	// A failed key is retried with its own exponential backoff, capped at
@@ -241,172 +222,100 @@ func (r *IPAddressRepair) Run(ctx context.Context, firstPass chan<- struct{}) er
 		workqueue.TypedRateLimitingQueueConfig[string]{Name: "ipaddress-repair"},
 	)
 	defer queue.ShutDown()
-	enqueueService := func(obj any) {
-		if tomb, ok := obj.(cache.DeletedFinalStateUnknown); ok {
-			obj = tomb.Obj
-		}
-		if svc, ok := obj.(*corev1.Service); ok {
-			for _, k := range addressKeys(svc) {
-				queue.Add(k)
-			}
-		}
-	}
-	enqueueIPAddress := func(obj any) {
-		if tomb, ok := obj.(cache.DeletedFinalStateUnknown); ok {
-			obj = tomb.Obj
-		}
-		if ipa, ok := obj.(*networkingv1.IPAddress); ok {
-			queue.Add(ipa.Name)
-		}
-	}
-	// A ServiceCIDR added, deleted or changed moves the addresses inside its
-	// prefixes in or out of range: look at those a Service holds. A change of
-	// its status or metadata moves nothing.
-	enqueueInside := func(objs ...any) {
-		view.cidrsChanged()
-		var prefixes []netip.Prefix
-		for _, obj := range objs {
-			if tomb, ok := obj.(cache.DeletedFinalStateUnknown); ok {
-				obj = tomb.Obj
-			}
-			if sc, ok := obj.(*networkingv1.ServiceCIDR); ok {
-				prefixes = append(prefixes, cidrPrefixes(sc)...)
-			}
-		}
-		for _, k := range view.heldInside(prefixes) {
-			queue.Add(k)
-		}
-	}
-	// A scope added, changed or removed can move any held address in or out
-	// of its Service's scope (a Service newly in a strict scope holds an
-	// unscoped address): look at them all. Scopes change rarely.
-	enqueueAllIfScoped := func(objs ...any) bool {
-		if !slices.ContainsFunc(objs, func(obj any) bool {
-			if tomb, ok := obj.(cache.DeletedFinalStateUnknown); ok {
-				obj = tomb.Obj
-			}
-			sc, ok := obj.(*networkingv1.ServiceCIDR)
-			return ok && scope.Scoped(sc.Annotations)
-		}) {
-			return false
-		}
-		view.cidrsChanged()
-		for _, k := range view.serviceIndexer.ListIndexFuncValues(serviceIndex) {
-			queue.Add(k)
-		}
-		return true
-	}
-	// A namespace relabelled moves its Services in or out of scopes: look
-	// at their addresses again, when something is scoped.
-	namespaceUpdated := func(old, cur any) {
-		o, ok1 := old.(*corev1.Namespace)
-		c, ok2 := cur.(*corev1.Namespace)
-		if !ok1 || !ok2 || maps.Equal(o.Labels, c.Labels) {
-			return
-		}
-		if ranges, err := view.cidrs(); err != nil || !ranges.scoped {
-			return
-		}
-		svcs, err := view.serviceLister.Services(c.Name).List(labels.Everything())
-		if err != nil {
-			return
-		}
-		for _, svc := range svcs {
-			enqueueService(svc)
-		}
-	}
-	cidrAddedOrDeleted := func(obj any) {
-		if !enqueueAllIfScoped(obj) {
-			enqueueInside(obj)
-		}
-	}
-	cidrUpdated := func(old, cur any) {
-		o, ok1 := old.(*networkingv1.ServiceCIDR)
-		c, ok2 := cur.(*networkingv1.ServiceCIDR)
-		if ok1 && ok2 && slices.Equal(o.Spec.CIDRs, c.Spec.CIDRs) && scope.SameScope(o.Annotations, c.Annotations) {
-			return
-		}
-		if !enqueueAllIfScoped(old, cur) {
-			enqueueInside(old, cur)
-		}
-	}
-	var regs []cache.ResourceEventHandlerRegistration
-	for _, h := range []struct {
-		inf     cache.SharedIndexInformer
-		handler cache.ResourceEventHandler
-	}{
-		{svcInf.Informer(), cache.ResourceEventHandlerFuncs{
-			AddFunc:    enqueueService,
-			UpdateFunc: func(old, cur any) { enqueueService(old); enqueueService(cur) },
-			DeleteFunc: enqueueService,
-		}},
-		{ipInf.Informer(), cache.ResourceEventHandlerFuncs{
-			AddFunc:    enqueueIPAddress,
-			UpdateFunc: func(_, cur any) { enqueueIPAddress(cur) },
-			DeleteFunc: enqueueIPAddress,
-		}},
-		{cidrInf.Informer(), cache.ResourceEventHandlerFuncs{
-			AddFunc:    cidrAddedOrDeleted,
-			UpdateFunc: cidrUpdated,
-			DeleteFunc: cidrAddedOrDeleted,
-		}},
-		{nsInf.Informer(), cache.ResourceEventHandlerFuncs{UpdateFunc: namespaceUpdated}},
-	} {
-		reg, err := h.inf.AddEventHandler(h.handler)
-		if err != nil {
-			return fmt.Errorf("ipaddress repair: watch: %w", err)
-		}
-		defer func() { _ = h.inf.RemoveEventHandler(reg) }()
-		regs = append(regs, reg)
+	run := &repairRun{r: r, queue: queue, view: view, logger: logger, firstPass: firstPass}
+	synced, unwatch, err := run.watch(factory)
+	defer unwatch()
+	if err != nil {
+		return err
 	}
 	factory.Start(ctx.Done())
-	synced := make([]cache.InformerSynced, len(regs))
-	for i, reg := range regs {
-		synced[i] = reg.HasSynced
-	}
 	if !cache.WaitForCacheSync(ctx.Done(), synced...) {
 		return nil // ctx ended
 	}
 
-	var workers sync.WaitGroup
-	defer workers.Wait()
+	defer run.workers.Wait()
 	defer queue.ShutDown() // runs before Wait: workers see the shutdown
-	startWorkers := func() {
-		for range r.cfg.Workers {
-			workers.Go(func() {
-				for r.processNext(ctx, queue, view) {
-				}
-			})
+	report.Loop(ctx, r.cfg.Interval, run.fullPass, run.passFailed)
+	return nil
+}
+
+// newRepairView returns Run's view of factory's caches, with the repair's
+// index added to the Service informer unless it has it already.
+func newRepairView(factory informers.SharedInformerFactory) (*informerView, error) {
+	svcInf := factory.Core().V1().Services()
+	ipInf := factory.Networking().V1().IPAddresses()
+	cidrInf := factory.Networking().V1().ServiceCIDRs()
+	if _, exists := svcInf.Informer().GetIndexer().GetIndexers()[serviceIndex]; !exists {
+		if err := svcInf.Informer().AddIndexers(serviceIndexers); err != nil {
+			return nil, fmt.Errorf("ipaddress repair: index services: %w", err)
 		}
 	}
+	nsInf := factory.Core().V1().Namespaces()
+	return &informerView{
+		serviceIndexer: svcInf.Informer().GetIndexer(),
+		serviceLister:  svcInf.Lister(),
+		ipLister:       ipInf.Lister(),
+		cidrLister:     cidrInf.Lister(),
+		nsLister:       nsInf.Lister(),
+	}, nil
+}
 
-	started := false
-	report.Loop(ctx, r.cfg.Interval, func(ctx context.Context) error {
-		rep, err := r.pass(ctx, view)
-		if err != nil {
-			return err
-		}
-		logger.V(2).Info("IPAddress repair pass done", "report", rep.String())
-		if !started {
-			started = true
-			startWorkers()
-		}
-		report.CloseOnce(&firstPass)
-		return nil
-	}, func(err error, retryIn time.Duration) {
-		switch {
-		case errors.Is(err, errChanged):
-			logger.V(2).Info("IPAddress changed while being repaired, pass retried", "retryIn", retryIn, "reason", err.Error())
-		case errors.Is(err, ErrNoServiceCIDR) && !started:
-			// At start-up the pass may run before the server created the
-			// default ServiceCIDR: waiting is expected, not an error.
-			logger.V(2).Info("IPAddress repair waits for a ServiceCIDR", "retryIn", retryIn)
-		default:
-			r.cfg.Metrics.ReconcileError()
-			logger.Error(err, "IPAddress repair pass failed", "retryIn", retryIn)
-		}
-	})
+// repairRun is one Run's state: the queue its event handlers
+// (ipaddress_events.go) fill and its workers drain, and the view of the
+// caches both read.
+type repairRun struct {
+	r         *IPAddressRepair
+	queue     workqueue.TypedRateLimitingInterface[string]
+	view      *informerView
+	logger    klog.Logger
+	firstPass chan<- struct{} // closed, and set to nil, after the first good pass
+	// started is set once the first good pass started the workers; only
+	// report.Loop's goroutine reads and writes it.
+	started bool
+	workers sync.WaitGroup
+}
+
+// fullPass reconciles every address of the caches; the first that succeeds
+// starts the workers and closes firstPass.
+func (run *repairRun) fullPass(ctx context.Context) error {
+	rep, err := run.r.pass(ctx, run.view)
+	if err != nil {
+		return err
+	}
+	run.logger.V(2).Info("IPAddress repair pass done", "report", rep.String())
+	if !run.started {
+		run.started = true
+		run.startWorkers(ctx)
+	}
+	report.CloseOnce(&run.firstPass)
 	return nil
+}
+
+// passFailed logs a failed full pass and counts it, unless it is an
+// ordinary race or the wait for the first ServiceCIDR.
+func (run *repairRun) passFailed(err error, retryIn time.Duration) {
+	switch {
+	case errors.Is(err, errChanged):
+		run.logger.V(2).Info("IPAddress changed while being repaired, pass retried", "retryIn", retryIn, "reason", err.Error())
+	case errors.Is(err, ErrNoServiceCIDR) && !run.started:
+		// At start-up the pass may run before the server created the
+		// default ServiceCIDR: waiting is expected, not an error.
+		run.logger.V(2).Info("IPAddress repair waits for a ServiceCIDR", "retryIn", retryIn)
+	default:
+		run.r.cfg.Metrics.ReconcileError()
+		run.logger.Error(err, "IPAddress repair pass failed", "retryIn", retryIn)
+	}
+}
+
+// startWorkers starts Workers goroutines reconciling queued addresses until
+// the queue shuts down.
+func (run *repairRun) startWorkers(ctx context.Context) {
+	for range run.r.cfg.Workers {
+		run.workers.Go(func() {
+			for run.r.processNext(ctx, run.queue, run.view) {
+			}
+		})
+	}
 }
 
 // processNext reconciles one queued address; false when the queue shut down.

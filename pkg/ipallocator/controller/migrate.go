@@ -1,7 +1,6 @@
 package controller
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -18,11 +17,8 @@ import (
 	"k8s.io/client-go/kubernetes"
 
 	"github.com/allocator/allocator/pkg/allocation"
-	"github.com/allocator/allocator/pkg/allocator/rangerepair"
-	"github.com/allocator/allocator/pkg/bitmap"
 	"github.com/allocator/allocator/pkg/ipallocator/ipaddress"
 	"github.com/allocator/allocator/pkg/report"
-	"github.com/allocator/allocator/pkg/subrange"
 )
 
 // Migration directions.
@@ -125,7 +121,73 @@ func serviceClaims(services []*corev1.Service) (claims []claim, problems []repor
 func MigrateToIPAddress(ctx context.Context, cfg MigrateConfig) (*MigrationReport, error) {
 	start := time.Now()
 	rep := &MigrationReport{Direction: ToIPAddress, DryRun: cfg.DryRun}
-	cidrs, err := cfg.Client.NetworkingV1().ServiceCIDRs().List(ctx, metav1.ListOptions{})
+	prefixes, err := servedPrefixes(ctx, cfg.Client)
+	if err != nil {
+		return nil, err
+	}
+	snap := cfg.snapshot()
+	services, err := snap.Services(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("migrate: %w", err)
+	}
+	rep.Services = len(services)
+	claims, problems := serviceClaims(services)
+	rep.Problems = problems
+	todo := claimsInRange(rep, claims, prefixes)
+
+	// One read finds what earlier runs (or the servers) already claimed, so a
+	// rerun costs two lists, and a server's check at every start two reads
+	// of its caches, and no write when there is nothing to carry over.
+	existing, err := snap.IPAddresses(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("migrate: %w", err)
+	}
+	missing := missingClaims(rep, todo, existing)
+	if cfg.DryRun {
+		rep.Created = len(missing)
+		missing = nil
+	}
+
+	progress := cfg.Progress.Start("IPAddresses", len(missing))
+	defer progress.Stop()
+	firstErr := carryOverAll(ctx, cfg, rep, missing, progress)
+	rep.Addresses = rep.Created + rep.Present
+	// Interrupted (SIGINT) or failed: every claim is one create, whole or
+	// not made, so what was created stays valid and a rerun lists it as
+	// present. The partial report says how far it got. The context is
+	// checked first: creates cut short by the cancellation fail too, and
+	// are not the cause.
+	if err := ctx.Err(); err != nil {
+		rep.Duration = time.Since(start)
+		return rep, fmt.Errorf("migrate (resumable: rerun to continue): %w", err)
+	}
+	if firstErr != nil {
+		rep.Duration = time.Since(start)
+		return rep, fmt.Errorf("migrate (resumable: rerun to continue): %w", firstErr)
+	}
+	sortProblems(rep.Problems)
+
+	switch {
+	case cfg.DryRun:
+	case rep.Created == 0:
+		// Nothing written since the read above, which found every claim
+		// present or reported it: reading again would find the same.
+		rep.Verified = len(rep.Problems) == 0
+	default:
+		verified, err := verifyIPAddresses(ctx, cfg.Client, todo)
+		if err != nil {
+			return nil, err
+		}
+		rep.Verified = verified && len(rep.Problems) == 0
+	}
+	rep.Duration = time.Since(start)
+	return rep, nil
+}
+
+// servedPrefixes lists the prefixes of the ServiceCIDRs not being deleted;
+// it fails when there is none.
+func servedPrefixes(ctx context.Context, client kubernetes.Interface) ([]netip.Prefix, error) {
+	cidrs, err := client.NetworkingV1().ServiceCIDRs().List(ctx, metav1.ListOptions{})
 	if err != nil {
 		return nil, fmt.Errorf("migrate: list servicecidrs: %w", err)
 	}
@@ -143,15 +205,12 @@ func MigrateToIPAddress(ctx context.Context, cfg MigrateConfig) (*MigrationRepor
 	if len(prefixes) == 0 {
 		return nil, errors.New("migrate: no ServiceCIDR exists; create one (the server creates \"kubernetes\" from --service-cluster-ip-range)")
 	}
-	snap := cfg.snapshot()
-	services, err := snap.Services(ctx)
-	if err != nil {
-		return nil, fmt.Errorf("migrate: %w", err)
-	}
-	rep.Services = len(services)
-	claims, problems := serviceClaims(services)
-	rep.Problems = problems
+	return prefixes, nil
+}
 
+// claimsInRange returns the claims whose address lies inside one of
+// prefixes, the prefix's own address aside, and reports the others in rep.
+func claimsInRange(rep *MigrationReport, claims []claim, prefixes []netip.Prefix) []claim {
 	covered := func(ip netip.Addr) bool {
 		return slices.ContainsFunc(prefixes, func(p netip.Prefix) bool { return p.Contains(ip) && p.Addr() != ip })
 	}
@@ -164,14 +223,13 @@ func MigrateToIPAddress(ctx context.Context, cfg MigrateConfig) (*MigrationRepor
 		}
 		todo = append(todo, c)
 	}
+	return todo
+}
 
-	// One read finds what earlier runs (or the servers) already claimed, so a
-	// rerun costs two lists, and a server's check at every start two reads
-	// of its caches, and no write when there is nothing to carry over.
-	existing, err := snap.IPAddresses(ctx)
-	if err != nil {
-		return nil, fmt.Errorf("migrate: %w", err)
-	}
+// missingClaims returns the claims without an IPAddress in existing. It
+// counts in rep those whose IPAddress is their Service's as present, and
+// reports those another parent holds.
+func missingClaims(rep *MigrationReport, todo []claim, existing map[string]*networkingv1.IPAddress) []claim {
 	var missing []claim
 	for _, c := range todo {
 		obj, ok := existing[c.ip.String()]
@@ -184,19 +242,20 @@ func MigrateToIPAddress(ctx context.Context, cfg MigrateConfig) (*MigrationRepor
 			rep.Present++
 		}
 	}
-	if cfg.DryRun {
-		rep.Created = len(missing)
-		missing = nil
-	}
+	return missing
+}
 
+// carryOverAll claims missing with Workers creates at once, adding what it
+// created, found present or could not carry over to rep. It stops handing
+// out claims at the first error or when ctx ends, and returns that first
+// error once every create in flight has returned.
+func carryOverAll(ctx context.Context, cfg MigrateConfig, rep *MigrationReport, missing []claim, progress report.Progress) error {
 	var (
 		mu       sync.Mutex
 		created  atomic.Int64
 		present  atomic.Int64
 		firstErr error
 	)
-	progress := cfg.Progress.Start("IPAddresses", len(missing))
-	defer progress.Stop()
 	work := make(chan claim)
 	var wg sync.WaitGroup
 	workers := cfg.Workers
@@ -238,37 +297,7 @@ func MigrateToIPAddress(ctx context.Context, cfg MigrateConfig) (*MigrationRepor
 	wg.Wait()
 	rep.Created += int(created.Load())
 	rep.Present += int(present.Load())
-	rep.Addresses = rep.Created + rep.Present
-	// Interrupted (SIGINT) or failed: every claim is one create, whole or
-	// not made, so what was created stays valid and a rerun lists it as
-	// present. The partial report says how far it got. The context is
-	// checked first: creates cut short by the cancellation fail too, and
-	// are not the cause.
-	if err := ctx.Err(); err != nil {
-		rep.Duration = time.Since(start)
-		return rep, fmt.Errorf("migrate (resumable: rerun to continue): %w", err)
-	}
-	if firstErr != nil {
-		rep.Duration = time.Since(start)
-		return rep, fmt.Errorf("migrate (resumable: rerun to continue): %w", firstErr)
-	}
-	sortProblems(rep.Problems)
-
-	switch {
-	case cfg.DryRun:
-	case rep.Created == 0:
-		// Nothing written since the read above, which found every claim
-		// present or reported it: reading again would find the same.
-		rep.Verified = len(rep.Problems) == 0
-	default:
-		verified, err := verifyIPAddresses(ctx, cfg.Client, todo)
-		if err != nil {
-			return nil, err
-		}
-		rep.Verified = verified && len(rep.Problems) == 0
-	}
-	rep.Duration = time.Since(start)
-	return rep, nil
+	return firstErr
 }
 
 // carryOver claims one address for its Service. It returns a problem when
@@ -330,168 +359,6 @@ func verifyIPAddresses(ctx context.Context, client kubernetes.Interface, claims 
 	return true, nil
 }
 
-// MigrateToBitmap carries the IPAddress model over to the bitmap model: each
-// family's RangeAllocation becomes the union of what it holds and every
-// IPAddress of that family. It refuses (reports, writes nothing) when an
-// address cannot be represented: outside the bitmap window, e.g. in an extra
-// ServiceCIDR or beyond the first 65,535 IPv6 addresses. The write is a CAS,
-// so concurrent bitmap allocations are never lost; rerunning is harmless.
-// Bits the union keeps that no Service holds are leaks, which the bitmap
-// repair frees safely.
-func MigrateToBitmap(ctx context.Context, cfg MigrateConfig) (_ *MigrationReport, err error) {
-	start := time.Now()
-	rep := &MigrationReport{Direction: ToBitmap, DryRun: cfg.DryRun}
-	if len(cfg.Stores) == 0 {
-		return nil, errors.New("migrate: no bitmap range configured")
-	}
-	// The maps are read before the lists: an address whose bit was set then
-	// and is clear at the merge was released after the lists were taken (a
-	// Service deleted meanwhile), and must not be set again — it would be
-	// refused to the next static create until the repair frees it.
-	before := make([]*bitmap.Allocator, len(cfg.Stores))
-	for i, store := range cfg.Stores {
-		if before[i], _, err = readBits(ctx, store); err != nil {
-			return nil, err
-		}
-	}
-	addrs, err := listIPAddresses(ctx, cfg.Client)
-	if err != nil {
-		return nil, err
-	}
-	services, err := report.ListServices(ctx, cfg.Client)
-	if err != nil {
-		return nil, fmt.Errorf("migrate: %w", err)
-	}
-	rep.Services = len(services)
-	owners := map[netip.Addr]string{}
-	claims, problems := serviceClaims(pointers(services))
-	rep.Problems = problems
-	for _, c := range claims {
-		owners[c.ip] = c.svc
-	}
-	// Every Service address must be carried over; so must every IPAddress
-	// (one whose Service is gone is a leak the bitmap repair will free).
-	want := map[netip.Addr]string{}
-	for _, a := range addrs {
-		want[a] = owners[a]
-	}
-	for _, c := range claims {
-		want[c.ip] = c.svc
-	}
-	perStore := make([][]netip.Addr, len(cfg.Stores))
-	for ip, svc := range want {
-		i := slices.IndexFunc(cfg.Stores, func(s BitmapStore) bool { return s.Range().Contains(ip) })
-		if i < 0 {
-			rep.Problems = append(rep.Problems, report.Problem{Type: report.TypeOutOfRange, IP: ip.String(), Service: svc,
-				Message: fmt.Sprintf("Cluster IP [%s]:%s cannot be represented in the bitmap model: it is outside %s", familyName(ip.Is6()), ip, storeRanges(cfg.Stores))})
-			continue
-		}
-		perStore[i] = append(perStore[i], ip)
-	}
-	sortProblems(rep.Problems)
-	if len(rep.Problems) > 0 && !cfg.SkipUnrepresentable {
-		rep.Duration = time.Since(start)
-		return rep, nil // refused: nothing written
-	}
-	progress := cfg.Progress.Start("bits", len(want))
-	defer progress.Stop()
-	for i, store := range cfg.Stores {
-		created, present, kept, err := mergeIntoBitmap(ctx, store, perStore[i], before[i], cfg.DryRun)
-		if err != nil {
-			return nil, err
-		}
-		perStore[i] = kept
-		rep.Created += created
-		rep.Present += present
-		progress.Add(created + present)
-	}
-	rep.Addresses = rep.Created + rep.Present
-	if !cfg.DryRun {
-		rep.Verified = true
-		for i, store := range cfg.Stores {
-			ok, err := bitmapHolds(ctx, store, perStore[i])
-			if err != nil {
-				return nil, err
-			}
-			rep.Verified = rep.Verified && ok
-		}
-	}
-	rep.Duration = time.Since(start)
-	return rep, nil
-}
-
-// readBits reads store's map into an in-memory allocator (empty when the key
-// does not exist).
-func readBits(ctx context.Context, store BitmapStore) (*bitmap.Allocator, bitmap.StoredMap, error) {
-	stored, err := store.ReadStored(ctx)
-	if err != nil {
-		return nil, stored, fmt.Errorf("migrate: %w", err)
-	}
-	bits, err := bitmap.NewAllocator(store.Range())
-	if err != nil {
-		return nil, stored, err
-	}
-	if err := bits.Restore(store.Range().Prefix().String(), stored.Data); err != nil {
-		return nil, stored, fmt.Errorf("migrate: %w", err)
-	}
-	return bits, stored, nil
-}
-
-// mergeIntoBitmap sets ips in store's map with a CAS write, rerun on
-// conflict, except those set in before (the map read before ips were
-// listed) and clear now: they were released since. kept are the addresses
-// the map must now hold.
-func mergeIntoBitmap(ctx context.Context, store BitmapStore, ips []netip.Addr, before *bitmap.Allocator, dryRun bool) (created, present int, kept []netip.Addr, err error) {
-	for attempt := 1; attempt <= rangerepair.MaxConflictReruns; attempt++ {
-		merged, stored, err := readBits(ctx, store)
-		if err != nil {
-			return 0, 0, nil, err
-		}
-		created, present, kept = 0, 0, kept[:0]
-		for _, ip := range ips {
-			if before != nil {
-				wasSet, _ := before.Has(ctx, ip)
-				isSet, _ := merged.Has(ctx, ip)
-				if wasSet && !isSet {
-					continue // released after the lists were taken
-				}
-			}
-			kept = append(kept, ip)
-			if err := merged.Allocate(ctx, ip, allocation.Owner{}); err == nil {
-				created++
-			} else {
-				present++
-			}
-		}
-		_, data := merged.Snapshot()
-		if dryRun || (stored.Exists() && bytes.Equal(data, stored.Data)) {
-			return created, present, kept, nil
-		}
-		_, err = store.CompareAndWrite(ctx, data, stored)
-		if errors.Is(err, bitmap.ErrConflict) {
-			continue
-		}
-		if err != nil {
-			return 0, 0, nil, fmt.Errorf("migrate: %w", err)
-		}
-		return created, present, kept, nil
-	}
-	return 0, 0, nil, fmt.Errorf("migrate: %s: gave up after %d writes lost to concurrent allocations", store.Range().Prefix(), rangerepair.MaxConflictReruns)
-}
-
-func bitmapHolds(ctx context.Context, store BitmapStore, ips []netip.Addr) (bool, error) {
-	check, _, err := readBits(ctx, store)
-	if err != nil {
-		return false, fmt.Errorf("verify: %w", err)
-	}
-	for _, ip := range ips {
-		if has, _ := check.Has(ctx, ip); !has {
-			return false, nil
-		}
-	}
-	return true, nil
-}
-
 // pointers returns a pointer to each of list's items.
 func pointers[T any](list []T) []*T {
 	out := make([]*T, len(list))
@@ -518,29 +385,6 @@ func listIPAddressObjects(ctx context.Context, client kubernetes.Interface) (map
 		}
 		opts.Continue = list.Continue
 	}
-}
-
-// listIPAddresses lists every IPAddress name that is an address.
-func listIPAddresses(ctx context.Context, client kubernetes.Interface) ([]netip.Addr, error) {
-	objs, err := listIPAddressObjects(ctx, client)
-	if err != nil {
-		return nil, err
-	}
-	var addrs []netip.Addr
-	for name := range objs {
-		if ip, err := subrange.ParseAddr(name); err == nil {
-			addrs = append(addrs, ip)
-		}
-	}
-	return addrs, nil
-}
-
-func storeRanges(stores []BitmapStore) string {
-	var out []string
-	for _, s := range stores {
-		out = append(out, s.Range().String())
-	}
-	return fmt.Sprint(out)
 }
 
 func sortProblems(problems []report.Problem) {
