@@ -1,8 +1,19 @@
 #!/usr/bin/env bash
 # The project's test command: what CI runs and what the README tells a newcomer to run.
 # It installs nothing by hand; the Go toolchain fetches whatever the module needs.
+#
+#   hack/test.sh        everything (what CI runs)
+#   hack/test.sh unit   the unit tier only: the packages whose tests do not start the
+#                       API server (hack/lib/unit-packages.sh), in parallel, no race detector
 set -euo pipefail
 cd "$(dirname "$0")/.."
+. hack/lib/unit-packages.sh
+
+if [ "${1:-}" = unit ]; then
+  # shellcheck disable=SC2046 # one argument per package
+  go test -count=1 $(unit_packages)
+  exit
+fi
 
 echo "== gofmt"
 unformatted=$(gofmt -l $(git ls-files '*.go' 2>/dev/null || find . -name '*.go'))
