@@ -6,7 +6,6 @@ import (
 	"encoding/json"
 	"flag"
 	"fmt"
-	"net/netip"
 	"os"
 	"slices"
 	"strings"
@@ -14,12 +13,11 @@ import (
 
 	clientv3 "go.etcd.io/etcd/client/v3"
 	corev1 "k8s.io/api/core/v1"
-	networkingv1 "k8s.io/api/networking/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
-	"github.com/allocator/allocator/pkg/bitmap"
+	"github.com/allocator/allocator/internal/invariants"
 	"github.com/allocator/allocator/pkg/etcdlayout"
-	"github.com/allocator/allocator/pkg/portrange"
+	"github.com/allocator/allocator/pkg/model"
 )
 
 // findings counts every violated invariant; all must be zero.
@@ -146,54 +144,16 @@ func runCheck(args []string) (bool, error) {
 		return false, fmt.Errorf("etcd client: %w", err)
 	}
 	defer etcd.Close()
-	layout := etcdlayout.Layout{Prefix: *etcdPrefix}
-	owners, err := ipAddressOwners(ctx, etcd, layout)
+	recs, err := readRecords(ctx, etcd, etcdlayout.Layout{Prefix: *etcdPrefix})
 	if err != nil {
 		return false, err
 	}
-	maps, err := bitmap.ReadStoredIPMaps(ctx, etcd, layout)
-	if err != nil {
-		return false, err
-	}
-	for ip, keys := range holders {
-		// Per Service: of two Services on one IP, at most one holds the record.
-		for _, key := range keys {
-			owner, ok := owners[ip]
-			switch {
-			case !ok:
-				f.IPAddressMissing++
-			case owner != key:
-				f.IPAddressWrongOwner++
-			}
-		}
-		addr, err := netip.ParseAddr(ip)
-		if err != nil {
-			continue
-		}
-		for _, m := range maps {
-			if m.Range.Contains(addr) {
-				if has, _ := m.Map.Has(ctx, addr); !has {
-					f.BitmapMissing++
-				}
-			}
-		}
-	}
-	if len(portHolders) > 0 {
-		missing, err := nodePortBitsMissing(ctx, etcd, layout, portHolders)
-		if err != nil {
-			return false, err
-		}
-		f.NodePortBitMissing = missing
-	}
-	mapNames := []string{}
-	for _, m := range maps {
-		mapNames = append(mapNames, fmt.Sprintf("%s=%s", m.Key, m.Range.Prefix()))
-	}
-	slices.Sort(mapNames)
+	f.IPAddressMissing, f.IPAddressWrongOwner = recs.ipAddressMissing, recs.ipAddressWrongOwner
+	f.BitmapMissing, f.NodePortBitMissing = recs.bitmapMissing, recs.nodePortBitMissing
 
 	summary := map[string]any{
 		"phase": *phase, "scenario": *scenario, "ok": f.ok(), "findings": f,
-		"services": len(services), "acknowledged": len(acks), "ipaddresses": len(owners), "bitmaps": mapNames,
+		"services": len(services), "acknowledged": len(acks), "ipaddresses": recs.ipAddresses, "bitmaps": recs.ipMaps,
 		"node_ports": len(portHolders),
 	}
 	if len(examples) > 0 {
@@ -227,36 +187,6 @@ func listServices(ctx context.Context, tg target) (map[string]allocated, error) 
 	}
 }
 
-// nodePortBitsMissing counts the held node ports whose bit is clear in the
-// node-port map (bit i is the range's base + i).
-func nodePortBitsMissing(ctx context.Context, etcd *clientv3.Client, layout etcdlayout.Layout, held map[int32][]string) (int, error) {
-	key := layout.ServiceNodePortRange()
-	resp, err := etcd.Get(ctx, key)
-	if err != nil {
-		return 0, fmt.Errorf("read %s: %w", key, err)
-	}
-	if len(resp.Kvs) == 0 {
-		return len(held), nil
-	}
-	ra, err := etcdlayout.DecodeRangeAllocation(resp.Kvs[0].Value)
-	if err != nil {
-		return 0, etcdlayout.WithKey(key, err)
-	}
-	rng, err := portrange.Parse(ra.Range)
-	if err != nil {
-		return 0, fmt.Errorf("%s: %w", key, err)
-	}
-	missing := 0
-	for port := range held {
-		i := int(port) - rng.Base()
-		b := len(ra.Data) - 1 - i/8
-		if !rng.Contains(int(port)) || b < 0 || ra.Data[b]&(1<<(i%8)) == 0 {
-			missing++
-		}
-	}
-	return missing, nil
-}
-
 func readAcks(path string) ([]ack, error) {
 	f, err := os.Open(path)
 	if err != nil {
@@ -275,34 +205,56 @@ func readAcks(path string) ([]ack, error) {
 	return out, sc.Err()
 }
 
-// ipAddressOwners maps each IPAddress's name (the IP) to its parent Service
-// "namespace/name" ("" when the parent is not a Service).
-func ipAddressOwners(ctx context.Context, etcd *clientv3.Client, layout etcdlayout.Layout) (map[string]string, error) {
-	resp, err := etcd.Get(ctx, layout.IPAddressesPrefix(), clientv3.WithPrefix())
-	if err != nil {
-		return nil, fmt.Errorf("read IPAddresses: %w", err)
-	}
-	out := make(map[string]string, len(resp.Kvs))
-	for _, kv := range resp.Kvs {
-		name, parent, err := decodeIPAddress(kv.Value)
-		if err != nil {
-			return nil, etcdlayout.WithKey(string(kv.Key), err)
-		}
-		owner := ""
-		if parent != nil && parent.Group == "" && parent.Resource == "services" {
-			owner = parent.Namespace + "/" + parent.Name
-		}
-		out[name] = owner
-	}
-	return out, nil
+// records are what check counts of the allocation records in etcd.
+type records struct {
+	// Per Service and address: no IPAddress, or one naming another parent.
+	ipAddressMissing, ipAddressWrongOwner int
+	// Addresses whose bit is clear in the stored map of their range.
+	bitmapMissing int
+	// Node ports absent from the node-port map (no map, outside its range, bit clear).
+	nodePortBitMissing int
+	// How many IPAddresses there are, and the ClusterIP maps as key=range.
+	ipAddresses int
+	ipMaps      []string
 }
 
-// decodeIPAddress returns an IPAddress's name and parentRef, whether
-// stored as networking.k8s.io/v1 or as v1beta1 (kube-apiserver 1.33).
-func decodeIPAddress(value []byte) (string, *networkingv1.ParentReference, error) {
-	obj, err := etcdlayout.DecodeIPAddress(value)
+// readRecords checks the stored Services against both models' records,
+// whichever exist (internal/invariants, once per model).
+func readRecords(ctx context.Context, etcd *clientv3.Client, layout etcdlayout.Layout) (records, error) {
+	var r records
+	byIPAddress, err := invariants.Check(ctx, etcd, layout, model.IPAddress)
 	if err != nil {
-		return "", nil, err
+		return r, err
 	}
-	return obj.Name, obj.Spec.ParentRef, nil
+	byBitmap, err := invariants.Check(ctx, etcd, layout, model.Bitmap)
+	if err != nil {
+		return r, err
+	}
+	r.ipAddresses = byIPAddress.IPAddresses
+	ports := map[string]bool{}
+	for _, u := range byIPAddress.Unreserved {
+		switch {
+		case u.Kind == invariants.NodePort:
+			ports[u.Value] = true
+		case u.Reason == invariants.NoRecord:
+			r.ipAddressMissing++
+		case u.Reason == invariants.OtherParent:
+			r.ipAddressWrongOwner++
+		}
+	}
+	r.nodePortBitMissing = len(ports)
+	ips := map[string]bool{}
+	for _, u := range byBitmap.Unreserved {
+		if u.Kind == invariants.ClusterIP && u.Reason == invariants.BitClear {
+			ips[u.Value] = true
+		}
+	}
+	r.bitmapMissing = len(ips)
+	r.ipMaps = []string{}
+	for _, m := range byBitmap.Maps {
+		if !strings.HasPrefix(m, layout.ServiceNodePortRange()+"=") {
+			r.ipMaps = append(r.ipMaps, m)
+		}
+	}
+	return r, nil
 }
