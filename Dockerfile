@@ -1,8 +1,14 @@
-# The allocator image the manifests in deploy/ expect:
-#   docker build -t ghcr.io/allocator/allocator:latest .
-# One static binary (serve, repair, migrate, ...) on distroless, as a
-# non-root user (65532). The VCS revision Go embeds comes from the build
-# context's .git, so build from a checkout.
+# The allocator image the manifests in deploy/ run:
+#   hack/image.sh    (docker, podman or nerdctl; tags ghcr.io/allocator/allocator:<version>)
+# tagged with the binary's version (`allocator version`), never :latest: the
+# manifests name that version with imagePullPolicy IfNotPresent. The version
+# and VCS revision Go embeds come from the build context's .git, so build
+# from a checkout.
+# One static binary (serve, repair, migrate, ...) on distroless. Its default
+# user is 65532; the repair Jobs run as it (the etcd key readable through
+# fsGroup), the static pod as root, as kube-apiserver (kubeadm's keys are
+# root's, mode 0600). test/e2e/manifest_test.go reads USER and ENTRYPOINT
+# below.
 FROM golang:1.26 AS build
 WORKDIR /src
 COPY go.mod go.sum ./

@@ -38,7 +38,8 @@ import (
 )
 
 // buildBinary builds cmd/allocator once per test binary run (TestMain
-// removes it).
+// removes it), as the Dockerfile builds it: with cgo off, a static binary
+// that also runs in the manifest tests' container-like root directories.
 func buildBinary(t *testing.T) string {
 	t.Helper()
 	build.once.Do(func() {
@@ -50,6 +51,7 @@ func buildBinary(t *testing.T) string {
 		build.dir = dir
 		bin := filepath.Join(dir, "allocator")
 		cmd := exec.Command("go", "build", "-o", bin, "github.com/allocator/allocator/cmd/allocator")
+		cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
 		if out, err := cmd.CombinedOutput(); err != nil {
 			build.err = fmt.Errorf("go build: %w\n%s", err, out)
 			return

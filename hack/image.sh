@@ -1,0 +1,91 @@
+#!/usr/bin/env bash
+# Builds the allocator image from this checkout with docker, podman or
+# nerdctl (the first found; TOOL=… picks one), tagged with the binary's
+# version: what `allocator version` prints for a build of this checkout (Go
+# stamps it from git: the tag on a tagged commit, else a pseudo-version;
+# "+dirty" with uncommitted changes, written "-dirty" here because an image
+# tag cannot hold "+"). Never :latest: the manifests in deploy/ name a
+# version with imagePullPolicy IfNotPresent, so a node uses the image built
+# or loaded on it instead of pulling one.
+#
+#   hack/image.sh                 build ghcr.io/allocator/allocator:<version>
+#   TAG=v0.1.0 hack/image.sh      build with another tag (e.g. the one deploy/ names)
+#   IMAGE=registry.example/allocator hack/image.sh
+#   hack/image.sh --print-tag     print the image name and tag only, build nothing
+#
+# Exit status: 0 built; 1 failed; 2 no container tool here: nothing built,
+# and it prints how to build the image elsewhere (or the binary alone).
+# The version comes from a host build of cmd/allocator (cached by Go), so
+# the tag is exactly the binary's version rather than a reimplementation of
+# Go's pseudo-version rules.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+IMAGE=${IMAGE:-ghcr.io/allocator/allocator}
+
+version() {
+  local dir v
+  dir=$(mktemp -d)
+  # -buildvcs=true: the version comes from git even where GOFLAGS turns
+  # VCS stamping off.
+  CGO_ENABLED=0 go build -buildvcs=true -o "$dir/allocator" ./cmd/allocator
+  v=$(go version -m "$dir/allocator" | awk '$1 == "mod" { print $3; exit }')
+  rm -rf "$dir"
+  if [ -z "$v" ] || [ "$v" = "(devel)" ]; then
+    echo "image: Go recorded no version for this build (not a git checkout?); give one with TAG=v…" >&2
+    exit 1
+  fi
+  echo "${v//+/-}"
+}
+
+tag=${TAG:-$(version)}
+ref="$IMAGE:$tag"
+if [ "${1:-}" = --print-tag ]; then
+  echo "$ref"
+  exit 0
+fi
+deployed=$(sed -n 's|^ *image: *||p' deploy/static-pod/allocator-serve.yaml | head -1)
+
+# A tool counts when it answers `info`: a docker CLI without a daemon
+# cannot build.
+tool=${TOOL:-} unusable=()
+if [ -z "$tool" ]; then
+  for t in docker podman nerdctl; do
+    command -v "$t" >/dev/null || continue
+    if "$t" info >/dev/null 2>&1; then tool=$t; break; fi
+    unusable+=("$t")
+  done
+fi
+if [ -z "$tool" ]; then
+  cat >&2 <<EOF
+image: no usable container tool here (docker, podman or nerdctl${unusable[*]:+; found ${unusable[*]}, but its info fails: no daemon?}); nothing built.
+Build the image on a machine with one, from this checkout (the Dockerfile
+reads the version from its .git):
+  docker build -t $ref .
+and put it on each node that runs it, e.g. for containerd (kubeadm):
+  docker save $ref | ssh NODE sudo ctr -n k8s.io images import -
+or with kind: kind load docker-image $ref
+Or build the binary alone, as the image does:
+  CGO_ENABLED=0 go build -trimpath -o allocator ./cmd/allocator
+EOF
+  exit 2
+fi
+
+echo "image: building $ref with $tool" >&2
+case $tool in
+  # nerdctl builds into containerd's k8s.io namespace, where the kubelet
+  # finds images.
+  nerdctl) nerdctl --namespace k8s.io build -t "$ref" . ;;
+  *) "$tool" build -t "$ref" . ;;
+esac
+
+echo "$ref"
+if [ "$ref" != "$deployed" ]; then
+  cat >&2 <<EOF
+image: deploy/ names $deployed; to run this build, point the manifests at it:
+  sed -i 's|image: $IMAGE:.*|image: $ref|' deploy/*.yaml deploy/static-pod/*.yaml
+EOF
+fi
+if [ "$tool" != nerdctl ]; then
+  echo "image: a kubeadm node's containerd does not see $tool's images: ${tool} save $ref | sudo ctr -n k8s.io images import -" >&2
+fi
