@@ -206,7 +206,7 @@ func (a *Store) commit(batch []*request) error {
 				return err
 			}
 			// The write may or may not have landed.
-			landed, rerr := a.resolve(base, changed, value)
+			landed, rerr := a.resolve(base, changed, value, stamp)
 			if rerr != nil || !landed {
 				a.loaded = false
 				return errors.Join(err, rerr)
@@ -341,13 +341,17 @@ func (a *Store) finish(batch []*request) {
 //     cache is left at the base map, fenced revision.
 //   - Otherwise the first change after base is read from etcd's history (a
 //     watch from base+1). Only one CAS on base can succeed, and it is that
-//     first change: the write landed iff its value is ours. The cache keeps
-//     our map and is marked for reload.
+//     first change: the write landed iff it put our value and, at the same
+//     revision, our stamp. The value alone does not tell: two instances
+//     that picked the same free slot from the same base write the same
+//     bytes (likely in a small range), and taking the other's write for
+//     ours hands that slot out twice; the stamp is random per write. The
+//     cache keeps our map and is marked for reload.
 //
 // Any error (history compacted, etcd still down) counts as not landed: the
 // members fail, and what may have landed leaks until repair frees it. A leak,
 // never a duplicate.
-func (a *Store) resolve(base mapState, changed []int, value []byte) (bool, error) {
+func (a *Store) resolve(base mapState, changed []int, value []byte, ourStamp string) (bool, error) {
 	ctx, cancel := context.WithTimeout(context.Background(), a.opts.MinBatchTime)
 	defer cancel()
 	a.revert(changed)
@@ -377,6 +381,13 @@ func (a *Store) resolve(base mapState, changed []int, value []byte) (bool, error
 		if first.Type != clientv3.EventTypePut || !bytes.Equal(first.Kv.Value, value) {
 			return false, nil
 		}
+		stamped, err := a.client.Get(ctx, a.stampKey, clientv3.WithRev(first.Kv.ModRevision))
+		if err != nil {
+			return false, fmt.Errorf("resolve an ambiguous write to %s: stamp at revision %d: %w", a.key, first.Kv.ModRevision, err)
+		}
+		if kvs := stamped.Kvs; len(kvs) == 0 || kvs[0].ModRevision != first.Kv.ModRevision || string(kvs[0].Value) != ourStamp {
+			return false, nil // another writer's identical map
+		}
 		for _, slot := range changed { // re-apply: the cache is our map again
 			if !a.bits.Clear(slot) {
 				a.bits.Set(slot)
@@ -389,13 +400,10 @@ func (a *Store) resolve(base mapState, changed []int, value []byte) (bool, error
 }
 
 // settleAmbiguous adjusts the outcomes of a batch whose write resolve found
-// landed by comparing values. A byte-identical map written by another
-// instance from the same base is indistinguishable from ours; it can only
-// happen when both changed exactly the same slots, which random dynamic
-// picks make negligible but two static allocations of one address do not.
-// So a successful static allocation is reported failed (its address leaks
-// until repair frees it if the write was ours; it is never handed out
-// twice). Dynamic allocations and releases keep their outcome.
+// landed (by its value and its stamp). A successful static allocation is
+// still reported failed: its address leaks until repair frees it, and a
+// static request that learns its outcome only through history is retried
+// by its client. Dynamic allocations and releases keep their outcome.
 func (a *Store) settleAmbiguous(batch []*request, cause error) {
 	for _, r := range batch {
 		if r.kind == opAllocate && r.err == nil {

@@ -137,8 +137,9 @@ func TestEtcdResolveAmbiguousWrite(t *testing.T) {
 
 	// prepare returns an allocator whose cache holds slot 5 applied on top
 	// of the stored map, as the leader's does when its write fails, with the
-	// base map, and the value it tried to write.
-	prepare := func(t *testing.T) (*EtcdAllocator, mapState, []int, []byte) {
+	// base map, the value it tried to write and the operations (value and
+	// stamp) that write was.
+	prepare := func(t *testing.T) (*EtcdAllocator, mapState, []int, []byte, []clientv3.Op, string) {
 		t.Helper()
 		if _, err := client.Delete(ctx, testKey); err != nil {
 			t.Fatal(err)
@@ -156,7 +157,15 @@ func TestEtcdResolveAmbiguousWrite(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		return a, base, changed, value
+		ops, stamp := a.putOps(value)
+		return a, base, changed, value, ops, stamp
+	}
+	casWrite := func(t *testing.T, rev int64, ops []clientv3.Op) {
+		t.Helper()
+		resp, err := client.Txn(ctx).If(clientv3.Compare(clientv3.ModRevision(testKey), "=", rev)).Then(ops...).Commit()
+		if err != nil || !resp.Succeeded {
+			t.Fatalf("cas write at %d: %v %v", rev, err, resp)
+		}
 	}
 	casPut := func(t *testing.T, rev int64, value []byte) {
 		t.Helper()
@@ -169,8 +178,8 @@ func TestEtcdResolveAmbiguousWrite(t *testing.T) {
 	slot5 := netip.MustParseAddr("10.0.0.6")
 
 	t.Run("not landed: fenced", func(t *testing.T) {
-		a, base, changed, value := prepare(t)
-		landed, err := a.resolve(base, changed, value)
+		a, base, changed, value, _, stamp := prepare(t)
+		landed, err := a.resolve(base, changed, value, stamp)
 		if err != nil || landed {
 			t.Fatalf("resolve = %v, %v; want not landed", landed, err)
 		}
@@ -186,8 +195,8 @@ func TestEtcdResolveAmbiguousWrite(t *testing.T) {
 	})
 
 	t.Run("landed, then overwritten", func(t *testing.T) {
-		a, base, changed, value := prepare(t)
-		casPut(t, base.rev, value) // our write landed...
+		a, base, changed, value, ops, stamp := prepare(t)
+		casWrite(t, base.rev, ops) // our write landed...
 		_, rev := storedIPs(t, client, r)
 		other, err := NewAllocator(r)
 		if err != nil {
@@ -201,7 +210,7 @@ func TestEtcdResolveAmbiguousWrite(t *testing.T) {
 			t.Fatal(err)
 		}
 		casPut(t, rev, later) // ...and another replica wrote on top of it
-		landed, err := a.resolve(base, changed, value)
+		landed, err := a.resolve(base, changed, value, stamp)
 		if err != nil || !landed {
 			t.Fatalf("resolve = %v, %v; want landed", landed, err)
 		}
@@ -210,8 +219,21 @@ func TestEtcdResolveAmbiguousWrite(t *testing.T) {
 		}
 	})
 
+	// Another instance picked the same free slot from the same base: its
+	// map is byte for byte ours, its stamp is not. Taking its write for ours
+	// would hand slot 5 out twice.
+	t.Run("another writer's identical map won", func(t *testing.T) {
+		a, base, changed, value, _, stamp := prepare(t)
+		theirs, _ := a.putOps(value) // same value, a stamp of its own
+		casWrite(t, base.rev, theirs)
+		landed, err := a.resolve(base, changed, value, stamp)
+		if err != nil || landed {
+			t.Fatalf("resolve = %v, %v; want not landed", landed, err)
+		}
+	})
+
 	t.Run("another write won", func(t *testing.T) {
-		a, base, changed, value := prepare(t)
+		a, base, changed, value, _, stamp := prepare(t)
 		other, err := NewAllocator(r)
 		if err != nil {
 			t.Fatal(err)
@@ -223,7 +245,7 @@ func TestEtcdResolveAmbiguousWrite(t *testing.T) {
 			t.Fatal(err)
 		}
 		casPut(t, base.rev, theirs)
-		landed, err := a.resolve(base, changed, value)
+		landed, err := a.resolve(base, changed, value, stamp)
 		if err != nil || landed {
 			t.Fatalf("resolve = %v, %v; want not landed", landed, err)
 		}
