@@ -401,9 +401,9 @@ func (a *Store) resolve(base mapState, changed []int, value []byte, ourStamp str
 
 // settleAmbiguous adjusts the outcomes of a batch whose write resolve found
 // landed (by its value and its stamp). A successful static allocation is
-// still reported failed: its address leaks until repair frees it, and a
-// static request that learns its outcome only through history is retried
-// by its client. Dynamic allocations and releases keep their outcome.
+// reported failed, the cautious answer: its address leaks until repair frees
+// it, and is never handed out twice. Dynamic allocations and releases keep
+// their outcome.
 func (a *Store) settleAmbiguous(batch []*request, cause error) {
 	for _, r := range batch {
 		if r.kind == opAllocate && r.err == nil {
