@@ -57,9 +57,12 @@ func FromContext(ctx context.Context) *Fence {
 // A transaction whose own outcome is lost is sent again (creating the
 // fence twice is harmless) until ctx ends.
 func (f *Fence) Close(ctx context.Context, c *clientv3.Client, key string) (*mvccpb.KeyValue, error) {
-	var last error
+	var (
+		last  error
+		lease clientv3.LeaseID // granted once, kept across attempts
+	)
 	for delay := 50 * time.Millisecond; ; delay = min(2*delay, time.Second) {
-		kv, err := f.closeOnce(ctx, c, key)
+		kv, err := f.closeOnce(ctx, c, key, &lease)
 		if err == nil {
 			return kv, nil
 		}
@@ -72,13 +75,18 @@ func (f *Fence) Close(ctx context.Context, c *clientv3.Client, key string) (*mvc
 	}
 }
 
-func (f *Fence) closeOnce(ctx context.Context, c *clientv3.Client, key string) (*mvccpb.KeyValue, error) {
-	lease, err := c.Grant(ctx, int64(Lifetime/time.Second))
-	if err != nil {
-		return nil, fmt.Errorf("grant the fence's lease: %w", err)
+// closeOnce is one attempt of Close; *lease is granted on the first attempt
+// that reaches etcd and reused by the later ones.
+func (f *Fence) closeOnce(ctx context.Context, c *clientv3.Client, key string, lease *clientv3.LeaseID) (*mvccpb.KeyValue, error) {
+	if *lease == clientv3.NoLease {
+		granted, err := c.Grant(ctx, int64(Lifetime/time.Second))
+		if err != nil {
+			return nil, fmt.Errorf("grant the fence's lease: %w", err)
+		}
+		*lease = granted.ID
 	}
 	resp, err := c.Txn(ctx).Then(
-		clientv3.OpPut(f.key, "", clientv3.WithLease(lease.ID)), // no write of the request applies from here on
+		clientv3.OpPut(f.key, "", clientv3.WithLease(*lease)), // no write of the request applies from here on
 		clientv3.OpGet(key), // what they left, at the same revision
 	).Commit()
 	if err != nil {

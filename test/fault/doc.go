@@ -1,5 +1,5 @@
 // Package fault is the fault-injection harness of the highly available set-up
-// (issue 29): a real 3-member etcd, several replicas of our server in this
+// a real 3-member etcd, several replicas of our server in this
 // process, each given all three members (--etcd-servers), member 0 reached
 // through a fault proxy (internal/faultproxy) that makes it slow, stalls it
 // or cuts it off, and clients that give up after one second, as kubectl
