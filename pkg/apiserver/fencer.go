@@ -74,3 +74,14 @@ func decodeService(kv *mvccpb.KeyValue) (*corev1.Service, error) {
 	svc.ResourceVersion = strconv.FormatInt(kv.ModRevision, 10)
 	return svc, nil
 }
+
+// ipAddressCreated is the ipaddresses.CreateOutcome of the server's claims,
+// made under the Service request's fence.
+func (f serviceFencer) ipAddressCreated(ctx context.Context, name string) (bool, error) {
+	fc := fence.FromContext(ctx)
+	if fc == nil {
+		return false, errNoFence
+	}
+	o, err := fc.Close(ctx, f.client, f.layout.IPAddress(name))
+	return o.Landed, err
+}

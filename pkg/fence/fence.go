@@ -70,6 +70,15 @@ func NewContext(ctx context.Context, f *Fence) context.Context {
 	return context.WithValue(ctx, contextKey{}, f)
 }
 
+// Unfenced returns ctx without a fence: writes made with it are not fenced
+// by the request's (releases, which must work after it was closed).
+func Unfenced(ctx context.Context) context.Context {
+	if FromContext(ctx) == nil {
+		return ctx
+	}
+	return context.WithValue(ctx, contextKey{}, (*Fence)(nil))
+}
+
 // FromContext returns the fence ctx carries, or nil.
 func FromContext(ctx context.Context) *Fence {
 	f, _ := ctx.Value(contextKey{}).(*Fence)
