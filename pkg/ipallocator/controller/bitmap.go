@@ -14,6 +14,7 @@ import (
 
 	"github.com/allocator/allocator/pkg/allocator/rangerepair"
 	"github.com/allocator/allocator/pkg/bitmap"
+	"github.com/allocator/allocator/pkg/holding"
 	"github.com/allocator/allocator/pkg/report"
 	"github.com/allocator/allocator/pkg/subrange"
 )
@@ -163,35 +164,33 @@ func (r *BitmapRepair) repairFamily(ctx context.Context, i int, pass *rangerepai
 
 	for i := range services {
 		svc := &services[i]
-		for _, text := range serviceIPs(svc) {
-			ip, ok := parseServiceIP(text)
-			if !ok {
-				// Reported once, by the primary family's pass.
-				if primary {
-					rep(svc, report.Problem{Type: report.TypeInvalid, Reason: report.ReasonNotValid, IP: text, Service: report.ServiceKey(svc),
-						Message: fmt.Sprintf("Cluster IP %s is not a valid IP; please recreate service", text)})
-				}
-				continue
-			}
+		ips, invalid := holding.ClusterIPs(svc)
+		for _, ip := range ips {
 			if ip.Is6() != rng.IPv6() {
 				if !r.servesFamily(ip.Is6()) && primary {
 					fam := familyName(ip.Is6())
-					rep(svc, report.Problem{Type: report.TypeInvalid, Reason: report.ReasonNotValid, IP: text, Service: report.ServiceKey(svc),
-						Message: fmt.Sprintf("Cluster IP %s(%s) is of ip family that is no longer configured on cluster; please recreate service", text, fam)})
+					rep(svc, report.Problem{Type: report.TypeInvalid, Reason: report.ReasonNotValid, IP: ip.String(), Service: report.ServiceKey(svc),
+						Message: fmt.Sprintf("Cluster IP %s(%s) is of ip family that is no longer configured on cluster; please recreate service", ip, fam)})
 				}
 				continue
 			}
 			switch pass.Hold(svc, ip) {
 			case rangerepair.Held:
 			case rangerepair.Missing:
-				rep(svc, report.Problem{Type: report.TypeRepair, Reason: report.ReasonNotAllocated, IP: text, Service: report.ServiceKey(svc), Fixed: !r.cfg.DryRun,
-					Message: fmt.Sprintf("Cluster IP [%s]:%s is not allocated; repairing", family, text)})
+				rep(svc, report.Problem{Type: report.TypeRepair, Reason: report.ReasonNotAllocated, IP: ip.String(), Service: report.ServiceKey(svc), Fixed: !r.cfg.DryRun,
+					Message: fmt.Sprintf("Cluster IP [%s]:%s is not allocated; repairing", family, ip)})
 			case rangerepair.Duplicate:
-				rep(svc, report.Problem{Type: report.TypeDuplicate, Reason: report.ReasonAlreadyAllocated, IP: text, Service: report.ServiceKey(svc),
-					Message: fmt.Sprintf("Cluster IP [%s]:%s was assigned to multiple services; please recreate service", family, text)})
+				rep(svc, report.Problem{Type: report.TypeDuplicate, Reason: report.ReasonAlreadyAllocated, IP: ip.String(), Service: report.ServiceKey(svc),
+					Message: fmt.Sprintf("Cluster IP [%s]:%s was assigned to multiple services; please recreate service", family, ip)})
 			case rangerepair.OutOfRange:
-				rep(svc, report.Problem{Type: report.TypeOutOfRange, Reason: report.ReasonOutOfRange, IP: text, Service: report.ServiceKey(svc),
-					Message: fmt.Sprintf("Cluster IP [%s]:%s is not within the service CIDR %s; please recreate service", family, text, rng.Prefix())})
+				rep(svc, report.Problem{Type: report.TypeOutOfRange, Reason: report.ReasonOutOfRange, IP: ip.String(), Service: report.ServiceKey(svc),
+					Message: fmt.Sprintf("Cluster IP [%s]:%s is not within the service CIDR %s; please recreate service", family, ip, rng.Prefix())})
+			}
+		}
+		for _, text := range invalid {
+			if primary { // reported once, by the primary family's pass
+				rep(svc, report.Problem{Type: report.TypeInvalid, Reason: report.ReasonNotValid, IP: text, Service: report.ServiceKey(svc),
+					Message: fmt.Sprintf("Cluster IP %s is not a valid IP; please recreate service", text)})
 			}
 		}
 	}
@@ -260,46 +259,11 @@ func (s addrSpace) Key(i int) netip.Addr {
 
 // holdsIP reports whether svc holds ip.
 func holdsIP(svc *corev1.Service, ip netip.Addr) bool {
-	for _, text := range serviceIPs(svc) {
-		if a, ok := parseServiceIP(text); ok && a == ip {
-			return true
-		}
-	}
-	return false
+	return slices.Contains(holding.IPs(svc), ip)
 }
 
 func (r *BitmapRepair) servesFamily(ipv6 bool) bool {
 	return slices.ContainsFunc(r.cfg.Stores, func(s BitmapStore) bool { return s.Range().IPv6() == ipv6 })
-}
-
-// serviceIPs returns the ClusterIPs a Service holds (none for headless and
-// ExternalName Services).
-func serviceIPs(svc *corev1.Service) []string {
-	if svc.Spec.Type == corev1.ServiceTypeExternalName {
-		return nil
-	}
-	ips := svc.Spec.ClusterIPs
-	if len(ips) == 0 && svc.Spec.ClusterIP != "" {
-		ips = []string{svc.Spec.ClusterIP}
-	}
-	var out []string
-	for _, ip := range ips {
-		if ip != "" && ip != corev1.ClusterIPNone {
-			out = append(out, ip)
-		}
-	}
-	return out
-}
-
-// parseServiceIP reads a stored ClusterIP as kube-apiserver would: any
-// spelling of an address (IPv4-mapped IPv6 is its IPv4 address); zones and
-// garbage are invalid.
-func parseServiceIP(text string) (netip.Addr, bool) {
-	ip, err := netip.ParseAddr(text)
-	if err != nil || ip.Zone() != "" {
-		return netip.Addr{}, false
-	}
-	return ip.Unmap(), true
 }
 
 func familyName(ipv6 bool) string {

@@ -13,9 +13,9 @@ import (
 	"k8s.io/client-go/tools/record"
 
 	"github.com/allocator/allocator/pkg/allocator/rangerepair"
+	"github.com/allocator/allocator/pkg/holding"
 	"github.com/allocator/allocator/pkg/portrange"
 	"github.com/allocator/allocator/pkg/report"
-	"github.com/allocator/allocator/pkg/servicealloc"
 )
 
 // Node-port repair follows the bitmap repair's rules with ports for
@@ -137,7 +137,7 @@ func (r *NodePortRepair) pass(ctx context.Context, pass *rangerepair.Pass[int], 
 	}
 	for i := range services {
 		svc := &services[i]
-		for _, port := range servicealloc.NodePortsOf(svc) {
+		for _, port := range holding.NodePorts(svc) {
 			text := strconv.Itoa(port)
 			switch pass.Hold(svc, port) {
 			case rangerepair.Held:
@@ -206,5 +206,5 @@ func (s portSpace) Key(i int) int {
 
 // holdsPort reports whether svc holds port.
 func holdsPort(svc *corev1.Service, port int) bool {
-	return slices.Contains(servicealloc.NodePortsOf(svc), port)
+	return slices.Contains(holding.NodePorts(svc), port)
 }
