@@ -140,25 +140,20 @@ type familyOutcome struct {
 }
 
 // repairFamily reports what pass finds in the map of cfg.Stores[i] and
-// commits it. Events and metrics follow only a successful commit, so a pass
-// rerun after a conflict reports nothing twice.
+// commits it (rangerepair.Pass.Finish: events and metrics follow only a
+// successful commit).
 func (r *BitmapRepair) repairFamily(ctx context.Context, i int, pass *rangerepair.Pass[netip.Addr], services []corev1.Service) (familyOutcome, error) {
 	rng := r.cfg.Stores[i].Range()
 	primary := i == 0
 	family := familyName(rng.IPv6())
-	var problems []report.Problem
-	type eventFor struct {
-		svc     *corev1.Service
-		problem report.Problem
+	var found rangerepair.Findings[netip.Addr]
+	// companion drops what the IPAddress repair reports when it runs beside.
+	companion := func(p report.Problem) bool {
+		return r.cfg.Companion && (p.Type == report.TypeOutOfRange || p.Type == report.TypeDuplicate || p.Reason == report.ReasonNotAllocated)
 	}
-	var events []eventFor
 	rep := func(svc *corev1.Service, p report.Problem) {
-		if r.cfg.Companion && (p.Type == report.TypeOutOfRange || p.Type == report.TypeDuplicate || p.Reason == report.ReasonNotAllocated) {
-			return
-		}
-		problems = append(problems, p)
-		if svc != nil && p.Reason != "" {
-			events = append(events, eventFor{svc, p})
+		if !companion(p) {
+			found.Add(svc, p)
 		}
 	}
 
@@ -177,8 +172,11 @@ func (r *BitmapRepair) repairFamily(ctx context.Context, i int, pass *rangerepai
 			switch pass.Hold(svc, ip) {
 			case rangerepair.Held:
 			case rangerepair.Missing:
-				rep(svc, report.Problem{Type: report.TypeRepair, Reason: report.ReasonNotAllocated, IP: ip.String(), Service: report.ServiceKey(svc), Fixed: !r.cfg.DryRun,
-					Message: fmt.Sprintf("Cluster IP [%s]:%s is not allocated; repairing", family, ip)})
+				p := report.Problem{Type: report.TypeRepair, Reason: report.ReasonNotAllocated, IP: ip.String(), Service: report.ServiceKey(svc), Fixed: !r.cfg.DryRun,
+					Message: fmt.Sprintf("Cluster IP [%s]:%s is not allocated; repairing", family, ip)}
+				if !companion(p) {
+					found.AddMissing(svc, ip, p)
+				}
 			case rangerepair.Duplicate:
 				rep(svc, report.Problem{Type: report.TypeDuplicate, Reason: report.ReasonAlreadyAllocated, IP: ip.String(), Service: report.ServiceKey(svc),
 					Message: fmt.Sprintf("Cluster IP [%s]:%s was assigned to multiple services; please recreate service", family, ip)})
@@ -206,37 +204,11 @@ func (r *BitmapRepair) repairFamily(ctx context.Context, i int, pass *rangerepai
 			Message: fmt.Sprintf("Cluster IP [%s]:%s appears to have leaked: cleaning up", family, ip)})
 	})
 
-	outcome := familyOutcome{problems: problems, allocated: pass.Allocated()}
-	if r.cfg.DryRun {
-		return outcome, nil
-	}
-	res, err := pass.Commit(ctx)
+	done, err := pass.Finish(ctx, &found, rangerepair.Reporting{DryRun: r.cfg.DryRun, Observe: r.cfg.Metrics.ObserveProblem, Recorder: r.cfg.Recorder})
 	if err != nil {
 		return familyOutcome{}, err
 	}
-	outcome.wrote = res.Wrote
-	if len(res.NotMissing) > 0 {
-		// Their bits were set after the pass's read by the allocation that
-		// stored the Service (the bit precedes the Service), or their Service
-		// was deleted since the pass listed it: not a fault, so no
-		// ClusterIPNotAllocated for them.
-		notMissing := func(p report.Problem) bool {
-			ip, err := netip.ParseAddr(p.IP)
-			return p.Reason == report.ReasonNotAllocated && err == nil && res.NotMissing[ip]
-		}
-		problems = slices.DeleteFunc(problems, notMissing)
-		events = slices.DeleteFunc(events, func(e eventFor) bool { return notMissing(e.problem) })
-		outcome.problems = problems
-	}
-	for _, p := range problems {
-		r.cfg.Metrics.ObserveProblem(p)
-	}
-	if r.cfg.Recorder != nil {
-		for _, e := range events {
-			r.cfg.Recorder.Event(e.svc, corev1.EventTypeWarning, e.problem.Reason, e.problem.Message)
-		}
-	}
-	return outcome, nil
+	return familyOutcome{problems: done.Problems, allocated: done.Allocated, wrote: done.Wrote}, nil
 }
 
 // addrSpace is a ClusterIP range as the repair core's Space: slot i is the
