@@ -88,7 +88,7 @@ func (a *Store) submit(ctx context.Context, req *request) error {
 		a.pending = slices.Delete(a.pending, 0, n)
 		a.mu.Unlock()
 
-		batchErr := a.commit(batch)
+		batchErr := settledError(a.commit(batch))
 		for _, r := range batch {
 			if batchErr != nil {
 				r.err = &batchError{err: batchErr}
@@ -116,6 +116,24 @@ func (a *Store) submit(ctx context.Context, req *request) error {
 		a.mu.Unlock()
 	}
 	return req.batchErr()
+}
+
+// outcomeUnknown is a commit error after which the batch's write may have
+// landed: resolve could not tell.
+type outcomeUnknown struct{ err error }
+
+func (e *outcomeUnknown) Error() string { return e.err.Error() }
+func (e *outcomeUnknown) Unwrap() error { return e.err }
+
+// settledError is commit's error as the batch's requests get it: one after
+// which nothing of the batch was applied is allocation.Retriable (a release
+// may be sent again), one whose outcome is unknown is not.
+func settledError(err error) error {
+	var unknown *outcomeUnknown
+	if err == nil || errors.As(err, &unknown) {
+		return err
+	}
+	return allocation.Retriable(err)
 }
 
 // batchError marks a failure of the whole batch, as opposed to the request's
@@ -207,9 +225,13 @@ func (a *Store) commit(batch []*request) error {
 			}
 			// The write may or may not have landed.
 			landed, rerr := a.resolve(base, changed, value, stamp)
-			if rerr != nil || !landed {
+			if rerr != nil {
 				a.loaded = false
-				return errors.Join(err, rerr)
+				return &outcomeUnknown{errors.Join(err, rerr)}
+			}
+			if !landed {
+				a.loaded = false
+				return err
 			}
 			a.stats.writes.Add(1)
 			a.stats.bytesWritten.Add(uint64(len(value)))

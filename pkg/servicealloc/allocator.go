@@ -164,7 +164,7 @@ func (a *Allocator) release(ctx context.Context, owner allocation.Owner, addrs [
 		if alloc == nil {
 			continue
 		}
-		if err := alloc.Release(ctx, addr, owner); err != nil {
+		if err := retryRelease(ctx, func(ctx context.Context) error { return alloc.Release(ctx, addr, owner) }); err != nil {
 			klog.FromContext(ctx).Error(err, "Releasing a cluster IP failed; repair will free it", "ip", addr, "service", owner)
 		}
 	}

@@ -362,7 +362,7 @@ func (a *Allocator) releasePorts(ctx context.Context, owner allocation.Owner, po
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), releaseTimeout)
 	defer cancel()
 	for _, port := range ports {
-		if err := a.nodePorts.Release(ctx, port); err != nil {
+		if err := retryRelease(ctx, func(ctx context.Context) error { return a.nodePorts.Release(ctx, port) }); err != nil {
 			klog.FromContext(ctx).Error(err, "Releasing a node port failed; repair will free it", "nodePort", port, "service", owner)
 		}
 	}

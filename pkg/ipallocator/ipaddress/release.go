@@ -94,7 +94,9 @@ func DeleteOwned(ctx context.Context, api Objects, ip netip.Addr, owner allocati
 // deleteOwned is DeleteOwned trying cached, an informer's copy, first: its
 // preconditions make a stale copy harmless, and it saves the read. Any
 // failure of that attempt (another owner, a conflict, gone, an error) is
-// settled by the reads that follow.
+// settled by the reads that follow. Its errors are allocation.Retriable:
+// the delete is conditional on the owner's object, so sending it again can
+// never remove another Service's address.
 func deleteOwned(ctx context.Context, api Objects, ip netip.Addr, owner allocation.Owner, cached *networkingv1.IPAddress) (ReleaseOutcome, error) {
 	if cached != nil && OwnedBy(cached, owner) && deleteExact(ctx, api, cached) == nil {
 		return Released, nil
@@ -105,7 +107,7 @@ func deleteOwned(ctx context.Context, api Objects, ip netip.Addr, owner allocati
 			return Absent, nil
 		}
 		if err != nil {
-			return Absent, fmt.Errorf("release %s of service %s: %w", ip, owner, err)
+			return Absent, allocation.Retriable(fmt.Errorf("release %s of service %s: %w", ip, owner, err))
 		}
 		if !OwnedBy(obj, owner) {
 			klog.FromContext(ctx).V(2).Info("Not releasing an IPAddress owned by another parent", "ip", ip, "service", owner.String(), "parentRef", obj.Spec.ParentRef)
@@ -118,8 +120,8 @@ func deleteOwned(ctx context.Context, api Objects, ip netip.Addr, owner allocati
 		case apierrors.IsConflict(err):
 			continue // changed since the read: look again
 		default:
-			return Absent, fmt.Errorf("release %s of service %s: %w", ip, owner, err)
+			return Absent, allocation.Retriable(fmt.Errorf("release %s of service %s: %w", ip, owner, err))
 		}
 	}
-	return Absent, fmt.Errorf("release %s of service %s: the IPAddress kept changing", ip, owner)
+	return Absent, allocation.Retriable(fmt.Errorf("release %s of service %s: the IPAddress kept changing", ip, owner))
 }
