@@ -6,19 +6,43 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"net/http"
 	"strconv"
 	"sync"
 	"time"
 
 	"go.etcd.io/etcd/api/v3/mvccpb"
 	clientv3 "go.etcd.io/etcd/client/v3"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/allocator/allocator/pkg/etcdlayout"
 )
 
 // ErrFenced answers a write made after its fence was closed: it was not
-// applied, and never will be.
+// applied, and never will be. The error a guarded write returns matches it
+// with errors.Is and is an API status of its own (fencedError).
 var ErrFenced = errors.New("the request's writes are fenced: not applied")
+
+// fencedError is ErrFenced for the write of key. It is an API status (504,
+// Timeout: an earlier write of the request lost its answer), returned
+// unwrapped, so that the API server answers the client with it rather than
+// with an unstructured 500.
+type fencedError struct{ key string }
+
+func (e *fencedError) Error() string {
+	return fmt.Sprintf("write of %s: %v (an earlier write of the request lost its answer)", e.key, ErrFenced)
+}
+
+func (e *fencedError) Is(target error) bool { return target == ErrFenced }
+
+func (e *fencedError) Status() metav1.Status {
+	return metav1.Status{
+		Status:  metav1.StatusFailure,
+		Code:    http.StatusGatewayTimeout,
+		Reason:  metav1.StatusReasonTimeout,
+		Message: e.Error(),
+	}
+}
 
 // ErrOutcomeLost answers Close when the request's lease expired before the
 // fence was closed: the write can no longer be applied, but whether it was

@@ -11,6 +11,7 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.etcd.io/etcd/client/v3/kubernetes"
 	"go.uber.org/zap"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 
 	"github.com/allocator/allocator/internal/etcdtest"
 	"github.com/allocator/allocator/internal/faultproxy"
@@ -72,8 +73,13 @@ func TestGuardedWrites(t *testing.T) {
 		t.Fatalf("Close answered %+v, want landed, v2 at revision %d", o, updated)
 	}
 	// Closed: the same writes are refused, whatever their compare.
-	if _, err := k.OptimisticPut(fctx, key, []byte("v3"), updated, kubernetes.PutOptions{GetOnFailure: true}); !errors.Is(err, ErrFenced) {
+	_, err = k.OptimisticPut(fctx, key, []byte("v3"), updated, kubernetes.PutOptions{GetOnFailure: true})
+	if !errors.Is(err, ErrFenced) {
 		t.Errorf("update after Close: %v, want ErrFenced", err)
+	}
+	// The client is answered a status, not an unstructured 500.
+	if status, ok := err.(apierrors.APIStatus); !ok || status.Status().Code != 504 || !strings.Contains(status.Status().Message, key) {
+		t.Errorf("update after Close: %#v, want an API status 504 naming %s", err, key)
 	}
 	if _, err := k.OptimisticDelete(fctx, key, updated, kubernetes.DeleteOptions{GetOnFailure: true}); !errors.Is(err, ErrFenced) {
 		t.Errorf("delete after Close: %v, want ErrFenced", err)

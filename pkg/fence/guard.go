@@ -116,7 +116,7 @@ func (g guarded) commitOnce(ctx context.Context, f *Fence, key string, w write, 
 		return txnResult{}, fmt.Errorf("write of %s answered %d results, want %d", key, len(resp.Responses), len(orElse))
 	}
 	if resp.Responses[0].GetResponseRange().GetCount() > 0 {
-		return txnResult{}, fmt.Errorf("write of %s: %w", key, ErrFenced)
+		return txnResult{}, &fencedError{key: key}
 	}
 	if getOnFailure {
 		if kvs := resp.Responses[1].GetResponseRange().GetKvs(); len(kvs) == 1 {
