@@ -24,6 +24,7 @@ import (
 	"github.com/allocator/allocator/pkg/bitmap"
 	"github.com/allocator/allocator/pkg/etcdlayout"
 	ipcontroller "github.com/allocator/allocator/pkg/ipallocator/controller"
+	"github.com/allocator/allocator/pkg/model"
 	"github.com/allocator/allocator/pkg/subrange"
 )
 
@@ -271,7 +272,7 @@ func (f *clusterFlags) bitmapStores(ctx context.Context, etcd *clientv3.Client, 
 		if err != nil {
 			return nil, fmt.Errorf("service range: %w", err)
 		}
-		rng, err := subrange.New(prefix, subrange.ModelBitmap)
+		rng, err := subrange.New(prefix, model.Bitmap)
 		if err != nil {
 			return nil, fmt.Errorf("service range %s: %w", prefix, err)
 		}

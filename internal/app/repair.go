@@ -200,7 +200,7 @@ func (o *repairOptions) runner(ctx context.Context, client kubernetes.Interface,
 	if etcd != nil {
 		kv = etcd
 	}
-	if m, err = model.Detect(ctx, m, kv, o.cluster.etcdPrefix); err != nil {
+	if m, err = ipallocator.Detect(ctx, m, kv, o.cluster.etcdPrefix); err != nil {
 		return nil, "", err
 	}
 	if m == model.Bitmap {

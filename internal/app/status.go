@@ -14,6 +14,7 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 
+	"github.com/allocator/allocator/pkg/ipallocator"
 	"github.com/allocator/allocator/pkg/model"
 	"github.com/allocator/allocator/pkg/status"
 	"github.com/allocator/allocator/pkg/transition"
@@ -101,7 +102,7 @@ func runStatus(ctx context.Context, o *statusOptions, streams Streams) error {
 		if err != nil {
 			return err
 		}
-		if m, err = model.Detect(ctx, m, etcd, o.cluster.etcdPrefix); err != nil {
+		if m, err = ipallocator.Detect(ctx, m, etcd, o.cluster.etcdPrefix); err != nil {
 			return err
 		}
 		if m == model.Bitmap {
@@ -192,7 +193,7 @@ type statusJSON struct {
 }
 
 func newStatusJSON(u *status.Usage) statusJSON {
-	out := statusJSON{Model: u.Model, Families: []familyJSON{}, CIDRs: []cidrJSON{}, ScopesIgnoredBy: u.ScopesIgnoredBy}
+	out := statusJSON{Model: u.Model.String(), Families: []familyJSON{}, CIDRs: []cidrJSON{}, ScopesIgnoredBy: u.ScopesIgnoredBy}
 	for _, f := range u.Families {
 		out.Families = append(out.Families, familyJSON{Family: f.Family, Size: f.Size, Used: f.Used, Free: f.Free(),
 			Percent: status.Round2(f.Percent()), Outside: f.Outside})

@@ -205,9 +205,9 @@ const bitmapMinIPv6Bits = 108
 // usable address.
 func checkRangeForModel(cidrs []netip.Prefix, name model.Name) []error {
 	var errs []error
-	m := subrange.ModelBitmap
+	m := model.Bitmap
 	if name == model.IPAddress {
-		m = subrange.ModelIPAddress
+		m = model.IPAddress
 	}
 	for _, prefix := range cidrs {
 		if name == model.Bitmap && prefix.Addr().Is6() && prefix.Bits() < bitmapMinIPv6Bits {

@@ -28,7 +28,7 @@ import (
 const waitForDualWriters = 30 * time.Second
 
 // ErrUnknownModel is returned for a model name that is neither bitmap nor
-// ipaddress ("auto" must be resolved first, by model.Detect).
+// ipaddress ("auto" must be resolved first, by Detect).
 var ErrUnknownModel = errors.New("unknown ClusterIP allocator model")
 
 // Config is what a model needs from its host.
@@ -168,7 +168,7 @@ func (b *Backend) rangeKey(primary bool) string {
 }
 
 func (b *Backend) openBitmap(ctx context.Context, prefix netip.Prefix, primary bool) (allocation.Interface, controller.BitmapStore, error) {
-	rng, err := subrange.New(prefix, subrange.ModelBitmap)
+	rng, err := subrange.New(prefix, model.Bitmap)
 	if err != nil {
 		return nil, nil, fmt.Errorf("service range %s: %w", prefix, err)
 	}
@@ -200,7 +200,7 @@ func (b *Backend) openIPAddress(ctx context.Context, prefix netip.Prefix, primar
 	}
 	// Dual write (pkg/ipallocator/dualwrite) over the bitmap of the flag's
 	// range, which a bitmap-model replica of this cluster would use.
-	rng, err := subrange.New(prefix, subrange.ModelBitmap)
+	rng, err := subrange.New(prefix, model.Bitmap)
 	if err != nil {
 		klog.FromContext(ctx).Info("The service range cannot have a bitmap; its family is never dual-written", "range", prefix, "err", err)
 		return ipa, nil, nil
