@@ -126,23 +126,6 @@ func Open(ctx context.Context, cfg Config) (*Backend, error) {
 	return b, nil
 }
 
-// ForRepair is a Backend over maps that already exist, for the standalone
-// repair job: no allocators, only the repairs. stores are the bitmap
-// model's maps, primary first (ignored by the IPAddress model).
-func ForRepair(m model.Name, stores []controller.BitmapStore) (*Backend, error) {
-	switch m {
-	case model.Bitmap:
-		if len(stores) == 0 {
-			return nil, errors.New("bitmap model: no map to repair")
-		}
-	case model.IPAddress:
-		stores = nil
-	default:
-		return nil, fmt.Errorf("%w %q", ErrUnknownModel, m)
-	}
-	return &Backend{cfg: Config{Model: m}, stores: stores}, nil
-}
-
 // Model returns the model's name.
 func (b *Backend) Model() model.Name { return b.cfg.Model }
 
