@@ -70,6 +70,14 @@ type Config struct {
 	OnRefused func(ipaddress.RefusedCIDR)
 }
 
+// ReadsServices reports whether a Backend of cfg reads Services and
+// Namespaces from Config.Informers (the IPAddress model's carry-over and
+// repair; in a transition, either model's repair of the other), so the host
+// registers those informers before it starts the factory.
+func (cfg Config) ReadsServices() bool {
+	return cfg.Model == model.IPAddress || cfg.Transition != nil
+}
+
 // Backend is one model as a server runs it. Build it with Open.
 type Backend struct {
 	cfg        Config
