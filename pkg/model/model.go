@@ -9,7 +9,9 @@
 //     math of pkg/subrange, at the floor of the import graph, takes the same
 //     type as the server and the CLI.
 //   - Parse and String are the only code that turns a model into text and
-//     back; everything else compares Names.
+//     back; everything else compares Names, and only the code listed in
+//     switch_test.go (mayBranch) branches on one: the test fails when
+//     another place does, or spells a model as a string literal.
 package model
 
 import "fmt"

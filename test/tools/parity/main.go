@@ -31,7 +31,7 @@ func run() error {
 	out := flag.String("out", "", "record to write")
 	source := flag.String("source", "", "what answered, for the record")
 	command := flag.String("command", "hack/capture-parity.sh", "how to capture the record again, for the record")
-	modelFlag := flag.String("model", "ipaddress", "allocator model of the server (which cases run)")
+	modelFlag := flag.String("model", model.IPAddress.String(), "allocator model of the server (which cases run)")
 	flag.Parse()
 	if *kubeconfig == "" || *family == "" || *out == "" {
 		return fmt.Errorf("--kubeconfig, --family and --out are required")
