@@ -4,11 +4,12 @@
 // Services and of one model's reservations, and returns a Report; tests and
 // harnesses assert on it and log its String.
 //
-// What a stored Service holds: its spec.clusterIPs (spec.clusterIP when the
-// list is empty), "None" and empty values left out, and the node ports of its
-// spec.ports plus spec.healthCheckNodePort, each port once per Service. The
-// definition is written here again rather than taken from pkg/servicealloc,
-// so that a checker does not inherit the bugs of what it checks.
+// What a stored Service holds is pkg/holding's answer, the one the allocator
+// releases and the repairs rebuild from: a decision with its own table of
+// cases and tests, not allocator logic under check. Everything else here (the
+// reads, the reservations, the comparison) is written again rather than
+// taken from the allocator, so that a checker does not inherit the bugs of
+// what it checks.
 //
 // What reserves an address (design.md §1, §5):
 //

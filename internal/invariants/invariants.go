@@ -15,6 +15,7 @@ import (
 
 	"github.com/allocator/allocator/pkg/bitmap"
 	"github.com/allocator/allocator/pkg/etcdlayout"
+	"github.com/allocator/allocator/pkg/holding"
 	"github.com/allocator/allocator/pkg/model"
 	"github.com/allocator/allocator/pkg/portrange"
 )
@@ -35,7 +36,8 @@ const (
 type Holding struct {
 	// UID is the Service's metadata.uid.
 	UID string
-	// IPs are its cluster IPs in spec order, canonical where they parse.
+	// IPs are its cluster IPs: the addresses, canonical and primary first,
+	// then the texts that name no address.
 	IPs []string
 	// NodePorts are its node ports and health-check node port, sorted, each once.
 	NodePorts []int
@@ -178,32 +180,14 @@ func Check(ctx context.Context, kv clientv3.KV, layout etcdlayout.Layout, m mode
 	return r, nil
 }
 
-// HoldingOf is what svc holds (package doc).
+// HoldingOf is what svc holds (package doc), as pkg/holding decides it.
 func HoldingOf(svc *corev1.Service) Holding {
-	h := Holding{UID: string(svc.UID)}
-	ips := svc.Spec.ClusterIPs
-	if len(ips) == 0 && svc.Spec.ClusterIP != "" {
-		ips = []string{svc.Spec.ClusterIP}
-	}
+	h := Holding{UID: string(svc.UID), NodePorts: holding.NodePorts(svc)}
+	ips, invalid := holding.ClusterIPs(svc)
 	for _, ip := range ips {
-		if ip == "" || ip == corev1.ClusterIPNone {
-			continue
-		}
-		if addr, err := netip.ParseAddr(ip); err == nil {
-			ip = addr.String()
-		}
-		h.IPs = append(h.IPs, ip)
+		h.IPs = append(h.IPs, ip.String())
 	}
-	for _, p := range svc.Spec.Ports {
-		if p.NodePort != 0 {
-			h.NodePorts = append(h.NodePorts, int(p.NodePort))
-		}
-	}
-	if svc.Spec.HealthCheckNodePort != 0 {
-		h.NodePorts = append(h.NodePorts, int(svc.Spec.HealthCheckNodePort))
-	}
-	slices.Sort(h.NodePorts)
-	h.NodePorts = slices.Compact(h.NodePorts)
+	h.IPs = append(h.IPs, invalid...)
 	return h
 }
 

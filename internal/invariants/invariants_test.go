@@ -36,6 +36,7 @@ func service(ns, name string, ips []string, ports ...int32) *corev1.Service {
 		svc.Spec.Type = corev1.ServiceTypeNodePort
 		if p < 0 {
 			svc.Spec.Type = corev1.ServiceTypeLoadBalancer
+			svc.Spec.ExternalTrafficPolicy = corev1.ServiceExternalTrafficPolicyLocal
 			svc.Spec.HealthCheckNodePort = -p
 			continue
 		}

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"net/netip"
 	"slices"
 	"time"
 
@@ -18,8 +17,8 @@ import (
 	restclient "k8s.io/client-go/rest"
 
 	"github.com/allocator/allocator/pkg/allocation"
+	"github.com/allocator/allocator/pkg/holding"
 	"github.com/allocator/allocator/pkg/report"
-	"github.com/allocator/allocator/pkg/servicealloc"
 	"github.com/allocator/allocator/pkg/servicecidr"
 )
 
@@ -106,15 +105,8 @@ func (s *Server) rebuildAllocations(ctx context.Context, client kubernetes.Inter
 	}
 	for i := range list.Items {
 		svc := &list.Items[i]
-		if !servicealloc.NeedsClusterIP(svc) {
-			continue
-		}
 		owner := allocation.Owner{Namespace: svc.Namespace, Name: svc.Name, UID: string(svc.UID)}
-		for _, text := range svc.Spec.ClusterIPs {
-			addr, err := netip.ParseAddr(text)
-			if err != nil {
-				continue
-			}
+		for _, addr := range holding.IPs(svc) {
 			a := byV6[addr.Is6()]
 			if a == nil {
 				continue

@@ -11,7 +11,9 @@ import (
 	"go.uber.org/zap"
 	"google.golang.org/grpc"
 	corev1 "k8s.io/api/core/v1"
+	networkingv1 "k8s.io/api/networking/v1"
 	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apiserver/pkg/registry/generic"
 	"k8s.io/apiserver/pkg/storage"
 	cacherstorage "k8s.io/apiserver/pkg/storage/cacher"
@@ -43,9 +45,10 @@ type InProcessEtcd interface {
 //     on both ends, their goroutines), for every request and watch event.
 //     What reaches etcd, and what it stores, is the same request as over
 //     gRPC;
-//   - the Services' store writes through fence.Guard, so that a Service
-//     write whose outcome is unknown can be fenced before anything it
-//     reserved is released (pkg/fence, design.md §7).
+//   - the Services' and IPAddresses' stores write through fence.Guard, so
+//     that a Service write, or a claim made for it, whose outcome is unknown
+//     can be fenced before anything it reserved is released (pkg/fence,
+//     design.md §7).
 type etcdStores struct {
 	// newClient returns a new client of the etcd the stores use.
 	newClient func() (*clientv3.Client, error)
@@ -171,7 +174,7 @@ func (p *etcdStores) rawStorage(config *storagebackend.ConfigForResource, newFun
 	client.KV = etcd3.NewETCDLatencyTracker(client.KV)
 	kc := &kubernetes.Client{Client: client}
 	kc.Kubernetes = kc
-	if config.GroupResource == corev1.Resource("services") {
+	if fenced(config.GroupResource) {
 		kc.Kubernetes = fence.Guard(kc)
 	}
 	transformer := config.Transformer
@@ -247,4 +250,10 @@ func (p *etcdStores) releaseCompactor() {
 		_ = p.compactor.client.Close()
 		p.compactor = nil
 	}
+}
+
+// fenced reports whether the writes of resource honour their request's
+// fence: the Services, and the IPAddresses claimed while serving them.
+func fenced(resource schema.GroupResource) bool {
+	return resource == corev1.Resource("services") || resource == networkingv1.Resource("ipaddresses")
 }

@@ -30,7 +30,7 @@ func newIPAddressStore(t *testing.T, prefix string) (*etcdtest.Etcd, ipaddresses
 		t.Fatal(err)
 	}
 	t.Cleanup(r.Destroy)
-	return etcd, r.InProcess()
+	return etcd, r.InProcess(nil)
 }
 
 // TestIPAddressInProcessList: the IPAddress store's in-process List (the

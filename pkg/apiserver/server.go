@@ -119,7 +119,7 @@ func (c CompletedConfig) New(ctx context.Context) (*Server, error) {
 	if err != nil {
 		return nil, err
 	}
-	s.ipAddresses = ipREST.InProcess()
+	s.ipAddresses = ipREST.InProcess(serviceFencer{client: s.etcd, layout: etcdlayout.Layout{Prefix: c.EtcdPrefix}}.ipAddressCreated)
 	if err := c.openAllocators(ctx, s); err != nil {
 		return nil, err
 	}

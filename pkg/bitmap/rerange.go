@@ -10,6 +10,7 @@ import (
 
 	"github.com/allocator/allocator/pkg/bitset"
 	"github.com/allocator/allocator/pkg/etcdlayout"
+	"github.com/allocator/allocator/pkg/holding"
 	"github.com/allocator/allocator/pkg/model"
 	"github.com/allocator/allocator/pkg/subrange"
 )
@@ -25,11 +26,12 @@ import (
 //   - Every bit of the old map whose address is a usable address of the new
 //     range is kept, at the new range's index (ip - network - 1). Why: growing
 //     a range (/16 → /15) must never free an address a Service holds.
-//   - Every Service IP in etcd that the new range contains is set too, read in
-//     the same etcd snapshot as the map. Why: an address outside the old map
-//     (dropped by an earlier shrink, then grown back) may still be held by a
-//     Service; without this it would be free until the first repair pass and a
-//     create in between could hand it out twice.
+//   - Every address a Service in etcd holds (pkg/holding) that the new range
+//     contains is set too, read in the same etcd snapshot as the map. Why: an
+//     address outside the old map (dropped by an earlier shrink, then grown
+//     back) may still be held by a Service; without this it would be free
+//     until the first repair pass and a create in between could hand it out
+//     twice.
 //   - Bits outside the new range are dropped and each one is logged; the
 //     Services holding them are reported by the bitmap repair
 //     (ClusterIPOutOfRange), as upstream does.
@@ -187,11 +189,7 @@ func (a *EtcdAllocator) reranged(ctx context.Context, from netip.Prefix, value [
 			logger.Info("Skipped a Service the re-range cannot read", "key", kv.key, "err", err)
 			continue
 		}
-		for _, text := range append([]string{svc.Spec.ClusterIP}, svc.Spec.ClusterIPs...) {
-			ip, err := netip.ParseAddr(text)
-			if err != nil {
-				continue
-			}
+		for _, ip := range holding.IPs(svc) {
 			if slot, ok := a.rng.Index(ip); ok && next.Set(int(slot)) {
 				rr.Added = append(rr.Added, ip)
 			}

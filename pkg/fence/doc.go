@@ -9,24 +9,31 @@
 // the Service absent hands its addresses and node ports to the next Service;
 // when the write lands, two Services share them.
 //
-// A Fence closes that window:
-//   - Guard wraps a store's etcd writes: every OptimisticPut and
-//     OptimisticDelete made with a context that carries a Fence also
-//     requires the fence's key to be absent, one compare more in the same
-//     transaction.
+// A Fence names the writes of one request and makes each one's fate known:
+//   - Guard wraps a store's etcd writes. Every OptimisticPut and
+//     OptimisticDelete made with a context that carries a Fence is the
+//     store's own transaction with one compare and one put more: the fence
+//     key must be absent, and the write, when applied, also creates a
+//     marker key of its own. Both keys carry the request's lease.
 //   - Close, for a write whose outcome is unknown, creates the fence key and
-//     reads the written object in one transaction. From that revision on,
-//     no write of the request can be applied, wherever and whenever it
-//     arrives: its compare fails. So what Close reads is final for the
-//     request: absent means never written (or deleted since), a value is
-//     what the request's writes and anyone's after them left.
+//     reads the write's marker and the written key in one transaction. From
+//     that revision on no write of the request can be applied, wherever and
+//     whenever it arrives (its compare fails), and the marker tells exactly
+//     whether the write was applied before: no guess from the key's value,
+//     which another request may have changed since.
 //   - A write that meets its closed fence is answered ErrFenced, never a
 //     lost compare-and-swap, so a store's retry loop cannot spin on it.
 //
-// The fence key lives under <prefix>/clusterip-allocator/fences/ with a
-// lease of Lifetime, far longer than a request can wait in a socket (TCP
-// gives up retransmitting after about 15 minutes) or in etcd (its own
-// request timeout). Closing costs a lease grant and one transaction, on the
-// path of an unknown outcome only; a write that is answered costs one
-// compare on a key that does not exist.
+// The lease bounds the whole scheme. A write can be applied only while its
+// lease lives (etcd refuses a put to a lease it no longer has, and the
+// transaction with it), the marker and the fence key live exactly as long,
+// and Close puts the fence with that lease: when Close succeeds the lease
+// was alive at its revision, so a marker that was written is still there
+// to read; when the lease is gone, Close answers ErrOutcomeLost and nothing
+// is decided. The guard grants one lease of LeaseTTL at a time and gives it
+// to the requests that start within leaseReuse of its grant, so a request
+// has minutes to settle and a busy server grants about one lease a minute.
+//
+// Cost on the path of an answered write: one compare on a key that does not
+// exist and one put of an empty key, in the same transaction.
 package fence

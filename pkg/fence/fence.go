@@ -6,32 +6,57 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"strconv"
+	"sync"
 	"time"
 
 	"go.etcd.io/etcd/api/v3/mvccpb"
 	clientv3 "go.etcd.io/etcd/client/v3"
-	"go.etcd.io/etcd/client/v3/kubernetes"
 
 	"github.com/allocator/allocator/pkg/etcdlayout"
 )
-
-// Lifetime is how long a closed fence is kept.
-const Lifetime = time.Hour
 
 // ErrFenced answers a write made after its fence was closed: it was not
 // applied, and never will be.
 var ErrFenced = errors.New("the request's writes are fenced: not applied")
 
-// Fence names the writes of one request. It is safe for concurrent use.
+// ErrOutcomeLost answers Close when the request's lease expired before the
+// fence was closed: the write can no longer be applied, but whether it was
+// cannot be read any more.
+var ErrOutcomeLost = errors.New("the write's lease expired before its outcome was read")
+
+// Fence names the writes of one request. It is safe for concurrent use
+// (a collection delete writes several keys at once under one fence).
 type Fence struct {
 	key string // the fence's etcd key
+
+	mu    sync.Mutex
+	lease clientv3.LeaseID // the lease of the request's writes; guarded by mu
+	seq   int              // writes made so far; guarded by mu
+	last  map[string]write // the last write of each key; guarded by mu
 }
+
+// write is what a Fence knows of one guarded write.
+type write struct {
+	outcome  outcome
+	marker   string           // the key the write creates when applied
+	lease    clientv3.LeaseID // the lease of its marker
+	expected int64            // the ModRevision its compare expected (0: absent)
+}
+
+type outcome int
+
+const (
+	applied outcome = iota + 1 // etcd answered: applied
+	refused                    // etcd answered: not applied (a compare failed)
+	unknown                    // no answer: applied or not, or later
+)
 
 // New returns a fence with a fresh random key under layout's prefix.
 func New(layout etcdlayout.Layout) *Fence {
 	var b [16]byte
 	_, _ = rand.Read(b[:]) // crypto/rand.Read never fails
-	return &Fence{key: layout.Fence(hex.EncodeToString(b[:]))}
+	return &Fence{key: layout.Fence(hex.EncodeToString(b[:])), last: map[string]write{}}
 }
 
 // Key returns the fence's etcd key.
@@ -45,139 +70,170 @@ func NewContext(ctx context.Context, f *Fence) context.Context {
 	return context.WithValue(ctx, contextKey{}, f)
 }
 
+// Unfenced returns ctx without a fence: writes made with it are not fenced
+// by the request's (releases, which must work after it was closed).
+func Unfenced(ctx context.Context) context.Context {
+	if FromContext(ctx) == nil {
+		return ctx
+	}
+	return context.WithValue(ctx, contextKey{}, (*Fence)(nil))
+}
+
 // FromContext returns the fence ctx carries, or nil.
 func FromContext(ctx context.Context) *Fence {
 	f, _ := ctx.Value(contextKey{}).(*Fence)
 	return f
 }
 
-// Close makes the outcome of every write made under f known. It creates the
-// fence key (with a lease of Lifetime) and reads key in the same
-// transaction, and returns key as stored from then on: nil when absent.
-// A transaction whose own outcome is lost is sent again (creating the
-// fence twice is harmless) until ctx ends.
-func (f *Fence) Close(ctx context.Context, c *clientv3.Client, key string) (*mvccpb.KeyValue, error) {
-	var (
-		last  error
-		lease clientv3.LeaseID // granted once, kept across attempts
-	)
+// begin names the next write of key: its marker and lease. The request's
+// first write takes the guard's current lease; every later one uses it too.
+func (f *Fence) begin(ctx context.Context, l *leases) (write, error) {
+	f.mu.Lock()
+	lease := f.lease
+	f.mu.Unlock()
+	if lease == clientv3.NoLease {
+		id, err := l.current(ctx)
+		if err != nil {
+			return write{}, err
+		}
+		f.mu.Lock()
+		if f.lease == clientv3.NoLease {
+			f.lease = id
+		}
+		f.mu.Unlock()
+	}
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.seq++
+	return write{marker: f.key + "/w" + strconv.Itoa(f.seq), lease: f.lease}, nil
+}
+
+// record notes the outcome of w, a write of key.
+func (f *Fence) record(key string, w write) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.last[key] = w
+}
+
+// renewLease drops the request's lease, which etcd no longer has, so that
+// the next write takes a new one. It refuses when a write's outcome is
+// still unknown: its marker and its fence must share its lease.
+func (f *Fence) renewLease(gone clientv3.LeaseID) bool {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	for _, w := range f.last {
+		if w.outcome == unknown {
+			return false
+		}
+	}
+	if f.lease == gone {
+		f.lease = clientv3.NoLease
+	}
+	return true
+}
+
+func (f *Fence) lastWrite(key string) (write, bool) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	w, ok := f.last[key]
+	return w, ok
+}
+
+// Outcome is the fate of a request's last write of a key, known for good.
+type Outcome struct {
+	// Landed reports whether the write was applied.
+	Landed bool
+	// Current is the key as stored at the revision Close read it: nil when
+	// absent. It is what the request's writes and anyone's after them left.
+	Current *mvccpb.KeyValue
+}
+
+// Close makes the outcome of the request's last write of key known: it
+// creates the fence key, after which no write of the request can be applied,
+// and in the same transaction reads key and, when that write's answer was
+// lost, its marker. A request that wrote nothing has nothing to fence: key
+// is read. A transaction whose own answer is lost is sent again (creating
+// the fence twice is harmless) until ctx ends. ErrOutcomeLost says the
+// request's lease expired first.
+func (f *Fence) Close(ctx context.Context, c *clientv3.Client, key string) (Outcome, error) {
+	var last error
 	for delay := 50 * time.Millisecond; ; delay = min(2*delay, time.Second) {
-		kv, err := f.closeOnce(ctx, c, key, &lease)
-		if err == nil {
-			return kv, nil
+		o, err := f.closeOnce(ctx, c, key)
+		if err == nil || errors.Is(err, ErrOutcomeLost) {
+			return o, err
 		}
 		last = err
 		select {
 		case <-ctx.Done():
-			return nil, fmt.Errorf("close fence %s of %s: %w", f.key, key, last)
+			return Outcome{}, fmt.Errorf("close fence %s of %s: %w", f.key, key, last)
 		case <-time.After(delay):
 		}
 	}
 }
 
-// closeOnce is one attempt of Close; *lease is granted on the first attempt
-// that reaches etcd and reused by the later ones.
-func (f *Fence) closeOnce(ctx context.Context, c *clientv3.Client, key string, lease *clientv3.LeaseID) (*mvccpb.KeyValue, error) {
-	if *lease == clientv3.NoLease {
-		granted, err := c.Grant(ctx, int64(Lifetime/time.Second))
+func (f *Fence) closeOnce(ctx context.Context, c *clientv3.Client, key string) (Outcome, error) {
+	w, wrote := f.lastWrite(key)
+	f.mu.Lock()
+	lease := f.lease
+	f.mu.Unlock()
+	if lease == clientv3.NoLease { // the request wrote nothing: nothing to fence
+		resp, err := c.Get(ctx, key)
 		if err != nil {
-			return nil, fmt.Errorf("grant the fence's lease: %w", err)
+			return Outcome{}, err
 		}
-		*lease = granted.ID
+		return Outcome{Current: first(resp.Kvs)}, nil
 	}
-	resp, err := c.Txn(ctx).Then(
-		clientv3.OpPut(f.key, "", clientv3.WithLease(*lease)), // no write of the request applies from here on
-		clientv3.OpGet(key), // what they left, at the same revision
-	).Commit()
+	ops := []clientv3.Op{
+		clientv3.OpPut(f.key, "", clientv3.WithLease(lease)), // no write of the request applies from here on
+		clientv3.OpGet(key), // what the request's writes and later ones left
+	}
+	pending := wrote && w.outcome == unknown // then w.lease is the request's lease
+	if pending {
+		ops = append(ops, clientv3.OpGet(w.marker, clientv3.WithCountOnly())) // whether it was applied before
+	}
+	resp, err := c.Txn(ctx).Then(ops...).Commit()
 	if err != nil {
-		return nil, err
-	}
-	if len(resp.Responses) != 2 {
-		return nil, fmt.Errorf("fence transaction answered %d results, want 2", len(resp.Responses))
-	}
-	if kvs := resp.Responses[1].GetResponseRange().GetKvs(); len(kvs) > 0 {
-		return kvs[0], nil
-	}
-	return nil, nil
-}
-
-// Guard returns c's storage interface with every OptimisticPut and
-// OptimisticDelete made under a context carrying a Fence conditional on the
-// fence's absence; other calls, and writes without a fence, are c's own.
-func Guard(c *kubernetes.Client) kubernetes.Interface {
-	return guarded{Interface: c, kv: c.KV}
-}
-
-type guarded struct {
-	kubernetes.Interface
-	kv clientv3.KV
-}
-
-func (g guarded) OptimisticPut(ctx context.Context, key string, value []byte, expectedRevision int64, opts kubernetes.PutOptions) (kubernetes.PutResponse, error) {
-	f := FromContext(ctx)
-	if f == nil {
-		return g.Interface.OptimisticPut(ctx, key, value, expectedRevision, opts)
-	}
-	var resp kubernetes.PutResponse
-	txn, err := g.commit(ctx, f, key, expectedRevision, opts.GetOnFailure,
-		clientv3.OpPut(key, string(value), clientv3.WithLease(opts.LeaseID)))
-	if err != nil {
-		return resp, err
-	}
-	resp.Succeeded, resp.Revision, resp.KV = txn.succeeded, txn.revision, txn.kv
-	return resp, nil
-}
-
-func (g guarded) OptimisticDelete(ctx context.Context, key string, expectedRevision int64, opts kubernetes.DeleteOptions) (kubernetes.DeleteResponse, error) {
-	f := FromContext(ctx)
-	if f == nil {
-		return g.Interface.OptimisticDelete(ctx, key, expectedRevision, opts)
-	}
-	var resp kubernetes.DeleteResponse
-	txn, err := g.commit(ctx, f, key, expectedRevision, opts.GetOnFailure, clientv3.OpDelete(key))
-	if err != nil {
-		return resp, err
-	}
-	resp.Succeeded, resp.Revision, resp.KV = txn.succeeded, txn.revision, txn.kv
-	return resp, nil
-}
-
-// txnResult is what a guarded write answers, as the store reads it.
-type txnResult struct {
-	succeeded bool
-	revision  int64
-	kv        *mvccpb.KeyValue // the key as stored, when the compare failed and it was asked for
-}
-
-// commit runs op on key if key's ModRevision is expectedRevision (0: absent)
-// and f is open: the transaction of kubernetes.Client's optimistic writes
-// with one compare more.
-func (g guarded) commit(ctx context.Context, f *Fence, key string, expectedRevision int64, getOnFailure bool, op clientv3.Op) (txnResult, error) {
-	orElse := []clientv3.Op{clientv3.OpGet(f.key, clientv3.WithCountOnly())} // why the compare failed
-	if getOnFailure {
-		orElse = append(orElse, clientv3.OpGet(key)) // the fresh state the store retries on
-	}
-	resp, err := g.kv.Txn(ctx).If(
-		clientv3.Compare(clientv3.ModRevision(key), "=", expectedRevision), // the store's own compare
-		clientv3.Compare(clientv3.CreateRevision(f.key), "=", 0),           // the fence is open
-	).Then(op).Else(orElse...).Commit()
-	if err != nil {
-		return txnResult{}, err
-	}
-	r := txnResult{succeeded: resp.Succeeded, revision: resp.Header.Revision}
-	if resp.Succeeded {
-		return r, nil
-	}
-	if len(resp.Responses) != len(orElse) {
-		return txnResult{}, fmt.Errorf("write of %s answered %d results, want %d", key, len(resp.Responses), len(orElse))
-	}
-	if resp.Responses[0].GetResponseRange().GetCount() > 0 {
-		return txnResult{}, fmt.Errorf("write of %s: %w", key, ErrFenced)
-	}
-	if getOnFailure {
-		if kvs := resp.Responses[1].GetResponseRange().GetKvs(); len(kvs) == 1 {
-			r.kv = kvs[0]
+		if leaseGone(err) {
+			return Outcome{}, fmt.Errorf("close fence %s of %s: %w", f.key, key, ErrOutcomeLost)
 		}
+		return Outcome{}, err
 	}
-	return r, nil
+	if len(resp.Responses) != len(ops) {
+		return Outcome{}, fmt.Errorf("fence transaction answered %d results, want %d", len(resp.Responses), len(ops))
+	}
+	o := Outcome{Current: first(resp.Responses[1].GetResponseRange().GetKvs())}
+	switch {
+	case pending:
+		o.Landed = resp.Responses[2].GetResponseRange().GetCount() > 0
+	case wrote:
+		o.Landed = w.outcome == applied
+	}
+	return o, nil
+}
+
+// Replaced returns what the request's last write of key replaced: key as
+// stored at the revision that write's compare expected; nil for a create or
+// when key has no recorded write. An error says that version is no longer
+// readable (compacted).
+func (f *Fence) Replaced(ctx context.Context, c *clientv3.Client, key string) (*mvccpb.KeyValue, error) {
+	w, ok := f.lastWrite(key)
+	if !ok || w.expected == 0 {
+		return nil, nil
+	}
+	resp, err := c.Get(ctx, key, clientv3.WithRev(w.expected))
+	if err != nil {
+		return nil, fmt.Errorf("read %s at revision %d: %w", key, w.expected, err)
+	}
+	kv := first(resp.Kvs)
+	if kv == nil || kv.ModRevision != w.expected {
+		return nil, fmt.Errorf("read %s at revision %d: that version is not there", key, w.expected)
+	}
+	return kv, nil
+}
+
+func first(kvs []*mvccpb.KeyValue) *mvccpb.KeyValue {
+	if len(kvs) == 0 {
+		return nil
+	}
+	return kvs[0]
 }

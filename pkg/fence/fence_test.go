@@ -3,11 +3,11 @@ package fence
 import (
 	"context"
 	"errors"
-	"fmt"
 	"strings"
 	"testing"
 	"time"
 
+	"go.etcd.io/etcd/api/v3/mvccpb"
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.etcd.io/etcd/client/v3/kubernetes"
 	"go.uber.org/zap"
@@ -64,12 +64,12 @@ func TestGuardedWrites(t *testing.T) {
 	}
 	updated := put.Revision
 
-	kv, err := f.Close(ctx, c, key)
+	o, err := f.Close(ctx, c, key)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if kv == nil || string(kv.Value) != "v2" || kv.ModRevision != updated {
-		t.Fatalf("Close read %v, want v2 at revision %d", kv, updated)
+	if !o.Landed || o.Current == nil || string(o.Current.Value) != "v2" || o.Current.ModRevision != updated {
+		t.Fatalf("Close answered %+v, want landed, v2 at revision %d", o, updated)
 	}
 	// Closed: the same writes are refused, whatever their compare.
 	if _, err := k.OptimisticPut(fctx, key, []byte("v3"), updated, kubernetes.PutOptions{GetOnFailure: true}); !errors.Is(err, ErrFenced) {
@@ -91,23 +91,30 @@ func TestGuardedWrites(t *testing.T) {
 		t.Fatalf("delete under another, open fence: %+v, %v", del, err)
 	}
 
-	// Close of a key never written reads nothing; the fence outlives the
-	// request by its lease.
-	absent := New(layout)
-	kv, err = absent.Close(ctx, c, "/registry/services/specs/default/never")
-	if err != nil || kv != nil {
-		t.Fatalf("Close of an absent key: %v, %v", kv, err)
+	// The marker and the fence carry the request's lease, which lives
+	// LeaseTTL.
+	for _, k := range []string{f.Key(), f.Key() + "/w1"} {
+		got, err := c.Get(ctx, k)
+		if err != nil || len(got.Kvs) != 1 {
+			t.Fatalf("%s after Close: %v, %v", k, got, err)
+		}
+		ttl, err := c.TimeToLive(ctx, clientv3.LeaseID(got.Kvs[0].Lease))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if ttl.TTL < int64((LeaseTTL-time.Minute)/time.Second) || ttl.TTL > int64(LeaseTTL/time.Second) {
+			t.Errorf("%s: lease TTL %d s, want about %v", k, ttl.TTL, LeaseTTL)
+		}
 	}
-	fk, err := c.Get(ctx, absent.Key())
-	if err != nil || len(fk.Kvs) != 1 {
-		t.Fatalf("fence key %s after Close: %v, %v", absent.Key(), fk, err)
+
+	// A request that wrote nothing has nothing to fence: Close reads.
+	none := New(layout)
+	o, err = none.Close(ctx, c, "/registry/services/specs/default/never")
+	if err != nil || o.Landed || o.Current != nil {
+		t.Fatalf("Close of a request that wrote nothing: %+v, %v", o, err)
 	}
-	ttl, err := c.TimeToLive(ctx, clientv3.LeaseID(fk.Kvs[0].Lease))
-	if err != nil {
-		t.Fatal(err)
-	}
-	if ttl.TTL < int64((Lifetime-time.Minute)/time.Second) {
-		t.Errorf("fence lease TTL %d s, want about %v", ttl.TTL, Lifetime)
+	if fk, err := c.Get(ctx, none.Key()); err != nil || len(fk.Kvs) != 0 {
+		t.Fatalf("fence key %s of a request that wrote nothing: %v, %v", none.Key(), fk, err)
 	}
 }
 
@@ -124,12 +131,14 @@ func TestCloseGivesUpWithItsContext(t *testing.T) {
 	}
 }
 
-// TestLateWriteFenced: a write whose caller gave up while a slow connection
-// still carried it lands later (the control), unless its fence is closed
-// first: then it never lands, and Close's read (absent) stays true. The
-// write goes to etcd through a proxy that delays every byte sent to the
-// member by 1.5 s; Close and the checks go direct.
-func TestLateWriteFenced(t *testing.T) {
+// TestLostWrites: a write whose caller gave up while a slow connection still
+// carried it gets its outcome from Close, exactly, whatever happened to the
+// key since: landed and then deleted by another request, fenced before it
+// could land (and then it never does), a delete that landed (and what it
+// deleted), a lease gone before the write arrived (refused by etcd; Close
+// says the outcome is lost). The writes go through a proxy that delays every
+// byte sent to etcd by 1.5 s; Close and the checks go direct.
+func TestLostWrites(t *testing.T) {
 	const delay = 1500 * time.Millisecond
 	etcd := etcdtest.New(t)
 	direct := etcd.NewClient(t)
@@ -144,45 +153,124 @@ func TestLateWriteFenced(t *testing.T) {
 	}
 	t.Cleanup(func() { _ = slow.Close() })
 	k := guardedClient(slow)
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
-	if _, err := slow.Put(ctx, "/warm", "1"); err != nil { // connected before the fault
+	// Connected, and the guard's lease granted, before the fault.
+	if _, err := k.OptimisticPut(NewContext(ctx, New(etcdlayout.Layout{})), "/warm", []byte("1"), 0, kubernetes.PutOptions{}); err != nil {
 		t.Fatal(err)
 	}
 	proxy.Set(faultproxy.Fault{Delay: delay, Direction: faultproxy.ToTarget})
 	defer proxy.Set(faultproxy.Fault{})
 
-	for _, closeFence := range []bool{false, true} {
-		key := fmt.Sprintf("/registry/services/specs/default/late-%v", closeFence)
-		f := New(etcdlayout.Layout{})
+	// lose sends write under f with a caller that gives up after 300 ms.
+	lose := func(f *Fence, write func(ctx context.Context) error) time.Time {
+		t.Helper()
 		short, giveUp := context.WithTimeout(NewContext(ctx, f), 300*time.Millisecond)
+		defer giveUp()
 		sent := time.Now()
-		_, err := k.OptimisticPut(short, key, []byte("v1"), 0, kubernetes.PutOptions{})
-		giveUp()
-		if !errors.Is(err, context.DeadlineExceeded) {
+		if err := write(short); !errors.Is(err, context.DeadlineExceeded) {
 			t.Fatalf("write through the slow connection: %v, want the caller's deadline", err)
 		}
-		if closeFence {
-			kv, err := f.Close(ctx, direct, key)
-			if err != nil || kv != nil {
-				t.Fatalf("Close right after the timeout read %v, %v; want absent", kv, err)
-			}
-		}
-		// Wait past the delay, then until etcd answers through the proxy
-		// (every byte sent before has arrived).
-		time.Sleep(time.Until(sent.Add(2 * delay)))
+		return sent
+	}
+	// arrived waits until every byte sent through the proxy before sent+delay
+	// has reached etcd and been answered.
+	arrived := func(sent time.Time) {
+		t.Helper()
+		time.Sleep(time.Until(sent.Add(delay + 200*time.Millisecond)))
 		if _, err := slow.Get(ctx, "/warm"); err != nil {
 			t.Fatal(err)
 		}
+	}
+	stored := func(key string) *mvccpb.KeyValue {
+		t.Helper()
 		got, err := direct.Get(ctx, key)
 		if err != nil {
 			t.Fatal(err)
 		}
-		switch landed := len(got.Kvs) > 0; {
-		case closeFence && landed:
-			t.Errorf("the write landed %v after its fence was closed", time.Since(sent).Round(time.Millisecond))
-		case !closeFence && !landed:
-			t.Errorf("control: the write the caller gave up on never landed; the test checks nothing")
+		return first(got.Kvs)
+	}
+	create := func(key string) func(ctx context.Context) error {
+		return func(ctx context.Context) error {
+			_, err := k.OptimisticPut(ctx, key, []byte("v1"), 0, kubernetes.PutOptions{})
+			return err
 		}
 	}
+
+	t.Run("a create that landed and was deleted by another request", func(t *testing.T) {
+		key := "/registry/services/specs/default/landed"
+		f := New(etcdlayout.Layout{})
+		arrived(lose(f, create(key)))
+		if stored(key) == nil {
+			t.Fatal("control: the write the caller gave up on never landed; the case checks nothing")
+		}
+		if _, err := direct.Delete(ctx, key); err != nil { // another request
+			t.Fatal(err)
+		}
+		o, err := f.Close(ctx, direct, key)
+		if err != nil || !o.Landed || o.Current != nil {
+			t.Fatalf("Close: %+v, %v; want landed, absent now", o, err)
+		}
+	})
+
+	t.Run("a create fenced before it could land", func(t *testing.T) {
+		key := "/registry/services/specs/default/fenced"
+		f := New(etcdlayout.Layout{})
+		sent := lose(f, create(key))
+		o, err := f.Close(ctx, direct, key)
+		if err != nil || o.Landed || o.Current != nil {
+			t.Fatalf("Close right after the timeout: %+v, %v; want not landed, absent", o, err)
+		}
+		arrived(sent)
+		if kv := stored(key); kv != nil {
+			t.Errorf("the write landed %v after its fence was closed", time.Since(sent).Round(time.Millisecond))
+		}
+	})
+
+	t.Run("a delete that landed", func(t *testing.T) {
+		key := "/registry/services/specs/default/deleted"
+		put, err := direct.Put(ctx, key, "v1")
+		if err != nil {
+			t.Fatal(err)
+		}
+		f := New(etcdlayout.Layout{})
+		arrived(lose(f, func(ctx context.Context) error {
+			_, err := k.OptimisticDelete(ctx, key, put.Header.Revision, kubernetes.DeleteOptions{})
+			return err
+		}))
+		o, err := f.Close(ctx, direct, key)
+		if err != nil || !o.Landed || o.Current != nil {
+			t.Fatalf("Close: %+v, %v; want landed, absent", o, err)
+		}
+		old, err := f.Replaced(ctx, direct, key)
+		if err != nil || old == nil || string(old.Value) != "v1" {
+			t.Fatalf("Replaced: %v, %v; want v1", old, err)
+		}
+	})
+
+	t.Run("a lease gone before the write arrived", func(t *testing.T) {
+		key := "/registry/services/specs/default/expired"
+		f := New(etcdlayout.Layout{})
+		sent := lose(f, create(key))
+		if _, err := direct.Revoke(ctx, f.lease); err != nil { // what expiry does
+			t.Fatal(err)
+		}
+		arrived(sent)
+		if kv := stored(key); kv != nil {
+			t.Fatal("a write landed with a lease etcd no longer had")
+		}
+		if _, err := f.Close(ctx, direct, key); !errors.Is(err, ErrOutcomeLost) {
+			t.Fatalf("Close after the lease was revoked: %v, want ErrOutcomeLost", err)
+		}
+		// The next request is given the revoked lease, is refused, and is
+		// sent again with a new one.
+		proxy.Set(faultproxy.Fault{})
+		next := New(etcdlayout.Layout{})
+		if put, err := k.OptimisticPut(NewContext(ctx, next), key, []byte("v2"), 0, kubernetes.PutOptions{}); err != nil || !put.Succeeded {
+			t.Fatalf("a write after the lease was revoked: %+v, %v", put, err)
+		}
+		if next.lease == f.lease {
+			t.Error("the write after the revoke kept the revoked lease")
+		}
+	})
 }

@@ -16,6 +16,7 @@ import (
 	"k8s.io/klog/v2"
 
 	"github.com/allocator/allocator/pkg/allocation"
+	"github.com/allocator/allocator/pkg/holding"
 	"github.com/allocator/allocator/pkg/portallocator"
 )
 
@@ -450,16 +451,5 @@ func (a *Allocator) Release(ctx context.Context, svc *corev1.Service) {
 	a.releasePorts(ctx, ownerOf(svc), NodePortsOf(svc))
 }
 
-// allocatedIPs returns the addresses a stored Service holds.
-func allocatedIPs(svc *corev1.Service) []netip.Addr {
-	if svc == nil || !NeedsClusterIP(svc) {
-		return nil
-	}
-	var out []netip.Addr
-	for _, text := range svc.Spec.ClusterIPs {
-		if addr, err := netip.ParseAddr(text); err == nil {
-			out = append(out, addr)
-		}
-	}
-	return out
-}
+// allocatedIPs returns the addresses a stored Service holds (holding.IPs).
+func allocatedIPs(svc *corev1.Service) []netip.Addr { return holding.IPs(svc) }

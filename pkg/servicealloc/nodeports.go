@@ -12,6 +12,7 @@ import (
 	"k8s.io/klog/v2"
 
 	"github.com/allocator/allocator/pkg/allocation"
+	"github.com/allocator/allocator/pkg/holding"
 	"github.com/allocator/allocator/pkg/portallocator"
 )
 
@@ -51,34 +52,13 @@ func shouldAllocateNodePorts(svc *corev1.Service) bool {
 	return false
 }
 
-// needsHealthCheckNodePort reports whether svc gets a healthCheckNodePort.
-func needsHealthCheckNodePort(svc *corev1.Service) bool {
-	return svc.Spec.Type == corev1.ServiceTypeLoadBalancer &&
-		svc.Spec.ExternalTrafficPolicy == corev1.ServiceExternalTrafficPolicyLocal
-}
+// needsHealthCheckNodePort reports whether svc gets a healthCheckNodePort
+// (holding.NeedsHealthCheckNodePort).
+func needsHealthCheckNodePort(svc *corev1.Service) bool { return holding.NeedsHealthCheckNodePort(svc) }
 
-// NodePortsOf returns the node ports a stored Service holds (every non-zero
-// nodePort, once, and the healthCheckNodePort), in ascending order. Repair
-// and delete use it. Only NodePort and LoadBalancer Services hold node
-// ports: an ExternalName Service may carry a nodePort value (validation lets
-// it through, as upstream's does), but nothing was reserved for it, so
-// releasing it would free a port another Service holds.
-func NodePortsOf(svc *corev1.Service) []int {
-	if svc == nil || !needsNodePorts(svc) {
-		return nil
-	}
-	var out []int
-	for _, p := range svc.Spec.Ports {
-		if p.NodePort != 0 {
-			out = append(out, int(p.NodePort))
-		}
-	}
-	if svc.Spec.HealthCheckNodePort != 0 {
-		out = append(out, int(svc.Spec.HealthCheckNodePort))
-	}
-	slices.Sort(out)
-	return slices.Compact(out)
-}
+// NodePortsOf returns the node ports a stored Service holds (holding.NodePorts):
+// what a delete releases and an update keeps.
+func NodePortsOf(svc *corev1.Service) []int { return holding.NodePorts(svc) }
 
 // defaultNodePortFields applies upstream's v1 defaults that decide node-port
 // allocation: allocateLoadBalancerNodePorts true for LoadBalancer, and

@@ -13,7 +13,6 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
-	genericapirequest "k8s.io/apiserver/pkg/endpoints/request"
 	"k8s.io/apiserver/pkg/registry/generic"
 	genericregistry "k8s.io/apiserver/pkg/registry/generic/registry"
 	"k8s.io/apiserver/pkg/registry/rest"
@@ -45,19 +44,6 @@ type REST struct {
 	fencer  Fencer // nil: unknown outcomes are left to the repair
 }
 
-// Fencer makes the outcome of a Service write known (pkg/fence is the
-// etcd one). Without it, a write whose outcome is unknown releases nothing
-// that it may still store.
-type Fencer interface {
-	// Guard returns ctx with a fence of its own: every write of the
-	// Service's storage made with it honours the fence.
-	Guard(ctx context.Context) context.Context
-	// Close closes the fence of ctx (from Guard), after which no write made
-	// under it can be applied, and returns the Service namespace/name as
-	// stored from then on: nil when absent.
-	Close(ctx context.Context, namespace, name string) (*corev1.Service, error)
-}
-
 // NewREST installs the allocation hooks (BeginCreate, BeginUpdate,
 // AfterDelete) and the read defaulting (Decorator) into store, which must be a store of *corev1.Service
 // completed with options from TrackDeletes, and returns the storage to
@@ -69,6 +55,7 @@ func NewREST(store *genericregistry.Store, alloc *Allocator, fencer Fencer) (*RE
 	if !ok {
 		return nil, fmt.Errorf("servicealloc: the Service store must be completed with servicealloc.TrackDeletes options, its storage is %T", store.Storage.Storage)
 	}
+	tracking.fencer = fencer
 	r := &REST{Store: store, alloc: alloc, deletes: tracking.log, fencer: fencer}
 	store.BeginCreate = r.beginCreate
 	store.BeginUpdate = r.beginUpdate
@@ -135,45 +122,6 @@ func (r *REST) Create(ctx context.Context, obj runtime.Object, createValidation 
 	return out, err
 }
 
-// guard gives ctx the request's fence, when there is a Fencer.
-func (r *REST) guard(ctx context.Context) context.Context {
-	if r.fencer == nil {
-		return ctx
-	}
-	return r.fencer.Guard(ctx)
-}
-
-// readBack reads the Service name back after a write failed (settle.go):
-// through the request's fence, or a plain read from storage, final after
-// etcd's quota error only.
-func (r *REST) readBack(name string) readBack {
-	return func(ctx context.Context, writeErr error) (*corev1.Service, bool, error) {
-		if name == "" {
-			return nil, false, errors.New("no name to read the Service back by")
-		}
-		if r.fencer != nil && !quotaExceeded(writeErr) {
-			namespace, _ := genericapirequest.NamespaceFrom(ctx)
-			svc, err := r.fencer.Close(ctx, namespace, name)
-			if svc != nil {
-				r.alloc.DefaultOnRead(svc)
-			}
-			return svc, err == nil, err
-		}
-		obj, err := r.Store.Get(ctx, name, &metav1.GetOptions{})
-		if apierrors.IsNotFound(err) {
-			return nil, quotaExceeded(writeErr), nil
-		}
-		if err != nil {
-			return nil, false, err
-		}
-		svc, ok := obj.(*corev1.Service)
-		if !ok {
-			return nil, false, fmt.Errorf("read back %s: not a Service: %T", name, obj)
-		}
-		return svc, quotaExceeded(writeErr), nil
-	}
-}
-
 // Update runs the store's update and then settles the allocations its
 // attempts made (settle.go): the store calls BeginUpdate (or BeginCreate,
 // for a create through update or server-side apply) inside its
@@ -203,6 +151,7 @@ func (r *REST) Delete(ctx context.Context, name string, deleteValidation rest.Va
 		return nil, false, err
 	}
 	defer done()
+	ctx = r.guard(ctx)
 	if options == nil || options.Preconditions == nil {
 		read := &cachedRead{}
 		out, deleted, err := r.Store.Delete(withCachedRead(ctx, read), name, read.guard(deleteValidation), options)
@@ -220,7 +169,7 @@ func (r *REST) DeleteCollection(ctx context.Context, deleteValidation rest.Valid
 		return nil, err
 	}
 	defer done()
-	return r.Store.DeleteCollection(ctx, deleteValidation, options, listOptions)
+	return r.Store.DeleteCollection(r.guard(ctx), deleteValidation, options, listOptions)
 }
 
 func (r *REST) beginCreate(ctx context.Context, obj runtime.Object, options *metav1.CreateOptions) (genericregistry.FinishFunc, error) {
@@ -305,11 +254,13 @@ func (l *deleteLog) take(obj runtime.Object) bool {
 }
 
 // deleteTracking is the store's storage, recording the output object of
-// every delete that removed its key. Dry-run deletes never reach it (the
-// store's DryRunnableStorage answers them itself).
+// every delete that removed its key, including one whose answer was lost
+// (settleDelete). Dry-run deletes never reach it (the store's
+// DryRunnableStorage answers them itself).
 type deleteTracking struct {
 	storage.Interface
-	log *deleteLog
+	log    *deleteLog
+	fencer Fencer // set by NewREST; nil: a delete whose answer was lost releases nothing
 }
 
 // Get is the storage's, but for the first read of a Service delete, which
@@ -326,7 +277,9 @@ func (d *deleteTracking) Get(ctx context.Context, key string, opts storage.GetOp
 func (d *deleteTracking) Delete(ctx context.Context, key string, out runtime.Object, preconditions *storage.Preconditions,
 	validateDeletion storage.ValidateObjectFunc, cachedExistingObject runtime.Object, opts storage.DeleteOptions) error {
 	if err := d.Interface.Delete(ctx, key, out, preconditions, validateDeletion, cachedExistingObject, opts); err != nil {
-		return err
+		if err = d.settleDelete(ctx, key, out, err); err != nil {
+			return err
+		}
 	}
 	if _, ok := out.(*corev1.Service); ok {
 		d.log.add(out)

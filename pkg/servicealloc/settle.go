@@ -32,25 +32,25 @@ import (
 // (a timeout, a slow member, a broken connection) may be applied after the
 // answer, even after a read sent to another member found nothing. Releasing
 // then frees what a stored Service holds, and the next create takes it: a
-// duplicate. So the Service is read again once its outcome is final:
-//   - after a quota error, at once: etcd applied or refused the write
-//     before it answered, and the read is linearizable;
-//   - after any other error, through the request's fence (Fencer,
-//     pkg/fence): the read and the fence are one transaction, after which
-//     no write of the request can be applied;
-//   - without a Fencer (a server that embeds this package on other
-//     storage), the read is not final: nothing is released on its word
-//     that could still be written.
+// duplicate. So the outcome is made known first, through the request's
+// fence (Fencer, pkg/fence): after it is closed no write of the request can
+// be applied, and it tells whether the write was, whatever happened to the
+// Service since. Without a Fencer (a server that embeds this package on
+// other storage), or when the fence cannot be closed, a read of the Service
+// decides, and it releases only on a read that is final: after a quota
+// error, which etcd answers once it has applied or refused the write.
 //
-// What the final read decides:
-//
-//	request  the Service read                                   settlement
-//	create   stored with the create's UID                        keep (Commit)
-//	create   absent, or another object by that name              release (Revert)
-//	update   same UID, holds every claim the update added        keep: only this update can hold them
-//	update   same UID, at the resourceVersion the update read    release: nothing was written since
-//	either   unreadable, or anything else (deleted, re-created,  leave: release nothing
-//	         changed by another writer, a read not final)
+//	request  known after the failure                               settlement
+//	either   refused by the API (4xx)                              release (Revert)
+//	either   fenced: the write was applied                         keep (Commit)
+//	either   fenced: the write was not applied                     release (Revert)
+//	without a fence, the Service read back decides:
+//	create   stored with the create's UID                          keep
+//	create   absent or another object, on a final read             release
+//	update   same UID, holds every claim the update added          keep: only this update can hold them
+//	update   same UID, at the resourceVersion it read, final read  release: nothing was written since
+//	either   anything else (unreadable, not final, deleted,        leave: release nothing
+//	         re-created, changed by another writer)
 //
 // A settlement never releases what the Service read holds. What is left is
 // a leak, which the repair's leak rule frees; a duplicate is never repaired.
@@ -110,10 +110,21 @@ func finisher(ctx context.Context, txn *Transaction, svc, old *corev1.Service) g
 	}
 }
 
-// readBack reads the Service after a write that failed with err: stored
-// (nil when absent), whether the read is final for the request (no write of
-// it can be applied later), or the read's error.
-type readBack func(ctx context.Context, err error) (stored *corev1.Service, final bool, readErr error)
+// afterWrite is what is known of a write that failed with an error that
+// leaves its outcome open.
+type afterWrite struct {
+	// fenced says landed is known: the request's fence was closed.
+	fenced, landed bool
+	// stored is the Service read after the write (nil when absent), final
+	// when no write of the request can be applied after the read, or err
+	// the read's error.
+	stored *corev1.Service
+	final  bool
+	err    error
+}
+
+// readBack learns what it can of a write that failed with err.
+type readBack func(ctx context.Context, err error) afterWrite
 
 // settle settles the recorded attempts after the store answered err. Every
 // attempt but the last lost its compare-and-swap and is reverted; the last
@@ -135,17 +146,13 @@ func (l *writeLog) settle(ctx context.Context, err error, read readBack) {
 		last.txn.Commit(ctx)
 		return
 	}
-	var (
-		stored  *corev1.Service
-		final   bool
-		readErr error
-	)
+	var after afterWrite
 	if !writeRefused(err) {
 		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), releaseTimeout)
-		stored, final, readErr = read(rctx, err)
+		after = read(rctx, err)
 		cancel()
 	}
-	settleFailedWrite(err, last, stored, final, readErr).apply(ctx, last.txn, stored, err)
+	settleFailedWrite(err, last, after).apply(ctx, last.txn, after.stored, err)
 }
 
 // settlement is what becomes of a failed write's reservation.
@@ -178,16 +185,20 @@ func quotaExceeded(err error) bool {
 }
 
 // settleFailedWrite decides the last attempt a of a write that failed with
-// err, given a read of the Service after it: stored (nil when absent), and
-// whether that read is final, or the read's error (the table above).
-func settleFailedWrite(err error, a attempt, stored *corev1.Service, final bool, readErr error) settlement {
-	if writeRefused(err) {
+// err, given what is known after it (the table above).
+func settleFailedWrite(err error, a attempt, after afterWrite) settlement {
+	switch {
+	case writeRefused(err):
 		return release
-	}
-	if readErr != nil && !apierrors.IsNotFound(readErr) {
+	case after.fenced && after.landed:
+		return keep
+	case after.fenced:
+		return release
+	case after.err != nil && !apierrors.IsNotFound(after.err):
 		return leave
 	}
-	if readErr != nil {
+	stored := after.stored
+	if after.err != nil {
 		stored = nil
 	}
 	sameUID := stored != nil && a.uid != "" && stored.UID == a.uid
@@ -195,7 +206,7 @@ func settleFailedWrite(err error, a attempt, stored *corev1.Service, final bool,
 		switch {
 		case sameUID:
 			return keep
-		case final:
+		case after.final:
 			return release
 		}
 		return leave
@@ -206,7 +217,7 @@ func settleFailedWrite(err error, a attempt, stored *corev1.Service, final bool,
 	if added := a.wrote.minus(a.base); !added.empty() && claimsOf(stored).holds(added) {
 		return keep
 	}
-	if final && stored.ResourceVersion == a.baseVersion {
+	if after.final && stored.ResourceVersion == a.baseVersion {
 		return release
 	}
 	return leave

@@ -34,20 +34,23 @@ func at(svc *corev1.Service, rv string) *corev1.Service {
 }
 
 // TestSettleFailedWrite: a write refused by the API (4xx) is undone. One
-// whose fate is unknown (an etcd or context error, a 5xx) is decided from
-// the Service read back (settle.go's table): a create keeps its reservation
-// if the Service was stored with its UID, and releases it if absent or
-// another object only when the read is final (fenced, or after a quota
-// error); an update keeps its changes if the stored Service holds what it
-// added, and undoes them if a final read finds the resourceVersion it
-// replaced. Anything else (unreadable, a read not final, deleted or
-// re-created, changed by another writer) is left to the repair.
+// whose fate is unknown (an etcd or context error, a 5xx) is decided by its
+// fence when there is one: kept when it was applied, whatever became of the
+// Service since, undone when it was not. Without a fence, a read of the
+// Service decides (settle.go's table): a create keeps its reservation if the
+// Service was stored with its UID, and releases it if absent or another
+// object only when the read is final (after a quota error); an update keeps
+// its changes if the stored Service holds what it added, and undoes them if
+// a final read finds the resourceVersion it replaced. Anything else
+// (unreadable, a read not final, deleted or re-created, changed by another
+// writer) is left to the repair.
 func TestSettleFailedWrite(t *testing.T) {
 	svcs := schema.GroupResource{Resource: "services"}
 	nospace := errors.New("etcdserver: mvcc: database space exceeded")
 	notFound := apierrors.NewNotFound(svcs, "web")
 	invalid := apierrors.NewInvalid(serviceKind, "web", field.ErrorList{field.Required(field.NewPath("spec"), "")})
 	timeout := apierrors.NewTimeoutError("etcd", 1)
+	unreachable := errors.New("etcd unavailable")
 
 	create := attempt{uid: "u1", wrote: claimsOf(held("u1", "10.0.0.5"))}
 	// An update of u1, read at resourceVersion 7, from ClusterIP 10.0.0.5
@@ -56,45 +59,63 @@ func TestSettleFailedWrite(t *testing.T) {
 		base: claimsOf(held("u1", "10.0.0.5")), wrote: claimsOf(held("u1", "10.0.0.5", 30001))}
 	drop := attempt{uid: "u1", update: true, baseVersion: "7",
 		base: claimsOf(held("u1", "10.0.0.5", 30001)), wrote: claimsOf(held("u1", "10.0.0.5"))}
+	landed := func(stored *corev1.Service) afterWrite {
+		return afterWrite{fenced: true, landed: true, stored: stored, final: true}
+	}
+	notLanded := func(stored *corev1.Service) afterWrite {
+		return afterWrite{fenced: true, stored: stored, final: true}
+	}
+	read := func(stored *corev1.Service, final bool, err error) afterWrite {
+		return afterWrite{stored: stored, final: final, err: err}
+	}
 	tests := []struct {
-		name   string
-		a      attempt
-		err    error
-		stored *corev1.Service
-		final  bool
-		getErr error
-		want   settlement
+		name  string
+		a     attempt
+		err   error
+		after afterWrite
+		want  settlement
 	}{
-		{"create invalid", create, invalid, held("u1", "10.0.0.5"), true, nil, release},
-		{"create already exists", create, apierrors.NewAlreadyExists(svcs, "web"), held("u2", "10.0.0.9"), true, nil, release},
-		{"create forbidden by admission", create, apierrors.NewForbidden(svcs, "web", errors.New("no")), nil, false, notFound, release},
-		{"create NOSPACE, stored anyway", create, nospace, held("u1", "10.0.0.5"), true, nil, keep},
-		{"create timeout, stored", create, timeout, held("u1", "10.0.0.5"), true, nil, keep},
-		{"create timeout, stored, read not final", create, timeout, held("u1", "10.0.0.5"), false, nil, keep},
-		{"create deadline, fenced absent", create, context.DeadlineExceeded, nil, true, nil, release},
-		{"create deadline, absent, read not final", create, context.DeadlineExceeded, nil, false, nil, leave},
-		{"create deadline, not found, read not final", create, context.DeadlineExceeded, nil, false, notFound, leave},
-		{"create internal, fenced, another object by that name", create, apierrors.NewInternalError(nospace), held("u2", "10.0.0.9"), true, nil, release},
-		{"create internal, another object, read not final", create, apierrors.NewInternalError(timeout), held("u2", "10.0.0.9"), false, nil, leave},
-		{"create canceled, unreadable", create, context.Canceled, nil, false, errors.New("etcd unavailable"), leave},
+		{"create invalid", create, invalid, read(held("u1", "10.0.0.5"), true, nil), release},
+		{"create already exists", create, apierrors.NewAlreadyExists(svcs, "web"), read(held("u2", "10.0.0.9"), true, nil), release},
+		{"create forbidden by admission", create, apierrors.NewForbidden(svcs, "web", errors.New("no")), read(nil, false, notFound), release},
 
-		{"update conflict", update, apierrors.NewConflict(svcs, "web", errors.New("changed")), held("u1", "10.0.0.5"), true, nil, release},
-		{"update NOSPACE, stored anyway", update, nospace, at(held("u1", "10.0.0.5", 30001), "8"), true, nil, keep},
-		{"update timeout, stored, read not final", update, timeout, at(held("u1", "10.0.0.5", 30001), "8"), false, nil, keep},
-		{"update timeout, fenced, not stored", update, timeout, at(held("u1", "10.0.0.5"), "7"), true, nil, release},
-		{"update timeout, not stored yet, read not final", update, timeout, at(held("u1", "10.0.0.5"), "7"), false, nil, leave},
-		{"update timeout, fenced, changed by another writer", update, timeout, at(held("u1", "10.0.0.5", 30002), "9"), true, nil, leave},
-		{"update timeout, fenced, deleted since", update, timeout, nil, true, nil, leave},
-		{"update NOSPACE, deleted since", update, nospace, nil, true, notFound, leave},
-		{"update NOSPACE, re-created since", update, nospace, at(held("u2", "10.0.0.5", 30001), "9"), true, nil, leave},
-		{"update canceled, unreadable", update, context.Canceled, nil, false, errors.New("etcd unavailable"), leave},
-		{"drop a port, fenced, not stored", drop, timeout, at(held("u1", "10.0.0.5", 30001), "7"), true, nil, release},
-		{"drop a port, fenced, stored or another writer's", drop, timeout, at(held("u1", "10.0.0.5"), "8"), true, nil, leave},
+		{"create timeout, fenced: landed, stored", create, timeout, landed(held("u1", "10.0.0.5")), keep},
+		{"create deadline, fenced: landed, deleted by another request since", create, context.DeadlineExceeded, landed(nil), keep},
+		{"create deadline, fenced: not landed, absent", create, context.DeadlineExceeded, notLanded(nil), release},
+		{"create internal, fenced: not landed, another object by that name", create, apierrors.NewInternalError(timeout), notLanded(held("u2", "10.0.0.9")), release},
+		{"create NOSPACE, fenced: landed", create, nospace, landed(held("u1", "10.0.0.5")), keep},
+
+		{"create NOSPACE, read: stored", create, nospace, read(held("u1", "10.0.0.5"), true, nil), keep},
+		{"create NOSPACE, read: absent", create, nospace, read(nil, true, nil), release},
+		{"create timeout, read not final: stored", create, timeout, read(held("u1", "10.0.0.5"), false, nil), keep},
+		{"create deadline, read not final: absent", create, context.DeadlineExceeded, read(nil, false, nil), leave},
+		{"create deadline, read not final: not found", create, context.DeadlineExceeded, read(nil, false, notFound), leave},
+		{"create internal, read not final: another object", create, apierrors.NewInternalError(timeout), read(held("u2", "10.0.0.9"), false, nil), leave},
+		{"create canceled, unreadable", create, context.Canceled, read(nil, false, unreachable), leave},
+
+		{"update conflict", update, apierrors.NewConflict(svcs, "web", errors.New("changed")), read(held("u1", "10.0.0.5"), true, nil), release},
+		{"update timeout, fenced: landed, changed by another writer since", update, timeout, landed(at(held("u1", "10.0.0.5", 30002), "9")), keep},
+		{"update timeout, fenced: landed, deleted since", update, timeout, landed(nil), keep},
+		{"update timeout, fenced: not landed, at its base", update, timeout, notLanded(at(held("u1", "10.0.0.5"), "7")), release},
+		{"update timeout, fenced: not landed, changed by another writer", update, timeout, notLanded(at(held("u1", "10.0.0.5", 30002), "9")), release},
+		{"drop a port, fenced: landed", drop, timeout, landed(at(held("u1", "10.0.0.5"), "8")), keep},
+		{"drop a port, fenced: not landed", drop, timeout, notLanded(at(held("u1", "10.0.0.5", 30001), "7")), release},
+
+		{"update NOSPACE, read: stored", update, nospace, read(at(held("u1", "10.0.0.5", 30001), "8"), true, nil), keep},
+		{"update timeout, read not final: stored", update, timeout, read(at(held("u1", "10.0.0.5", 30001), "8"), false, nil), keep},
+		{"update NOSPACE, read: at its base", update, nospace, read(at(held("u1", "10.0.0.5"), "7"), true, nil), release},
+		{"update timeout, read not final: at its base", update, timeout, read(at(held("u1", "10.0.0.5"), "7"), false, nil), leave},
+		{"update NOSPACE, read: changed by another writer", update, nospace, read(at(held("u1", "10.0.0.5", 30002), "9"), true, nil), leave},
+		{"update NOSPACE, read: deleted since", update, nospace, read(nil, true, notFound), leave},
+		{"update NOSPACE, read: re-created since", update, nospace, read(at(held("u2", "10.0.0.5", 30001), "9"), true, nil), leave},
+		{"update canceled, unreadable", update, context.Canceled, read(nil, false, unreachable), leave},
+		{"drop a port, NOSPACE, read: at its base", drop, nospace, read(at(held("u1", "10.0.0.5", 30001), "7"), true, nil), release},
+		{"drop a port, NOSPACE, read: stored or another writer's", drop, nospace, read(at(held("u1", "10.0.0.5"), "8"), true, nil), leave},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			t.Parallel()
-			if got := settleFailedWrite(tt.err, tt.a, tt.stored, tt.final, tt.getErr); got != tt.want {
+			if got := settleFailedWrite(tt.err, tt.a, tt.after); got != tt.want {
 				t.Errorf("settleFailedWrite = %d, want %d", got, tt.want)
 			}
 		})
@@ -168,7 +189,7 @@ func TestSettleUpdateAttempts(t *testing.T) {
 		if landed {
 			stored = next[len(next)-1]
 		}
-		log.settle(ctx, nospace, func(context.Context, error) (*corev1.Service, bool, error) { return stored, true, nil })
+		log.settle(ctx, nospace, func(context.Context, error) afterWrite { return afterWrite{stored: stored, final: true} })
 		want := map[string]bool{"10.0.0.5": true, "fd00::6": false, "fd00::7": landed}
 		for ip, w := range want {
 			m := mems[0]

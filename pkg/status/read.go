@@ -13,6 +13,7 @@ import (
 
 	"github.com/allocator/allocator/pkg/bitmap"
 	"github.com/allocator/allocator/pkg/etcdlayout"
+	"github.com/allocator/allocator/pkg/holding"
 	"github.com/allocator/allocator/pkg/model"
 	"github.com/allocator/allocator/pkg/scope"
 	"github.com/allocator/allocator/pkg/subrange"
@@ -139,14 +140,8 @@ func serviceNamespaces(ctx context.Context, client kubernetes.Interface) (map[ne
 		}
 		for i := range list.Items {
 			svc := &list.Items[i]
-			ips := svc.Spec.ClusterIPs
-			if len(ips) == 0 && svc.Spec.ClusterIP != "" {
-				ips = []string{svc.Spec.ClusterIP}
-			}
-			for _, text := range ips {
-				if ip, err := netip.ParseAddr(text); err == nil {
-					owners[ip] = svc.Namespace
-				}
+			for _, ip := range holding.IPs(svc) {
+				owners[ip] = svc.Namespace
 			}
 		}
 		if list.Continue == "" {

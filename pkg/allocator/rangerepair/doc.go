@@ -1,9 +1,11 @@
 // Package rangerepair is the one repair core of every map stored as a
 // RangeAllocation (design.md §8): the ClusterIP bitmaps and the node-port map
-// are repaired by thin layers over it (pkg/ipallocator/controller, pkg/portallocator/controller), which decide what a
-// Service holds and how findings are reported; this package decides what is
-// written. It is generic over the key of the thing allocated (an address, a
-// port); a Space maps keys to the map's slots.
+// are repaired by thin layers over it (pkg/ipallocator/controller, pkg/portallocator/controller), which take what a
+// Service holds from pkg/holding and word the findings; this package decides what is
+// written, and when the layers' findings are counted and raise events
+// (Pass.Finish: only after a successful commit, without the findings of keys
+// the commit found were not missing). It is generic over the key of the
+// thing allocated (an address, a port); a Space maps keys to the map's slots.
 //
 // A pass reads the stored map, then lists the Services, rebuilds the map from
 // what they hold and writes it back. Invariants and why:

@@ -14,6 +14,7 @@ import (
 
 	"github.com/allocator/allocator/pkg/allocator/rangerepair"
 	"github.com/allocator/allocator/pkg/bitmap"
+	"github.com/allocator/allocator/pkg/holding"
 	"github.com/allocator/allocator/pkg/model"
 	"github.com/allocator/allocator/pkg/report"
 	"github.com/allocator/allocator/pkg/subrange"
@@ -140,59 +141,55 @@ type familyOutcome struct {
 }
 
 // repairFamily reports what pass finds in the map of cfg.Stores[i] and
-// commits it. Events and metrics follow only a successful commit, so a pass
-// rerun after a conflict reports nothing twice.
+// commits it (rangerepair.Pass.Finish: events and metrics follow only a
+// successful commit).
 func (r *BitmapRepair) repairFamily(ctx context.Context, i int, pass *rangerepair.Pass[netip.Addr], services []corev1.Service) (familyOutcome, error) {
 	rng := r.cfg.Stores[i].Range()
 	primary := i == 0
 	family := familyName(rng.IPv6())
-	var problems []report.Problem
-	type eventFor struct {
-		svc     *corev1.Service
-		problem report.Problem
+	var found rangerepair.Findings[netip.Addr]
+	// companion drops what the IPAddress repair reports when it runs beside.
+	companion := func(p report.Problem) bool {
+		return r.cfg.Companion && (p.Type == report.TypeOutOfRange || p.Type == report.TypeDuplicate || p.Reason == report.ReasonNotAllocated)
 	}
-	var events []eventFor
 	rep := func(svc *corev1.Service, p report.Problem) {
-		if r.cfg.Companion && (p.Type == report.TypeOutOfRange || p.Type == report.TypeDuplicate || p.Reason == report.ReasonNotAllocated) {
-			return
-		}
-		problems = append(problems, p)
-		if svc != nil && p.Reason != "" {
-			events = append(events, eventFor{svc, p})
+		if !companion(p) {
+			found.Add(svc, p)
 		}
 	}
 
 	for i := range services {
 		svc := &services[i]
-		for _, text := range serviceIPs(svc) {
-			ip, ok := parseServiceIP(text)
-			if !ok {
-				// Reported once, by the primary family's pass.
-				if primary {
-					rep(svc, report.Problem{Type: report.TypeInvalid, Reason: report.ReasonNotValid, IP: text, Service: report.ServiceKey(svc),
-						Message: fmt.Sprintf("Cluster IP %s is not a valid IP; please recreate service", text)})
-				}
-				continue
-			}
+		ips, invalid := holding.ClusterIPs(svc)
+		for _, ip := range ips {
 			if ip.Is6() != rng.IPv6() {
 				if !r.servesFamily(ip.Is6()) && primary {
 					fam := familyName(ip.Is6())
-					rep(svc, report.Problem{Type: report.TypeInvalid, Reason: report.ReasonNotValid, IP: text, Service: report.ServiceKey(svc),
-						Message: fmt.Sprintf("Cluster IP %s(%s) is of ip family that is no longer configured on cluster; please recreate service", text, fam)})
+					rep(svc, report.Problem{Type: report.TypeInvalid, Reason: report.ReasonNotValid, IP: ip.String(), Service: report.ServiceKey(svc),
+						Message: fmt.Sprintf("Cluster IP %s(%s) is of ip family that is no longer configured on cluster; please recreate service", ip, fam)})
 				}
 				continue
 			}
 			switch pass.Hold(svc, ip) {
 			case rangerepair.Held:
 			case rangerepair.Missing:
-				rep(svc, report.Problem{Type: report.TypeRepair, Reason: report.ReasonNotAllocated, IP: text, Service: report.ServiceKey(svc), Fixed: !r.cfg.DryRun,
-					Message: fmt.Sprintf("Cluster IP [%s]:%s is not allocated; repairing", family, text)})
+				p := report.Problem{Type: report.TypeRepair, Reason: report.ReasonNotAllocated, IP: ip.String(), Service: report.ServiceKey(svc), Fixed: !r.cfg.DryRun,
+					Message: fmt.Sprintf("Cluster IP [%s]:%s is not allocated; repairing", family, ip)}
+				if !companion(p) {
+					found.AddMissing(svc, ip, p)
+				}
 			case rangerepair.Duplicate:
-				rep(svc, report.Problem{Type: report.TypeDuplicate, Reason: report.ReasonAlreadyAllocated, IP: text, Service: report.ServiceKey(svc),
-					Message: fmt.Sprintf("Cluster IP [%s]:%s was assigned to multiple services; please recreate service", family, text)})
+				rep(svc, report.Problem{Type: report.TypeDuplicate, Reason: report.ReasonAlreadyAllocated, IP: ip.String(), Service: report.ServiceKey(svc),
+					Message: fmt.Sprintf("Cluster IP [%s]:%s was assigned to multiple services; please recreate service", family, ip)})
 			case rangerepair.OutOfRange:
-				rep(svc, report.Problem{Type: report.TypeOutOfRange, Reason: report.ReasonOutOfRange, IP: text, Service: report.ServiceKey(svc),
-					Message: fmt.Sprintf("Cluster IP [%s]:%s is not within the service CIDR %s; please recreate service", family, text, rng.Prefix())})
+				rep(svc, report.Problem{Type: report.TypeOutOfRange, Reason: report.ReasonOutOfRange, IP: ip.String(), Service: report.ServiceKey(svc),
+					Message: fmt.Sprintf("Cluster IP [%s]:%s is not within the service CIDR %s; please recreate service", family, ip, rng.Prefix())})
+			}
+		}
+		for _, text := range invalid {
+			if primary { // reported once, by the primary family's pass
+				rep(svc, report.Problem{Type: report.TypeInvalid, Reason: report.ReasonNotValid, IP: text, Service: report.ServiceKey(svc),
+					Message: fmt.Sprintf("Cluster IP %s is not a valid IP; please recreate service", text)})
 			}
 		}
 	}
@@ -208,37 +205,11 @@ func (r *BitmapRepair) repairFamily(ctx context.Context, i int, pass *rangerepai
 			Message: fmt.Sprintf("Cluster IP [%s]:%s appears to have leaked: cleaning up", family, ip)})
 	})
 
-	outcome := familyOutcome{problems: problems, allocated: pass.Allocated()}
-	if r.cfg.DryRun {
-		return outcome, nil
-	}
-	res, err := pass.Commit(ctx)
+	done, err := pass.Finish(ctx, &found, rangerepair.Reporting{DryRun: r.cfg.DryRun, Observe: r.cfg.Metrics.ObserveProblem, Recorder: r.cfg.Recorder})
 	if err != nil {
 		return familyOutcome{}, err
 	}
-	outcome.wrote = res.Wrote
-	if len(res.NotMissing) > 0 {
-		// Their bits were set after the pass's read by the allocation that
-		// stored the Service (the bit precedes the Service), or their Service
-		// was deleted since the pass listed it: not a fault, so no
-		// ClusterIPNotAllocated for them.
-		notMissing := func(p report.Problem) bool {
-			ip, err := netip.ParseAddr(p.IP)
-			return p.Reason == report.ReasonNotAllocated && err == nil && res.NotMissing[ip]
-		}
-		problems = slices.DeleteFunc(problems, notMissing)
-		events = slices.DeleteFunc(events, func(e eventFor) bool { return notMissing(e.problem) })
-		outcome.problems = problems
-	}
-	for _, p := range problems {
-		r.cfg.Metrics.ObserveProblem(p)
-	}
-	if r.cfg.Recorder != nil {
-		for _, e := range events {
-			r.cfg.Recorder.Event(e.svc, corev1.EventTypeWarning, e.problem.Reason, e.problem.Message)
-		}
-	}
-	return outcome, nil
+	return familyOutcome{problems: done.Problems, allocated: done.Allocated, wrote: done.Wrote}, nil
 }
 
 // addrSpace is a ClusterIP range as the repair core's Space: slot i is the
@@ -261,46 +232,11 @@ func (s addrSpace) Key(i int) netip.Addr {
 
 // holdsIP reports whether svc holds ip.
 func holdsIP(svc *corev1.Service, ip netip.Addr) bool {
-	for _, text := range serviceIPs(svc) {
-		if a, ok := parseServiceIP(text); ok && a == ip {
-			return true
-		}
-	}
-	return false
+	return slices.Contains(holding.IPs(svc), ip)
 }
 
 func (r *BitmapRepair) servesFamily(ipv6 bool) bool {
 	return slices.ContainsFunc(r.cfg.Stores, func(s BitmapStore) bool { return s.Range().IPv6() == ipv6 })
-}
-
-// serviceIPs returns the ClusterIPs a Service holds (none for headless and
-// ExternalName Services).
-func serviceIPs(svc *corev1.Service) []string {
-	if svc.Spec.Type == corev1.ServiceTypeExternalName {
-		return nil
-	}
-	ips := svc.Spec.ClusterIPs
-	if len(ips) == 0 && svc.Spec.ClusterIP != "" {
-		ips = []string{svc.Spec.ClusterIP}
-	}
-	var out []string
-	for _, ip := range ips {
-		if ip != "" && ip != corev1.ClusterIPNone {
-			out = append(out, ip)
-		}
-	}
-	return out
-}
-
-// parseServiceIP reads a stored ClusterIP as kube-apiserver would: any
-// spelling of an address (IPv4-mapped IPv6 is its IPv4 address); zones and
-// garbage are invalid.
-func parseServiceIP(text string) (netip.Addr, bool) {
-	ip, err := netip.ParseAddr(text)
-	if err != nil || ip.Zone() != "" {
-		return netip.Addr{}, false
-	}
-	return ip.Unmap(), true
 }
 
 func familyName(ipv6 bool) string {

@@ -12,6 +12,8 @@ import (
 	networkingv1 "k8s.io/api/networking/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/tools/cache"
+
+	"github.com/allocator/allocator/pkg/holding"
 )
 
 func TestIPAddressServiceCIDRsContains(t *testing.T) {
@@ -34,7 +36,7 @@ func TestIPAddressServiceCIDRsContains(t *testing.T) {
 		{"fd01::1:2:3", true}, // a prefix the allocator refuses still covers its addresses
 		{"fd01::", false},
 	} {
-		ip, ok := parseServiceIP(tc.ip)
+		ip, ok := holding.ParseClusterIP(tc.ip)
 		if !ok {
 			t.Fatalf("parse %s", tc.ip)
 		}

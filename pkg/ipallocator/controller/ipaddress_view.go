@@ -19,6 +19,7 @@ import (
 
 	"github.com/allocator/allocator/internal/lazy"
 	"github.com/allocator/allocator/pkg/addrindex"
+	"github.com/allocator/allocator/pkg/holding"
 	"github.com/allocator/allocator/pkg/model"
 	"github.com/allocator/allocator/pkg/report"
 	"github.com/allocator/allocator/pkg/scope"
@@ -53,8 +54,8 @@ var serviceIndexers = cache.Indexers{
 			return nil, nil
 		}
 		var blocks []string
-		for _, text := range serviceIPs(svc) {
-			if ip, ok := parseServiceIP(text); ok && !slices.Contains(blocks, addrindex.BlockKey(ip)) {
+		for _, ip := range holding.IPs(svc) {
+			if !slices.Contains(blocks, addrindex.BlockKey(ip)) {
 				blocks = append(blocks, addrindex.BlockKey(ip))
 			}
 		}
@@ -62,18 +63,17 @@ var serviceIndexers = cache.Indexers{
 	},
 }
 
-// addressKeys returns the work keys of a Service's ClusterIPs: the canonical
-// address, or invalidKeyPrefix and the text for one that does not parse.
+// addressKeys returns the work keys of a Service's ClusterIPs (holding.ClusterIPs),
+// each once: the canonical addresses, then invalidKeyPrefix and the text of
+// each one that does not parse.
 func addressKeys(svc *corev1.Service) []string {
-	var keys []string
-	for _, text := range serviceIPs(svc) {
-		k := invalidKeyPrefix + text
-		if ip, ok := parseServiceIP(text); ok {
-			k = ip.String()
-		}
-		if !slices.Contains(keys, k) {
-			keys = append(keys, k)
-		}
+	ips, invalid := holding.ClusterIPs(svc)
+	keys := make([]string, 0, len(ips)+len(invalid))
+	for _, ip := range ips {
+		keys = append(keys, ip.String())
+	}
+	for _, text := range invalid {
+		keys = append(keys, invalidKeyPrefix+text)
 	}
 	return keys
 }

@@ -17,6 +17,7 @@ import (
 	"k8s.io/client-go/kubernetes"
 
 	"github.com/allocator/allocator/pkg/allocation"
+	"github.com/allocator/allocator/pkg/holding"
 	"github.com/allocator/allocator/pkg/ipallocator/ipaddress"
 	"github.com/allocator/allocator/pkg/report"
 )
@@ -111,14 +112,13 @@ type claim struct {
 // reports the ones that cannot be addresses at all.
 func serviceClaims(services []*corev1.Service) (claims []claim, problems []report.Problem) {
 	for _, svc := range services {
-		for _, text := range serviceIPs(svc) {
-			ip, ok := parseServiceIP(text)
-			if !ok {
-				problems = append(problems, report.Problem{Type: report.TypeInvalid, Reason: report.ReasonNotValid, IP: text, Service: report.ServiceKey(svc),
-					Message: fmt.Sprintf("Cluster IP %s is not a valid IP; please recreate service", text)})
-				continue
-			}
+		ips, invalid := holding.ClusterIPs(svc)
+		for _, ip := range ips {
 			claims = append(claims, claim{ip: ip, owner: allocation.Owner{Namespace: svc.Namespace, Name: svc.Name, UID: string(svc.UID)}, svc: report.ServiceKey(svc)})
+		}
+		for _, text := range invalid {
+			problems = append(problems, report.Problem{Type: report.TypeInvalid, Reason: report.ReasonNotValid, IP: text, Service: report.ServiceKey(svc),
+				Message: fmt.Sprintf("Cluster IP %s is not a valid IP; please recreate service", text)})
 		}
 	}
 	return claims, problems

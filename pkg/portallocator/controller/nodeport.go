@@ -13,9 +13,9 @@ import (
 	"k8s.io/client-go/tools/record"
 
 	"github.com/allocator/allocator/pkg/allocator/rangerepair"
+	"github.com/allocator/allocator/pkg/holding"
 	"github.com/allocator/allocator/pkg/portrange"
 	"github.com/allocator/allocator/pkg/report"
-	"github.com/allocator/allocator/pkg/servicealloc"
 )
 
 // Node-port repair follows the bitmap repair's rules with ports for
@@ -120,24 +120,20 @@ func (r *NodePortRepair) RunOnce(ctx context.Context) (*report.Report, error) {
 	return rep, nil
 }
 
+// pass reports what pass finds in the node-port map and commits it
+// (rangerepair.Pass.Finish: events and metrics follow only a successful
+// commit).
 func (r *NodePortRepair) pass(ctx context.Context, pass *rangerepair.Pass[int], services []corev1.Service) (*report.Report, error) {
 	rng := r.cfg.Store.Range()
 	rep := &report.Report{Resource: ResourceNodePort, DryRun: r.cfg.DryRun, Services: len(services)}
-	type eventFor struct {
-		svc     *corev1.Service
-		problem report.Problem
-	}
-	var events []eventFor
+	var found rangerepair.Findings[int]
 	add := func(svc *corev1.Service, p report.Problem) {
 		p.Resource = ResourceNodePort
-		rep.Problems = append(rep.Problems, p)
-		if svc != nil && p.Reason != "" {
-			events = append(events, eventFor{svc, p})
-		}
+		found.Add(svc, p)
 	}
 	for i := range services {
 		svc := &services[i]
-		for _, port := range servicealloc.NodePortsOf(svc) {
+		for _, port := range holding.NodePorts(svc) {
 			text := strconv.Itoa(port)
 			switch pass.Hold(svc, port) {
 			case rangerepair.Held:
@@ -148,8 +144,8 @@ func (r *NodePortRepair) pass(ctx context.Context, pass *rangerepair.Pass[int], 
 				add(svc, report.Problem{Type: report.TypeDuplicate, Reason: ReasonPortAlreadyAllocated, IP: text, Service: report.ServiceKey(svc),
 					Message: fmt.Sprintf("Port %d was assigned to multiple services; please recreate service", port)})
 			case rangerepair.Missing:
-				add(svc, report.Problem{Type: report.TypeRepair, Reason: ReasonPortNotAllocated, IP: text, Service: report.ServiceKey(svc), Fixed: !r.cfg.DryRun,
-					Message: fmt.Sprintf("Port %d is not allocated; repairing", port)})
+				found.AddMissing(svc, port, report.Problem{Type: report.TypeRepair, Reason: ReasonPortNotAllocated, IP: text, Service: report.ServiceKey(svc), Fixed: !r.cfg.DryRun,
+					Resource: ResourceNodePort, Message: fmt.Sprintf("Port %d is not allocated; repairing", port)})
 			}
 		}
 	}
@@ -162,35 +158,13 @@ func (r *NodePortRepair) pass(ctx context.Context, pass *rangerepair.Pass[int], 
 		add(nil, report.Problem{Type: report.TypeLeak, IP: strconv.Itoa(port), Fixed: !r.cfg.DryRun,
 			Message: fmt.Sprintf("the node port %d appears to have leaked: cleaning up", port)})
 	})
-	rep.Allocated = pass.Allocated()
-	if r.cfg.DryRun {
-		return rep, nil
-	}
-	res, err := pass.Commit(ctx)
+	done, err := pass.Finish(ctx, &found, rangerepair.Reporting{DryRun: r.cfg.DryRun, Observe: r.cfg.Metrics.ObservePortProblem, Recorder: r.cfg.Recorder})
 	if err != nil {
 		return nil, err
 	}
-	if res.Wrote {
+	rep.Problems, rep.Allocated = done.Problems, done.Allocated
+	if done.Wrote {
 		rep.Writes++
-	}
-	if len(res.NotMissing) > 0 {
-		// Set since the pass's read by the allocation that stored the
-		// Service, or the Service was deleted since the pass listed it: no
-		// PortNotAllocated for them.
-		notMissing := func(p report.Problem) bool {
-			port, err := strconv.Atoi(p.IP)
-			return p.Reason == ReasonPortNotAllocated && err == nil && res.NotMissing[port]
-		}
-		rep.Problems = slices.DeleteFunc(rep.Problems, notMissing)
-		events = slices.DeleteFunc(events, func(e eventFor) bool { return notMissing(e.problem) })
-	}
-	for _, p := range rep.Problems {
-		r.cfg.Metrics.ObservePortProblem(p)
-	}
-	if r.cfg.Recorder != nil {
-		for _, e := range events {
-			r.cfg.Recorder.Event(e.svc, corev1.EventTypeWarning, e.problem.Reason, e.problem.Message)
-		}
 	}
 	return rep, nil
 }
@@ -206,5 +180,5 @@ func (s portSpace) Key(i int) int {
 
 // holdsPort reports whether svc holds port.
 func holdsPort(svc *corev1.Service, port int) bool {
-	return slices.Contains(servicealloc.NodePortsOf(svc), port)
+	return slices.Contains(holding.NodePorts(svc), port)
 }

@@ -2,9 +2,12 @@ package ipaddresses
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"time"
 
 	networkingv1 "k8s.io/api/networking/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metainternalversion "k8s.io/apimachinery/pkg/apis/meta/internalversion"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
@@ -12,6 +15,9 @@ import (
 	"k8s.io/apiserver/pkg/registry/rest"
 	"k8s.io/apiserver/pkg/storage"
 	storeerr "k8s.io/apiserver/pkg/storage/errors"
+	"k8s.io/klog/v2"
+
+	"github.com/allocator/allocator/pkg/fence"
 )
 
 // upstreamManager and upstreamFields are the field ownership kube-apiserver
@@ -29,12 +35,26 @@ const (
 // validation and etcd write as an API request), without a loopback request
 // (authentication, encoding, HTTP, admission). Watches still see every
 // change. It satisfies pkg/ipallocator/ipaddress.Objects.
+//
+// A claim runs under the Service request's fence (pkg/fence), as the
+// Service's own write does: a create whose answer was lost is made known
+// before Create returns (CreateOutcome), so a claim never fails while its
+// IPAddress may still be stored later. Deletes are releases, which must
+// work after the request's fence was closed: they are never fenced.
 type InProcess struct {
-	r *REST
+	r       *REST
+	outcome CreateOutcome
 }
 
-// InProcess returns r as the allocator's Objects.
-func (r *REST) InProcess() InProcess { return InProcess{r: r} }
+// CreateOutcome tells whether the request's create of the IPAddress name,
+// whose answer was lost, was applied; from its answer on it can no longer
+// be. An error says the outcome could not be learned.
+type CreateOutcome func(ctx context.Context, name string) (landed bool, err error)
+
+// InProcess returns r as the allocator's Objects. outcome may be nil (no
+// fence): a claim whose answer was lost then fails, and an IPAddress stored
+// later is a leak the repair frees.
+func (r *REST) InProcess(outcome CreateOutcome) InProcess { return InProcess{r: r, outcome: outcome} }
 
 // Get reads an IPAddress.
 func (p InProcess) Get(ctx context.Context, name string, opts metav1.GetOptions) (*networkingv1.IPAddress, error) {
@@ -61,9 +81,41 @@ func (p InProcess) Create(ctx context.Context, ip *networkingv1.IPAddress, opts 
 	}
 	obj, err := p.r.Create(ctx, ip, rest.ValidateAllObjectFunc, &opts)
 	if err != nil {
-		return nil, err
+		return p.settleCreate(ctx, ip, err)
 	}
 	return asIPAddress(obj)
+}
+
+// settleTimeout bounds learning the outcome of a create whose answer was
+// lost; the request's own context has usually ended by then.
+const settleTimeout = 30 * time.Second
+
+// settleCreate makes the outcome of a create of ip that failed with err
+// known: an IPAddress that was stored anyway is returned as created (the
+// caller holds it and releases it as any claim), otherwise err.
+func (p InProcess) settleCreate(ctx context.Context, ip *networkingv1.IPAddress, err error) (*networkingv1.IPAddress, error) {
+	var status apierrors.APIStatus
+	if p.outcome == nil || (errors.As(err, &status) && status.Status().Code > 0 && status.Status().Code < 500) {
+		return nil, err // no fence, or refused by the API: not stored
+	}
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), settleTimeout)
+	defer cancel()
+	log := klog.FromContext(ctx).WithValues("ipaddress", ip.Name, "err", err)
+	landed, oerr := p.outcome(ctx, ip.Name)
+	switch {
+	case oerr != nil:
+		log.Info("An IPAddress create failed and its outcome is unknown; leaving it to the repair", "fenceErr", oerr)
+		return nil, err
+	case !landed:
+		return nil, err
+	}
+	stored, gerr := p.Get(ctx, ip.Name, metav1.GetOptions{})
+	if gerr != nil || stored.UID != ip.UID {
+		log.Info("An IPAddress create failed after it was applied, and the IPAddress is gone or another one now", "readErr", gerr)
+		return nil, err
+	}
+	log.V(2).Info("An IPAddress create failed after it was applied; the claim holds it")
+	return stored, nil
 }
 
 // List lists IPAddresses as a LIST request with opts does (label selector,
@@ -89,7 +141,7 @@ func (p InProcess) List(ctx context.Context, opts metav1.ListOptions) (*networki
 
 // Delete deletes an IPAddress, honouring opts' preconditions.
 func (p InProcess) Delete(ctx context.Context, name string, opts metav1.DeleteOptions) error {
-	ctx = clusterScoped(ctx)
+	ctx = fence.Unfenced(clusterScoped(ctx))
 	_, _, err := p.r.Delete(ctx, name, rest.ValidateAllObjectFunc, &opts)
 	return err
 }
@@ -103,7 +155,7 @@ func (p InProcess) Delete(ctx context.Context, name string, opts metav1.DeleteOp
 // object with finalizers or being deleted takes the store's Delete, which
 // handles them.
 func (p InProcess) DeleteExact(ctx context.Context, seen *networkingv1.IPAddress) error {
-	ctx = clusterScoped(ctx)
+	ctx = fence.Unfenced(clusterScoped(ctx))
 	preconditions := metav1.Preconditions{UID: &seen.UID, ResourceVersion: &seen.ResourceVersion}
 	if len(seen.Finalizers) > 0 || seen.DeletionTimestamp != nil {
 		return p.Delete(ctx, seen.Name, metav1.DeleteOptions{Preconditions: &preconditions})

@@ -1,0 +1,127 @@
+package fence
+
+import (
+	"context"
+	"fmt"
+
+	"go.etcd.io/etcd/api/v3/mvccpb"
+	clientv3 "go.etcd.io/etcd/client/v3"
+	"go.etcd.io/etcd/client/v3/kubernetes"
+)
+
+// Guard returns c's storage interface with every OptimisticPut and
+// OptimisticDelete made under a context carrying a Fence conditional on the
+// fence's absence and marked (doc.go); other calls, and writes without a
+// fence, are c's own.
+func Guard(c *kubernetes.Client) kubernetes.Interface {
+	return guarded{Interface: c, kv: c.KV, leases: newLeases(c.Lease)}
+}
+
+type guarded struct {
+	kubernetes.Interface
+	kv     clientv3.KV
+	leases *leases
+}
+
+func (g guarded) OptimisticPut(ctx context.Context, key string, value []byte, expectedRevision int64, opts kubernetes.PutOptions) (kubernetes.PutResponse, error) {
+	f := FromContext(ctx)
+	if f == nil {
+		return g.Interface.OptimisticPut(ctx, key, value, expectedRevision, opts)
+	}
+	var resp kubernetes.PutResponse
+	txn, err := g.commit(ctx, f, key, expectedRevision, opts.GetOnFailure,
+		clientv3.OpPut(key, string(value), clientv3.WithLease(opts.LeaseID)))
+	if err != nil {
+		return resp, err
+	}
+	resp.Succeeded, resp.Revision, resp.KV = txn.succeeded, txn.revision, txn.kv
+	return resp, nil
+}
+
+func (g guarded) OptimisticDelete(ctx context.Context, key string, expectedRevision int64, opts kubernetes.DeleteOptions) (kubernetes.DeleteResponse, error) {
+	f := FromContext(ctx)
+	if f == nil {
+		return g.Interface.OptimisticDelete(ctx, key, expectedRevision, opts)
+	}
+	var resp kubernetes.DeleteResponse
+	txn, err := g.commit(ctx, f, key, expectedRevision, opts.GetOnFailure, clientv3.OpDelete(key))
+	if err != nil {
+		return resp, err
+	}
+	resp.Succeeded, resp.Revision, resp.KV = txn.succeeded, txn.revision, txn.kv
+	return resp, nil
+}
+
+// txnResult is what a guarded write answers, as the store reads it.
+type txnResult struct {
+	succeeded bool
+	revision  int64
+	kv        *mvccpb.KeyValue // the key as stored, when the compare failed and it was asked for
+}
+
+// commit runs op on key if key's ModRevision is expectedRevision (0: absent)
+// and f is open, creating the write's marker with it: the transaction of
+// kubernetes.Client's optimistic writes with one compare and one put more.
+// A write refused because the request's lease is gone was not applied; it
+// is sent once more with a new lease when no earlier write of the request
+// is still unknown.
+func (g guarded) commit(ctx context.Context, f *Fence, key string, expectedRevision int64, getOnFailure bool, op clientv3.Op) (txnResult, error) {
+	for retried := false; ; retried = true {
+		w, err := f.begin(ctx, g.leases)
+		if err != nil {
+			return txnResult{}, fmt.Errorf("write of %s: %w", key, err)
+		}
+		w.expected = expectedRevision
+		r, err := g.commitOnce(ctx, f, key, w, getOnFailure, op)
+		if err == nil || !leaseGone(err) {
+			return r, err
+		}
+		g.leases.forget(w.lease)
+		if retried || !f.renewLease(w.lease) {
+			return r, fmt.Errorf("write of %s: %w", key, err)
+		}
+	}
+}
+
+func (g guarded) commitOnce(ctx context.Context, f *Fence, key string, w write, getOnFailure bool, op clientv3.Op) (txnResult, error) {
+	orElse := []clientv3.Op{clientv3.OpGet(f.key, clientv3.WithCountOnly())} // why the compare failed
+	if getOnFailure {
+		orElse = append(orElse, clientv3.OpGet(key)) // the fresh state the store retries on
+	}
+	resp, err := g.kv.Txn(ctx).If(
+		clientv3.Compare(clientv3.ModRevision(key), "=", w.expected), // the store's own compare
+		clientv3.Compare(clientv3.CreateRevision(f.key), "=", 0),     // the fence is open
+	).Then(
+		op,
+		clientv3.OpPut(w.marker, "", clientv3.WithLease(w.lease)), // this write was applied
+	).Else(orElse...).Commit()
+	if err != nil {
+		if leaseGone(err) {
+			w.outcome = refused // etcd refused the whole transaction
+		} else {
+			w.outcome = unknown
+		}
+		f.record(key, w)
+		return txnResult{}, err
+	}
+	r := txnResult{succeeded: resp.Succeeded, revision: resp.Header.Revision}
+	if resp.Succeeded {
+		w.outcome = applied
+		f.record(key, w)
+		return r, nil
+	}
+	w.outcome = refused
+	f.record(key, w)
+	if len(resp.Responses) != len(orElse) {
+		return txnResult{}, fmt.Errorf("write of %s answered %d results, want %d", key, len(resp.Responses), len(orElse))
+	}
+	if resp.Responses[0].GetResponseRange().GetCount() > 0 {
+		return txnResult{}, fmt.Errorf("write of %s: %w", key, ErrFenced)
+	}
+	if getOnFailure {
+		if kvs := resp.Responses[1].GetResponseRange().GetKvs(); len(kvs) == 1 {
+			r.kv = kvs[0]
+		}
+	}
+	return r, nil
+}

@@ -1,0 +1,82 @@
+package holding
+
+import (
+	"net/netip"
+	"slices"
+
+	corev1 "k8s.io/api/core/v1"
+)
+
+// IPs returns the cluster IPs svc holds, each once, primary family first
+// (the package doc has the table of cases).
+func IPs(svc *corev1.Service) []netip.Addr {
+	ips, _ := ClusterIPs(svc)
+	return ips
+}
+
+// ClusterIPs returns what svc's cluster IP fields name: ips, the addresses it
+// holds, and invalid, the texts that name no address (ParseClusterIP), each
+// once and in field order. ExternalName and headless Services name nothing;
+// spec.clusterIPs is read, or spec.clusterIP alone when clusterIPs is empty;
+// "" and "None" entries name nothing and are not invalid.
+func ClusterIPs(svc *corev1.Service) (ips []netip.Addr, invalid []string) {
+	if svc == nil || svc.Spec.Type == corev1.ServiceTypeExternalName || svc.Spec.ClusterIP == corev1.ClusterIPNone {
+		return nil, nil
+	}
+	texts := svc.Spec.ClusterIPs
+	if len(texts) == 0 && svc.Spec.ClusterIP != "" {
+		texts = []string{svc.Spec.ClusterIP}
+	}
+	for _, text := range texts {
+		if text == "" || text == corev1.ClusterIPNone {
+			continue
+		}
+		ip, ok := ParseClusterIP(text)
+		switch {
+		case !ok && !slices.Contains(invalid, text):
+			invalid = append(invalid, text)
+		case ok && !slices.Contains(ips, ip):
+			ips = append(ips, ip)
+		}
+	}
+	return ips, invalid
+}
+
+// ParseClusterIP reads one stored cluster IP: any spelling net/netip accepts
+// without a zone, an IPv4-mapped IPv6 address being its IPv4 address. IPv4
+// with leading zeros is invalid, as it is in an IPAddress name.
+func ParseClusterIP(text string) (netip.Addr, bool) {
+	ip, err := netip.ParseAddr(text)
+	if err != nil || ip.Zone() != "" {
+		return netip.Addr{}, false
+	}
+	return ip.Unmap(), true
+}
+
+// NodePorts returns the node ports svc holds, ascending, each once: for a
+// NodePort or LoadBalancer Service every non-zero nodePort, and the
+// healthCheckNodePort when NeedsHealthCheckNodePort; nothing for other types
+// (the package doc has the table of cases).
+func NodePorts(svc *corev1.Service) []int {
+	if svc == nil || (svc.Spec.Type != corev1.ServiceTypeNodePort && svc.Spec.Type != corev1.ServiceTypeLoadBalancer) {
+		return nil
+	}
+	var out []int
+	for _, p := range svc.Spec.Ports {
+		if p.NodePort != 0 {
+			out = append(out, int(p.NodePort))
+		}
+	}
+	if NeedsHealthCheckNodePort(svc) && svc.Spec.HealthCheckNodePort != 0 {
+		out = append(out, int(svc.Spec.HealthCheckNodePort))
+	}
+	slices.Sort(out)
+	return slices.Compact(out)
+}
+
+// NeedsHealthCheckNodePort reports whether svc gets a healthCheckNodePort:
+// a LoadBalancer with externalTrafficPolicy Local.
+func NeedsHealthCheckNodePort(svc *corev1.Service) bool {
+	return svc.Spec.Type == corev1.ServiceTypeLoadBalancer &&
+		svc.Spec.ExternalTrafficPolicy == corev1.ServiceExternalTrafficPolicyLocal
+}

@@ -1,0 +1,187 @@
+package fault
+
+import (
+	"context"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	clientv3 "go.etcd.io/etcd/client/v3"
+	"go.uber.org/zap"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
+
+	"github.com/allocator/allocator/internal/etcdtest"
+	"github.com/allocator/allocator/internal/faultproxy"
+	"github.com/allocator/allocator/internal/invariants"
+	"github.com/allocator/allocator/internal/testserver"
+	"github.com/allocator/allocator/pkg/apiserver"
+	"github.com/allocator/allocator/pkg/etcdlayout"
+	"github.com/allocator/allocator/pkg/model"
+)
+
+// TestLostDeleteReleases: a NodePort Service's delete whose answer is lost
+// (the client gives up after 500 ms while every byte naming the Service
+// reaches etcd 1.5 s late) is applied later; the server learns that through
+// the request's fence and releases the Service's ClusterIP and node port,
+// as for any delete, without waiting for a repair. In both models, on a
+// server whose only etcd endpoint is the proxy.
+func TestLostDeleteReleases(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts servers; not in -short")
+	}
+	for _, m := range []model.Name{model.Bitmap, model.IPAddress} {
+		t.Run(string(m), func(t *testing.T) { lostDelete(t, m) })
+	}
+}
+
+// lostDelay is how late the chosen keys' bytes reach etcd; the slow
+// client gives up after a third of it.
+const lostDelay = 1500 * time.Millisecond
+
+// lostSetup is a server of model m whose only etcd endpoint is a proxy, a
+// client of etcd that bypasses it, and clients of the server: fast and
+// slow (giving up after 500 ms).
+type lostSetup struct {
+	proxy      *faultproxy.Proxy
+	direct     *clientv3.Client
+	fast, slow kubernetes.Interface
+}
+
+func startLost(t *testing.T, m model.Name) lostSetup {
+	etcd := etcdtest.New(t)
+	proxy, err := faultproxy.Start(strings.TrimPrefix(etcd.Endpoints()[0], "http://"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = proxy.Close() })
+	s := testserver.Start(t, testserver.Options{
+		Etcd:         etcd,
+		Model:        string(m),
+		ServiceRange: "10.96.0.0/24",
+		Flags: func(o *apiserver.Options) {
+			o.EtcdServers = []string{proxy.URL()}
+			o.ServiceNodePortRange = nodePortRange
+		},
+	})
+	direct, err := clientv3.New(clientv3.Config{Endpoints: etcd.Endpoints(), DialTimeout: 10 * time.Second, Logger: zap.NewNop()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = direct.Close() })
+	return lostSetup{proxy: proxy, direct: direct,
+		fast: clientWithTimeout(t, s.RESTConfig, fillTimeout), slow: clientWithTimeout(t, s.RESTConfig, 500*time.Millisecond)}
+}
+
+// eventually waits, at most 30 s, until etcd holds no Service named name
+// and nothing is left reserved: no invariant broken, no leak.
+func (l lostSetup) eventually(ctx context.Context, t *testing.T, m model.Name, name string) {
+	t.Helper()
+	layout := etcdlayout.Layout{}
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		report, err := invariants.Check(ctx, l.direct, layout, m)
+		if err != nil {
+			t.Fatal(err)
+		}
+		stored, err := l.direct.Get(ctx, layout.Service(namespace, name), clientv3.WithCountOnly())
+		if err != nil {
+			t.Fatal(err)
+		}
+		if stored.Count == 0 && report.OK() && len(report.Leaked) == 0 {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("30 s after the lost write: Service %s stored %v, reservations:\n%s", name, stored.Count > 0, report)
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+}
+
+func lostDelete(t *testing.T, m model.Name) {
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	l := startLost(t, m)
+	fast, slow, proxy := l.fast, l.slow, l.proxy
+
+	svc := newService("lost", shape{typ: corev1.ServiceTypeNodePort})
+	created, err := fast.CoreV1().Services(namespace).Create(ctx, svc, metav1.CreateOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("created %s with ClusterIP %s, node port %d", created.Name, created.Spec.ClusterIP, created.Spec.Ports[0].NodePort)
+	// The watch cache holds it (a read at its resourceVersion waits for
+	// that), so the delete's first read is the cache's and only the delete
+	// itself goes to etcd.
+	if _, err := fast.CoreV1().Services(namespace).Get(ctx, "lost", metav1.GetOptions{ResourceVersion: created.ResourceVersion}); err != nil {
+		t.Fatal(err)
+	}
+
+	key := etcdlayout.Layout{}.Service(namespace, "lost")
+	proxy.Set(faultproxy.Fault{Delay: lostDelay, Direction: faultproxy.ToTarget, Match: [][]byte{[]byte(key)}})
+	err = slow.CoreV1().Services(namespace).Delete(ctx, "lost", metav1.DeleteOptions{})
+	if err == nil || apierrors.IsNotFound(err) {
+		t.Fatalf("delete through the slow path answered %v, want its answer lost (a timeout)", err)
+	}
+	t.Logf("delete answered: %v", err)
+	// The delete lands (until then the Service is stored), the server
+	// learns it and releases: no reservation is left, with no repair.
+	l.eventually(ctx, t, m, "lost")
+	proxy.Set(faultproxy.Fault{})
+
+	// What it held is free: a Service asking for the same address and port
+	// gets them.
+	again := newService("again", shape{typ: corev1.ServiceTypeNodePort})
+	again.Spec.ClusterIP, again.Spec.ClusterIPs = created.Spec.ClusterIP, created.Spec.ClusterIPs
+	again.Spec.Ports[0].NodePort = created.Spec.Ports[0].NodePort
+	if _, err := fast.CoreV1().Services(namespace).Create(ctx, again, metav1.CreateOptions{}); err != nil {
+		t.Fatalf("create with the deleted Service's ClusterIP and node port: %v", err)
+	}
+}
+
+// TestLostClaimLeavesNothing: a Service create whose IPAddress create (the
+// claim of its static ClusterIP) loses its answer (every byte naming that
+// IPAddress reaches etcd 1.5 s late, the client gives up after 500 ms)
+// fails, and the IPAddress that lands later is not left behind: the claim
+// learns it was stored, through the request's fence, and the failed
+// create releases it as any claim. IPAddress model.
+func TestLostClaimLeavesNothing(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts a server; not in -short")
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	l := startLost(t, model.IPAddress)
+	const ip = "10.96.0.77"
+	key := etcdlayout.Layout{}.IPAddress(ip)
+	wctx, stopWatch := context.WithTimeout(ctx, 30*time.Second)
+	defer stopWatch()
+	events := l.direct.Watch(wctx, key)
+	l.proxy.Set(faultproxy.Fault{Delay: lostDelay, Direction: faultproxy.ToTarget, Match: [][]byte{[]byte(key)}})
+	svc := newService("claimed", shape{typ: corev1.ServiceTypeClusterIP})
+	svc.Spec.ClusterIP, svc.Spec.ClusterIPs = ip, []string{ip}
+	_, err := l.slow.CoreV1().Services(namespace).Create(ctx, svc, metav1.CreateOptions{})
+	if err == nil {
+		t.Fatal("create through the slow path succeeded, want its answer lost (a timeout)")
+	}
+	t.Logf("create answered: %v", err)
+	// The IPAddress lands after the create failed, and is deleted again.
+	var seen []string
+	for !slices.Equal(seen, []string{"PUT", "DELETE"}) {
+		resp, ok := <-events
+		if !ok {
+			t.Fatalf("30 s after the lost claim, the IPAddress's events were %v; want it stored late and released", seen)
+		}
+		for _, ev := range resp.Events {
+			seen = append(seen, ev.Type.String())
+		}
+	}
+	l.eventually(ctx, t, model.IPAddress, "claimed")
+	l.proxy.Set(faultproxy.Fault{})
+	if _, err := l.fast.CoreV1().Services(namespace).Create(ctx, svc, metav1.CreateOptions{}); err != nil {
+		t.Fatalf("create with the same ClusterIP afterwards: %v", err)
+	}
+}
