@@ -17,6 +17,7 @@ import (
 	"github.com/allocator/allocator/internal/etcdtest"
 	"github.com/allocator/allocator/pkg/bitmap"
 	"github.com/allocator/allocator/pkg/etcdlayout"
+	"github.com/allocator/allocator/pkg/model"
 	"github.com/allocator/allocator/pkg/subrange"
 )
 
@@ -183,7 +184,7 @@ type etcdBitmap struct{ a *bitmap.EtcdAllocator }
 
 func bitmapOf(t *testing.T, etcd *etcdtest.Etcd, key string, prefix netip.Prefix) etcdBitmap {
 	t.Helper()
-	rng, err := subrange.New(prefix, subrange.ModelBitmap)
+	rng, err := subrange.New(prefix, model.Bitmap)
 	if err != nil {
 		t.Fatal(err)
 	}

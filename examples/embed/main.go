@@ -57,6 +57,7 @@ import (
 	"github.com/allocator/allocator/pkg/bitmap"
 	"github.com/allocator/allocator/pkg/etcdlayout"
 	generatedopenapi "github.com/allocator/allocator/pkg/generated/openapi"
+	"github.com/allocator/allocator/pkg/model"
 	"github.com/allocator/allocator/pkg/servicealloc"
 	"github.com/allocator/allocator/pkg/subrange"
 )
@@ -188,7 +189,7 @@ func newAllocator(ctx context.Context, client *clientv3.Client, opts options) (*
 	}
 	var families []allocation.Interface
 	for i, prefix := range opts.ServiceCIDRs {
-		rng, err := subrange.New(prefix, subrange.ModelBitmap)
+		rng, err := subrange.New(prefix, model.Bitmap)
 		if err != nil {
 			return nil, fmt.Errorf("service range %s: %w", prefix, err)
 		}

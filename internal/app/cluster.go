@@ -21,10 +21,9 @@ import (
 	"k8s.io/client-go/util/homedir"
 
 	"github.com/allocator/allocator/pkg/apiserver"
-	"github.com/allocator/allocator/pkg/bitmap"
 	"github.com/allocator/allocator/pkg/etcdlayout"
-	ipcontroller "github.com/allocator/allocator/pkg/ipallocator/controller"
-	"github.com/allocator/allocator/pkg/subrange"
+	"github.com/allocator/allocator/pkg/ipallocator"
+	"github.com/allocator/allocator/pkg/model"
 )
 
 // clusterFlags say how the standalone job reaches a cluster: Services,
@@ -191,6 +190,9 @@ var quietGRPC sync.Once
 // endpoint fails the job in seconds instead of being retried forever.
 const etcdProbeTimeout = 5 * time.Second
 
+// errNoEtcdServers is the answer to a bitmap-model job without etcd.
+var errNoEtcdServers = errors.New("--etcd-servers is required for the bitmap model")
+
 // etcdClient connects to --etcd-servers, with TLS when certificates are
 // given, and checks with one bounded read that etcd answers. clientv3.New
 // does not wait for a connection (its DialTimeout only applies to blocking
@@ -198,7 +200,7 @@ const etcdProbeTimeout = 5 * time.Second
 // minutes.
 func (f *clusterFlags) etcdClient(ctx context.Context) (*clientv3.Client, error) {
 	if len(f.etcdServers) == 0 {
-		return nil, errors.New("--etcd-servers is required for the bitmap model")
+		return nil, errNoEtcdServers
 	}
 	endpoints := strings.Join(f.etcdServers, ",")
 	quietGRPC.Do(func() {
@@ -232,57 +234,58 @@ func (f *clusterFlags) etcdClient(ctx context.Context) (*clientv3.Client, error)
 	return client, nil
 }
 
-// bitmapStores returns one store per family, primary first: from
-// --service-cluster-ip-range, else from the ranges the stored maps record,
-// else from fallback (the default ServiceCIDR's CIDRs). It returns no stores,
-// and no error, when nothing says which ranges to use.
-func (f *clusterFlags) bitmapStores(ctx context.Context, etcd *clientv3.Client, fallback []string) ([]ipcontroller.BitmapStore, error) {
-	layout := etcdlayout.Layout{Prefix: f.etcdPrefix}
-	keys := []string{layout.PrimaryServiceIPRange(), layout.SecondaryServiceIPRange()}
-	var ranges []string
-	switch {
-	case f.serviceRange != "":
-		ranges = strings.Split(f.serviceRange, ",")
-	default:
-		for _, key := range keys {
-			resp, err := etcd.Get(ctx, key)
-			if err != nil {
-				return nil, fmt.Errorf("read %s: %w", key, err)
-			}
-			if len(resp.Kvs) == 0 {
-				break
-			}
-			ra, err := etcdlayout.DecodeRangeAllocation(resp.Kvs[0].Value)
-			if err != nil {
-				return nil, etcdlayout.WithKey(key, err)
-			}
-			ranges = append(ranges, ra.Range)
-		}
-		if len(ranges) == 0 {
-			ranges = fallback
-		}
-	}
-	if len(ranges) > len(keys) {
-		return nil, fmt.Errorf("at most two service ranges (one per family), got %v", ranges)
-	}
-	var stores []ipcontroller.BitmapStore
-	for i, text := range ranges {
-		prefix, err := subrange.ParsePrefix(strings.TrimSpace(text))
-		if err != nil {
-			return nil, fmt.Errorf("service range: %w", err)
-		}
-		rng, err := subrange.New(prefix, subrange.ModelBitmap)
-		if err != nil {
-			return nil, fmt.Errorf("service range %s: %w", prefix, err)
-		}
-		store, err := bitmap.NewEtcdAllocator(etcd, keys[i], rng, bitmap.EtcdOptions{})
+// etcdConn is a job's one etcd client, opened when first needed; the job
+// closes it.
+type etcdConn struct {
+	flags  *clusterFlags
+	client *clientv3.Client
+}
+
+func (c *etcdConn) open(ctx context.Context) (*clientv3.Client, error) {
+	if c.client == nil {
+		client, err := c.flags.etcdClient(ctx)
 		if err != nil {
 			return nil, err
 		}
-		stores = append(stores, store)
+		c.client = client
 	}
-	if len(stores) == 2 && stores[0].Range().IPv6() == stores[1].Range().IPv6() {
-		return nil, fmt.Errorf("the two service ranges must be of different families: %s, %s", stores[0].Range().Prefix(), stores[1].Range().Prefix())
+	return c.client, nil
+}
+
+func (c *etcdConn) close() {
+	if c.client != nil {
+		c.client.Close()
+		c.client = nil
 	}
-	return stores, nil
+}
+
+// ipCluster is the cluster as pkg/ipallocator's job entries take it, its
+// etcd (when --etcd-servers is given) opened through conn.
+func (f *clusterFlags) ipCluster(m model.Name, client kubernetes.Interface, conn *etcdConn) ipallocator.Cluster {
+	c := ipallocator.Cluster{Model: m, EtcdPrefix: f.etcdPrefix, Ranges: f.ranges(), Client: client}
+	if len(f.etcdServers) > 0 {
+		conn.flags = f
+		c.Etcd = conn.open
+	}
+	return c
+}
+
+// ranges are --service-cluster-ip-range's CIDRs, or none.
+func (f *clusterFlags) ranges() []string {
+	if f.serviceRange == "" {
+		return nil
+	}
+	return strings.Split(f.serviceRange, ",")
+}
+
+// explain turns what pkg/ipallocator refuses into what to give on the
+// command line.
+func explain(err error) error {
+	switch {
+	case errors.Is(err, ipallocator.ErrNoEtcd):
+		return errNoEtcdServers
+	case errors.Is(err, ipallocator.ErrNoMap):
+		return fmt.Errorf("%w: give --service-cluster-ip-range to create it", err)
+	}
+	return err
 }

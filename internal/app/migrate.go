@@ -5,12 +5,11 @@ import (
 	"fmt"
 
 	"github.com/spf13/cobra"
-	apierrors "k8s.io/apimachinery/pkg/api/errors"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/client-go/kubernetes"
 
 	"github.com/allocator/allocator/internal/progress"
+	"github.com/allocator/allocator/pkg/ipallocator"
 	ipcontroller "github.com/allocator/allocator/pkg/ipallocator/controller"
+	"github.com/allocator/allocator/pkg/model"
 )
 
 type migrateOptions struct {
@@ -62,7 +61,8 @@ command resumes.`,
 }
 
 func runMigrate(ctx context.Context, o *migrateOptions, streams Streams) error {
-	if err := checkMigrateTarget(o.to, o.command); err != nil {
+	to, err := checkMigrateTarget(o.to, o.command)
+	if err != nil {
 		return err
 	}
 	if err := checkOutputFormat(o.output); err != nil {
@@ -79,15 +79,11 @@ func runMigrate(ctx context.Context, o *migrateOptions, streams Streams) error {
 	if o.progress || isTerminal(streams.Err) {
 		cfg.Progress = progress.Writer(streams.Err)
 	}
-	var rep *ipcontroller.MigrationReport
-	switch o.to {
-	case "ipaddress":
-		rep, err = ipcontroller.MigrateToIPAddress(ctx, cfg)
-	case "bitmap":
-		rep, err = o.migrateToBitmap(ctx, client, cfg)
-	}
+	var etcd etcdConn
+	defer etcd.close()
+	rep, err := ipallocator.Migrate(ctx, to, o.cluster.ipCluster(to, client, &etcd), cfg)
 	if err != nil {
-		return interrupted(ctx, err, streams, o.rerun, migrationDone(o.to, rep))
+		return interrupted(ctx, explain(err), streams, o.rerun, rep.Interrupted())
 	}
 	if o.output == "json" {
 		err = writeJSON(streams.Out, newMigrationJSON(rep))
@@ -106,58 +102,15 @@ func runMigrate(ctx context.Context, o *migrateOptions, streams Streams) error {
 	return nil
 }
 
-// checkMigrateTarget refuses a missing or unknown --to before anything is
-// reached, pointing at the help of command (`allocator migrate`).
-func checkMigrateTarget(to, command string) error {
-	switch to {
-	case "bitmap", "ipaddress":
-		return nil
-	case "":
-		return fmt.Errorf("--to is required (bitmap or ipaddress); see %s --help", command)
-	default:
-		return fmt.Errorf("--to %q: must be bitmap or ipaddress; see %s --help", to, command)
+// checkMigrateTarget reads --to, refusing a missing or unknown one before
+// anything is reached, pointing at the help of command (`allocator migrate`).
+func checkMigrateTarget(to, command string) (model.Name, error) {
+	if to == "" {
+		return "", fmt.Errorf("--to is required (%s or %s); see %s --help", model.Bitmap, model.IPAddress, command)
 	}
-}
-
-func (o *migrateOptions) migrateToBitmap(ctx context.Context, client kubernetes.Interface, cfg ipcontroller.MigrateConfig) (*ipcontroller.MigrationReport, error) {
-	etcd, err := o.cluster.etcdClient(ctx)
+	m, err := model.Parse(to, false)
 	if err != nil {
-		return nil, err
+		return "", fmt.Errorf("--to %q: must be %s or %s; see %s --help", to, model.Bitmap, model.IPAddress, command)
 	}
-	defer etcd.Close()
-	fallback, err := defaultServiceCIDRs(ctx, client)
-	if err != nil {
-		return nil, err
-	}
-	if cfg.Stores, err = o.cluster.bitmapStores(ctx, etcd, fallback); err != nil {
-		return nil, err
-	}
-	return ipcontroller.MigrateToBitmap(ctx, cfg)
-}
-
-// defaultServiceCIDRs returns the CIDRs of the ServiceCIDR "kubernetes" (the
-// one kube-apiserver creates from --service-cluster-ip-range), or none.
-func defaultServiceCIDRs(ctx context.Context, client kubernetes.Interface) ([]string, error) {
-	cidr, err := client.NetworkingV1().ServiceCIDRs().Get(ctx, "kubernetes", metav1.GetOptions{})
-	if apierrors.IsNotFound(err) {
-		return nil, nil
-	}
-	if err != nil {
-		return nil, fmt.Errorf("get ServiceCIDR kubernetes: %w", err)
-	}
-	return cidr.Spec.CIDRs, nil
-}
-
-// migrationDone says how far an interrupted migration got, and why stopping
-// there is safe.
-func migrationDone(to string, r *ipcontroller.MigrationReport) string {
-	if to == "bitmap" || r == nil {
-		// Each family's map is one compare-and-swap write: written whole or not at all.
-		return "the migration stopped before it finished; each bitmap is written whole or not at all, so nothing is half-done."
-	}
-	verb := "created"
-	if r.DryRun {
-		verb = "would be created"
-	}
-	return fmt.Sprintf("%d IPAddresses %s, %d already present, before it stopped; each IPAddress is created whole, so nothing is half-done.", r.Created, verb, r.Present)
+	return m, nil
 }

@@ -8,7 +8,6 @@ import (
 	"time"
 
 	"github.com/spf13/cobra"
-	clientv3 "go.etcd.io/etcd/client/v3"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/record"
 
@@ -34,8 +33,9 @@ type repairOptions struct {
 	rerun       string    // the command line that resumes an interrupted run
 	stderr      io.Writer // where progress goes
 
-	// etcd and stores are set by runner when the bitmap is reachable.
-	etcd   *clientv3.Client
+	// etcd is the job's etcd client (opened by runner when it reads the
+	// bitmap, or for the node-port map); stores are the bitmap model's maps.
+	etcd   etcdConn
 	stores []ipcontroller.BitmapStore
 }
 
@@ -44,10 +44,10 @@ type repairOptions struct {
 // state (a kube-apiserver cluster) or after `allocator transition finish`
 // one of the two is not kept, and drift is expected.
 func (o *repairOptions) compareModels(ctx context.Context, client kubernetes.Interface) ([]report.Problem, error) {
-	if o.etcd == nil || len(o.stores) == 0 {
+	if o.etcd.client == nil || len(o.stores) == 0 {
 		return nil, nil
 	}
-	state, stored, err := transition.ReadState(ctx, o.etcd, o.cluster.etcdPrefix)
+	state, stored, err := transition.ReadState(ctx, o.etcd.client, o.cluster.etcdPrefix)
 	if err != nil {
 		return nil, err
 	}
@@ -122,19 +122,17 @@ func runRepair(ctx context.Context, o *repairOptions, streams Streams) error {
 	if !o.dryRun {
 		recorder = report.NewSyncEventRecorder(client, func(err error) { fmt.Fprintf(streams.Err, "warning: %v\n", err) })
 	}
-	runner, model, err := o.runner(ctx, client, recorder)
+	defer o.etcd.close()
+	runner, waitForPasses, err := o.runner(ctx, client, recorder)
 	if err != nil {
 		return err
 	}
-	if o.etcd == nil && len(o.cluster.etcdServers) > 0 {
-		if o.etcd, err = o.cluster.etcdClient(ctx); err != nil {
+	if len(o.cluster.etcdServers) > 0 {
+		etcd, err := o.etcd.open(ctx)
+		if err != nil {
 			return err
 		}
-		etcd := o.etcd
-		context.AfterFunc(ctx, func() { etcd.Close() })
-	}
-	if o.etcd != nil {
-		ports, err := o.nodePortRepair(ctx, o.etcd, client, recorder)
+		ports, err := o.nodePortRepair(ctx, etcd, client, recorder)
 		if err != nil {
 			return err
 		}
@@ -158,7 +156,7 @@ func runRepair(ctx context.Context, o *repairOptions, streams Streams) error {
 			}
 		}
 	}
-	rep, err := runOneShot(ctx, runner, model, o)
+	rep, err := runOneShot(ctx, runner, waitForPasses, o)
 	if err != nil {
 		return interrupted(ctx, err, streams, o.rerun, "the repair pass stopped between two addresses; every fix it made is complete.")
 	}
@@ -182,52 +180,31 @@ func runRepair(ctx context.Context, o *repairOptions, streams Streams) error {
 	return nil
 }
 
-// runner builds the repair controller of the chosen model.
-func (o *repairOptions) runner(ctx context.Context, client kubernetes.Interface, recorder record.EventRecorder) (passRunner, string, error) {
+// runner builds the repair controller of the chosen model; waitForPasses
+// says whether its leaks are freed only once three passes saw them.
+func (o *repairOptions) runner(ctx context.Context, client kubernetes.Interface, recorder record.EventRecorder) (_ passRunner, waitForPasses bool, _ error) {
 	m, err := model.Parse(o.model, true)
 	if err != nil {
-		return nil, "", err
+		return nil, false, err
 	}
-	var stores []ipcontroller.BitmapStore
-	var etcd *clientv3.Client
-	if m == model.Bitmap || (m == model.Auto && len(o.cluster.etcdServers) > 0) {
-		if etcd, err = o.cluster.etcdClient(ctx); err != nil {
-			return nil, "", err
-		}
-		context.AfterFunc(ctx, func() { etcd.Close() })
-	}
-	var kv clientv3.KV // nil without etcd (a nil *Client would not be a nil KV)
-	if etcd != nil {
-		kv = etcd
-	}
-	if m, err = model.Detect(ctx, m, kv, o.cluster.etcdPrefix); err != nil {
-		return nil, "", err
-	}
-	if m == model.Bitmap {
-		if stores, err = o.cluster.bitmapStores(ctx, etcd, nil); err != nil {
-			return nil, "", err
-		}
-		o.etcd, o.stores = etcd, stores
-	}
-	if m == model.Bitmap && len(stores) == 0 {
-		return nil, "", fmt.Errorf("no bitmap map found under %s/ranges: give --service-cluster-ip-range to create it", o.cluster.etcdPrefix)
-	}
-	backend, err := ipallocator.ForRepair(m, stores)
+	cluster := o.cluster.ipCluster(m, client, &o.etcd)
+	backend, err := ipallocator.OpenRepair(ctx, cluster)
 	if err != nil {
-		return nil, "", err
+		return nil, false, explain(err)
 	}
+	o.stores = backend.BitmapStores()
 	r, err := backend.Repair(ipallocator.RepairConfig{
 		Client: client, Recorder: recorder, DryRun: o.dryRun, LeakGrace: o.leakGrace, OrphanGrace: o.orphanGrace,
 		Interval: o.interval, Progress: progress.Writer(o.progressWriter()),
 	})
-	return r, string(m), err
+	return r, backend.LeaksWaitForPasses(), err
 }
 
 // runOneShot makes one pass, and in the bitmap model up to two more,
 // --leak-grace/2 apart (so the third runs --leak-grace after the first, when
 // the repair may free it), while suspected leaks are pending, so a one-shot
 // job can free a leak the three-pass rule has confirmed. The reports are merged.
-func runOneShot(ctx context.Context, runner passRunner, model string, o *repairOptions) (*report.Report, error) {
+func runOneShot(ctx context.Context, runner passRunner, waitForPasses bool, o *repairOptions) (*report.Report, error) {
 	var reports []*report.Report
 	for pass := 1; ; pass++ {
 		rep, err := runner.RunOnce(ctx)
@@ -238,7 +215,7 @@ func runOneShot(ctx context.Context, runner passRunner, model string, o *repairO
 		// Leaks of the bitmap and of the node-port map wait for three passes;
 		// the IPAddress model's orphans have their own grace.
 		pending := slices.ContainsFunc(rep.Problems, func(p report.Problem) bool {
-			return p.Type == report.TypeLeak && !p.Fixed && (model == "bitmap" || p.Resource == portcontroller.ResourceNodePort)
+			return p.Type == report.TypeLeak && !p.Fixed && (waitForPasses || p.Resource == portcontroller.ResourceNodePort)
 		})
 		if o.dryRun || !pending || pass == 3 {
 			break

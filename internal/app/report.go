@@ -98,7 +98,7 @@ type repairJSON struct {
 
 func newRepairJSON(r *report.Report) repairJSON {
 	return repairJSON{
-		Model: r.Model, DryRun: r.DryRun, Services: r.Services, Allocated: r.Allocated, Writes: r.Writes,
+		Model: r.Subject(), DryRun: r.DryRun, Services: r.Services, Allocated: r.Allocated, Writes: r.Writes,
 		Problems: problemsForOutput(r.Problems, r.DryRun), Unresolved: r.Unresolved(), DurationSeconds: seconds(r.Duration),
 	}
 }
@@ -106,7 +106,7 @@ func newRepairJSON(r *report.Report) repairJSON {
 // repairSummary is the closing line of a repair report in table form.
 func repairSummary(r *report.Report) string {
 	var b strings.Builder
-	fmt.Fprintf(&b, "%s repair", r.Model)
+	fmt.Fprintf(&b, "%s repair", r.Subject())
 	if r.DryRun {
 		b.WriteString(" (dry run, nothing changed)")
 	}

@@ -11,9 +11,9 @@ import (
 	"time"
 
 	"github.com/spf13/cobra"
-	clientv3 "go.etcd.io/etcd/client/v3"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 
+	"github.com/allocator/allocator/pkg/ipallocator"
 	"github.com/allocator/allocator/pkg/model"
 	"github.com/allocator/allocator/pkg/status"
 	"github.com/allocator/allocator/pkg/transition"
@@ -79,51 +79,25 @@ func runStatus(ctx context.Context, o *statusOptions, streams Streams) error {
 	}
 	// One etcd connection, opened when first needed: the model's detection
 	// and maps, and the writers that ignore scopes.
-	var etcd *clientv3.Client
-	openEtcd := func() (*clientv3.Client, error) {
-		if etcd == nil {
-			c, err := o.cluster.etcdClient(ctx)
-			if err != nil {
-				return nil, err
-			}
-			etcd = c
-		}
-		return etcd, nil
+	var etcd etcdConn
+	defer etcd.close()
+	backend, err := ipallocator.OpenExisting(ctx, o.cluster.ipCluster(m, client, &etcd))
+	if err != nil {
+		return explain(err)
 	}
-	defer func() {
-		if etcd != nil {
-			etcd.Close()
-		}
-	}()
-	var usage *status.Usage
-	if m == model.Bitmap || (m == model.Auto && len(o.cluster.etcdServers) > 0) {
-		etcd, err := openEtcd()
-		if err != nil {
-			return err
-		}
-		if m, err = model.Detect(ctx, m, etcd, o.cluster.etcdPrefix); err != nil {
-			return err
-		}
-		if m == model.Bitmap {
-			if usage, err = status.FromBitmap(ctx, etcd, o.cluster.etcdPrefix, client); err != nil {
-				return fmt.Errorf("status: %w", err)
-			}
-		}
+	usage, err := backend.Usage(ctx)
+	if apierrors.IsNotFound(err) {
+		return fmt.Errorf("status: the cluster serves no networking.k8s.io/v1 ServiceCIDRs (a kube-apiserver ≤ 1.32 is in the bitmap model): give --etcd-servers to read its maps (%w)", err)
 	}
-	if m == model.Auto || m == model.IPAddress {
-		if usage, err = status.FromIPAddresses(ctx, client); err != nil {
-			if apierrors.IsNotFound(err) {
-				return fmt.Errorf("status: the cluster serves no networking.k8s.io/v1 ServiceCIDRs (a kube-apiserver ≤ 1.32 is in the bitmap model): give --etcd-servers to read its maps (%w)", err)
-			}
-			return fmt.Errorf("status: %w", err)
-		}
+	if err != nil {
+		return fmt.Errorf("status: %w", err)
 	}
 	if usage.Scoped() && len(o.cluster.etcdServers) > 0 {
-		etcd, err := openEtcd()
+		kv, err := etcd.open(ctx)
 		if err != nil {
 			return err
 		}
-		if usage.ScopesIgnoredBy, err = transition.WritersIgnoringScopes(ctx, etcd, o.cluster.etcdPrefix, time.Now()); err != nil {
+		if usage.ScopesIgnoredBy, err = transition.WritersIgnoringScopes(ctx, kv, o.cluster.etcdPrefix, time.Now()); err != nil {
 			return fmt.Errorf("status: %w", err)
 		}
 	}
@@ -192,7 +166,7 @@ type statusJSON struct {
 }
 
 func newStatusJSON(u *status.Usage) statusJSON {
-	out := statusJSON{Model: u.Model, Families: []familyJSON{}, CIDRs: []cidrJSON{}, ScopesIgnoredBy: u.ScopesIgnoredBy}
+	out := statusJSON{Model: u.Model.String(), Families: []familyJSON{}, CIDRs: []cidrJSON{}, ScopesIgnoredBy: u.ScopesIgnoredBy}
 	for _, f := range u.Families {
 		out.Families = append(out.Families, familyJSON{Family: f.Family, Size: f.Size, Used: f.Used, Free: f.Free(),
 			Percent: status.Round2(f.Percent()), Outside: f.Outside})

@@ -19,6 +19,7 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/clientcmd"
 
+	"github.com/allocator/allocator/pkg/ipallocator"
 	ipcontroller "github.com/allocator/allocator/pkg/ipallocator/controller"
 	"github.com/allocator/allocator/pkg/transition"
 )
@@ -207,11 +208,11 @@ func resumeTransition(ctx context.Context, o *transitionOptions, etcd *clientv3.
 	if err != nil {
 		return err
 	}
-	fallback, err := defaultServiceCIDRs(ctx, client)
+	fallback, err := ipallocator.DefaultServiceCIDRs(ctx, client)
 	if err != nil {
 		return err
 	}
-	stores, err := o.cluster.bitmapStores(ctx, etcd, fallback)
+	stores, err := ipallocator.ExistingBitmapStores(ctx, etcd, prefix, o.cluster.ranges(), fallback)
 	if err != nil {
 		return err
 	}

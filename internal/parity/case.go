@@ -2,11 +2,14 @@ package parity
 
 import (
 	"fmt"
+	"slices"
 	"strings"
 
 	corev1 "k8s.io/api/core/v1"
 	networkingv1 "k8s.io/api/networking/v1"
 	"k8s.io/apimachinery/pkg/types"
+
+	"github.com/allocator/allocator/pkg/model"
 )
 
 // Op is what a step asks of the server.
@@ -70,7 +73,7 @@ type Case struct {
 	// Models limits the case to these allocator models (nil: all). Upstream
 	// has only the IPAddress model; a case that needs what the bitmap model
 	// deliberately lacks is marked here and the README says why.
-	Models []string
+	Models []model.Name
 	Steps  []Step
 }
 
@@ -98,15 +101,7 @@ func (s Step) body() any {
 	return s.Service
 }
 
-// runsIn tells whether the case runs against model.
-func (c Case) runsIn(model string) bool {
-	if len(c.Models) == 0 {
-		return true
-	}
-	for _, m := range c.Models {
-		if m == model {
-			return true
-		}
-	}
-	return false
+// runsIn tells whether the case runs against m.
+func (c Case) runsIn(m model.Name) bool {
+	return len(c.Models) == 0 || slices.Contains(c.Models, m)
 }

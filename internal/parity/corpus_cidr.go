@@ -5,12 +5,14 @@ import (
 
 	networkingv1 "k8s.io/api/networking/v1"
 	"k8s.io/apimachinery/pkg/types"
+
+	"github.com/allocator/allocator/pkg/model"
 )
 
 // ipAddressModel marks cases that allocate from a ServiceCIDR created
 // through the API: the bitmap model serves one range per family, fixed at
 // start-up, as kube-apiserver's bitmap model did (README, "Parity").
-var ipAddressModel = []string{"ipaddress"}
+var ipAddressModel = []model.Name{model.IPAddress}
 
 // serviceCIDRCases create, change and delete ServiceCIDRs, and allocate
 // from added ones.

@@ -14,6 +14,8 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
+
+	"github.com/allocator/allocator/pkg/model"
 )
 
 // namespace is where every Service of the corpus lives: it exists on every
@@ -41,13 +43,13 @@ func NewTarget(cfg *rest.Config) (*Target, error) {
 	return &Target{core: cs.CoreV1().RESTClient(), networking: cs.NetworkingV1().RESTClient()}, nil
 }
 
-// Run sends every case that runs in model to the target and returns the
+// Run sends every case that runs in m to the target and returns the
 // answers. progress, when not nil, is called after each case with how long
 // it took (its clean-up included).
-func Run(ctx context.Context, t *Target, cases []Case, model string, progress func(c Case, took time.Duration)) ([]CaseRecord, error) {
+func Run(ctx context.Context, t *Target, cases []Case, m model.Name, progress func(c Case, took time.Duration)) ([]CaseRecord, error) {
 	var out []CaseRecord
 	for _, c := range cases {
-		if !c.runsIn(model) {
+		if !c.runsIn(m) {
 			continue
 		}
 		start := time.Now()

@@ -11,6 +11,7 @@ import (
 
 	"github.com/allocator/allocator/pkg/allocation"
 	"github.com/allocator/allocator/pkg/bitmap"
+	"github.com/allocator/allocator/pkg/model"
 	"github.com/allocator/allocator/pkg/subrange"
 )
 
@@ -19,7 +20,7 @@ func TestMetrics(t *testing.T) {
 	registry := metrics.NewKubeRegistry()
 	m := New()
 	m.Register(registry)
-	inner, err := bitmap.NewAllocator(subrange.MustNew(netip.MustParsePrefix("10.0.0.0/28"), subrange.ModelBitmap))
+	inner, err := bitmap.NewAllocator(subrange.MustNew(netip.MustParsePrefix("10.0.0.0/28"), model.Bitmap))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -101,7 +102,7 @@ func TestNoEmptyCIDRLabel(t *testing.T) {
 	registry := metrics.NewKubeRegistry()
 	m := New()
 	m.Register(registry)
-	inner, err := bitmap.NewAllocator(subrange.MustNew(netip.MustParsePrefix("10.0.0.0/28"), subrange.ModelBitmap))
+	inner, err := bitmap.NewAllocator(subrange.MustNew(netip.MustParsePrefix("10.0.0.0/28"), model.Bitmap))
 	if err != nil {
 		t.Fatal(err)
 	}

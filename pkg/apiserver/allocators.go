@@ -14,7 +14,6 @@ import (
 
 	"github.com/allocator/allocator/pkg/ipallocator"
 	"github.com/allocator/allocator/pkg/ipallocator/ipaddress"
-	"github.com/allocator/allocator/pkg/model"
 	"github.com/allocator/allocator/pkg/report"
 )
 
@@ -43,11 +42,12 @@ func (s *Server) openBackend(ctx context.Context, objects ipaddress.Objects) (*i
 		obj := &networkingv1.ServiceCIDR{ObjectMeta: metav1.ObjectMeta{Name: r.ServiceCIDR}}
 		recorder.Eventf(obj, corev1.EventTypeWarning, ReasonServiceCIDRNotServed, "CIDR %s is not served: %v", r.CIDR, r.Err)
 	}
-	s.informers = sharedInformers(ctx, client, s.sources, s.cfg.Model == model.IPAddress || s.transition != nil)
 	cfg := ipallocator.Config{
 		Model: s.cfg.Model, Prefixes: s.cfg.ServiceCIDRs, Etcd: s.etcd, EtcdPrefix: s.cfg.EtcdPrefix,
-		Client: client, Informers: s.informers, IPAddresses: objects, Transition: s.transition, OnRefused: onRefused,
+		Client: client, IPAddresses: objects, Transition: s.transition, OnRefused: onRefused,
 	}
+	s.informers = sharedInformers(ctx, client, s.sources, cfg.ReadsServices())
+	cfg.Informers = s.informers
 	if s.cfg.InMemory {
 		cfg.Etcd = nil
 	}

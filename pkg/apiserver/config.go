@@ -91,6 +91,7 @@ func (o *Options) Config(etcdServers []string) (*Config, error) {
 	}
 	cidrs, _ := ParseServiceCIDRs(o.ServiceClusterIPRange)
 	nodePorts, _ := portrange.Parse(o.ServiceNodePortRange)
+	allocatorModel, _ := model.Parse(o.Allocator, false)
 	if len(etcdServers) == 0 {
 		etcdServers = o.EtcdServers
 	}
@@ -136,7 +137,7 @@ func (o *Options) Config(etcdServers []string) (*Config, error) {
 		EtcdServers:           etcdServers,
 		EtcdPrefix:            o.EtcdPrefix,
 		EtcdTLS:               o.etcdTLS(),
-		Model:                 model.Name(o.Allocator),
+		Model:                 allocatorModel,
 		RepairInterval:        o.RepairInterval,
 		ServerURL:             serverURL,
 		KubeconfigPath:        kubeconfig,

@@ -13,6 +13,7 @@ import (
 	"github.com/spf13/pflag"
 
 	"github.com/allocator/allocator/pkg/etcdlayout"
+	"github.com/allocator/allocator/pkg/ipallocator"
 	"github.com/allocator/allocator/pkg/model"
 	"github.com/allocator/allocator/pkg/portrange"
 	"github.com/allocator/allocator/pkg/report"
@@ -89,10 +90,13 @@ func (o *Options) AddFlags(fs *pflag.FlagSet) {
 // Validate checks the options.
 func (o *Options) Validate() error {
 	var errs []error
+	// The ranges are checked against the model's rules once the model is
+	// known; an unknown --allocator is refused below.
+	name, nameErr := model.Parse(o.Allocator, false)
 	if cidrs, err := ParseServiceCIDRs(o.ServiceClusterIPRange); err != nil {
 		errs = append(errs, err)
-	} else {
-		errs = append(errs, checkRangeForModel(cidrs, model.Name(o.Allocator))...)
+	} else if nameErr == nil {
+		errs = append(errs, checkRangeForModel(cidrs, name)...)
 	}
 	if _, err := portrange.Parse(o.ServiceNodePortRange); err != nil {
 		errs = append(errs, fmt.Errorf("--service-node-port-range: %w", err))
@@ -115,7 +119,7 @@ func (o *Options) Validate() error {
 	if o.RepairInterval <= 0 {
 		errs = append(errs, fmt.Errorf("--repair-interval %v: must be a positive duration such as 30s or 3m (the repair controller cannot be turned off)", o.RepairInterval))
 	}
-	if _, err := model.Parse(o.Allocator, false); err != nil {
+	if nameErr != nil {
 		errs = append(errs, fmt.Errorf("--allocator %q: must be %s or %s", o.Allocator, model.Bitmap, model.IPAddress))
 	}
 	errs = append(errs, o.etcdTLS().validate()...)
@@ -196,27 +200,17 @@ func ParseServiceCIDRs(value string) ([]netip.Prefix, error) {
 	return out, nil
 }
 
-// bitmapMinIPv6Bits is kube-apiserver's limit on an IPv6 service range in the
-// bitmap model.
-const bitmapMinIPv6Bits = 108
-
 // checkRangeForModel refuses ranges the allocator model cannot serve: too
 // large for the model (as kube-apiserver's flag checks) or without any
 // usable address.
 func checkRangeForModel(cidrs []netip.Prefix, name model.Name) []error {
 	var errs []error
-	m := subrange.ModelBitmap
-	if name == model.IPAddress {
-		m = subrange.ModelIPAddress
-	}
 	for _, prefix := range cidrs {
-		if name == model.Bitmap && prefix.Addr().Is6() && prefix.Bits() < bitmapMinIPv6Bits {
-			errs = append(errs, fmt.Errorf("--service-cluster-ip-range %s: the bitmap model needs an IPv6 prefix of /%d or longer",
-				prefix, bitmapMinIPv6Bits))
-			continue
-		}
-		r, err := subrange.New(prefix, m)
+		r, err := ipallocator.ServiceRange(name, prefix)
+		var flagErr *ipallocator.FlagRangeError
 		switch {
+		case errors.As(err, &flagErr):
+			errs = append(errs, fmt.Errorf("--service-cluster-ip-range %w", err))
 		case err != nil:
 			errs = append(errs, fmt.Errorf("--service-cluster-ip-range: %w", err))
 		case r.Size() == 0:

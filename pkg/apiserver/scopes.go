@@ -11,6 +11,7 @@ import (
 	genericapiserver "k8s.io/apiserver/pkg/server"
 	"k8s.io/client-go/kubernetes"
 
+	"github.com/allocator/allocator/pkg/ipallocator"
 	"github.com/allocator/allocator/pkg/model"
 	"github.com/allocator/allocator/pkg/scope"
 	"github.com/allocator/allocator/pkg/transition"
@@ -61,7 +62,7 @@ func ScopeWarning(ctx context.Context, client kubernetes.Interface, etcd *client
 		return "", nil
 	}
 	var writers []string
-	if self == model.Bitmap {
+	if !ipallocator.HonoursScopes(self) {
 		writers = append(writers, "this server (--allocator=bitmap)")
 	}
 	if etcd != nil {

@@ -10,6 +10,7 @@ import (
 
 	"github.com/allocator/allocator/pkg/allocation"
 	"github.com/allocator/allocator/pkg/bitset"
+	"github.com/allocator/allocator/pkg/model"
 	"github.com/allocator/allocator/pkg/subrange"
 )
 
@@ -17,7 +18,7 @@ var owner = allocation.Owner{Namespace: "default", Name: "svc"}
 
 func newTestAllocator(t testing.TB, cidr string) *Allocator {
 	t.Helper()
-	a, err := NewAllocator(subrange.MustNew(netip.MustParsePrefix(cidr), subrange.ModelBitmap))
+	a, err := NewAllocator(subrange.MustNew(netip.MustParsePrefix(cidr), model.Bitmap))
 	if err != nil {
 		t.Fatalf("NewAllocator(%s): %v", cidr, err)
 	}
@@ -224,7 +225,7 @@ func TestAllocatorUpperBandFirst(t *testing.T) {
 }
 
 func TestNewAllocatorTooLarge(t *testing.T) {
-	r := subrange.MustNew(netip.MustParsePrefix("10.0.0.0/7"), subrange.ModelIPAddress)
+	r := subrange.MustNew(netip.MustParsePrefix("10.0.0.0/7"), model.IPAddress)
 	if _, err := NewAllocator(r); err == nil || !strings.Contains(err.Error(), "more than") {
 		t.Fatalf("NewAllocator(/7) = %v, want a size error", err)
 	}

@@ -7,6 +7,7 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/allocator/allocator/pkg/etcdlayout"
+	"github.com/allocator/allocator/pkg/model"
 	"github.com/allocator/allocator/pkg/subrange"
 )
 
@@ -42,7 +43,7 @@ func ReadStoredIPMaps(ctx context.Context, kv clientv3.KV, layout etcdlayout.Lay
 		if err != nil {
 			return nil, fmt.Errorf("%s: range: %w", key, err)
 		}
-		rng, err := subrange.New(cidr, subrange.ModelBitmap)
+		rng, err := subrange.New(cidr, model.Bitmap)
 		if err != nil {
 			return nil, fmt.Errorf("%s: %w", key, err)
 		}
@@ -56,4 +57,20 @@ func ReadStoredIPMaps(ctx context.Context, kv clientv3.KV, layout etcdlayout.Lay
 		out = append(out, StoredIPMap{Key: key, Range: rng, Map: bits})
 	}
 	return out, nil
+}
+
+// IPMapExists reports whether a ClusterIP map (primary or secondary family)
+// exists under layout: what tells a cluster in the bitmap model. It reads
+// keys only, never writes.
+func IPMapExists(ctx context.Context, kv clientv3.KV, layout etcdlayout.Layout) (bool, error) {
+	for _, key := range []string{layout.PrimaryServiceIPRange(), layout.SecondaryServiceIPRange()} {
+		resp, err := kv.Get(ctx, key, clientv3.WithCountOnly())
+		if err != nil {
+			return false, fmt.Errorf("look for the bitmap %s: %w", key, err)
+		}
+		if resp.Count > 0 {
+			return true, nil
+		}
+	}
+	return false, nil
 }

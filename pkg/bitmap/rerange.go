@@ -11,6 +11,7 @@ import (
 	"github.com/allocator/allocator/pkg/bitset"
 	"github.com/allocator/allocator/pkg/etcdlayout"
 	"github.com/allocator/allocator/pkg/holding"
+	"github.com/allocator/allocator/pkg/model"
 	"github.com/allocator/allocator/pkg/subrange"
 )
 
@@ -150,7 +151,7 @@ type storedValue struct {
 // reranged computes the new map from the stored value (range from) and the
 // Services read with it.
 func (a *EtcdAllocator) reranged(ctx context.Context, from netip.Prefix, value []byte, services []storedValue) (*Rerange, []byte, error) {
-	oldRange, err := subrange.New(from, subrange.ModelBitmap)
+	oldRange, err := subrange.New(from, model.Bitmap)
 	if err != nil {
 		return nil, nil, fmt.Errorf("re-range %s: stored range %s: %w", a.key, from, err)
 	}

@@ -19,6 +19,7 @@ import (
 	"github.com/allocator/allocator/pkg/allocation"
 	"github.com/allocator/allocator/pkg/bitset"
 	"github.com/allocator/allocator/pkg/etcdlayout"
+	"github.com/allocator/allocator/pkg/model"
 	"github.com/allocator/allocator/pkg/subrange"
 )
 
@@ -26,7 +27,7 @@ const testKey = "/registry/ranges/serviceips"
 
 func bitmapRange(t testing.TB, cidr string) subrange.Range {
 	t.Helper()
-	r, err := subrange.New(netip.MustParsePrefix(cidr), subrange.ModelBitmap)
+	r, err := subrange.New(netip.MustParsePrefix(cidr), model.Bitmap)
 	if err != nil {
 		t.Fatal(err)
 	}

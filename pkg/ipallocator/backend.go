@@ -28,7 +28,7 @@ import (
 const waitForDualWriters = 30 * time.Second
 
 // ErrUnknownModel is returned for a model name that is neither bitmap nor
-// ipaddress ("auto" must be resolved first, by model.Detect).
+// ipaddress ("auto" must be resolved first, by Detect).
 var ErrUnknownModel = errors.New("unknown ClusterIP allocator model")
 
 // Config is what a model needs from its host.
@@ -68,6 +68,14 @@ type Config struct {
 	// OnRefused is told of each ServiceCIDR the IPAddress model cannot serve
 	// (an IPv6 prefix shorter than /64); nil: nobody is told.
 	OnRefused func(ipaddress.RefusedCIDR)
+}
+
+// ReadsServices reports whether a Backend of cfg reads Services and
+// Namespaces from Config.Informers (the IPAddress model's carry-over and
+// repair; in a transition, either model's repair of the other), so the host
+// registers those informers before it starts the factory.
+func (cfg Config) ReadsServices() bool {
+	return cfg.Model == model.IPAddress || cfg.Transition != nil
 }
 
 // Backend is one model as a server runs it. Build it with Open.
@@ -126,23 +134,6 @@ func Open(ctx context.Context, cfg Config) (*Backend, error) {
 	return b, nil
 }
 
-// ForRepair is a Backend over maps that already exist, for the standalone
-// repair job: no allocators, only the repairs. stores are the bitmap
-// model's maps, primary first (ignored by the IPAddress model).
-func ForRepair(m model.Name, stores []controller.BitmapStore) (*Backend, error) {
-	switch m {
-	case model.Bitmap:
-		if len(stores) == 0 {
-			return nil, errors.New("bitmap model: no map to repair")
-		}
-	case model.IPAddress:
-		stores = nil
-	default:
-		return nil, fmt.Errorf("%w %q", ErrUnknownModel, m)
-	}
-	return &Backend{cfg: Config{Model: m}, stores: stores}, nil
-}
-
 // Model returns the model's name.
 func (b *Backend) Model() model.Name { return b.cfg.Model }
 
@@ -168,7 +159,7 @@ func (b *Backend) rangeKey(primary bool) string {
 }
 
 func (b *Backend) openBitmap(ctx context.Context, prefix netip.Prefix, primary bool) (allocation.Interface, controller.BitmapStore, error) {
-	rng, err := subrange.New(prefix, subrange.ModelBitmap)
+	rng, err := subrange.New(prefix, model.Bitmap)
 	if err != nil {
 		return nil, nil, fmt.Errorf("service range %s: %w", prefix, err)
 	}
@@ -200,7 +191,7 @@ func (b *Backend) openIPAddress(ctx context.Context, prefix netip.Prefix, primar
 	}
 	// Dual write (pkg/ipallocator/dualwrite) over the bitmap of the flag's
 	// range, which a bitmap-model replica of this cluster would use.
-	rng, err := subrange.New(prefix, subrange.ModelBitmap)
+	rng, err := subrange.New(prefix, model.Bitmap)
 	if err != nil {
 		klog.FromContext(ctx).Info("The service range cannot have a bitmap; its family is never dual-written", "range", prefix, "err", err)
 		return ipa, nil, nil

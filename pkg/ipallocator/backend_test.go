@@ -13,7 +13,6 @@ import (
 	"github.com/allocator/allocator/pkg/allocation"
 	"github.com/allocator/allocator/pkg/etcdlayout"
 	"github.com/allocator/allocator/pkg/ipallocator"
-	"github.com/allocator/allocator/pkg/ipallocator/controller"
 	"github.com/allocator/allocator/pkg/model"
 )
 
@@ -135,23 +134,5 @@ func TestOpenRefuses(t *testing.T) {
 				t.Errorf("error %q is not %q", err, tt.is)
 			}
 		})
-	}
-}
-
-// TestForRepair: the standalone job's Backend has the repairs only; the
-// bitmap model needs its maps.
-func TestForRepair(t *testing.T) {
-	if _, err := ipallocator.ForRepair(model.Bitmap, nil); err == nil {
-		t.Error("ForRepair(bitmap, no maps): no error")
-	}
-	if _, err := ipallocator.ForRepair(model.Auto, nil); !errors.Is(err, ipallocator.ErrUnknownModel) {
-		t.Errorf("ForRepair(auto) = %v, want ErrUnknownModel", err)
-	}
-	b, err := ipallocator.ForRepair(model.IPAddress, []controller.BitmapStore{nil})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if len(b.Allocators()) != 0 || b.BitmapStores() != nil {
-		t.Errorf("ForRepair(ipaddress) has allocators %v, stores %v", b.Allocators(), b.BitmapStores())
 	}
 }

@@ -3,9 +3,12 @@
 // everything that model needs: each family's allocator, the bitmaps it
 // writes (its own, or dual-written during a model transition), its repair
 // controller, the other model's repair while dual write is on, and the
-// carry-over of the other model's allocations at start-up. The server and
-// the CLI hold the Backend it returns; neither switches on the model nor
-// asserts allocator types to find a store.
+// carry-over of the other model's allocations at start-up. The jobs beside
+// a running cluster reach it the same way: Detect resolves "auto",
+// OpenExisting and OpenRepair return a Backend over what the cluster already
+// stores (its Usage, its repairs), Migrate carries the allocations to a
+// model. The server and the CLI hold the Backend; neither switches on the
+// model nor asserts allocator types to find a store.
 //
 // The models themselves live below: ipaddress (IPAddress objects over
 // ServiceCIDRs), dualwrite (the IPAddress model that also writes the bitmap

@@ -3,6 +3,8 @@ package report
 import (
 	"fmt"
 	"time"
+
+	"github.com/allocator/allocator/pkg/model"
 )
 
 // Problem types, also the values of the type label of
@@ -52,8 +54,12 @@ type Problem struct {
 
 // Report is the outcome of one repair pass.
 type Report struct {
-	// Model is "bitmap" or "ipaddress".
-	Model string `json:"model"`
+	// Model is the ClusterIP allocator model repaired; empty when the map
+	// repaired holds no ClusterIPs (Resource says what it holds).
+	Model model.Name `json:"model"`
+	// Resource is what the map repaired holds when it is not ClusterIPs
+	// ("nodePort", as Problem.Resource); empty for a ClusterIP repair.
+	Resource string `json:"resource,omitempty"`
 	// DryRun is true when the pass only reported.
 	DryRun bool `json:"dryRun"`
 	// Services is the number of Services examined.
@@ -93,7 +99,15 @@ func (r *Report) Find(typ, ip string) (Problem, bool) {
 // Consistent reports whether the pass found nothing at all.
 func (r *Report) Consistent() bool { return len(r.Problems) == 0 }
 
+// Subject names what the pass repaired: the model, or the Resource.
+func (r *Report) Subject() string {
+	if r.Resource != "" {
+		return r.Resource
+	}
+	return r.Model.String()
+}
+
 func (r *Report) String() string {
 	return fmt.Sprintf("%s repair: %d services, %d allocated, %d problems (%d unresolved), %d writes, %v",
-		r.Model, r.Services, r.Allocated, len(r.Problems), r.Unresolved(), r.Writes, r.Duration.Round(time.Millisecond))
+		r.Subject(), r.Services, r.Allocated, len(r.Problems), r.Unresolved(), r.Writes, r.Duration.Round(time.Millisecond))
 }

@@ -12,6 +12,7 @@ import (
 	"github.com/allocator/allocator/internal/etcdtest"
 	"github.com/allocator/allocator/pkg/allocation"
 	"github.com/allocator/allocator/pkg/bitmap"
+	"github.com/allocator/allocator/pkg/model"
 	"github.com/allocator/allocator/pkg/subrange"
 )
 
@@ -24,7 +25,7 @@ func newEtcdAllocators(t *testing.T, prefixes ...string) []*bitmap.EtcdAllocator
 	defer cancel()
 	var out []*bitmap.EtcdAllocator
 	for i, p := range prefixes {
-		rng := subrange.MustNew(netip.MustParsePrefix(p), subrange.ModelBitmap)
+		rng := subrange.MustNew(netip.MustParsePrefix(p), model.Bitmap)
 		key := "/registry/ranges/serviceips"
 		if i > 0 {
 			key = "/registry/ranges/secondaryserviceips"

@@ -14,6 +14,7 @@ import (
 	"github.com/allocator/allocator/pkg/bitmap"
 	"github.com/allocator/allocator/pkg/etcdlayout"
 	"github.com/allocator/allocator/pkg/holding"
+	"github.com/allocator/allocator/pkg/model"
 	"github.com/allocator/allocator/pkg/scope"
 	"github.com/allocator/allocator/pkg/subrange"
 )
@@ -64,7 +65,7 @@ func FromIPAddresses(ctx context.Context, client kubernetes.Interface) (*Usage, 
 		}
 		opts.Continue = list.Continue
 	}
-	return Compute(subrange.ModelIPAddress, ranges, addrs)
+	return Compute(model.IPAddress, ranges, addrs)
 }
 
 func serviceCIDRRanges(c *networkingv1.ServiceCIDR) []Range {
@@ -125,7 +126,7 @@ func FromBitmap(ctx context.Context, etcd clientv3.KV, prefix string, client kub
 			return nil, err
 		}
 	}
-	return Compute(subrange.ModelBitmap, ranges, addrs)
+	return Compute(model.Bitmap, ranges, addrs)
 }
 
 // serviceNamespaces maps every Service address to the Service's namespace.

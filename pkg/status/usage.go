@@ -8,6 +8,7 @@ import (
 	"net/netip"
 	"slices"
 
+	"github.com/allocator/allocator/pkg/model"
 	"github.com/allocator/allocator/pkg/subrange"
 )
 
@@ -94,8 +95,8 @@ func (f Family) Percent() float64 {
 
 // Usage is the fill of a cluster's service ranges under one model.
 type Usage struct {
-	// Model is the allocator model measured: "bitmap" or "ipaddress".
-	Model    string
+	// Model is the allocator model measured.
+	Model    model.Name
 	Families []Family
 	// CIDRs are ordered by family (IPv4 first), then prefix.
 	CIDRs []CIDR
@@ -133,7 +134,7 @@ type Address struct {
 // Compute measures ranges under model's usable-address rules against the
 // allocated addresses. It visits each address once per range; it never
 // iterates a range.
-func Compute(model subrange.Model, ranges []Range, addrs []Address) (*Usage, error) {
+func Compute(m model.Name, ranges []Range, addrs []Address) (*Usage, error) {
 	type measured struct {
 		rng subrange.Range
 		out CIDR
@@ -141,7 +142,7 @@ func Compute(model subrange.Model, ranges []Range, addrs []Address) (*Usage, err
 	}
 	cidrs := make([]*measured, 0, len(ranges))
 	for _, r := range ranges {
-		rng, err := subrange.New(r.Prefix, model)
+		rng, err := subrange.New(r.Prefix, m)
 		if err != nil {
 			return nil, fmt.Errorf("%s: %w", r.Source, err)
 		}
@@ -211,7 +212,7 @@ func Compute(model subrange.Model, ranges []Range, addrs []Address) (*Usage, err
 		}
 	}
 
-	usage := &Usage{Model: model.String()}
+	usage := &Usage{Model: m}
 	for _, m := range cidrs {
 		for ns, n := range m.ns {
 			m.out.Namespaces = append(m.out.Namespaces, NamespaceCount{Namespace: ns, Used: n})

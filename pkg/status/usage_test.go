@@ -7,7 +7,7 @@ import (
 
 	"github.com/google/go-cmp/cmp"
 
-	"github.com/allocator/allocator/pkg/subrange"
+	"github.com/allocator/allocator/pkg/model"
 )
 
 func addrs(ns string, ips ...string) []Address {
@@ -26,7 +26,7 @@ func TestComputeBands(t *testing.T) {
 	in = append(in, addrs("b", "10.0.0.2", "10.0.0.200")...)
 	in = append(in, addrs("", "10.0.0.100")...)
 	in = append(in, addrs("c", "10.9.9.9")...) // outside every CIDR
-	u, err := Compute(subrange.ModelIPAddress, []Range{{Prefix: netip.MustParsePrefix("10.0.0.0/24"), Source: "ServiceCIDR/kubernetes", Ready: true}}, in)
+	u, err := Compute(model.IPAddress, []Range{{Prefix: netip.MustParsePrefix("10.0.0.0/24"), Source: "ServiceCIDR/kubernetes", Ready: true}}, in)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -56,7 +56,7 @@ func TestComputeLargeIPv6(t *testing.T) {
 		{Prefix: netip.MustParsePrefix("fd00:2::/64"), Source: "ServiceCIDR/b", Ready: true},
 		{Prefix: netip.MustParsePrefix("fd00:1::/120"), Source: "ServiceCIDR/inner", Ready: false},
 	}
-	u, err := Compute(subrange.ModelIPAddress, ranges, addrs("x", "fd00:1::5", "fd00:1::1:0", "fd00:2::ffff"))
+	u, err := Compute(model.IPAddress, ranges, addrs("x", "fd00:1::5", "fd00:1::1:0", "fd00:2::ffff"))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -3,7 +3,8 @@
 // (lower) and dynamic (upper) bands, and how an address maps to an index.
 //
 // It works on net/netip values only and imports nothing outside the standard
-// library, so every other package can depend on it.
+// library but pkg/model (itself standard library only, the models' names), so
+// every other package can depend on it.
 //
 // # Invariants
 //
@@ -15,13 +16,13 @@
 //   - The network address is never usable. The IPv4 broadcast address is never
 //     usable; the last IPv6 address is. IPv4 /31 and /32 and IPv6 /128 have no
 //     usable address.
-//   - ModelBitmap (one RangeAllocation bitmap per family) covers the window
+//   - model.Bitmap (one RangeAllocation bitmap per family) covers the window
 //     network+1 … network+Size(). IPv4 is not capped, but prefixes shorter than
 //     /12 are refused: their bitmap (2 MiB and more) would not fit in one etcd
 //     value. IPv6 is capped to the first 65,535 addresses after the network
 //     address, as upstream's bitmap allocator does (2^hostbits − 1 slots): an
 //     IPv6 /127 has one usable address, its last, in this model too.
-//   - ModelIPAddress (one IPAddress object per allocated IP) uses the whole
+//   - model.IPAddress (one IPAddress object per allocated IP) uses the whole
 //     prefix. IPv6 prefixes shorter than /64 are refused with upstream's message.
 //   - The static band is the first StaticBandSize(prefix) usable addresses
 //     (KEP-3070): min(max(16, raw/16), 256), or 0 when the raw size 2^(host bits)

@@ -5,28 +5,9 @@ import (
 	"fmt"
 	"math/bits"
 	"net/netip"
+
+	"github.com/allocator/allocator/pkg/model"
 )
-
-// Model selects which allocator model's usable-range rules apply.
-type Model uint8
-
-const (
-	// ModelBitmap is the RangeAllocation bitmap model (kube-apiserver ≤ 1.32).
-	ModelBitmap Model = iota + 1
-	// ModelIPAddress is the IPAddress-object model (MultiCIDRServiceAllocator).
-	ModelIPAddress
-)
-
-func (m Model) String() string {
-	switch m {
-	case ModelBitmap:
-		return "bitmap"
-	case ModelIPAddress:
-		return "ipaddress"
-	default:
-		return fmt.Sprintf("Model(%d)", uint8(m))
-	}
-}
 
 const (
 	// BitmapIPv6Cap is the most addresses the bitmap model serves from an IPv6
@@ -49,7 +30,7 @@ var ErrPrefixTooLarge = errors.New("prefix too large")
 // empty and contains nothing. Range is a small comparable value.
 type Range struct {
 	prefix netip.Prefix
-	model  Model
+	model  model.Name
 	first  netip.Addr // network+1
 	size   uint64
 	static uint64
@@ -57,7 +38,7 @@ type Range struct {
 
 // New returns the usable range of prefix under model. The prefix must be
 // valid and masked (no host bits set).
-func New(prefix netip.Prefix, model Model) (Range, error) {
+func New(prefix netip.Prefix, m model.Name) (Range, error) {
 	if !prefix.IsValid() {
 		return Range{}, fmt.Errorf("invalid prefix %s", prefix)
 	}
@@ -68,22 +49,22 @@ func New(prefix netip.Prefix, model Model) (Range, error) {
 		return Range{}, fmt.Errorf("prefix %s has host bits set, the network is %s", prefix, prefix.Masked())
 	}
 	hostBits := prefix.Addr().BitLen() - prefix.Bits()
-	r := Range{prefix: prefix, model: model}
-	switch model {
-	case ModelBitmap:
+	r := Range{prefix: prefix, model: m}
+	switch m {
+	case model.Bitmap:
 		if prefix.Addr().Is4() && prefix.Bits() < BitmapMinIPv4Bits {
 			return Range{}, fmt.Errorf("%w: the bitmap model needs an IPv4 prefix of /%d or longer, got %s",
 				ErrPrefixTooLarge, BitmapMinIPv4Bits, prefix)
 		}
 		r.size = bitmapSize(prefix.Addr().Is4(), hostBits)
-	case ModelIPAddress:
+	case model.IPAddress:
 		if prefix.Addr().Is6() && prefix.Bits() < MinIPv6Bits {
 			return Range{}, fmt.Errorf("%w: shortest allowed prefix length for service CIDR is %d, got %d",
 				ErrPrefixTooLarge, MinIPv6Bits, prefix.Bits())
 		}
 		r.size = ipAddressSize(prefix.Addr().Is4(), hostBits)
 	default:
-		return Range{}, fmt.Errorf("unknown allocator model %v", model)
+		return Range{}, fmt.Errorf("unknown allocator model %q", m)
 	}
 	if r.size > 0 {
 		r.first = prefix.Addr().Next()
@@ -93,8 +74,8 @@ func New(prefix netip.Prefix, model Model) (Range, error) {
 }
 
 // MustNew is New for constants in tests and examples; it panics on error.
-func MustNew(prefix netip.Prefix, model Model) Range {
-	r, err := New(prefix, model)
+func MustNew(prefix netip.Prefix, m model.Name) Range {
+	r, err := New(prefix, m)
 	if err != nil {
 		panic(err)
 	}
@@ -156,7 +137,7 @@ func StaticBandSize(prefix netip.Prefix) uint64 {
 func (r Range) Prefix() netip.Prefix { return r.prefix }
 
 // Model is the allocator model whose rules built this range.
-func (r Range) Model() Model { return r.model }
+func (r Range) Model() model.Name { return r.model }
 
 // Size is the number of usable addresses.
 func (r Range) Size() uint64 { return r.size }

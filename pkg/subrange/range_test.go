@@ -6,6 +6,8 @@ import (
 	"net/netip"
 	"strings"
 	"testing"
+
+	"github.com/allocator/allocator/pkg/model"
 )
 
 func TestStaticBandSize(t *testing.T) {
@@ -34,39 +36,39 @@ func TestStaticBandSize(t *testing.T) {
 func TestNewUsableRange(t *testing.T) {
 	tests := []struct {
 		prefix      string
-		model       Model
+		model       model.Name
 		first, last string // empty when the range has no usable address
 		size        uint64
 		static      uint64
 	}{
 		// IPv4 is the same in both models.
-		{"10.0.0.0/24", ModelBitmap, "10.0.0.1", "10.0.0.254", 254, 16},
-		{"10.0.0.0/24", ModelIPAddress, "10.0.0.1", "10.0.0.254", 254, 16},
-		{"10.96.0.0/16", ModelBitmap, "10.96.0.1", "10.96.255.254", 65534, 256},
-		{"10.0.0.0/12", ModelBitmap, "10.0.0.1", "10.15.255.254", 1048574, 256},
-		{"10.0.0.0/8", ModelIPAddress, "10.0.0.1", "10.255.255.254", 1<<24 - 2, 256},
-		{"0.0.0.0/0", ModelIPAddress, "0.0.0.1", "255.255.255.254", 1<<32 - 2, 256},
-		{"10.0.0.0/27", ModelBitmap, "10.0.0.1", "10.0.0.30", 30, 16},
-		{"10.0.0.0/28", ModelBitmap, "10.0.0.1", "10.0.0.14", 14, 0},
-		{"10.0.0.0/30", ModelIPAddress, "10.0.0.1", "10.0.0.2", 2, 0},
-		{"10.0.0.0/31", ModelBitmap, "", "", 0, 0},
-		{"10.0.0.0/31", ModelIPAddress, "", "", 0, 0},
-		{"10.0.0.0/32", ModelIPAddress, "", "", 0, 0},
+		{"10.0.0.0/24", model.Bitmap, "10.0.0.1", "10.0.0.254", 254, 16},
+		{"10.0.0.0/24", model.IPAddress, "10.0.0.1", "10.0.0.254", 254, 16},
+		{"10.96.0.0/16", model.Bitmap, "10.96.0.1", "10.96.255.254", 65534, 256},
+		{"10.0.0.0/12", model.Bitmap, "10.0.0.1", "10.15.255.254", 1048574, 256},
+		{"10.0.0.0/8", model.IPAddress, "10.0.0.1", "10.255.255.254", 1<<24 - 2, 256},
+		{"0.0.0.0/0", model.IPAddress, "0.0.0.1", "255.255.255.254", 1<<32 - 2, 256},
+		{"10.0.0.0/27", model.Bitmap, "10.0.0.1", "10.0.0.30", 30, 16},
+		{"10.0.0.0/28", model.Bitmap, "10.0.0.1", "10.0.0.14", 14, 0},
+		{"10.0.0.0/30", model.IPAddress, "10.0.0.1", "10.0.0.2", 2, 0},
+		{"10.0.0.0/31", model.Bitmap, "", "", 0, 0},
+		{"10.0.0.0/31", model.IPAddress, "", "", 0, 0},
+		{"10.0.0.0/32", model.IPAddress, "", "", 0, 0},
 		// IPv6: the last address is usable.
-		{"fd00::/120", ModelBitmap, "fd00::1", "fd00::ff", 255, 16},
-		{"fd00::/120", ModelIPAddress, "fd00::1", "fd00::ff", 255, 16},
-		{"fd00:10:96::/112", ModelBitmap, "fd00:10:96::1", "fd00:10:96::ffff", 65535, 256},
-		{"fd00::/126", ModelIPAddress, "fd00::1", "fd00::3", 3, 0},
-		{"fd00::/127", ModelIPAddress, "fd00::1", "fd00::1", 1, 0},
-		{"fd00::/127", ModelBitmap, "fd00::1", "fd00::1", 1, 0}, // kube-apiserver: 2^1 − 1 slots
-		{"fd00::/128", ModelIPAddress, "", "", 0, 0},
-		{"fd00::/128", ModelBitmap, "", "", 0, 0},
+		{"fd00::/120", model.Bitmap, "fd00::1", "fd00::ff", 255, 16},
+		{"fd00::/120", model.IPAddress, "fd00::1", "fd00::ff", 255, 16},
+		{"fd00:10:96::/112", model.Bitmap, "fd00:10:96::1", "fd00:10:96::ffff", 65535, 256},
+		{"fd00::/126", model.IPAddress, "fd00::1", "fd00::3", 3, 0},
+		{"fd00::/127", model.IPAddress, "fd00::1", "fd00::1", 1, 0},
+		{"fd00::/127", model.Bitmap, "fd00::1", "fd00::1", 1, 0}, // kube-apiserver: 2^1 − 1 slots
+		{"fd00::/128", model.IPAddress, "", "", 0, 0},
+		{"fd00::/128", model.Bitmap, "", "", 0, 0},
 		// The bitmap model caps IPv6 to 65,535 addresses after the network address.
-		{"fd00::/108", ModelBitmap, "fd00::1", "fd00::ffff", 65535, 256},
-		{"fd00::/64", ModelBitmap, "fd00::1", "fd00::ffff", 65535, 256},
+		{"fd00::/108", model.Bitmap, "fd00::1", "fd00::ffff", 65535, 256},
+		{"fd00::/64", model.Bitmap, "fd00::1", "fd00::ffff", 65535, 256},
 		// The IPAddress model uses the whole /64.
-		{"fd00::/64", ModelIPAddress, "fd00::1", "fd00::ffff:ffff:ffff:ffff", math.MaxUint64, 256},
-		{"fd00::/65", ModelIPAddress, "fd00::1", "fd00::7fff:ffff:ffff:ffff", 1<<63 - 1, 256},
+		{"fd00::/64", model.IPAddress, "fd00::1", "fd00::ffff:ffff:ffff:ffff", math.MaxUint64, 256},
+		{"fd00::/65", model.IPAddress, "fd00::1", "fd00::7fff:ffff:ffff:ffff", 1<<63 - 1, 256},
 	}
 	for _, tt := range tests {
 		t.Run(tt.prefix+"/"+tt.model.String(), func(t *testing.T) {
@@ -112,16 +114,16 @@ func TestNewUsableRange(t *testing.T) {
 func TestNewRefuses(t *testing.T) {
 	tests := []struct {
 		prefix  netip.Prefix
-		model   Model
+		model   model.Name
 		wantErr string
 	}{
-		{netip.MustParsePrefix("fd00::/63"), ModelIPAddress, "shortest allowed prefix length for service CIDR is 64, got 63"},
-		{netip.MustParsePrefix("fd00::/48"), ModelIPAddress, "shortest allowed prefix length for service CIDR is 64, got 48"},
-		{netip.MustParsePrefix("10.0.0.0/11"), ModelBitmap, "needs an IPv4 prefix of /12 or longer"},
-		{netip.MustParsePrefix("10.0.0.1/24"), ModelBitmap, "host bits set"},
-		{netip.MustParsePrefix("::ffff:10.0.0.0/120"), ModelIPAddress, "IPv4-mapped"},
-		{netip.Prefix{}, ModelBitmap, "invalid prefix"},
-		{netip.MustParsePrefix("10.0.0.0/24"), Model(9), "unknown allocator model"},
+		{netip.MustParsePrefix("fd00::/63"), model.IPAddress, "shortest allowed prefix length for service CIDR is 64, got 63"},
+		{netip.MustParsePrefix("fd00::/48"), model.IPAddress, "shortest allowed prefix length for service CIDR is 64, got 48"},
+		{netip.MustParsePrefix("10.0.0.0/11"), model.Bitmap, "needs an IPv4 prefix of /12 or longer"},
+		{netip.MustParsePrefix("10.0.0.1/24"), model.Bitmap, "host bits set"},
+		{netip.MustParsePrefix("::ffff:10.0.0.0/120"), model.IPAddress, "IPv4-mapped"},
+		{netip.Prefix{}, model.Bitmap, "invalid prefix"},
+		{netip.MustParsePrefix("10.0.0.0/24"), model.Name("nine"), "unknown allocator model"},
 	}
 	for _, tt := range tests {
 		_, err := New(tt.prefix, tt.model)
@@ -129,7 +131,7 @@ func TestNewRefuses(t *testing.T) {
 			t.Errorf("New(%s, %v) error = %v, want it to contain %q", tt.prefix, tt.model, err, tt.wantErr)
 		}
 	}
-	_, err := New(netip.MustParsePrefix("fd00::/48"), ModelIPAddress)
+	_, err := New(netip.MustParsePrefix("fd00::/48"), model.IPAddress)
 	if !errors.Is(err, ErrPrefixTooLarge) {
 		t.Errorf("errors.Is(%v, ErrPrefixTooLarge) = false", err)
 	}
@@ -137,7 +139,7 @@ func TestNewRefuses(t *testing.T) {
 
 // TestIndexEdges128 checks 128-bit arithmetic at the edges of a /64.
 func TestIndexEdges128(t *testing.T) {
-	r := MustNew(netip.MustParsePrefix("fd00::/64"), ModelIPAddress)
+	r := MustNew(netip.MustParsePrefix("fd00::/64"), model.IPAddress)
 	tests := []struct {
 		index uint64
 		addr  string
@@ -183,20 +185,20 @@ func TestSmallRangesExhaustive(t *testing.T) {
 	for _, p := range []string{"10.1.2.0/24", "10.1.2.128/25", "10.1.2.32/27", "10.1.2.16/28", "10.1.2.4/30",
 		"10.1.2.2/31", "10.1.2.3/32", "fd00::100/120", "fd00::10/124", "fd00::4/126", "fd00::2/127", "fd00::1/128"} {
 		prefix := netip.MustParsePrefix(p)
-		for _, model := range []Model{ModelBitmap, ModelIPAddress} {
-			r := MustNew(prefix, model)
+		for _, m := range []model.Name{model.Bitmap, model.IPAddress} {
+			r := MustNew(prefix, m)
 			seen := map[netip.Addr]bool{}
 			for i := uint64(0); i < r.Size(); i++ {
 				addr, ok := r.Addr(i)
 				if !ok || !prefix.Contains(addr) || addr == prefix.Addr() || seen[addr] {
-					t.Fatalf("%s %v: Addr(%d) = %s %v (seen %v)", p, model, i, addr, ok, seen[addr])
+					t.Fatalf("%s %v: Addr(%d) = %s %v (seen %v)", p, m, i, addr, ok, seen[addr])
 				}
 				seen[addr] = true
 				if back, ok := r.Index(addr); !ok || back != i {
-					t.Fatalf("%s %v: Index(%s) = %d %v, want %d", p, model, addr, back, ok, i)
+					t.Fatalf("%s %v: Index(%s) = %d %v, want %d", p, m, addr, back, ok, i)
 				}
 				if got, want := r.InStaticBand(addr), i < r.StaticSize(); got != want {
-					t.Fatalf("%s %v: InStaticBand(%s) = %v, want %v", p, model, addr, got, want)
+					t.Fatalf("%s %v: InStaticBand(%s) = %v, want %v", p, m, addr, got, want)
 				}
 			}
 			// Every other address of the prefix is unusable.
@@ -207,7 +209,7 @@ func TestSmallRangesExhaustive(t *testing.T) {
 				}
 			}
 			if uint64(usable) != r.Size() {
-				t.Fatalf("%s %v: %d usable addresses found by scanning, Size() = %d", p, model, usable, r.Size())
+				t.Fatalf("%s %v: %d usable addresses found by scanning, Size() = %d", p, m, usable, r.Size())
 			}
 		}
 	}
@@ -244,11 +246,11 @@ func FuzzIndexRoundTrip(f *testing.F) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		model := ModelIPAddress
+		m := model.IPAddress
 		if bitmap {
-			model = ModelBitmap
+			m = model.Bitmap
 		}
-		r, err := New(prefix, model)
+		r, err := New(prefix, m)
 		if err != nil {
 			return
 		}

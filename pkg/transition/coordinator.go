@@ -13,6 +13,7 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"k8s.io/klog/v2"
 
+	"github.com/allocator/allocator/pkg/bitmap"
 	"github.com/allocator/allocator/pkg/etcdlayout"
 	"github.com/allocator/allocator/pkg/model"
 )
@@ -154,7 +155,7 @@ func (c *Coordinator) register(ctx context.Context) error {
 	if c.cfg.Model == model.Bitmap {
 		initial.DualWrite, initial.Reason = true, "a bitmap-model replica started"
 	} else {
-		exists, err := model.BitmapExists(ctx, client, c.cfg.Prefix)
+		exists, err := bitmap.IPMapExists(ctx, client, c.layout)
 		if err != nil {
 			cleanup()
 			return err

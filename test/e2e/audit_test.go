@@ -12,6 +12,7 @@ import (
 
 	"github.com/allocator/allocator/pkg/bitmap"
 	"github.com/allocator/allocator/pkg/etcdlayout"
+	"github.com/allocator/allocator/pkg/model"
 	"github.com/allocator/allocator/pkg/portallocator"
 	"github.com/allocator/allocator/pkg/portrange"
 	"github.com/allocator/allocator/pkg/subrange"
@@ -46,7 +47,7 @@ func (a claimAudit) String() string {
 
 // auditClaims reads the Services, the model's records and the node-port map
 // from etcd (prefix /registry, single-stack rng, the default node-port range).
-func auditClaims(t *testing.T, ctx context.Context, etcd *clientv3.Client, model, rng string) claimAudit {
+func auditClaims(t *testing.T, ctx context.Context, etcd *clientv3.Client, m, rng string) claimAudit {
 	t.Helper()
 	l := etcdlayout.Layout{Prefix: "/registry"}
 	a := claimAudit{stored: map[string]heldBy{}}
@@ -90,7 +91,7 @@ func auditClaims(t *testing.T, ctx context.Context, etcd *clientv3.Client, model
 			a.dupPorts = append(a.dupPorts, fmt.Sprintf("%d: %s", port, strings.Join(names, " ")))
 		}
 	}
-	a.leaks = heldWithoutService(t, ctx, etcd, model, rng)
+	a.leaks = heldWithoutService(t, ctx, etcd, m, rng)
 
 	// What each Service holds must be held for it.
 	ports, err := portallocator.NewEtcd(etcd, l.ServiceNodePortRange(), portrange.MustParse(portrange.Default), bitmap.EtcdOptions{})
@@ -102,8 +103,8 @@ func auditClaims(t *testing.T, ctx context.Context, etcd *clientv3.Client, model
 		t.Fatalf("read the node-port map: %v", err)
 	}
 	ipHolder := map[netip.Addr]string{} // address → "namespace/name" its record is for ("" = a bit)
-	if model == "bitmap" {
-		r, err := subrange.New(netip.MustParsePrefix(rng), subrange.ModelBitmap)
+	if m == "bitmap" {
+		r, err := subrange.New(netip.MustParsePrefix(rng), model.Bitmap)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -141,7 +142,7 @@ func auditClaims(t *testing.T, ctx context.Context, etcd *clientv3.Client, model
 			switch {
 			case !ok:
 				a.missing = append(a.missing, fmt.Sprintf("%s %s: not held", name, h.ip))
-			case model != "bitmap" && owner != name:
+			case m != "bitmap" && owner != name:
 				a.missing = append(a.missing, fmt.Sprintf("%s %s: its IPAddress is for %s", name, h.ip, owner))
 			}
 		}

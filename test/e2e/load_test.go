@@ -21,6 +21,7 @@ import (
 	"github.com/allocator/allocator/pkg/bitmap"
 	"github.com/allocator/allocator/pkg/etcdlayout"
 	"github.com/allocator/allocator/pkg/ipallocator/ipaddress"
+	"github.com/allocator/allocator/pkg/model"
 	"github.com/allocator/allocator/pkg/report"
 	"github.com/allocator/allocator/pkg/subrange"
 )
@@ -502,7 +503,7 @@ func verifyStored(t *testing.T, f *fleet, l *load) []corev1.Service {
 // the primary RangeAllocation.
 func verifyClaims(t *testing.T, f *fleet, cidr netip.Prefix, bits bool, timeout time.Duration) {
 	t.Helper()
-	rng := subrange.MustNew(cidr, subrange.ModelBitmap)
+	rng := subrange.MustNew(cidr, model.Bitmap)
 	store, err := bitmap.NewEtcdAllocator(f.etcd.Client(), etcdlayout.Layout{}.PrimaryServiceIPRange(), rng, bitmap.EtcdOptions{})
 	if err != nil {
 		t.Fatal(err)

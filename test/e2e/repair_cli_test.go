@@ -33,6 +33,7 @@ import (
 	"github.com/allocator/allocator/pkg/bitmap"
 	"github.com/allocator/allocator/pkg/etcdlayout"
 	ipcontroller "github.com/allocator/allocator/pkg/ipallocator/controller"
+	"github.com/allocator/allocator/pkg/model"
 	"github.com/allocator/allocator/pkg/report"
 	"github.com/allocator/allocator/pkg/subrange"
 )
@@ -194,7 +195,7 @@ func TestRepairCLIBitmap(t *testing.T) {
 	etcd := etcdtest.New(t)
 	kubeconfig, client := startServe(t, bin, etcd, "--allocator", "bitmap", "--service-cluster-ip-range", "10.0.0.0/24")
 	ctx := context.Background()
-	rng := subrange.MustNew(netip.MustParsePrefix("10.0.0.0/24"), subrange.ModelBitmap)
+	rng := subrange.MustNew(netip.MustParsePrefix("10.0.0.0/24"), model.Bitmap)
 	store, err := bitmap.NewEtcdAllocator(etcd.Client(), "/registry/ranges/serviceips", rng, bitmap.EtcdOptions{})
 	if err != nil {
 		t.Fatal(err)

@@ -17,6 +17,7 @@ import (
 	"github.com/allocator/allocator/internal/etcdtest"
 	"github.com/allocator/allocator/pkg/bitmap"
 	"github.com/allocator/allocator/pkg/etcdlayout"
+	"github.com/allocator/allocator/pkg/model"
 	"github.com/allocator/allocator/pkg/portallocator"
 	"github.com/allocator/allocator/pkg/portrange"
 	"github.com/allocator/allocator/pkg/subrange"
@@ -103,7 +104,7 @@ func TestSIGTERMDuringDeletes(t *testing.T) {
 
 // heldWithoutService reads etcd and returns every cluster IP and node port
 // held (bits, IPAddresses) that no stored Service has.
-func heldWithoutService(t *testing.T, ctx context.Context, etcd *clientv3.Client, model, rng string) []string {
+func heldWithoutService(t *testing.T, ctx context.Context, etcd *clientv3.Client, m, rng string) []string {
 	t.Helper()
 	l := etcdlayout.Layout{Prefix: "/registry"}
 	resp, err := etcd.Get(ctx, l.ServicesPrefix(), clientv3.WithPrefix())
@@ -124,8 +125,8 @@ func heldWithoutService(t *testing.T, ctx context.Context, etcd *clientv3.Client
 		}
 	}
 	var leaks []string
-	if model == "bitmap" {
-		r, err := subrange.New(netip.MustParsePrefix(rng), subrange.ModelBitmap)
+	if m == "bitmap" {
+		r, err := subrange.New(netip.MustParsePrefix(rng), model.Bitmap)
 		if err != nil {
 			t.Fatal(err)
 		}

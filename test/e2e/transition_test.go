@@ -80,7 +80,7 @@ func loadSeed(t *testing.T) uint64 {
 // lowerBand returns the static band of the range without its first address
 // (the default/kubernetes Service's).
 func lowerBand(cidr netip.Prefix) []netip.Addr {
-	rng := subrange.MustNew(cidr, subrange.ModelBitmap)
+	rng := subrange.MustNew(cidr, model.Bitmap)
 	var out []netip.Addr
 	ip := rng.First().Next()
 	for range rng.StaticSize() - 1 {

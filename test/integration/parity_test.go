@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/allocator/allocator/internal/parity"
+	"github.com/allocator/allocator/pkg/model"
 )
 
 // TestParity replays the parity corpus against our server, in every family
@@ -23,9 +24,9 @@ func TestParity(t *testing.T) {
 			if err != nil && os.Getenv("PARITY_WRITE") == "" {
 				t.Fatal(err)
 			}
-			forEachModel(t, func(t *testing.T, model string) {
+			forEachModel(t, func(t *testing.T, m string) {
 				t.Parallel()
-				s := startServer(t, serverOptions{serviceRange: fam.ServiceRange, model: model})
+				s := startServer(t, serverOptions{serviceRange: fam.ServiceRange, model: m})
 				target, err := parity.NewTarget(s.restConfig)
 				if err != nil {
 					t.Fatal(err)
@@ -34,7 +35,7 @@ func TestParity(t *testing.T) {
 				defer cancel()
 				start := time.Now()
 				byGroup := map[string]time.Duration{} // where the time goes, by the case name's first part
-				got, err := parity.Run(ctx, target, parity.Corpus(fam), model, func(c parity.Case, took time.Duration) {
+				got, err := parity.Run(ctx, target, parity.Corpus(fam), model.Name(m), func(c parity.Case, took time.Duration) {
 					group, _, _ := strings.Cut(c.Name, "/")
 					byGroup[group] += took
 				})
@@ -43,8 +44,8 @@ func TestParity(t *testing.T) {
 				}
 				t.Logf("%d cases replayed in %s (by group: %v)", len(got), time.Since(start).Round(time.Millisecond), byGroup)
 				if dir := os.Getenv("PARITY_WRITE"); dir != "" {
-					rec := &parity.Record{Source: "allocator " + model, Family: fam.Name, ServiceRange: fam.ServiceRange, Cases: got}
-					if err := rec.Save(filepath.Join(dir, fam.Name+"-"+model+".json")); err != nil {
+					rec := &parity.Record{Source: "allocator " + m, Family: fam.Name, ServiceRange: fam.ServiceRange, Cases: got}
+					if err := rec.Save(filepath.Join(dir, fam.Name+"-"+m+".json")); err != nil {
 						t.Fatal(err)
 					}
 				}

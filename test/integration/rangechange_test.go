@@ -81,7 +81,7 @@ func serviceIPs(t *testing.T, ctx context.Context, c kubernetes.Interface) map[s
 func storedMap(t *testing.T, ctx context.Context, etcd *etcdtest.Etcd, cidr string) map[netip.Addr]bool {
 	t.Helper()
 	store, err := bitmap.NewEtcdAllocator(etcd.Client(), "/registry/ranges/serviceips",
-		subrange.MustNew(netip.MustParsePrefix(cidr), subrange.ModelBitmap), bitmap.EtcdOptions{})
+		subrange.MustNew(netip.MustParsePrefix(cidr), model.Bitmap), bitmap.EtcdOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -115,7 +115,7 @@ func checkConsistent(t *testing.T, ctx context.Context, c kubernetes.Interface, 
 		}
 	}
 	store, err := bitmap.NewEtcdAllocator(etcd.Client(), "/registry/ranges/serviceips",
-		subrange.MustNew(netip.MustParsePrefix(cidr), subrange.ModelBitmap), bitmap.EtcdOptions{})
+		subrange.MustNew(netip.MustParsePrefix(cidr), model.Bitmap), bitmap.EtcdOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -184,7 +184,7 @@ func TestMixedModels(t *testing.T) {
 	// What `allocator repair` reports: nothing once consistent; a bit set
 	// behind everyone's back shows up as a disagreement.
 	store, err := bitmap.NewEtcdAllocator(bm.etcd.Client(), "/registry/ranges/serviceips",
-		subrange.MustNew(netip.MustParsePrefix(cidr), subrange.ModelBitmap), bitmap.EtcdOptions{})
+		subrange.MustNew(netip.MustParsePrefix(cidr), model.Bitmap), bitmap.EtcdOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}

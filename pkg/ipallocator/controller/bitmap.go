@@ -15,6 +15,7 @@ import (
 	"github.com/allocator/allocator/pkg/allocator/rangerepair"
 	"github.com/allocator/allocator/pkg/bitmap"
 	"github.com/allocator/allocator/pkg/holding"
+	"github.com/allocator/allocator/pkg/model"
 	"github.com/allocator/allocator/pkg/report"
 	"github.com/allocator/allocator/pkg/subrange"
 )
@@ -108,7 +109,7 @@ func (r *BitmapRepair) Run(ctx context.Context, firstPass chan<- struct{}) error
 // RunOnce makes one repair pass over every family.
 func (r *BitmapRepair) RunOnce(ctx context.Context) (*report.Report, error) {
 	start := time.Now()
-	rep := &report.Report{Model: "bitmap", DryRun: r.cfg.DryRun}
+	rep := &report.Report{Model: model.Bitmap, DryRun: r.cfg.DryRun}
 	list := func(ctx context.Context) ([]corev1.Service, error) {
 		services, err := report.ListServices(ctx, r.cfg.Client)
 		rep.Services = len(services)

@@ -21,6 +21,7 @@ import (
 	"github.com/allocator/allocator/pkg/allocator/rangerepair"
 	"github.com/allocator/allocator/pkg/bitmap"
 	"github.com/allocator/allocator/pkg/ipallocator/controller"
+	"github.com/allocator/allocator/pkg/model"
 	"github.com/allocator/allocator/pkg/report"
 	"github.com/allocator/allocator/pkg/subrange"
 )
@@ -29,7 +30,7 @@ const primaryKey = "/registry/ranges/serviceips"
 
 func bitmapStore(t *testing.T, client *clientv3.Client, cidr string) *bitmap.EtcdAllocator {
 	t.Helper()
-	rng, err := subrange.New(netip.MustParsePrefix(cidr), subrange.ModelBitmap)
+	rng, err := subrange.New(netip.MustParsePrefix(cidr), model.Bitmap)
 	if err != nil {
 		t.Fatal(err)
 	}

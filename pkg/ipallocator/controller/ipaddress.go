@@ -15,6 +15,7 @@ import (
 	"k8s.io/client-go/util/workqueue"
 	"k8s.io/klog/v2"
 
+	"github.com/allocator/allocator/pkg/model"
 	"github.com/allocator/allocator/pkg/report"
 )
 
@@ -370,7 +371,7 @@ func (r *IPAddressRepair) pass(ctx context.Context, view ipView) (*report.Report
 	if err != nil {
 		return nil, fmt.Errorf("ipaddress repair: %w", err)
 	}
-	rep := &report.Report{Model: "ipaddress", DryRun: r.cfg.DryRun, Services: services}
+	rep := &report.Report{Model: model.IPAddress, DryRun: r.cfg.DryRun, Services: services}
 	var failed []error
 	progress := r.cfg.Progress.Start("addresses checked", len(keys))
 	defer progress.Stop()

@@ -20,6 +20,7 @@ import (
 	"github.com/allocator/allocator/internal/lazy"
 	"github.com/allocator/allocator/pkg/addrindex"
 	"github.com/allocator/allocator/pkg/holding"
+	"github.com/allocator/allocator/pkg/model"
 	"github.com/allocator/allocator/pkg/report"
 	"github.com/allocator/allocator/pkg/scope"
 	"github.com/allocator/allocator/pkg/subrange"
@@ -113,7 +114,7 @@ func newServiceCIDRs(cidrs []*networkingv1.ServiceCIDR) serviceCIDRs {
 			if err != nil {
 				continue
 			}
-			rng, err := subrange.New(prefix, subrange.ModelIPAddress)
+			rng, err := subrange.New(prefix, model.IPAddress)
 			if err != nil {
 				s.wide = append(s.wide, prefix)
 				continue

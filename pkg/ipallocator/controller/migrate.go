@@ -82,6 +82,20 @@ type MigrationReport struct {
 // Unresolved counts the problems left.
 func (r *MigrationReport) Unresolved() int { return len(r.Problems) }
 
+// Interrupted says how far a migration that stopped early got, and why
+// stopping there is safe. r may be nil: it stopped before it reported.
+func (r *MigrationReport) Interrupted() string {
+	if r == nil || r.Direction == ToBitmap {
+		// Each family's map is one compare-and-swap write: written whole or not at all.
+		return "the migration stopped before it finished; each bitmap is written whole or not at all, so nothing is half-done."
+	}
+	verb := "created"
+	if r.DryRun {
+		verb = "would be created"
+	}
+	return fmt.Sprintf("%d IPAddresses %s, %d already present, before it stopped; each IPAddress is created whole, so nothing is half-done.", r.Created, verb, r.Present)
+}
+
 func (r *MigrationReport) String() string {
 	return fmt.Sprintf("%s: %d services, %d addresses (%d created, %d already present), %d problems, verified=%v, %v",
 		r.Direction, r.Services, r.Addresses, r.Created, r.Present, len(r.Problems), r.Verified, r.Duration.Round(time.Millisecond))

@@ -30,6 +30,7 @@ import (
 	"github.com/allocator/allocator/pkg/etcdlayout"
 	"github.com/allocator/allocator/pkg/ipallocator/controller"
 	"github.com/allocator/allocator/pkg/ipallocator/ipaddress"
+	"github.com/allocator/allocator/pkg/model"
 	"github.com/allocator/allocator/pkg/report"
 	"github.com/allocator/allocator/pkg/subrange"
 )
@@ -80,7 +81,7 @@ func familyStores(t *testing.T, etcd *etcdtest.Etcd, cidrs ...string) []controll
 	keys := []string{"/registry/ranges/serviceips", "/registry/ranges/secondaryserviceips"}
 	var stores []controller.BitmapStore
 	for i, cidr := range cidrs {
-		rng, err := subrange.New(netip.MustParsePrefix(cidr), subrange.ModelBitmap)
+		rng, err := subrange.New(netip.MustParsePrefix(cidr), model.Bitmap)
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -40,6 +40,7 @@ import (
 	"github.com/allocator/allocator/pkg/allocation"
 	"github.com/allocator/allocator/pkg/bitmap"
 	"github.com/allocator/allocator/pkg/ipallocator/ipaddress"
+	"github.com/allocator/allocator/pkg/model"
 	"github.com/allocator/allocator/pkg/subrange"
 )
 
@@ -293,7 +294,7 @@ type window struct{ rng subrange.Range }
 func (w window) Contains(ip netip.Addr) bool { return w.rng.Contains(ip) }
 
 func (w window) ContainsPrefix(p netip.Prefix) bool {
-	r, err := subrange.New(p, subrange.ModelIPAddress)
+	r, err := subrange.New(p, model.IPAddress)
 	if err != nil || r.Size() == 0 {
 		return false
 	}

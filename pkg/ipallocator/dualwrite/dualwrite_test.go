@@ -100,7 +100,7 @@ func (f roundTripFunc) RoundTrip(r *http.Request) (*http.Response, error) { retu
 // bits returns a bitmap of window at a key of the test's own, created.
 func (e *env) bits(t *testing.T, window string) *bitmap.EtcdAllocator {
 	t.Helper()
-	rng, err := subrange.New(netip.MustParsePrefix(window), subrange.ModelBitmap)
+	rng, err := subrange.New(netip.MustParsePrefix(window), model.Bitmap)
 	if err != nil {
 		t.Fatal(err)
 	}

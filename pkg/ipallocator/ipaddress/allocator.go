@@ -19,6 +19,7 @@ import (
 
 	"github.com/allocator/allocator/pkg/addrindex"
 	"github.com/allocator/allocator/pkg/allocation"
+	"github.com/allocator/allocator/pkg/model"
 )
 
 // Labels and values every IPAddress created by this allocator carries, as
@@ -147,7 +148,7 @@ func New(ctx context.Context, cfg Config) (*Allocator, error) {
 		ipv6:          cfg.IPv6,
 		maxCollisions: cfg.MaxCollisions,
 		onRefused:     cfg.OnRefused,
-		logger:        klog.FromContext(ctx).WithValues("allocator", "ipaddress", "family", familyOf(cfg.IPv6)),
+		logger:        klog.FromContext(ctx).WithValues("allocator", model.IPAddress.String(), "family", familyOf(cfg.IPv6)),
 		readyCh:       make(chan struct{}),
 		inflight:      map[netip.Addr]*reservation{},
 		unobserved:    map[netip.Addr]bool{},

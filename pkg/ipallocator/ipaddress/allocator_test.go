@@ -26,6 +26,7 @@ import (
 	"github.com/allocator/allocator/pkg/allocation"
 	"github.com/allocator/allocator/pkg/allocmetrics"
 	"github.com/allocator/allocator/pkg/ipallocator/ipaddress"
+	"github.com/allocator/allocator/pkg/model"
 	"github.com/allocator/allocator/pkg/subrange"
 )
 
@@ -37,7 +38,7 @@ func owner(i int) allocation.Owner {
 // usable, and that the lower band is only used once the upper band is full.
 func drainAndCheck(t *testing.T, ctx context.Context, a *ipaddress.Allocator, prefix string) []netip.Addr {
 	t.Helper()
-	rng := subrange.MustNew(netip.MustParsePrefix(prefix), subrange.ModelIPAddress)
+	rng := subrange.MustNew(netip.MustParsePrefix(prefix), model.IPAddress)
 	seen := map[netip.Addr]bool{}
 	var upper uint64
 	var out []netip.Addr
@@ -422,7 +423,7 @@ func TestRaces(t *testing.T) {
 	if failures.Load() > 0 {
 		t.FailNow()
 	}
-	rng := subrange.MustNew(netip.MustParsePrefix("10.0.0.0/22"), subrange.ModelIPAddress)
+	rng := subrange.MustNew(netip.MustParsePrefix("10.0.0.0/22"), model.IPAddress)
 	for ip, n := range got {
 		if n != 1 || !rng.Contains(ip) {
 			t.Errorf("%s handed out %d times", ip, n)

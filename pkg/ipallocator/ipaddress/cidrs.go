@@ -10,6 +10,7 @@ import (
 	networkingv1 "k8s.io/api/networking/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
+	"github.com/allocator/allocator/pkg/model"
 	"github.com/allocator/allocator/pkg/scope"
 	"github.com/allocator/allocator/pkg/subrange"
 )
@@ -141,7 +142,7 @@ func selectRanges(cidrs []*networkingv1.ServiceCIDR, ipv6 bool) ([]activeRange, 
 				out[i].carriers = append(out[i].carriers, carrier{name: sc.Name, scope: sco})
 				continue
 			}
-			rng, err := subrange.New(prefix, subrange.ModelIPAddress)
+			rng, err := subrange.New(prefix, model.IPAddress)
 			if err != nil {
 				refused = append(refused, RefusedCIDR{ServiceCIDR: sc.Name, CIDR: s, Err: err})
 				continue

@@ -13,6 +13,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/tools/cache"
 
+	"github.com/allocator/allocator/pkg/model"
 	"github.com/allocator/allocator/pkg/scope"
 	"github.com/allocator/allocator/pkg/subrange"
 )
@@ -94,7 +95,7 @@ func TestMaximalRanges(t *testing.T) {
 	mk := func(ps ...string) []activeRange {
 		var out []activeRange
 		for _, p := range ps {
-			out = append(out, activeRange{rng: subrange.MustNew(netip.MustParsePrefix(p), subrange.ModelIPAddress)})
+			out = append(out, activeRange{rng: subrange.MustNew(netip.MustParsePrefix(p), model.IPAddress)})
 		}
 		return out
 	}
@@ -164,7 +165,7 @@ func TestChangeConcerns(t *testing.T) {
 func TestRangeLookup(t *testing.T) {
 	var ranges []*cidrRange
 	for _, text := range []string{"10.0.0.0/24", "10.0.0.0/16", "10.0.1.0/24", "10.0.0.0/28", "10.1.0.0/24", "fd00::/112", "fd00::/64"} {
-		ranges = append(ranges, &cidrRange{activeRange: activeRange{rng: subrange.MustNew(netip.MustParsePrefix(text), subrange.ModelIPAddress)}})
+		ranges = append(ranges, &cidrRange{activeRange: activeRange{rng: subrange.MustNew(netip.MustParsePrefix(text), model.IPAddress)}})
 	}
 	l := newRangeLookup(ranges)
 	for _, text := range []string{"10.0.0.0", "10.0.0.5", "10.0.0.16", "10.0.0.255", "10.0.1.1", "10.0.255.255", "10.1.0.9", "10.2.0.1", "192.168.0.1", "fd00::5", "fd00::1:5", "fd01::1"} {

@@ -5,12 +5,13 @@ import (
 	"net/netip"
 	"testing"
 
+	"github.com/allocator/allocator/pkg/model"
 	"github.com/allocator/allocator/pkg/subrange"
 )
 
 func mustIndex(t testing.TB, prefix string) *FreeIndex {
 	t.Helper()
-	x, err := NewFreeIndex(subrange.MustNew(netip.MustParsePrefix(prefix), subrange.ModelIPAddress))
+	x, err := NewFreeIndex(subrange.MustNew(netip.MustParsePrefix(prefix), model.IPAddress))
 	if err != nil {
 		t.Fatal(err)
 	}

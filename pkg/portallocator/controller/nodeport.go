@@ -125,7 +125,7 @@ func (r *NodePortRepair) RunOnce(ctx context.Context) (*report.Report, error) {
 // commit).
 func (r *NodePortRepair) pass(ctx context.Context, pass *rangerepair.Pass[int], services []corev1.Service) (*report.Report, error) {
 	rng := r.cfg.Store.Range()
-	rep := &report.Report{Model: "nodeport", DryRun: r.cfg.DryRun, Services: len(services)}
+	rep := &report.Report{Resource: ResourceNodePort, DryRun: r.cfg.DryRun, Services: len(services)}
 	var found rangerepair.Findings[int]
 	add := func(svc *corev1.Service, p report.Problem) {
 		p.Resource = ResourceNodePort

@@ -15,6 +15,7 @@ import (
 	"k8s.io/client-go/tools/clientcmd"
 
 	"github.com/allocator/allocator/internal/parity"
+	"github.com/allocator/allocator/pkg/model"
 )
 
 func main() {
@@ -30,7 +31,7 @@ func run() error {
 	out := flag.String("out", "", "record to write")
 	source := flag.String("source", "", "what answered, for the record")
 	command := flag.String("command", "hack/capture-parity.sh", "how to capture the record again, for the record")
-	model := flag.String("model", "ipaddress", "allocator model of the server (which cases run)")
+	modelFlag := flag.String("model", model.IPAddress.String(), "allocator model of the server (which cases run)")
 	flag.Parse()
 	if *kubeconfig == "" || *family == "" || *out == "" {
 		return fmt.Errorf("--kubeconfig, --family and --out are required")
@@ -52,7 +53,11 @@ func run() error {
 	defer cancel()
 	cases := parity.Corpus(fam)
 	start := time.Now()
-	results, err := parity.Run(ctx, target, cases, *model, nil)
+	m, err := model.Parse(*modelFlag, false)
+	if err != nil {
+		return err
+	}
+	results, err := parity.Run(ctx, target, cases, m, nil)
 	if err != nil {
 		return err
 	}
