@@ -414,7 +414,7 @@ func (a *Allocator) allocateUpdate(ctx context.Context, txn *Transaction, svc, o
 }
 
 func (a *Allocator) allocateClusterIPsUpdate(ctx context.Context, txn *Transaction, svc, old *corev1.Service, dryRun bool) error {
-	oldIPs := allocatedIPs(old)
+	oldIPs := holding.IPs(old)
 	switch {
 	case !NeedsClusterIP(svc):
 		if !dryRun {
@@ -447,9 +447,6 @@ func (a *Allocator) allocateClusterIPsUpdate(ctx context.Context, txn *Transacti
 // calls once the Service is gone. Failures are logged: repair frees what is
 // left behind.
 func (a *Allocator) Release(ctx context.Context, svc *corev1.Service) {
-	a.release(ctx, ownerOf(svc), allocatedIPs(svc))
-	a.releasePorts(ctx, ownerOf(svc), NodePortsOf(svc))
+	a.release(ctx, ownerOf(svc), holding.IPs(svc))
+	a.releasePorts(ctx, ownerOf(svc), holding.NodePorts(svc))
 }
-
-// allocatedIPs returns the addresses a stored Service holds (holding.IPs).
-func allocatedIPs(svc *corev1.Service) []netip.Addr { return holding.IPs(svc) }

@@ -8,6 +8,8 @@ import (
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/util/sets"
 	"k8s.io/apimachinery/pkg/util/validation/field"
+
+	"github.com/allocator/allocator/pkg/holding"
 )
 
 // The functions in this file fill in and clear the linked fields of a
@@ -92,7 +94,7 @@ func patchAllocatedValues(svc, old *corev1.Service) {
 			}
 		}
 	}
-	if needsHealthCheckNodePort(old) && needsHealthCheckNodePort(svc) && svc.Spec.HealthCheckNodePort == 0 {
+	if holding.NeedsHealthCheckNodePort(old) && holding.NeedsHealthCheckNodePort(svc) && svc.Spec.HealthCheckNodePort == 0 {
 		svc.Spec.HealthCheckNodePort = old.Spec.HealthCheckNodePort
 	}
 }
@@ -124,7 +126,7 @@ func dropTypeDependentFields(svc, old *corev1.Service) {
 			spec.Ports[i].NodePort = 0
 		}
 	}
-	if needsHealthCheckNodePort(old) && !needsHealthCheckNodePort(svc) && spec.HealthCheckNodePort == oldSpec.HealthCheckNodePort {
+	if holding.NeedsHealthCheckNodePort(old) && !holding.NeedsHealthCheckNodePort(svc) && spec.HealthCheckNodePort == oldSpec.HealthCheckNodePort {
 		spec.HealthCheckNodePort = 0
 	}
 	if oldSpec.Type == corev1.ServiceTypeLoadBalancer && spec.Type != corev1.ServiceTypeLoadBalancer {

@@ -52,14 +52,6 @@ func shouldAllocateNodePorts(svc *corev1.Service) bool {
 	return false
 }
 
-// needsHealthCheckNodePort reports whether svc gets a healthCheckNodePort
-// (holding.NeedsHealthCheckNodePort).
-func needsHealthCheckNodePort(svc *corev1.Service) bool { return holding.NeedsHealthCheckNodePort(svc) }
-
-// NodePortsOf returns the node ports a stored Service holds (holding.NodePorts):
-// what a delete releases and an update keeps.
-func NodePortsOf(svc *corev1.Service) []int { return holding.NodePorts(svc) }
-
 // defaultNodePortFields applies upstream's v1 defaults that decide node-port
 // allocation: allocateLoadBalancerNodePorts true for LoadBalancer, and
 // externalTrafficPolicy Cluster for NodePort and LoadBalancer.
@@ -221,7 +213,7 @@ func (a *Allocator) allocateNodePortsCreate(ctx context.Context, txn *Transactio
 			}
 		}
 	}
-	if needsHealthCheckNodePort(svc) {
+	if holding.NeedsHealthCheckNodePort(svc) {
 		if err := a.allocateHealthCheckNodePort(ctx, txn, alloc, svc, dryRun); err != nil {
 			return err
 		}
@@ -323,17 +315,17 @@ func (a *Allocator) allocateNodePortsUpdate(ctx context.Context, txn *Transactio
 		}
 	}
 	switch {
-	case !needsHealthCheckNodePort(old) && needsHealthCheckNodePort(svc):
+	case !holding.NeedsHealthCheckNodePort(old) && holding.NeedsHealthCheckNodePort(svc):
 		if err := a.allocateHealthCheckNodePort(ctx, txn, alloc, svc, dryRun); err != nil {
 			return err
 		}
-	case needsHealthCheckNodePort(old) && !needsHealthCheckNodePort(svc):
+	case holding.NeedsHealthCheckNodePort(old) && !holding.NeedsHealthCheckNodePort(svc):
 		drop = append(drop, int(old.Spec.HealthCheckNodePort))
 	}
 	if !dryRun {
 		// A changed healthCheckNodePort was refused by validation, so a
 		// port svc still holds is one it held before: it stays allocated.
-		keep := NodePortsOf(svc)
+		keep := holding.NodePorts(svc)
 		for _, port := range drop {
 			if port != 0 && !slices.Contains(keep, port) && !slices.Contains(txn.ports.toRelease, port) {
 				txn.ports.toRelease = append(txn.ports.toRelease, port)

@@ -13,6 +13,8 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	genericregistry "k8s.io/apiserver/pkg/registry/generic/registry"
 	"k8s.io/klog/v2"
+
+	"github.com/allocator/allocator/pkg/holding"
 )
 
 // Settling what a create or update reserved, once the store has answered.
@@ -248,7 +250,7 @@ type claims struct {
 }
 
 func claimsOf(svc *corev1.Service) claims {
-	c := claims{ips: allocatedIPs(svc), ports: NodePortsOf(svc)}
+	c := claims{ips: holding.IPs(svc), ports: holding.NodePorts(svc)}
 	slices.SortFunc(c.ips, netip.Addr.Compare)
 	return c
 }

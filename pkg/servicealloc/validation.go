@@ -12,6 +12,8 @@ import (
 	"k8s.io/apimachinery/pkg/util/sets"
 	utilvalidation "k8s.io/apimachinery/pkg/util/validation"
 	"k8s.io/apimachinery/pkg/util/validation/field"
+
+	"github.com/allocator/allocator/pkg/holding"
 )
 
 // Service validation answers what kube-apiserver (at the API level we serve,
@@ -79,7 +81,7 @@ func validateSpecUpdate(svc, old *corev1.Service) field.ErrorList {
 	allErrs := validateClusterIPsUpdate(svc, old)
 	allErrs = append(allErrs, validateIPFamiliesUpdate(svc, old)...)
 	allErrs = append(allErrs, validateLoadBalancerClass(svc, old)...)
-	if needsHealthCheckNodePort(old) && needsHealthCheckNodePort(svc) && svc.Spec.HealthCheckNodePort != old.Spec.HealthCheckNodePort {
+	if holding.NeedsHealthCheckNodePort(old) && holding.NeedsHealthCheckNodePort(svc) && svc.Spec.HealthCheckNodePort != old.Spec.HealthCheckNodePort {
 		allErrs = append(allErrs, field.Forbidden(specPath.Child("healthCheckNodePort"), "field is immutable"))
 	}
 	return allErrs

@@ -9,6 +9,8 @@ import (
 	utilvalidation "k8s.io/apimachinery/pkg/util/validation"
 	"k8s.io/apimachinery/pkg/util/validation/field"
 	netutils "k8s.io/utils/net"
+
+	"github.com/allocator/allocator/pkg/holding"
 )
 
 // The checks in this file are upstream's (k8s.io/kubernetes
@@ -90,7 +92,7 @@ func validateExternalFields(svc *corev1.Service) field.ErrorList {
 	// A needed healthCheckNodePort left at 0 is not an error here: node-port
 	// allocation picks one before the Service is stored.
 	hcPath := specPath.Child("healthCheckNodePort")
-	if !needsHealthCheckNodePort(svc) {
+	if !holding.NeedsHealthCheckNodePort(svc) {
 		if spec.HealthCheckNodePort != 0 {
 			allErrs = append(allErrs, field.Invalid(hcPath, spec.HealthCheckNodePort,
 				"may only be set when `type` is 'LoadBalancer' and `externalTrafficPolicy` is 'Local'"))
