@@ -145,10 +145,8 @@ func (f *Fence) record(key string, w write) {
 func (f *Fence) renewLease(gone clientv3.LeaseID) bool {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	for _, w := range f.last {
-		if w.outcome == unknown {
-			return false
-		}
+	if f.lostLocked() {
+		return false
 	}
 	if f.lease == gone {
 		f.lease = clientv3.NoLease
@@ -172,19 +170,22 @@ type Outcome struct {
 	Current *mvccpb.KeyValue
 }
 
-// Close makes the outcome of the request's last write of key known: it
-// creates the fence key, after which no write of the request can be applied,
-// and in the same transaction reads key and, when that write's answer was
-// lost, its marker. A request that wrote nothing has nothing to fence: key
-// is read. A transaction whose own answer is lost is sent again (creating
-// the fence twice is harmless) until ctx ends. ErrOutcomeLost says the
-// request's lease expired first.
+// Close makes the outcome of the request's last write of key known. When a
+// write of the request lost its answer, it creates the fence key, after
+// which no write of the request can be applied, and in the same transaction
+// reads key and, when that write was key's last, its marker. When every
+// answer came back there is nothing to fence (the request may go on
+// writing): the record says the outcome, and key is read. A transaction
+// whose own answer is lost is sent again (creating the fence twice is
+// harmless) until ctx ends; etcd out of space fails it at once.
+// ErrOutcomeLost says the outcome can no longer be learned: the request's
+// lease expired first, or the write carried no marker.
 func (f *Fence) Close(ctx context.Context, c *clientv3.Client, key string) (Outcome, error) {
 	var last error
 	for delay := 50 * time.Millisecond; ; delay = min(2*delay, time.Second) {
 		o, err := f.closeOnce(ctx, c, key)
-		if err == nil || errors.Is(err, ErrOutcomeLost) {
-			return o, err
+		if err == nil || errors.Is(err, ErrOutcomeLost) || quotaExceeded(err) {
+			return o, err // a fence etcd has no space for waits for an operator, not for a retry
 		}
 		last = err
 		select {
@@ -198,21 +199,21 @@ func (f *Fence) Close(ctx context.Context, c *clientv3.Client, key string) (Outc
 func (f *Fence) closeOnce(ctx context.Context, c *clientv3.Client, key string) (Outcome, error) {
 	w, wrote := f.lastWrite(key)
 	f.mu.Lock()
-	lease := f.lease
+	lease, lost := f.lease, f.lostLocked()
 	f.mu.Unlock()
-	if lease == clientv3.NoLease { // the request wrote nothing: nothing to fence
+	if !lost { // every answer came back: nothing to fence, the record says it
 		resp, err := c.Get(ctx, key)
 		if err != nil {
 			return Outcome{}, err
 		}
-		return Outcome{Current: first(resp.Kvs)}, nil
+		return Outcome{Landed: wrote && w.outcome == applied, Current: first(resp.Kvs)}, nil
 	}
 	ops := []clientv3.Op{
 		clientv3.OpPut(f.key, "", clientv3.WithLease(lease)), // no write of the request applies from here on
 		clientv3.OpGet(key), // what the request's writes and later ones left
 	}
 	pending := wrote && w.outcome == unknown // then w.lease is the request's lease
-	if pending {
+	if pending && w.marker != "" {
 		ops = append(ops, clientv3.OpGet(w.marker, clientv3.WithCountOnly())) // whether it was applied before
 	}
 	resp, err := c.Txn(ctx).Then(ops...).Commit()
@@ -227,12 +228,25 @@ func (f *Fence) closeOnce(ctx context.Context, c *clientv3.Client, key string) (
 	}
 	o := Outcome{Current: first(resp.Responses[1].GetResponseRange().GetKvs())}
 	switch {
+	case pending && w.marker == "":
+		return Outcome{}, fmt.Errorf("close fence %s of %s: the write carried no marker: %w", f.key, key, ErrOutcomeLost)
 	case pending:
 		o.Landed = resp.Responses[2].GetResponseRange().GetCount() > 0
 	case wrote:
 		o.Landed = w.outcome == applied
 	}
 	return o, nil
+}
+
+// lostLocked reports whether a write of the request lost its answer. The
+// caller holds f.mu.
+func (f *Fence) lostLocked() bool {
+	for _, w := range f.last {
+		if w.outcome == unknown {
+			return true
+		}
+	}
+	return false
 }
 
 // Replaced returns what the request's last write of key replaced: key as

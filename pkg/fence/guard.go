@@ -2,9 +2,12 @@ package fence
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"strings"
 
 	"go.etcd.io/etcd/api/v3/mvccpb"
+	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.etcd.io/etcd/client/v3/kubernetes"
 )
@@ -62,25 +65,73 @@ type txnResult struct {
 // commit runs op on key if key's ModRevision is expectedRevision (0: absent)
 // and f is open, creating the write's marker with it: the transaction of
 // kubernetes.Client's optimistic writes with one compare and one put more.
-// A write refused because the request's lease is gone was not applied; it
-// is sent once more with a new lease when no earlier write of the request
-// is still unknown.
+//   - A write refused because the request's lease is gone was not applied;
+//     it is sent once more with a new lease when no earlier write of the
+//     request is still unknown.
+//   - etcd answers "database space exceeded" once it has applied or refused
+//     the write, so the marker, read then, tells which: a write applied is
+//     answered as such. A delete refused that way is sent once more without
+//     a marker: a put makes a transaction cost space, and etcd out of space
+//     still applies deletes, which is how an operator makes room. Such a
+//     write, if its answer is lost, cannot be told apart later (Close).
 func (g guarded) commit(ctx context.Context, f *Fence, key string, expectedRevision int64, getOnFailure bool, op clientv3.Op) (txnResult, error) {
+	marked := true
 	for retried := false; ; retried = true {
 		w, err := f.begin(ctx, g.leases)
 		if err != nil {
 			return txnResult{}, fmt.Errorf("write of %s: %w", key, err)
 		}
 		w.expected = expectedRevision
+		if !marked {
+			w.marker = ""
+		}
 		r, err := g.commitOnce(ctx, f, key, w, getOnFailure, op)
-		if err == nil || !leaseGone(err) {
+		switch {
+		case err == nil:
+			return r, nil
+		case quotaExceeded(err) && marked:
+			rev, landed, rerr := g.markerStored(ctx, w.marker)
+			if rerr != nil {
+				return r, err // still unknown
+			}
+			if landed {
+				w.outcome = applied
+				f.record(key, w)
+				return txnResult{succeeded: true, revision: rev}, nil
+			}
+			w.outcome = refused
+			f.record(key, w)
+			if retried || !op.IsDelete() {
+				return r, err
+			}
+			marked = false
+		case leaseGone(err):
+			g.leases.forget(w.lease)
+			if retried || !f.renewLease(w.lease) {
+				return r, fmt.Errorf("write of %s: %w", key, err)
+			}
+		default:
 			return r, err
 		}
-		g.leases.forget(w.lease)
-		if retried || !f.renewLease(w.lease) {
-			return r, fmt.Errorf("write of %s: %w", key, err)
-		}
 	}
+}
+
+// markerStored reads marker: whether it exists, and the revision that
+// created it.
+func (g guarded) markerStored(ctx context.Context, marker string) (int64, bool, error) {
+	resp, err := g.kv.Get(ctx, marker)
+	if err != nil {
+		return 0, false, err
+	}
+	if kv := first(resp.Kvs); kv != nil {
+		return kv.CreateRevision, true, nil
+	}
+	return 0, false, nil
+}
+
+// quotaExceeded reports whether err is etcd's "database space exceeded".
+func quotaExceeded(err error) bool {
+	return errors.Is(err, rpctypes.ErrNoSpace) || strings.Contains(err.Error(), "database space exceeded")
 }
 
 func (g guarded) commitOnce(ctx context.Context, f *Fence, key string, w write, getOnFailure bool, op clientv3.Op) (txnResult, error) {
@@ -88,13 +139,14 @@ func (g guarded) commitOnce(ctx context.Context, f *Fence, key string, w write, 
 	if getOnFailure {
 		orElse = append(orElse, clientv3.OpGet(key)) // the fresh state the store retries on
 	}
+	then := []clientv3.Op{op}
+	if w.marker != "" {
+		then = append(then, clientv3.OpPut(w.marker, "", clientv3.WithLease(w.lease))) // this write was applied
+	}
 	resp, err := g.kv.Txn(ctx).If(
 		clientv3.Compare(clientv3.ModRevision(key), "=", w.expected), // the store's own compare
 		clientv3.Compare(clientv3.CreateRevision(f.key), "=", 0),     // the fence is open
-	).Then(
-		op,
-		clientv3.OpPut(w.marker, "", clientv3.WithLease(w.lease)), // this write was applied
-	).Else(orElse...).Commit()
+	).Then(then...).Else(orElse...).Commit()
 	if err != nil {
 		if leaseGone(err) {
 			w.outcome = refused // etcd refused the whole transaction

@@ -80,6 +80,8 @@ func (l *leases) forget(id clientv3.LeaseID) {
 
 // leaseGone reports whether err is etcd's refusal of a put to a lease it
 // does not have (expired or revoked): the whole transaction was refused.
+// Over gRPC it is rpctypes.ErrLeaseNotFound; the text covers a client that
+// calls the member in process, whose error may not be converted.
 func leaseGone(err error) bool {
-	return errors.Is(err, rpctypes.ErrLeaseNotFound) || strings.Contains(err.Error(), "requested lease not found")
+	return errors.Is(err, rpctypes.ErrLeaseNotFound) || strings.Contains(err.Error(), "lease not found")
 }
