@@ -42,7 +42,7 @@ func (f serviceFencer) Close(ctx context.Context, namespace, name string) (servi
 	if err != nil {
 		return servicealloc.FenceOutcome{}, fmt.Errorf("read back Service %s/%s: %w", namespace, name, err)
 	}
-	return servicealloc.FenceOutcome{Landed: o.Landed, Stored: stored}, nil
+	return servicealloc.FenceOutcome{Landed: o.Landed, Delete: o.Delete, Stored: stored}, nil
 }
 
 func (f serviceFencer) Replaced(ctx context.Context, namespace, name string) (*corev1.Service, error) {

@@ -66,6 +66,7 @@ type write struct {
 	marker   string           // the key the write creates when applied
 	lease    clientv3.LeaseID // the lease of its marker
 	expected int64            // the ModRevision its compare expected (0: absent)
+	delete   bool             // a delete, not a put
 }
 
 type outcome int
@@ -165,6 +166,10 @@ func (f *Fence) lastWrite(key string) (write, bool) {
 type Outcome struct {
 	// Landed reports whether the write was applied.
 	Landed bool
+	// Delete reports whether that write was a delete (else a put, or no
+	// write at all): a caller settling a delete must not take an applied
+	// put of the same request (a graceful update before it) for its delete.
+	Delete bool
 	// Current is the key as stored at the revision Close read it: nil when
 	// absent. It is what the request's writes and anyone's after them left.
 	Current *mvccpb.KeyValue
@@ -206,7 +211,7 @@ func (f *Fence) closeOnce(ctx context.Context, c *clientv3.Client, key string) (
 		if err != nil {
 			return Outcome{}, err
 		}
-		return Outcome{Landed: wrote && w.outcome == applied, Current: first(resp.Kvs)}, nil
+		return Outcome{Landed: wrote && w.outcome == applied, Delete: wrote && w.delete, Current: first(resp.Kvs)}, nil
 	}
 	ops := []clientv3.Op{
 		clientv3.OpPut(f.key, "", clientv3.WithLease(lease)), // no write of the request applies from here on
@@ -226,7 +231,7 @@ func (f *Fence) closeOnce(ctx context.Context, c *clientv3.Client, key string) (
 	if len(resp.Responses) != len(ops) {
 		return Outcome{}, fmt.Errorf("fence transaction answered %d results, want %d", len(resp.Responses), len(ops))
 	}
-	o := Outcome{Current: first(resp.Responses[1].GetResponseRange().GetKvs())}
+	o := Outcome{Delete: wrote && w.delete, Current: first(resp.Responses[1].GetResponseRange().GetKvs())}
 	switch {
 	case pending && w.marker == "":
 		return Outcome{}, fmt.Errorf("close fence %s of %s: the write carried no marker: %w", f.key, key, ErrOutcomeLost)

@@ -201,8 +201,8 @@ func TestLostWrites(t *testing.T) {
 			t.Fatal(err)
 		}
 		o, err := f.Close(ctx, direct, key)
-		if err != nil || !o.Landed || o.Current != nil {
-			t.Fatalf("Close: %+v, %v; want landed, absent now", o, err)
+		if err != nil || !o.Landed || o.Delete || o.Current != nil {
+			t.Fatalf("Close: %+v, %v; want a put landed, absent now", o, err)
 		}
 	})
 
@@ -241,8 +241,8 @@ func TestLostWrites(t *testing.T) {
 			return err
 		}))
 		o, err := f.Close(ctx, direct, key)
-		if err != nil || !o.Landed || o.Current != nil {
-			t.Fatalf("Close: %+v, %v; want landed, absent", o, err)
+		if err != nil || !o.Landed || !o.Delete || o.Current != nil {
+			t.Fatalf("Close: %+v, %v; want a delete landed, absent", o, err)
 		}
 		old, err := f.Replaced(ctx, direct, key)
 		if err != nil || old == nil || string(old.Value) != "v1" {

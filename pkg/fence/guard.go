@@ -81,7 +81,7 @@ func (g guarded) commit(ctx context.Context, f *Fence, key string, expectedRevis
 		if err != nil {
 			return txnResult{}, fmt.Errorf("write of %s: %w", key, err)
 		}
-		w.expected = expectedRevision
+		w.expected, w.delete = expectedRevision, op.IsDelete()
 		if !marked {
 			w.marker = ""
 		}

@@ -36,6 +36,8 @@ type Fencer interface {
 type FenceOutcome struct {
 	// Landed reports whether the write was applied.
 	Landed bool
+	// Delete reports whether that write was a delete (else a put).
+	Delete bool
 	// Stored is the Service as stored once the fence was closed: nil when
 	// absent.
 	Stored *corev1.Service
@@ -64,7 +66,10 @@ func (r *REST) readBack(name string) readBack {
 				if o.Stored != nil {
 					r.alloc.DefaultOnRead(o.Stored)
 				}
-				return afterWrite{fenced: true, landed: o.Landed, stored: o.Stored, final: true}
+				// The create or update is the request's last put: an applied
+				// delete after it (an update that removed the last
+				// finalizer) means the put itself was never written.
+				return afterWrite{fenced: true, landed: o.Landed && !o.Delete, stored: o.Stored, final: true}
 			}
 			klog.FromContext(ctx).Info("Could not learn a failed Service write's outcome through its fence; reading the Service",
 				"service", klog.KRef(namespace, name), "err", err)
@@ -106,7 +111,7 @@ func (d *deleteTracking) settleDelete(ctx context.Context, key string, out runti
 		log.Info("A Service delete failed and its outcome is unknown; leaving what the Service held to the repair", "fenceErr", cerr)
 		return err
 	}
-	if !o.Landed {
+	if !o.Landed || !o.Delete { // not applied, or the last write was a put (a graceful update), not this delete
 		return err
 	}
 	removed, rerr := d.fencer.Replaced(ctx, namespace, name)
