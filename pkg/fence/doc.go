@@ -34,6 +34,14 @@
 // to the requests that start within leaseReuse of its grant, so a request
 // has minutes to settle and a busy server grants about one lease a minute.
 //
+// Close fences only when a write of the request lost its answer; when every
+// answer came back, the record says each outcome and the request may go on
+// writing. etcd answers "database space exceeded" once it has applied or
+// refused a write, so the guard reads the marker then; a delete refused for
+// space is sent again without a marker (a put costs space; deletes are how
+// an operator makes room), and its outcome, if that answer is lost, cannot
+// be learned.
+//
 // Cost on the path of an answered write: one compare on a key that does not
 // exist and one put of an empty key, in the same transaction.
 package fence

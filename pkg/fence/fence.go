@@ -44,9 +44,10 @@ func (e *fencedError) Status() metav1.Status {
 	}
 }
 
-// ErrOutcomeLost answers Close when the request's lease expired before the
-// fence was closed: the write can no longer be applied, but whether it was
-// cannot be read any more.
+// ErrOutcomeLost answers Close when a write's outcome can no longer be
+// learned: the request's lease expired before the fence was closed, or the
+// write carried no marker (a delete sent again unmarked when etcd was out of
+// space). Either way it can no longer be applied.
 var ErrOutcomeLost = errors.New("the write's lease expired before its outcome was read")
 
 // Fence names the writes of one request. It is safe for concurrent use
