@@ -24,8 +24,8 @@ import (
 )
 
 // TestLostDeleteReleases: a NodePort Service's delete whose answer is lost
-// (the client gives up after 500 ms while every byte naming the Service
-// reaches etcd 1.5 s late) is applied later; the server learns that through
+// (the client gives up after 1.5 s while every byte naming the Service
+// reaches etcd 4 s late) is applied later; the server learns that through
 // the request's fence and releases the Service's ClusterIP and node port,
 // as for any delete, without waiting for a repair. In both models, on a
 // server whose only etcd endpoint is the proxy.
@@ -38,13 +38,21 @@ func TestLostDeleteReleases(t *testing.T) {
 	}
 }
 
-// lostDelay is how late the chosen keys' bytes reach etcd; the slow
-// client gives up after a third of it.
-const lostDelay = 1500 * time.Millisecond
+// lostDelay is how late the chosen keys' bytes reach etcd. The slow client
+// gives up after lostTimeout. The proxy delays a gRPC cancellation as long
+// as the request it cancels, so etcd receives the cancellation about
+// lostTimeout minus the time the server spent before the write after the
+// write itself: that gap must stay wide enough, on a loaded machine, for etcd
+// to apply the write before its stream is reset, or the write never lands and
+// there is no lost answer to test.
+const (
+	lostDelay   = 4 * time.Second
+	lostTimeout = 1500 * time.Millisecond
+)
 
 // lostSetup is a server of model m whose only etcd endpoint is a proxy, a
 // client of etcd that bypasses it, and clients of the server: fast and
-// slow (giving up after 500 ms).
+// slow (giving up after lostTimeout).
 type lostSetup struct {
 	proxy      *faultproxy.Proxy
 	direct     *clientv3.Client
@@ -73,7 +81,7 @@ func startLost(t *testing.T, m model.Name) lostSetup {
 	}
 	t.Cleanup(func() { _ = direct.Close() })
 	return lostSetup{proxy: proxy, direct: direct,
-		fast: clientWithTimeout(t, s.RESTConfig, fillTimeout), slow: clientWithTimeout(t, s.RESTConfig, 500*time.Millisecond)}
+		fast: clientWithTimeout(t, s.RESTConfig, fillTimeout), slow: clientWithTimeout(t, s.RESTConfig, lostTimeout)}
 }
 
 // eventually waits, at most 30 s, until etcd holds no Service named name
@@ -144,7 +152,7 @@ func lostDelete(t *testing.T, m model.Name) {
 
 // TestLostClaimLeavesNothing: a Service create whose IPAddress create (the
 // claim of its static ClusterIP) loses its answer (every byte naming that
-// IPAddress reaches etcd 1.5 s late, the client gives up after 500 ms)
+// IPAddress reaches etcd 4 s late, the client gives up after 1.5 s)
 // fails, and the IPAddress that lands later is not left behind: the claim
 // learns it was stored, through the request's fence, and the failed
 // create releases it as any claim. IPAddress model.
