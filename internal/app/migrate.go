@@ -8,7 +8,7 @@ import (
 
 	"github.com/allocator/allocator/internal/progress"
 	"github.com/allocator/allocator/pkg/ipallocator"
-	ipcontroller "github.com/allocator/allocator/pkg/ipallocator/controller"
+	"github.com/allocator/allocator/pkg/ipallocator/iprepair"
 	"github.com/allocator/allocator/pkg/model"
 )
 
@@ -75,7 +75,7 @@ func runMigrate(ctx context.Context, o *migrateOptions, streams Streams) error {
 	if err != nil {
 		return err
 	}
-	cfg := ipcontroller.MigrateConfig{Client: client, DryRun: o.dryRun}
+	cfg := iprepair.MigrateConfig{Client: client, DryRun: o.dryRun}
 	if o.progress || isTerminal(streams.Err) {
 		cfg.Progress = progress.Writer(streams.Err)
 	}

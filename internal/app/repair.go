@@ -12,11 +12,11 @@ import (
 	"k8s.io/client-go/tools/record"
 
 	"github.com/allocator/allocator/internal/progress"
-	"github.com/allocator/allocator/pkg/allocator/rangerepair"
 	"github.com/allocator/allocator/pkg/ipallocator"
-	ipcontroller "github.com/allocator/allocator/pkg/ipallocator/controller"
+	"github.com/allocator/allocator/pkg/ipallocator/iprepair"
 	"github.com/allocator/allocator/pkg/model"
-	portcontroller "github.com/allocator/allocator/pkg/portallocator/controller"
+	"github.com/allocator/allocator/pkg/portallocator/portrepair"
+	"github.com/allocator/allocator/pkg/rangealloc/rangerepair"
 	"github.com/allocator/allocator/pkg/report"
 	"github.com/allocator/allocator/pkg/transition"
 )
@@ -36,7 +36,7 @@ type repairOptions struct {
 	// etcd is the job's etcd client (opened by runner when it reads the
 	// bitmap, or for the node-port map); stores are the bitmap model's maps.
 	etcd   etcdConn
-	stores []ipcontroller.BitmapStore
+	stores []iprepair.BitmapStore
 }
 
 // compareModels reports where the bitmap and the IPAddress objects disagree
@@ -54,7 +54,7 @@ func (o *repairOptions) compareModels(ctx context.Context, client kubernetes.Int
 	if !stored || !state.DualWrite {
 		return nil, nil
 	}
-	return ipcontroller.CompareModels(ctx, client, o.stores)
+	return iprepair.CompareModels(ctx, client, o.stores)
 }
 
 func newRepairCommand(streams Streams, plugin bool) *cobra.Command {
@@ -95,7 +95,7 @@ running.`,
 		"bitmap model: least time between the first pass that sees a leak and the one that frees it; "+
 			"keep it above the API server's request timeout (60 s), or a slow create's address can be freed and handed out twice")
 	fs.BoolVar(&o.progress, "progress", false, "ipaddress model: print each pass's progress to stderr, a redrawn line on a terminal (the default there), plain lines elsewhere")
-	fs.DurationVar(&o.orphanGrace, "orphan-grace", ipcontroller.DefaultOrphanGrace, "ipaddress model: least age of an IPAddress with no Service before it is deleted")
+	fs.DurationVar(&o.orphanGrace, "orphan-grace", iprepair.DefaultOrphanGrace, "ipaddress model: least age of an IPAddress with no Service before it is deleted")
 	return cmd
 }
 
@@ -215,7 +215,7 @@ func runOneShot(ctx context.Context, runner passRunner, waitForPasses bool, o *r
 		// Leaks of the bitmap and of the node-port map wait for three passes;
 		// the IPAddress model's orphans have their own grace.
 		pending := slices.ContainsFunc(rep.Problems, func(p report.Problem) bool {
-			return p.Type == report.TypeLeak && !p.Fixed && (waitForPasses || p.Resource == portcontroller.ResourceNodePort)
+			return p.Type == report.TypeLeak && !p.Fixed && (waitForPasses || p.Resource == portrepair.ResourceNodePort)
 		})
 		if o.dryRun || !pending || pass == 3 {
 			break

@@ -4,7 +4,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/allocator/allocator/pkg/allocator/rangerepair"
+	"github.com/allocator/allocator/pkg/rangealloc/rangerepair"
 )
 
 // TestRepairLeakGraceDefault: the one-shot job's --leak-grace defaults to the

@@ -11,7 +11,7 @@ import (
 	"github.com/allocator/allocator/pkg/bitmap"
 	"github.com/allocator/allocator/pkg/etcdlayout"
 	"github.com/allocator/allocator/pkg/portallocator"
-	portcontroller "github.com/allocator/allocator/pkg/portallocator/controller"
+	"github.com/allocator/allocator/pkg/portallocator/portrepair"
 	"github.com/allocator/allocator/pkg/portrange"
 	"github.com/allocator/allocator/pkg/report"
 )
@@ -20,7 +20,7 @@ import (
 // <prefix>/ranges/servicenodeports, with the range the map itself names (the
 // job does not know the server's --service-node-port-range), or nil when
 // there is no map (a cluster that never served node ports).
-func (o *repairOptions) nodePortRepair(ctx context.Context, etcd *clientv3.Client, client kubernetes.Interface, recorder record.EventRecorder) (*portcontroller.NodePortRepair, error) {
+func (o *repairOptions) nodePortRepair(ctx context.Context, etcd *clientv3.Client, client kubernetes.Interface, recorder record.EventRecorder) (*portrepair.NodePortRepair, error) {
 	key := etcdlayout.Layout{Prefix: o.cluster.etcdPrefix}.ServiceNodePortRange()
 	resp, err := etcd.Get(ctx, key)
 	if err != nil {
@@ -41,7 +41,7 @@ func (o *repairOptions) nodePortRepair(ctx context.Context, etcd *clientv3.Clien
 	if err != nil {
 		return nil, err
 	}
-	return portcontroller.NewNodePortRepair(portcontroller.NodePortConfig{
+	return portrepair.NewNodePortRepair(portrepair.NodePortConfig{
 		Client: client, Store: store, Recorder: recorder, DryRun: o.dryRun, LeakGrace: o.leakGrace, Interval: o.interval,
 	})
 }
@@ -51,7 +51,7 @@ func (o *repairOptions) nodePortRepair(ctx context.Context, etcd *clientv3.Clien
 // writes and time added up.
 type withNodePorts struct {
 	ips   passRunner
-	ports *portcontroller.NodePortRepair
+	ports *portrepair.NodePortRepair
 }
 
 func (w withNodePorts) RunOnce(ctx context.Context) (*report.Report, error) {

@@ -8,7 +8,7 @@ import (
 	"text/tabwriter"
 	"time"
 
-	ipcontroller "github.com/allocator/allocator/pkg/ipallocator/controller"
+	"github.com/allocator/allocator/pkg/ipallocator/iprepair"
 	"github.com/allocator/allocator/pkg/report"
 )
 
@@ -136,7 +136,7 @@ type migrationJSON struct {
 	DurationSeconds float64          `json:"durationSeconds"`
 }
 
-func newMigrationJSON(r *ipcontroller.MigrationReport) migrationJSON {
+func newMigrationJSON(r *iprepair.MigrationReport) migrationJSON {
 	return migrationJSON{
 		Direction: r.Direction, DryRun: r.DryRun, Services: r.Services, Addresses: r.Addresses,
 		Created: r.Created, Present: r.Present, Problems: problemsForOutput(r.Problems, r.DryRun),
@@ -145,7 +145,7 @@ func newMigrationJSON(r *ipcontroller.MigrationReport) migrationJSON {
 }
 
 // migrationSummary is the closing line of a migration report in table form.
-func migrationSummary(r *ipcontroller.MigrationReport) string {
+func migrationSummary(r *iprepair.MigrationReport) string {
 	var b strings.Builder
 	b.WriteString(r.Direction)
 	if r.DryRun {

@@ -7,7 +7,7 @@ import (
 	"testing"
 	"time"
 
-	ipcontroller "github.com/allocator/allocator/pkg/ipallocator/controller"
+	"github.com/allocator/allocator/pkg/ipallocator/iprepair"
 	"github.com/allocator/allocator/pkg/report"
 )
 
@@ -154,25 +154,25 @@ func TestRepairPassTimestamp(t *testing.T) {
 func TestMigrationRendering(t *testing.T) {
 	tests := []struct {
 		name   string
-		rep    ipcontroller.MigrationReport
+		rep    iprepair.MigrationReport
 		format string
 		want   []string
 		absent []string
 	}{{
 		name:   "dry run table",
-		rep:    ipcontroller.MigrationReport{Direction: ipcontroller.ToBitmap, DryRun: true, Services: 5, Addresses: 5, Created: 5, Duration: 12 * time.Millisecond},
+		rep:    iprepair.MigrationReport{Direction: iprepair.ToBitmap, DryRun: true, Services: 5, Addresses: 5, Created: 5, Duration: 12 * time.Millisecond},
 		format: "table",
 		want:   []string{"(dry run, nothing changed; pass --dry-run=false to migrate): 5 services, 5 addresses (would create 5, 0 already present), 0 problems, 12ms"},
 		absent: []string{"5 created", "verified"},
 	}, {
 		name:   "real run table",
-		rep:    ipcontroller.MigrationReport{Direction: ipcontroller.ToIPAddress, Services: 1, Addresses: 1, Created: 1, Verified: true, Duration: time.Second},
+		rep:    iprepair.MigrationReport{Direction: iprepair.ToIPAddress, Services: 1, Addresses: 1, Created: 1, Verified: true, Duration: time.Second},
 		format: "table",
 		want:   []string{": 1 service, 1 address (1 created, 0 already present), 0 problems, verified=true, 1s"},
 		absent: []string{"would"},
 	}, {
 		name:   "json",
-		rep:    ipcontroller.MigrationReport{Direction: ipcontroller.ToBitmap, DryRun: true, Duration: 1500 * time.Millisecond},
+		rep:    iprepair.MigrationReport{Direction: iprepair.ToBitmap, DryRun: true, Duration: 1500 * time.Millisecond},
 		format: "json",
 		want:   []string{`"problems": []`, `"durationSeconds": 1.5`},
 		absent: []string{`null`, `"duration":`},

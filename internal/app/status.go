@@ -15,7 +15,7 @@ import (
 
 	"github.com/allocator/allocator/pkg/ipallocator"
 	"github.com/allocator/allocator/pkg/model"
-	"github.com/allocator/allocator/pkg/status"
+	"github.com/allocator/allocator/pkg/rangeusage"
 	"github.com/allocator/allocator/pkg/transition"
 )
 
@@ -112,13 +112,13 @@ func runStatus(ctx context.Context, o *statusOptions, streams Streams) error {
 	return writeStatusTable(streams.Out, usage, o.output == "wide", o.top)
 }
 
-func onlyNamespace(counts []status.NamespaceCount, ns string) []status.NamespaceCount {
+func onlyNamespace(counts []rangeusage.NamespaceCount, ns string) []rangeusage.NamespaceCount {
 	for _, c := range counts {
 		if c.Namespace == ns {
-			return []status.NamespaceCount{c}
+			return []rangeusage.NamespaceCount{c}
 		}
 	}
-	return []status.NamespaceCount{{Namespace: ns}}
+	return []rangeusage.NamespaceCount{{Namespace: ns}}
 }
 
 // bandJSON is one band's (or one CIDR's) figures.
@@ -129,8 +129,8 @@ type bandJSON struct {
 	Percent float64 `json:"percent"`
 }
 
-func newBandJSON(b status.Band) bandJSON {
-	return bandJSON{Size: b.Size, Used: b.Used, Free: b.Free(), Percent: status.Round2(b.Percent())}
+func newBandJSON(b rangeusage.Band) bandJSON {
+	return bandJSON{Size: b.Size, Used: b.Used, Free: b.Free(), Percent: rangeusage.Round2(b.Percent())}
 }
 
 type cidrJSON struct {
@@ -142,9 +142,9 @@ type cidrJSON struct {
 	First  string `json:"first,omitempty"`
 	Last   string `json:"last,omitempty"`
 	bandJSON
-	Static     bandJSON                `json:"static"`
-	Dynamic    bandJSON                `json:"dynamic"`
-	Namespaces []status.NamespaceCount `json:"namespaces"`
+	Static     bandJSON                    `json:"static"`
+	Dynamic    bandJSON                    `json:"dynamic"`
+	Namespaces []rangeusage.NamespaceCount `json:"namespaces"`
 }
 
 type familyJSON struct {
@@ -161,15 +161,15 @@ type statusJSON struct {
 	Model    string       `json:"model"`
 	Families []familyJSON `json:"families"`
 	CIDRs    []cidrJSON   `json:"cidrs"`
-	// ScopesIgnoredBy: see status.Usage.
+	// ScopesIgnoredBy: see rangeusage.Usage.
 	ScopesIgnoredBy []string `json:"scopesIgnoredBy,omitempty"`
 }
 
-func newStatusJSON(u *status.Usage) statusJSON {
+func newStatusJSON(u *rangeusage.Usage) statusJSON {
 	out := statusJSON{Model: u.Model.String(), Families: []familyJSON{}, CIDRs: []cidrJSON{}, ScopesIgnoredBy: u.ScopesIgnoredBy}
 	for _, f := range u.Families {
 		out.Families = append(out.Families, familyJSON{Family: f.Family, Size: f.Size, Used: f.Used, Free: f.Free(),
-			Percent: status.Round2(f.Percent()), Outside: f.Outside})
+			Percent: rangeusage.Round2(f.Percent()), Outside: f.Outside})
 	}
 	for _, c := range u.CIDRs {
 		j := cidrJSON{Family: c.Family, CIDR: c.Prefix.String(), Source: c.Source, Ready: c.Ready, Scope: c.Scope,
@@ -179,7 +179,7 @@ func newStatusJSON(u *status.Usage) statusJSON {
 			j.First, j.Last = c.First.String(), c.Last.String()
 		}
 		if j.Namespaces == nil {
-			j.Namespaces = []status.NamespaceCount{}
+			j.Namespaces = []rangeusage.NamespaceCount{}
 		}
 		out.CIDRs = append(out.CIDRs, j)
 	}
@@ -195,7 +195,7 @@ func formatPercent(used uint64, p float64) string {
 	return fmt.Sprintf("%.1f%%", p)
 }
 
-func formatNamespaces(counts []status.NamespaceCount, top int) string {
+func formatNamespaces(counts []rangeusage.NamespaceCount, top int) string {
 	var parts []string
 	for i, c := range counts {
 		if i == top {
@@ -209,7 +209,7 @@ func formatNamespaces(counts []status.NamespaceCount, top int) string {
 
 // writeStatusTable prints one row per band and CIDR, a row per family when
 // it has several CIDRs, and a closing line.
-func writeStatusTable(w io.Writer, u *status.Usage, wide bool, top int) error {
+func writeStatusTable(w io.Writer, u *rangeusage.Usage, wide bool, top int) error {
 	var table bytes.Buffer
 	tw := tabwriter.NewWriter(&table, 0, 4, 2, ' ', 0)
 	// The SCOPE column appears only when some ServiceCIDR is scoped.
@@ -227,7 +227,7 @@ func writeStatusTable(w io.Writer, u *status.Usage, wide bool, top int) error {
 	for _, c := range u.CIDRs {
 		perFamily[c.Family]++
 	}
-	row := func(c status.CIDR, band string, b status.Band, namespaces string) {
+	row := func(c rangeusage.CIDR, band string, b rangeusage.Band, namespaces string) {
 		if scoped {
 			scopeText := c.Scope
 			if scopeText == "" {
@@ -293,7 +293,7 @@ func writeStatusTable(w io.Writer, u *status.Usage, wide bool, top int) error {
 
 // writeScopeNote says who may break the scopes the table shows: the live
 // writers that allocate without them, or that nobody checked.
-func writeScopeNote(w io.Writer, u *status.Usage) error {
+func writeScopeNote(w io.Writer, u *rangeusage.Usage) error {
 	var err error
 	switch {
 	case u.ScopesIgnoredBy == nil:

@@ -20,7 +20,7 @@ import (
 	"k8s.io/client-go/tools/clientcmd"
 
 	"github.com/allocator/allocator/pkg/ipallocator"
-	ipcontroller "github.com/allocator/allocator/pkg/ipallocator/controller"
+	"github.com/allocator/allocator/pkg/ipallocator/iprepair"
 	"github.com/allocator/allocator/pkg/transition"
 )
 
@@ -228,7 +228,7 @@ func resumeTransition(ctx context.Context, o *transitionOptions, etcd *clientv3.
 			}
 		}
 	}
-	rep, err := ipcontroller.MigrateToBitmap(ctx, ipcontroller.MigrateConfig{Client: client, Stores: stores, SkipUnrepresentable: true})
+	rep, err := iprepair.MigrateToBitmap(ctx, iprepair.MigrateConfig{Client: client, Stores: stores, SkipUnrepresentable: true})
 	if err != nil {
 		return fmt.Errorf("carry the IPAddresses into the bitmap: %w", err)
 	}

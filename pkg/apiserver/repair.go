@@ -9,7 +9,7 @@ import (
 	"k8s.io/client-go/kubernetes"
 
 	"github.com/allocator/allocator/pkg/ipallocator"
-	portcontroller "github.com/allocator/allocator/pkg/portallocator/controller"
+	"github.com/allocator/allocator/pkg/portallocator/portrepair"
 	"github.com/allocator/allocator/pkg/report"
 )
 
@@ -127,7 +127,7 @@ func (s *Server) startNodePortRepair(ctx context.Context, client kubernetes.Inte
 	if s.nodePorts == nil {
 		return nil
 	}
-	r, err := portcontroller.NewNodePortRepair(portcontroller.NodePortConfig{
+	r, err := portrepair.NewNodePortRepair(portrepair.NodePortConfig{
 		Client: client, Store: s.nodePorts, Recorder: report.NewEventRecorder(ctx, client),
 		Metrics: s.repairMetrics, Interval: s.cfg.RepairInterval,
 	})

@@ -15,9 +15,9 @@ import (
 	"github.com/allocator/allocator/pkg/allocation"
 	"github.com/allocator/allocator/pkg/bitmap"
 	"github.com/allocator/allocator/pkg/etcdlayout"
-	"github.com/allocator/allocator/pkg/ipallocator/controller"
 	"github.com/allocator/allocator/pkg/ipallocator/dualwrite"
 	"github.com/allocator/allocator/pkg/ipallocator/ipaddress"
+	"github.com/allocator/allocator/pkg/ipallocator/iprepair"
 	"github.com/allocator/allocator/pkg/model"
 	"github.com/allocator/allocator/pkg/subrange"
 	"github.com/allocator/allocator/pkg/transition"
@@ -54,7 +54,7 @@ type Config struct {
 	// Informers is a shared factory on Client for the IPAddress model's
 	// informers; nil: each allocator makes its own. With it, the
 	// IPAddress model's carry-over reads its Service and IPAddress caches
-	// (controller.InformerSnapshot), so both must be registered and
+	// (iprepair.InformerSnapshot), so both must be registered and
 	// started; without it, it lists them.
 	Informers informers.SharedInformerFactory
 	// IPAddresses is where the allocators claim and release IPAddress
@@ -86,7 +86,7 @@ type Backend struct {
 	// stores are the bitmaps the allocators write, primary first; nil
 	// unless every family has one (a repair of part of the families would
 	// take the primary map for the other family's).
-	stores []controller.BitmapStore
+	stores []iprepair.BitmapStore
 }
 
 // Open builds the allocator of each family of cfg.Model. The IPAddress
@@ -109,7 +109,7 @@ func Open(ctx context.Context, cfg Config) (*Backend, error) {
 	for i, prefix := range cfg.Prefixes {
 		var (
 			a     allocation.Interface
-			store controller.BitmapStore
+			store iprepair.BitmapStore
 			err   error
 		)
 		switch cfg.Model {
@@ -146,8 +146,8 @@ func (b *Backend) Allocators() []allocation.Interface {
 // bitmap model's own maps, or the IPAddress model's dual-written ones. Nil
 // when they keep none (in-memory bitmaps, an IPAddress-model replica in no
 // transition, a family too wide for a map).
-func (b *Backend) BitmapStores() []controller.BitmapStore {
-	return append([]controller.BitmapStore(nil), b.stores...)
+func (b *Backend) BitmapStores() []iprepair.BitmapStore {
+	return append([]iprepair.BitmapStore(nil), b.stores...)
 }
 
 // rangeKey is the bitmap model's key of a family.
@@ -158,7 +158,7 @@ func (b *Backend) rangeKey(primary bool) string {
 	return b.layout.SecondaryServiceIPRange()
 }
 
-func (b *Backend) openBitmap(ctx context.Context, prefix netip.Prefix, primary bool) (allocation.Interface, controller.BitmapStore, error) {
+func (b *Backend) openBitmap(ctx context.Context, prefix netip.Prefix, primary bool) (allocation.Interface, iprepair.BitmapStore, error) {
 	rng, err := subrange.New(prefix, model.Bitmap)
 	if err != nil {
 		return nil, nil, fmt.Errorf("service range %s: %w", prefix, err)
@@ -180,7 +180,7 @@ func (b *Backend) openBitmap(ctx context.Context, prefix netip.Prefix, primary b
 	return dualwrite.NewBitmapReplica(bits, b.cfg.Transition, b.cfg.IPAddresses), bits, nil
 }
 
-func (b *Backend) openIPAddress(ctx context.Context, prefix netip.Prefix, primary bool) (allocation.Interface, controller.BitmapStore, error) {
+func (b *Backend) openIPAddress(ctx context.Context, prefix netip.Prefix, primary bool) (allocation.Interface, iprepair.BitmapStore, error) {
 	if b.cfg.Client == nil {
 		return nil, nil, errors.New("the IPAddress model needs an API client")
 	}

@@ -14,9 +14,9 @@ import (
 
 	"github.com/allocator/allocator/pkg/bitmap"
 	"github.com/allocator/allocator/pkg/etcdlayout"
-	"github.com/allocator/allocator/pkg/ipallocator/controller"
+	"github.com/allocator/allocator/pkg/ipallocator/iprepair"
 	"github.com/allocator/allocator/pkg/model"
-	"github.com/allocator/allocator/pkg/status"
+	"github.com/allocator/allocator/pkg/rangeusage"
 	"github.com/allocator/allocator/pkg/subrange"
 )
 
@@ -105,12 +105,12 @@ func (b *Backend) Etcd() *clientv3.Client { return b.cfg.Etcd }
 // Usage measures how full the service ranges are under the Backend's
 // model, from the bitmap model's maps in etcd or the IPAddress model's
 // objects. It writes nothing.
-func (b *Backend) Usage(ctx context.Context) (*status.Usage, error) {
+func (b *Backend) Usage(ctx context.Context) (*rangeusage.Usage, error) {
 	switch b.cfg.Model {
 	case model.Bitmap:
-		return status.FromBitmap(ctx, b.cfg.Etcd, b.cfg.EtcdPrefix, b.cfg.Client)
+		return rangeusage.FromBitmap(ctx, b.cfg.Etcd, b.cfg.EtcdPrefix, b.cfg.Client)
 	case model.IPAddress:
-		return status.FromIPAddresses(ctx, b.cfg.Client)
+		return rangeusage.FromIPAddresses(ctx, b.cfg.Client)
 	}
 	return nil, fmt.Errorf("%w %q", ErrUnknownModel, b.cfg.Model)
 }
@@ -119,13 +119,13 @@ func (b *Backend) Usage(ctx context.Context) (*status.Usage, error) {
 // c.Client's when nil): MigrateToIPAddress, or MigrateToBitmap on the maps
 // of the given ranges, else of the ranges the stored maps record, else of
 // the default ServiceCIDR "kubernetes".
-func Migrate(ctx context.Context, to model.Name, c Cluster, cfg controller.MigrateConfig) (*controller.MigrationReport, error) {
+func Migrate(ctx context.Context, to model.Name, c Cluster, cfg iprepair.MigrateConfig) (*iprepair.MigrationReport, error) {
 	if cfg.Client == nil {
 		cfg.Client = c.Client
 	}
 	switch to {
 	case model.IPAddress:
-		return controller.MigrateToIPAddress(ctx, cfg)
+		return iprepair.MigrateToIPAddress(ctx, cfg)
 	case model.Bitmap:
 		if c.Etcd == nil {
 			return nil, ErrNoEtcd
@@ -141,7 +141,7 @@ func Migrate(ctx context.Context, to model.Name, c Cluster, cfg controller.Migra
 		if cfg.Stores, err = ExistingBitmapStores(ctx, etcd, c.EtcdPrefix, c.Ranges, fallback); err != nil {
 			return nil, err
 		}
-		return controller.MigrateToBitmap(ctx, cfg)
+		return iprepair.MigrateToBitmap(ctx, cfg)
 	}
 	return nil, fmt.Errorf("%w %q", ErrUnknownModel, to)
 }
@@ -163,7 +163,7 @@ func DefaultServiceCIDRs(ctx context.Context, client kubernetes.Interface) ([]st
 // first, on ranges, else on the ranges the stored maps record, else on
 // fallback. It returns no stores, and no error, when nothing says which
 // ranges to use. It writes nothing.
-func ExistingBitmapStores(ctx context.Context, etcd *clientv3.Client, prefix string, ranges, fallback []string) ([]controller.BitmapStore, error) {
+func ExistingBitmapStores(ctx context.Context, etcd *clientv3.Client, prefix string, ranges, fallback []string) ([]iprepair.BitmapStore, error) {
 	layout := etcdlayout.Layout{Prefix: prefix}
 	keys := []string{layout.PrimaryServiceIPRange(), layout.SecondaryServiceIPRange()}
 	if len(ranges) == 0 {
@@ -188,7 +188,7 @@ func ExistingBitmapStores(ctx context.Context, etcd *clientv3.Client, prefix str
 	if len(ranges) > len(keys) {
 		return nil, fmt.Errorf("at most two service ranges (one per family), got %v", ranges)
 	}
-	var stores []controller.BitmapStore
+	var stores []iprepair.BitmapStore
 	for i, text := range ranges {
 		p, err := subrange.ParsePrefix(strings.TrimSpace(text))
 		if err != nil {
@@ -206,7 +206,7 @@ func ExistingBitmapStores(ctx context.Context, etcd *clientv3.Client, prefix str
 	return stores, nil
 }
 
-func existingStore(etcd *clientv3.Client, key string, prefix netip.Prefix) (controller.BitmapStore, error) {
+func existingStore(etcd *clientv3.Client, key string, prefix netip.Prefix) (iprepair.BitmapStore, error) {
 	rng, err := subrange.New(prefix, model.Bitmap)
 	if err != nil {
 		return nil, fmt.Errorf("service range %s: %w", prefix, err)

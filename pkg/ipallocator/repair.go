@@ -10,7 +10,7 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/record"
 
-	"github.com/allocator/allocator/pkg/ipallocator/controller"
+	"github.com/allocator/allocator/pkg/ipallocator/iprepair"
 	"github.com/allocator/allocator/pkg/model"
 	"github.com/allocator/allocator/pkg/report"
 	"github.com/allocator/allocator/pkg/transition"
@@ -34,9 +34,9 @@ type RepairConfig struct {
 	Interval time.Duration
 	// DryRun reports what a pass would change and changes nothing.
 	DryRun bool
-	// LeakGrace (bitmap model): see controller.BitmapConfig.
+	// LeakGrace (bitmap model): see iprepair.BitmapConfig.
 	LeakGrace time.Duration
-	// OrphanGrace (IPAddress model): see controller.IPAddressConfig.
+	// OrphanGrace (IPAddress model): see iprepair.IPAddressConfig.
 	OrphanGrace time.Duration
 	// Progress (IPAddress model) reports each full pass; nil reports nothing.
 	Progress report.StartProgress
@@ -104,7 +104,7 @@ func (b *Backend) DualWrite() bool {
 // bitmapRepair and ipAddressRepair return a nil Runner, never a typed nil
 // pointer in one, with an error.
 func (b *Backend) bitmapRepair(rc RepairConfig, companion bool) (Runner, error) {
-	r, err := controller.NewBitmapRepair(controller.BitmapConfig{
+	r, err := iprepair.NewBitmapRepair(iprepair.BitmapConfig{
 		Client: rc.Client, Stores: b.stores, Recorder: rc.Recorder, Metrics: rc.Metrics, Interval: rc.Interval,
 		DryRun: rc.DryRun, LeakGrace: rc.LeakGrace, Companion: companion,
 	})
@@ -115,7 +115,7 @@ func (b *Backend) bitmapRepair(rc RepairConfig, companion bool) (Runner, error) 
 }
 
 func ipAddressRepair(rc RepairConfig, carryOver func() bool) (Runner, error) {
-	r, err := controller.NewIPAddressRepair(controller.IPAddressConfig{
+	r, err := iprepair.NewIPAddressRepair(iprepair.IPAddressConfig{
 		Client: rc.Client, Informers: rc.Informers, Recorder: rc.Recorder, Metrics: rc.Metrics, Interval: rc.Interval,
 		DryRun: rc.DryRun, OrphanGrace: rc.OrphanGrace, Progress: rc.Progress, CarryOver: carryOver,
 	})
@@ -135,21 +135,21 @@ func ipAddressRepair(rc RepairConfig, carryOver func() bool) (Runner, error) {
 // maps. Addresses the target cannot hold are in the report's Problems
 // (repair reports them as events); they do not make it fail. Nil report:
 // nothing to carry (in-memory bitmaps).
-func (b *Backend) CarryOver(ctx context.Context) (*controller.MigrationReport, error) {
+func (b *Backend) CarryOver(ctx context.Context) (*iprepair.MigrationReport, error) {
 	var (
-		rep *controller.MigrationReport
+		rep *iprepair.MigrationReport
 		err error
 	)
 	switch b.cfg.Model {
 	case model.IPAddress:
-		cfg := controller.MigrateConfig{Client: b.cfg.Client}
+		cfg := iprepair.MigrateConfig{Client: b.cfg.Client}
 		if b.cfg.Informers != nil {
-			cfg.Snapshot = controller.InformerSnapshot(b.cfg.Informers)
+			cfg.Snapshot = iprepair.InformerSnapshot(b.cfg.Informers)
 		}
-		rep, err = controller.MigrateToIPAddress(ctx, cfg)
+		rep, err = iprepair.MigrateToIPAddress(ctx, cfg)
 		if err == nil && b.DualWrite() && len(b.stores) > 0 {
-			var toBitmap *controller.MigrationReport
-			toBitmap, err = controller.MigrateToBitmap(ctx, controller.MigrateConfig{Client: b.cfg.Client, Stores: b.stores, SkipUnrepresentable: true})
+			var toBitmap *iprepair.MigrationReport
+			toBitmap, err = iprepair.MigrateToBitmap(ctx, iprepair.MigrateConfig{Client: b.cfg.Client, Stores: b.stores, SkipUnrepresentable: true})
 			if err == nil {
 				rep.Problems = append(rep.Problems, toBitmap.Problems...)
 			}
@@ -168,7 +168,7 @@ func (b *Backend) CarryOver(ctx context.Context) (*controller.MigrationReport, e
 				return nil, fmt.Errorf("bitmap model: %w", err)
 			}
 		}
-		rep, err = controller.MigrateToBitmap(ctx, controller.MigrateConfig{Client: b.cfg.Client, Stores: b.stores, SkipUnrepresentable: true})
+		rep, err = iprepair.MigrateToBitmap(ctx, iprepair.MigrateConfig{Client: b.cfg.Client, Stores: b.stores, SkipUnrepresentable: true})
 	default:
 		return nil, fmt.Errorf("%w %q", ErrUnknownModel, b.cfg.Model)
 	}

@@ -181,7 +181,7 @@ func TestCheckFile(t *testing.T) {
 		{"conversion", "pkg/apiserver/x.go", `_ = model.Name(s)`, 1},
 		{"use, not a branch", "internal/app/x.go", `_ = f(model.IPAddress)`, 0},
 		{"allowed folder", "pkg/ipallocator/x.go", `if m == model.Bitmap {}`, 0},
-		{"sub-package of an allowed folder", "pkg/ipallocator/controller/x.go", `if m == model.Bitmap {}`, 1},
+		{"sub-package of an allowed folder", "pkg/ipallocator/iprepair/x.go", `if m == model.Bitmap {}`, 1},
 		{"help text", "internal/app/x.go", `_ = "--to bitmap or ipaddress"`, 0},
 		{"the resource's storage", "pkg/registry/ipaddresses/x.go", `log("ipaddress", name)`, 0},
 	} {

@@ -6,6 +6,6 @@
 // long pass reports through (the CLI draws it; see internal/progress).
 //
 // The controllers themselves live with what they repair:
-// pkg/ipallocator/controller (ClusterIPs, both models, and the migrations)
-// and pkg/portallocator/controller (node ports).
+// pkg/ipallocator/iprepair (ClusterIPs, both models, and the migrations)
+// and pkg/portallocator/portrepair (node ports).
 package report

@@ -23,8 +23,8 @@ import (
 	"k8s.io/client-go/util/workqueue"
 	"k8s.io/klog/v2"
 
-	"github.com/allocator/allocator/internal/lazy"
 	"github.com/allocator/allocator/pkg/addrindex"
+	"github.com/allocator/allocator/pkg/lazy"
 	"github.com/allocator/allocator/pkg/subrange"
 )
 

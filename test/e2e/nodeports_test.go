@@ -13,7 +13,7 @@ import (
 	"github.com/allocator/allocator/internal/etcdtest"
 	"github.com/allocator/allocator/pkg/bitmap"
 	"github.com/allocator/allocator/pkg/portallocator"
-	portcontroller "github.com/allocator/allocator/pkg/portallocator/controller"
+	"github.com/allocator/allocator/pkg/portallocator/portrepair"
 	"github.com/allocator/allocator/pkg/portrange"
 	"github.com/allocator/allocator/pkg/report"
 )
@@ -101,7 +101,7 @@ func TestRepairCLINodePorts(t *testing.T) {
 		t.Fatalf("dry-run output is not a JSON report: %v\n%s", err, out)
 	}
 	found := slices.ContainsFunc(rep.Problems, func(p report.Problem) bool {
-		return p.Type == report.TypeLeak && p.IP == "30300" && p.Resource == portcontroller.ResourceNodePort
+		return p.Type == report.TypeLeak && p.IP == "30300" && p.Resource == portrepair.ResourceNodePort
 	})
 	if code != 2 || !found {
 		t.Fatalf("dry run: exit %d, problems %+v", code, rep.Problems)

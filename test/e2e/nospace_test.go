@@ -12,7 +12,7 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/allocator/allocator/internal/etcdtest"
-	"github.com/allocator/allocator/pkg/ipallocator/controller"
+	"github.com/allocator/allocator/pkg/ipallocator/iprepair"
 	"github.com/allocator/allocator/pkg/report"
 )
 
@@ -315,7 +315,7 @@ func repairOnce(t *testing.T, f *fleet, model string) {
 		if err := json.Unmarshal([]byte(out), &rep); err != nil {
 			return false
 		}
-		left = slices.DeleteFunc(rep.Problems, func(p report.Problem) bool { return p.Type != controller.TypeDisagreement })
+		left = slices.DeleteFunc(rep.Problems, func(p report.Problem) bool { return p.Type != iprepair.TypeDisagreement })
 		return len(left) == 0
 	}) {
 		t.Errorf("the servers' IPAddress repair left %d disagreements 30 s on: %+v", len(left), left)

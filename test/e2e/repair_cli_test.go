@@ -32,7 +32,7 @@ import (
 	"github.com/allocator/allocator/pkg/allocation"
 	"github.com/allocator/allocator/pkg/bitmap"
 	"github.com/allocator/allocator/pkg/etcdlayout"
-	ipcontroller "github.com/allocator/allocator/pkg/ipallocator/controller"
+	"github.com/allocator/allocator/pkg/ipallocator/iprepair"
 	"github.com/allocator/allocator/pkg/model"
 	"github.com/allocator/allocator/pkg/report"
 	"github.com/allocator/allocator/pkg/subrange"
@@ -289,7 +289,7 @@ func TestMigrateCLI(t *testing.T) {
 	// The bitmap-model server keeps IPAddresses true itself: its repair
 	// creates them (pkg/transition). The job then finds them all present;
 	// what it does on a cluster without them (a kube-apiserver ≤ 1.32) is
-	// covered by pkg/ipallocator/controller's migration tests on upstream's data.
+	// covered by pkg/ipallocator/iprepair's migration tests on upstream's data.
 	if err := wait.PollUntilContextTimeout(ctx, 100*time.Millisecond, 30*time.Second, true, func(ctx context.Context) (bool, error) {
 		list, err := client.NetworkingV1().IPAddresses().List(ctx, metav1.ListOptions{})
 		return err == nil && len(list.Items) == 11, nil
@@ -297,7 +297,7 @@ func TestMigrateCLI(t *testing.T) {
 		t.Fatalf("the bitmap-model server did not keep 11 IPAddresses: %v", err)
 	}
 	out, code := runJob(t, bin, append([]string{"migrate", "--to", "ipaddress", "-o", "json"}, common...)...)
-	var rep ipcontroller.MigrationReport
+	var rep iprepair.MigrationReport
 	if err := json.Unmarshal([]byte(out), &rep); err != nil || code != 0 || !rep.DryRun || rep.Present != 11 || rep.Created != 0 {
 		t.Fatalf("dry run: exit %d, %v, %+v", code, err, rep)
 	}

@@ -19,7 +19,7 @@ import (
 	"k8s.io/client-go/util/retry"
 
 	"github.com/allocator/allocator/pkg/apiserver"
-	"github.com/allocator/allocator/pkg/ipallocator/controller"
+	"github.com/allocator/allocator/pkg/ipallocator/iprepair"
 	"github.com/allocator/allocator/pkg/model"
 	"github.com/allocator/allocator/pkg/report"
 	"github.com/allocator/allocator/pkg/scope"
@@ -385,7 +385,7 @@ func TestScopesNamespaceRelabelled(t *testing.T) {
 	old := mustCreateIn(t, ctx, c.CoreV1().Services("team-a"), newService("old"))
 	expectIn(t, old, "10.1.0.0/28")
 
-	repair, err := controller.NewIPAddressRepair(controller.IPAddressConfig{Client: c, Recorder: report.NewEventRecorder(ctx, c),
+	repair, err := iprepair.NewIPAddressRepair(iprepair.IPAddressConfig{Client: c, Recorder: report.NewEventRecorder(ctx, c),
 		Interval: time.Hour, OrphanGrace: time.Hour})
 	if err != nil {
 		t.Fatal(err)

@@ -17,8 +17,8 @@ import (
 	"github.com/allocator/allocator/pkg/allocation"
 	"github.com/allocator/allocator/pkg/bitmap"
 	"github.com/allocator/allocator/pkg/etcdlayout"
-	ipcontroller "github.com/allocator/allocator/pkg/ipallocator/controller"
 	"github.com/allocator/allocator/pkg/ipallocator/ipaddress"
+	"github.com/allocator/allocator/pkg/ipallocator/iprepair"
 	"github.com/allocator/allocator/pkg/model"
 	"github.com/allocator/allocator/pkg/subrange"
 	"github.com/allocator/allocator/pkg/transition"
@@ -188,15 +188,15 @@ func TestMixedModels(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if problems, err := ipcontroller.CompareModels(ctx, ipr.client, []ipcontroller.BitmapStore{store}); err != nil || len(problems) != 0 {
+	if problems, err := iprepair.CompareModels(ctx, ipr.client, []iprepair.BitmapStore{store}); err != nil || len(problems) != 0 {
 		t.Fatalf("CompareModels after the repair = %v, %v; want none", problems, err)
 	}
 	planted := netip.MustParseAddr("10.0.0.32") // static band, never requested by the load
 	if err := store.Allocate(ctx, planted, allocation.Owner{}); err != nil {
 		t.Fatalf("plant a bit: %v", err)
 	}
-	problems, err := ipcontroller.CompareModels(ctx, ipr.client, []ipcontroller.BitmapStore{store})
-	if err != nil || len(problems) != 1 || problems[0].IP != planted.String() || problems[0].Type != ipcontroller.TypeDisagreement {
+	problems, err := iprepair.CompareModels(ctx, ipr.client, []iprepair.BitmapStore{store})
+	if err != nil || len(problems) != 1 || problems[0].IP != planted.String() || problems[0].Type != iprepair.TypeDisagreement {
 		t.Fatalf("CompareModels with a planted bit = %+v, %v; want one disagreement on %s", problems, err, planted)
 	}
 }
