@@ -54,10 +54,13 @@
 //     resolves it on a fresh context: a fence CAS on the base revision makes
 //     a write that did not land unable to land later; otherwise the first
 //     change after the base revision (from etcd's history) is ours iff its
-//     value is ours, since only one CAS on a revision can succeed. Members
-//     learn what really happened. A successful static allocation in a write
-//     identified only by its value is reported failed, because another
-//     instance may have written the identical map; if resolving fails, the
-//     members fail. Either way at worst an address leaks until repair frees
-//     it; it is never handed out twice.
+//     value and its stamp are ours, since only one CAS on a revision can
+//     succeed. Members learn what really happened. If that cannot tell within
+//     MinBatchTime, the members fail with the outcome unknown (a release so
+//     failed is not sent again) and the store goes on resolving in the
+//     background for up to 30 s, then undoes what its members were told did
+//     not happen: the allocations of a write that landed, the releases of one
+//     that did not (resolve.go). An address leaks only if etcd stays
+//     unreachable that long, until repair frees it; it is never handed out
+//     twice.
 package bitmap

@@ -1,7 +1,6 @@
 package bitmap
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -31,6 +30,7 @@ type request struct {
 	read func(*bitset.Set) // opRead: runs on the confirmed state
 
 	deadline time.Time // the caller's deadline, zero when it has none
+	settleBy time.Time // a release settleLater sent: when its settling ends
 	err      error     // the operation's own outcome, set by the leader
 	done     chan struct{}
 	promoted bool // guarded by Store.mu: this caller must lead the next batch
@@ -119,7 +119,8 @@ func (a *Store) submit(ctx context.Context, req *request) error {
 }
 
 // outcomeUnknown is a commit error after which the batch's write may have
-// landed: resolve could not tell.
+// landed: resolveWrite could not tell within the batch. settleLater goes on
+// finding out, and undoes what the members were told did not happen.
 type outcomeUnknown struct{ err error }
 
 func (e *outcomeUnknown) Error() string { return e.err.Error() }
@@ -185,7 +186,7 @@ func (a *Store) batchContext(batch []*request) (context.Context, context.CancelF
 // commit applies batch to the cached map and writes it with one CAS
 // transaction, retrying on conflicts from fresh state. It returns an error
 // only when the batch failed as a whole; then nothing of it is applied. When
-// etcd fails ambiguously (the write may have landed), resolve finds out what
+// etcd fails ambiguously (the write may have landed), ambiguous (resolve.go) finds out what
 // happened and each member is told its real outcome.
 func (a *Store) commit(batch []*request) error {
 	ctx, cancel := a.batchContext(batch)
@@ -224,21 +225,7 @@ func (a *Store) commit(batch []*request) error {
 				return err
 			}
 			// The write may or may not have landed.
-			landed, rerr := a.resolve(base, changed, value, stamp)
-			if rerr != nil {
-				a.loaded = false
-				return &outcomeUnknown{errors.Join(err, rerr)}
-			}
-			if !landed {
-				a.loaded = false
-				return err
-			}
-			a.stats.writes.Add(1)
-			a.stats.bytesWritten.Add(uint64(len(value)))
-			a.stats.ambiguousLanded.Add(1)
-			a.settleAmbiguous(batch, err)
-			a.finish(batch)
-			return nil
+			return a.ambiguous(batch, changed, ambiguousWrite{base: base, value: value, stamp: stamp}, err)
 		}
 		if resp.Succeeded {
 			if len(changed) > 0 {
@@ -349,87 +336,6 @@ func (a *Store) finish(batch []*request) {
 	for _, r := range batch {
 		if r.kind == opRead {
 			r.read(a.bits)
-		}
-	}
-}
-
-// resolve finds out whether the write of value on top of base, whose
-// transaction failed ambiguously, landed. changed are the slots the write
-// changed; a.bits holds them applied. It runs on its own context, bounded by
-// MinBatchTime (the batch's may be spent, and its callers are waiting).
-//
-//   - If the map is still base (revision and stamp), a fence (the same CAS writing
-//     the base map back) makes sure the lost write can never land later; the
-//     cache is left at the base map, fenced revision.
-//   - Otherwise the first change after base is read from etcd's history (a
-//     watch from base+1). Only one CAS on base can succeed, and it is that
-//     first change: the write landed iff it put our value and, at the same
-//     revision, our stamp. The value alone does not tell: two instances
-//     that picked the same free slot from the same base write the same
-//     bytes (likely in a small range), and taking the other's write for
-//     ours hands that slot out twice; the stamp is random per write. The
-//     cache keeps our map and is marked for reload.
-//
-// Any error (history compacted, etcd still down) counts as not landed: the
-// members fail, and what may have landed leaks until repair frees it. A leak,
-// never a duplicate.
-func (a *Store) resolve(base mapState, changed []int, value []byte, ourStamp string) (bool, error) {
-	ctx, cancel := context.WithTimeout(context.Background(), a.opts.MinBatchTime)
-	defer cancel()
-	a.revert(changed)
-	baseValue, err := etcdlayout.EncodeRangeAllocation(a.space.Spec(), a.bits.Bytes())
-	if err != nil {
-		return false, fmt.Errorf("encode %s: %w", a.key, err)
-	}
-	put, stamp := a.putOps(baseValue)
-	fence, err := a.client.Txn(ctx).If(a.unchanged(base)...).Then(put...).Commit()
-	if err != nil {
-		return false, fmt.Errorf("resolve an ambiguous write to %s: fence: %w", a.key, err)
-	}
-	if fence.Succeeded {
-		a.rev, a.stamp, a.loaded = fence.Header.Revision, stamp, true
-		return false, nil
-	}
-	wctx, stop := context.WithCancel(clientv3.WithRequireLeader(ctx))
-	defer stop()
-	for resp := range a.client.Watch(wctx, a.key, clientv3.WithRev(base.rev+1)) {
-		if err := resp.Err(); err != nil {
-			return false, fmt.Errorf("resolve an ambiguous write to %s: history: %w", a.key, err)
-		}
-		if len(resp.Events) == 0 {
-			continue
-		}
-		first := resp.Events[0]
-		if first.Type != clientv3.EventTypePut || !bytes.Equal(first.Kv.Value, value) {
-			return false, nil
-		}
-		stamped, err := a.client.Get(ctx, a.stampKey, clientv3.WithRev(first.Kv.ModRevision))
-		if err != nil {
-			return false, fmt.Errorf("resolve an ambiguous write to %s: stamp at revision %d: %w", a.key, first.Kv.ModRevision, err)
-		}
-		if kvs := stamped.Kvs; len(kvs) == 0 || kvs[0].ModRevision != first.Kv.ModRevision || string(kvs[0].Value) != ourStamp {
-			return false, nil // another writer's identical map
-		}
-		for _, slot := range changed { // re-apply: the cache is our map again
-			if !a.bits.Clear(slot) {
-				a.bits.Set(slot)
-			}
-		}
-		a.loaded = false
-		return true, nil
-	}
-	return false, fmt.Errorf("resolve an ambiguous write to %s: %w", a.key, ctx.Err())
-}
-
-// settleAmbiguous adjusts the outcomes of a batch whose write resolve found
-// landed (by its value and its stamp). A successful static allocation is
-// reported failed, the cautious answer: its address leaks until repair frees
-// it, and is never handed out twice. Dynamic allocations and releases keep
-// their outcome.
-func (a *Store) settleAmbiguous(batch []*request, cause error) {
-	for _, r := range batch {
-		if r.kind == opAllocate && r.err == nil {
-			r.err = fmt.Errorf("allocation outcome unknown after %w", cause)
 		}
 	}
 }

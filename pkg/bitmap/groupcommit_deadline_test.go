@@ -126,7 +126,7 @@ func TestEtcdShortDeadlinesLeakNothing(t *testing.T) {
 
 func first(ips []netip.Addr) []netip.Addr { return ips[:min(len(ips), 5)] }
 
-// TestEtcdResolveAmbiguousWrite drives resolve, the leader's answer to an
+// TestEtcdResolveAmbiguousWrite drives resolveWrite, the answer to an
 // etcd transaction that failed after it may have landed, through its three
 // cases on real etcd.
 func TestEtcdResolveAmbiguousWrite(t *testing.T) {
@@ -135,11 +135,10 @@ func TestEtcdResolveAmbiguousWrite(t *testing.T) {
 	r := bitmapRange(t, "10.0.0.0/24")
 	client := etcd.Client()
 
-	// prepare returns an allocator whose cache holds slot 5 applied on top
-	// of the stored map, as the leader's does when its write fails, with the
-	// base map, the value it tried to write and the operations (value and
-	// stamp) that write was.
-	prepare := func(t *testing.T) (*EtcdAllocator, mapState, []int, []byte, []clientv3.Op, string) {
+	// prepare returns an allocator and the write its leader would have
+	// failed to learn the outcome of: slot 5 allocated on top of the stored
+	// map, with the operations (value and stamp) that write was.
+	prepare := func(t *testing.T) (*EtcdAllocator, ambiguousWrite, []clientv3.Op) {
 		t.Helper()
 		if _, err := client.Delete(ctx, testKey); err != nil {
 			t.Fatal(err)
@@ -151,14 +150,18 @@ func TestEtcdResolveAmbiguousWrite(t *testing.T) {
 		if err := a.load(ctx); err != nil {
 			t.Fatal(err)
 		}
-		base := mapState{rev: a.rev, stamp: a.stamp}
-		changed := a.apply([]*request{{kind: opAllocate, slot: 5}})
+		baseValue, err := etcdlayout.EncodeRangeAllocation(r.Prefix().String(), a.bits.Bytes())
+		if err != nil {
+			t.Fatal(err)
+		}
+		a.apply([]*request{{kind: opAllocate, slot: 5}})
 		value, err := etcdlayout.EncodeRangeAllocation(r.Prefix().String(), a.bits.Bytes())
 		if err != nil {
 			t.Fatal(err)
 		}
 		ops, stamp := a.putOps(value)
-		return a, base, changed, value, ops, stamp
+		w := ambiguousWrite{base: mapState{rev: a.rev, stamp: a.stamp}, baseValue: baseValue, value: value, stamp: stamp}
+		return a, w, ops
 	}
 	casWrite := func(t *testing.T, rev int64, ops []clientv3.Op) {
 		t.Helper()
@@ -178,14 +181,14 @@ func TestEtcdResolveAmbiguousWrite(t *testing.T) {
 	slot5 := netip.MustParseAddr("10.0.0.6")
 
 	t.Run("not landed: fenced", func(t *testing.T) {
-		a, base, changed, value, _, stamp := prepare(t)
-		landed, err := a.resolve(base, changed, value, stamp)
-		if err != nil || landed {
-			t.Fatalf("resolve = %v, %v; want not landed", landed, err)
+		a, w, _ := prepare(t)
+		res, err := a.resolveWrite(ctx, w)
+		if err != nil || res.landed || !res.fenced {
+			t.Fatalf("resolveWrite = %+v, %v; want fenced, not landed", res, err)
 		}
 		// The lost write can never land now.
-		resp, err := client.Txn(ctx).If(clientv3.Compare(clientv3.ModRevision(testKey), "=", base.rev)).
-			Then(clientv3.OpPut(testKey, string(value))).Commit()
+		resp, err := client.Txn(ctx).If(clientv3.Compare(clientv3.ModRevision(testKey), "=", w.base.rev)).
+			Then(clientv3.OpPut(testKey, string(w.value))).Commit()
 		if err != nil || resp.Succeeded {
 			t.Fatalf("the write landed after the fence: %v %v", err, resp)
 		}
@@ -195,8 +198,8 @@ func TestEtcdResolveAmbiguousWrite(t *testing.T) {
 	})
 
 	t.Run("landed, then overwritten", func(t *testing.T) {
-		a, base, changed, value, ops, stamp := prepare(t)
-		casWrite(t, base.rev, ops) // our write landed...
+		a, w, ops := prepare(t)
+		casWrite(t, w.base.rev, ops) // our write landed...
 		_, rev := storedIPs(t, client, r)
 		other, err := NewAllocator(r)
 		if err != nil {
@@ -210,12 +213,9 @@ func TestEtcdResolveAmbiguousWrite(t *testing.T) {
 			t.Fatal(err)
 		}
 		casPut(t, rev, later) // ...and another replica wrote on top of it
-		landed, err := a.resolve(base, changed, value, stamp)
-		if err != nil || !landed {
-			t.Fatalf("resolve = %v, %v; want landed", landed, err)
-		}
-		if !a.bits.Has(5) {
-			t.Fatalf("cache lost the landed slot")
+		res, err := a.resolveWrite(ctx, w)
+		if err != nil || !res.landed {
+			t.Fatalf("resolveWrite = %+v, %v; want landed", res, err)
 		}
 	})
 
@@ -223,17 +223,17 @@ func TestEtcdResolveAmbiguousWrite(t *testing.T) {
 	// map is byte for byte ours, its stamp is not. Taking its write for ours
 	// would hand slot 5 out twice.
 	t.Run("another writer's identical map won", func(t *testing.T) {
-		a, base, changed, value, _, stamp := prepare(t)
-		theirs, _ := a.putOps(value) // same value, a stamp of its own
-		casWrite(t, base.rev, theirs)
-		landed, err := a.resolve(base, changed, value, stamp)
-		if err != nil || landed {
-			t.Fatalf("resolve = %v, %v; want not landed", landed, err)
+		a, w, _ := prepare(t)
+		theirs, _ := a.putOps(w.value) // same value, a stamp of its own
+		casWrite(t, w.base.rev, theirs)
+		res, err := a.resolveWrite(ctx, w)
+		if err != nil || res.landed || res.fenced {
+			t.Fatalf("resolveWrite = %+v, %v; want not landed", res, err)
 		}
 	})
 
 	t.Run("another write won", func(t *testing.T) {
-		a, base, changed, value, _, stamp := prepare(t)
+		a, w, _ := prepare(t)
 		other, err := NewAllocator(r)
 		if err != nil {
 			t.Fatal(err)
@@ -244,10 +244,10 @@ func TestEtcdResolveAmbiguousWrite(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		casPut(t, base.rev, theirs)
-		landed, err := a.resolve(base, changed, value, stamp)
-		if err != nil || landed {
-			t.Fatalf("resolve = %v, %v; want not landed", landed, err)
+		casPut(t, w.base.rev, theirs)
+		res, err := a.resolveWrite(ctx, w)
+		if err != nil || res.landed || res.fenced {
+			t.Fatalf("resolveWrite = %+v, %v; want not landed", res, err)
 		}
 	})
 }

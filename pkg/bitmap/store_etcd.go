@@ -82,8 +82,14 @@ type EtcdStats struct {
 	// BytesWritten is the total size of the values written.
 	BytesWritten uint64
 	// AmbiguousLanded counts writes whose transaction failed ambiguously and
-	// that resolve found landed.
+	// that the batch's own resolve found landed.
 	AmbiguousLanded uint64
+	// Unresolved counts ambiguous writes whose outcome the batch could not
+	// learn (its members failed with the outcome unknown); Settled those of
+	// them settled afterwards (whatever their members were told did not
+	// happen undone), Unsettled those given up on (what they changed may
+	// leak until the repair frees it).
+	Unresolved, Settled, Unsettled uint64
 }
 
 // Space is what the slots of one RangeAllocation stand for: the range it
@@ -131,7 +137,7 @@ type Store struct {
 
 	stats struct {
 		writes, conflicts, batches, requests, bytesWritten atomic.Uint64
-		ambiguousLanded                                    atomic.Uint64
+		ambiguousLanded, unresolved, settled, unsettled    atomic.Uint64
 	}
 }
 
@@ -173,6 +179,9 @@ func (a *Store) Stats() EtcdStats {
 		Batches:         a.stats.batches.Load(),
 		Requests:        a.stats.requests.Load(),
 		AmbiguousLanded: a.stats.ambiguousLanded.Load(),
+		Unresolved:      a.stats.unresolved.Load(),
+		Settled:         a.stats.settled.Load(),
+		Unsettled:       a.stats.unsettled.Load(),
 		BytesWritten:    a.stats.bytesWritten.Load(),
 	}
 }
