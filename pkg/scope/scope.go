@@ -124,16 +124,22 @@ func Scoped(annotations map[string]string) bool {
 }
 
 // Validate checks the scope annotations of a ServiceCIDR; path is its
-// metadata.annotations. Annotations outside Prefix are not looked at.
+// metadata.annotations. Of the other annotations it refuses only those
+// whose prefix is a near miss of Prefix (misspelled): such a ServiceCIDR was
+// meant to be scoped, and served unscoped its addresses would go to every
+// Service.
 func Validate(annotations map[string]string, path *field.Path) field.ErrorList {
 	var errs field.ErrorList
 	var keys []string
 	for k := range annotations {
 		if strings.HasPrefix(k, Prefix) {
 			keys = append(keys, k)
+		} else if err := nearMiss(k, path); err != nil {
+			errs = append(errs, err)
 		}
 	}
 	sort.Strings(keys)
+	sort.Slice(errs, func(i, j int) bool { return errs[i].Field < errs[j].Field })
 	_, scoped := annotations[NamespaceSelectorAnnotation]
 	var unanchored []string
 	for _, k := range keys {
@@ -166,6 +172,42 @@ func Validate(annotations map[string]string, path *field.Path) field.ErrorList {
 			fmt.Sprintf("a ServiceCIDR with %s is scoped and must say which namespaces it serves (\"\" for all)", strings.Join(unanchored, ", "))))
 	}
 	return errs
+}
+
+// maxPrefixTypos is how many single-character edits away from Prefix's
+// domain an annotation's prefix is taken for a misspelling of it.
+const maxPrefixTypos = 3
+
+// nearMiss refuses annotation key k when its prefix is within
+// maxPrefixTypos edits of Prefix but is not Prefix.
+func nearMiss(k string, path *field.Path) *field.Error {
+	domain, name, ok := strings.Cut(k, "/")
+	want := strings.TrimSuffix(Prefix, "/")
+	if !ok || domain == want || editDistance(domain, want) > maxPrefixTypos {
+		return nil
+	}
+	return field.Invalid(path.Key(k), k, fmt.Sprintf("annotation prefix %q is not the scope prefix %q: did you mean %s?", domain+"/", Prefix, Prefix+name))
+}
+
+// editDistance is the Levenshtein distance between a and b, in bytes.
+func editDistance(a, b string) int {
+	prev := make([]int, len(b)+1)
+	cur := make([]int, len(b)+1)
+	for j := range prev {
+		prev[j] = j
+	}
+	for i := 1; i <= len(a); i++ {
+		cur[0] = i
+		for j := 1; j <= len(b); j++ {
+			cost := 1
+			if a[i-1] == b[j-1] {
+				cost = 0
+			}
+			cur[j] = min(prev[j]+1, cur[j-1]+1, prev[j-1]+cost)
+		}
+		prev, cur = cur, prev
+	}
+	return prev[len(b)]
 }
 
 // Verdict is how the scoped ServiceCIDRs of one IP family treat one Service.

@@ -47,6 +47,11 @@ func TestParse(t *testing.T) {
 		{name: "fallback yes", in: map[string]string{ns: "", FallbackAnnotation: "yes"}, wantErr: `must be "true" or "false"`},
 		{name: "unknown key", in: map[string]string{ns: "", Prefix + "namespaces": "a"}, wantErr: "Unsupported value"},
 		{name: "priority without namespaces", in: map[string]string{PriorityAnnotation: "1"}, wantErr: "must say which namespaces it serves"},
+		{name: "misspelled prefix", in: map[string]string{"scope.allocater.github.io/namespace-selector": "team=a"},
+			wantErr: `annotation prefix "scope.allocater.github.io/" is not the scope prefix "scope.allocator.github.io/": did you mean scope.allocator.github.io/namespace-selector?`},
+		{name: "misspelled prefix beside a scope", in: map[string]string{ns: "", "scopes.allocator.github.io/priority": "5"}, wantErr: "did you mean scope.allocator.github.io/priority?"},
+		{name: "other domain of the project", in: map[string]string{"scope.allocator.github.com/fallback": "true"}, wantErr: "did you mean scope.allocator.github.io/fallback?"},
+		{name: "far from the prefix", in: map[string]string{"allocator.github.io/service-uid": "x", "example.com/scope": "y", "no-slash": "z"}},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
@@ -147,4 +152,33 @@ func TestSameScope(t *testing.T) {
 			t.Errorf("%v and %v: not the same scope", a, b)
 		}
 	}
+}
+
+func TestEditDistance(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		a, b string
+		want int
+	}{
+		{"", "", 0}, {"abc", "", 3}, {"", "abc", 3}, {"abc", "abc", 0},
+		{"scope.allocater.github.io", "scope.allocator.github.io", 1},
+		{"scopes.allocator.github.io", "scope.allocator.github.io", 1},
+		{"scope.allocator.github.com", "scope.allocator.github.io", 2},
+		{"allocator.github.io", "scope.allocator.github.io", 6},
+		{"kitten", "sitting", 3},
+	} {
+		if got := editDistance(tc.a, tc.b); got != tc.want {
+			t.Errorf("editDistance(%q, %q) = %d, want %d", tc.a, tc.b, got, tc.want)
+		}
+	}
+}
+
+func FuzzEditDistance(f *testing.F) {
+	f.Add("scope.allocater.github.io", "scope.allocator.github.io")
+	f.Fuzz(func(t *testing.T, a, b string) {
+		d := editDistance(a, b)
+		if d != editDistance(b, a) || d < 0 || d > max(len(a), len(b)) || (d == 0) != (a == b) {
+			t.Fatalf("editDistance(%q, %q) = %d: not a distance", a, b, d)
+		}
+	})
 }

@@ -135,7 +135,32 @@ func (s strategy) ValidateUpdate(ctx context.Context, obj, old runtime.Object) f
 	default:
 		errs = append(errs, field.Invalid(cidrsPath, sc.Spec.CIDRs, apimachineryvalidation.FieldImmutableErrorMsg))
 	}
-	return append(errs, validateScope(sc)...)
+	return append(errs, unchangedAllowed(validateScope(sc), sc.Annotations, oldSC.Annotations)...)
+}
+
+// unchangedAllowed drops the errors on annotations an update keeps as they
+// were: one stored before a rule existed, or by a writer that does not
+// validate scopes (kube-apiserver), must not block every later update, the
+// removal of the ServiceCIDR's finalizer included.
+func unchangedAllowed(errs field.ErrorList, annotations, old map[string]string) field.ErrorList {
+	var kept field.ErrorList
+	for _, e := range errs {
+		if !keptAsItWas(e.Field, annotations, old) {
+			kept = append(kept, e)
+		}
+	}
+	return kept
+}
+
+// keptAsItWas reports whether fieldPath is an annotation present in both
+// annotation sets with one value.
+func keptAsItWas(fieldPath string, annotations, old map[string]string) bool {
+	for k, v := range old {
+		if nv, ok := annotations[k]; ok && nv == v && fieldPath == annotationsPath.Key(k).String() {
+			return true
+		}
+	}
+	return false
 }
 
 func (strategy) WarningsOnCreate(ctx context.Context, obj runtime.Object) []string      { return nil }

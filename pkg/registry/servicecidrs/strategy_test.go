@@ -58,3 +58,36 @@ func TestUpdateOnlyGrows(t *testing.T) {
 		t.Errorf("shrink accepted")
 	}
 }
+
+// TestScopeAnnotationsOnUpdate: a misspelled scope prefix is refused when it
+// is written, and an update that keeps an annotation as it was stored (by a
+// writer that did not refuse it) is not refused for it.
+func TestScopeAnnotationsOnUpdate(t *testing.T) {
+	t.Parallel()
+	s := strategy{}
+	ctx := context.Background()
+	sc := func(annotations map[string]string) *networkingv1.ServiceCIDR {
+		return &networkingv1.ServiceCIDR{
+			ObjectMeta: metav1.ObjectMeta{Name: "x", ResourceVersion: "1", Annotations: annotations},
+			Spec:       networkingv1.ServiceCIDRSpec{CIDRs: []string{"10.0.0.0/24"}},
+		}
+	}
+	typo := map[string]string{"scope.allocater.github.io/namespace-selector": "team=a"}
+	if errs := s.Validate(ctx, sc(typo)); len(errs) != 1 || !strings.Contains(errs[0].Error(), "did you mean scope.allocator.github.io/namespace-selector?") {
+		t.Errorf("create with a misspelled prefix: %v", errs)
+	}
+	if errs := s.ValidateUpdate(ctx, sc(nil), sc(nil)); len(errs) != 0 {
+		t.Errorf("plain update: %v", errs)
+	}
+	if errs := s.ValidateUpdate(ctx, sc(typo), sc(nil)); len(errs) != 1 {
+		t.Errorf("update adding a misspelled prefix: %v, want it refused", errs)
+	}
+	kept := map[string]string{"scope.allocater.github.io/namespace-selector": "team=a", "example.com/x": "y"}
+	if errs := s.ValidateUpdate(ctx, sc(kept), sc(typo)); len(errs) != 0 {
+		t.Errorf("update keeping the stored annotation: %v, want it allowed", errs)
+	}
+	changed := map[string]string{"scope.allocater.github.io/namespace-selector": "team=b"}
+	if errs := s.ValidateUpdate(ctx, sc(changed), sc(typo)); len(errs) != 1 {
+		t.Errorf("update changing it: %v, want it refused", errs)
+	}
+}
