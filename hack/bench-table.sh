@@ -145,7 +145,7 @@ echo
     if (!up) exit
     printf "\nkube-controller-manager (service-cidr-controller only), not counted above: %.2f ms per create, %.2f ms per delete (median)\n",
       medk(6), medk(7)
-    print "\n| goal (issue 19) | median ratio (range over rounds) | met |\n|---|---|---|"
+    print "\n| goal | median ratio (range over rounds) | met |\n|---|---|---|"
     goal("IPAddress model: CPU per create ≤ 1/5 of kube-apiserver\x27s", "ipaddress", 2, 5, 1)
     goal("IPAddress model: create rate at 32 clients ≥ 5×", "ipaddress", 1, 5, 0)
     goal("IPAddress model: CPU per delete ≤ 1/3", "ipaddress", 4, 3, 1)

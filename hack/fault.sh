@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Runs the full fault-injection matrix of test/fault (issue 29): a 3-member
+# Runs the full fault-injection matrix of test/fault: a 3-member
 # etcd with member 0 slow, stalled and cut off behind a fault proxy, three
 # replicas of the server given every member (--etcd-servers), clients that
 # give up after one second, and then the ranges filled; for both models ×

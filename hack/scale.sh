@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Scale (issue 19, KEP-1880's "O(10K) Services and O(1K) ranges"): starts a
+# Scale (KEP-1880's "O(10K) Services and O(1K) ranges"): starts a
 # dual-stack IPAddress-model `allocator serve` (embedded etcd, temporary data
 # dir), creates CIDRS ServiceCIDRs (V4_CIDRS IPv4 /24s, the rest IPv6 /112s)
 # and then SERVICES Services (one in ten IPv6) at CONCURRENCY clients while

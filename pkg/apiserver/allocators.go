@@ -60,9 +60,9 @@ func (s *Server) openBackend(ctx context.Context, objects ipaddress.Objects) (*i
 
 // sharedInformers is the server's one informer factory: the allocators of
 // both families, the repairs and the ServiceCIDR controller share its
-// caches and watches. Each used to have its own, so every IPAddress was
-// decoded and held four times (a dual-stack server at 100,000 Services held
-// 4-5 GiB, hack/scale.sh). Its objects carry no managedFields, which none
+// caches and watches, so every IPAddress is decoded and held once (one
+// factory each would hold it four times: gigabytes at 100,000 dual-stack
+// Services, hack/scale.sh). Its objects carry no managedFields, which none
 // of them reads (an update from a cached object keeps the stored ones).
 // Every informer the server will use (Services and Namespaces, for scopes,
 // only when an IPAddress allocator or repair may run) is registered and
