@@ -79,6 +79,46 @@ func (e *ScopeFullError) Error() string {
 // Is makes errors.Is(err, ErrFull) true.
 func (e *ScopeFullError) Is(target error) bool { return target == ErrFull }
 
+// Hint says what makes room for the scope's Services.
+func (e *ScopeFullError) Hint() string {
+	return fmt.Sprintf("ServiceCIDR %s of this Service's scope have no free address: add a ServiceCIDR with the same scope annotations, "+
+		"or let the scope take unscoped addresses (annotation %sfallback: \"true\"); `kubectl allocator status` shows how full each range is",
+		QuoteNames(e.ServiceCIDRs), scopePrefix)
+}
+
+// scopePrefix is pkg/scope's annotation prefix, spelled again here because
+// this package imports only the standard library (pkg/scope's tests check
+// the two agree).
+const scopePrefix = "scope.allocator.github.io/"
+
+// FullError is ErrFull with a hint for the operator: which ranges are full
+// and what makes room. Its message is ErrFull's alone, kube-apiserver's text;
+// the API server sends the hint as a warning beside it.
+type FullError struct {
+	hint string
+}
+
+// NewFullError returns ErrFull with hint.
+func NewFullError(hint string) *FullError { return &FullError{hint: hint} }
+
+func (e *FullError) Error() string { return ErrFull.Error() }
+
+// Is makes errors.Is(err, ErrFull) true.
+func (e *FullError) Is(target error) bool { return target == ErrFull }
+
+// Hint says which ranges are full and what makes room.
+func (e *FullError) Hint() string { return e.hint }
+
+// Hint returns the operator's hint an allocation error carries (FullError,
+// ScopeFullError), or "".
+func Hint(err error) string {
+	var h interface{ Hint() string }
+	if errors.As(err, &h) {
+		return h.Hint()
+	}
+	return ""
+}
+
 // QuoteNames lists names quoted, comma-separated, as the messages that
 // name ServiceCIDRs spell them ("a", "b").
 func QuoteNames(names []string) string {

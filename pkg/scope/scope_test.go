@@ -5,6 +5,8 @@ import (
 	"testing"
 
 	"k8s.io/apimachinery/pkg/labels"
+
+	"github.com/allocator/allocator/pkg/allocation"
 	"k8s.io/apimachinery/pkg/util/validation/field"
 )
 
@@ -181,4 +183,14 @@ func FuzzEditDistance(f *testing.F) {
 			t.Fatalf("editDistance(%q, %q) = %d: not a distance", a, b, d)
 		}
 	})
+}
+
+// TestScopeFullHintNamesFallback: the hint of a full scope spells the
+// fallback annotation as this package does.
+func TestScopeFullHintNamesFallback(t *testing.T) {
+	t.Parallel()
+	hint := (&allocation.ScopeFullError{ServiceCIDRs: []string{"team-a"}}).Hint()
+	if !strings.Contains(hint, FallbackAnnotation+`: "true"`) || !strings.Contains(hint, `"team-a"`) {
+		t.Fatalf("hint %q does not name %s or the ServiceCIDR", hint, FallbackAnnotation)
+	}
 }

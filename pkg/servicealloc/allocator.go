@@ -13,6 +13,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/util/validation/field"
+	"k8s.io/apiserver/pkg/warning"
 	"k8s.io/klog/v2"
 
 	"github.com/allocator/allocator/pkg/allocation"
@@ -326,7 +327,7 @@ func (a *Allocator) allocateFamilies(ctx context.Context, txn *Transaction, svc 
 		}
 		addr, err := alloc.AllocateNext(ctx, txn.owner)
 		if err != nil {
-			return fail(a.dynamicError(err))
+			return fail(a.dynamicError(ctx, err))
 		}
 		if !dryRun {
 			txn.reserved = append(txn.reserved, addr)
@@ -373,10 +374,15 @@ func (a *Allocator) staticError(svc *corev1.Service, families int, addr netip.Ad
 }
 
 // dynamicError maps an error of picking a free address to upstream's 500
-// "failed to allocate a serviceIP: ...", or 503 when the allocator is not ready.
-func (a *Allocator) dynamicError(err error) error {
+// "failed to allocate a serviceIP: ...", or 503 when the allocator is not
+// ready. The allocator's hint for a full range (allocation.Hint) goes to
+// the client as a warning: the error itself stays kube-apiserver's text.
+func (a *Allocator) dynamicError(ctx context.Context, err error) error {
 	if errors.Is(err, allocation.ErrNotReady) {
 		return a.notReady(err)
+	}
+	if hint := allocation.Hint(err); hint != "" {
+		warning.AddWarning(ctx, "", hint)
 	}
 	return apierrors.NewInternalError(fmt.Errorf("failed to allocate a serviceIP: %w", err))
 }

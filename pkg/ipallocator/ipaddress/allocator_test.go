@@ -104,8 +104,9 @@ func TestDrainIPv4AndIPv6(t *testing.T) {
 			}
 
 			// Dry-run on a full range, static on a taken address.
-			if _, err := a.DryRun().AllocateNext(ctx, owner(0)); !errors.Is(err, allocation.ErrFull) {
-				t.Errorf("dry-run AllocateNext on a full range: %v", err)
+			if _, err := a.DryRun().AllocateNext(ctx, owner(0)); !errors.Is(err, allocation.ErrFull) || err.Error() != "range is full" ||
+				!strings.Contains(allocation.Hint(err), "add a ServiceCIDR for more addresses") {
+				t.Errorf("dry-run AllocateNext on a full range: %v (hint %q), want kube-apiserver's text and a hint", err, allocation.Hint(err))
 			}
 			if err := a.Allocate(ctx, got[5], owner(999)); !errors.Is(err, allocation.ErrAllocated) {
 				t.Errorf("static on a taken address: %v", err)

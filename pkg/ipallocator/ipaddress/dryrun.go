@@ -79,7 +79,7 @@ func (d dryRun) AllocateNext(ctx context.Context, owner allocation.Owner) (netip
 	case ok:
 		return ip, nil
 	case rt == nil:
-		return netip.Addr{}, allocation.ErrFull
+		return netip.Addr{}, a.fullError()
 	default:
 		return netip.Addr{}, a.nothingFree(rt)
 	}

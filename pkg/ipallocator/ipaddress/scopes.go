@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net/netip"
 	"slices"
+	"strings"
 
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -176,14 +177,37 @@ func (a *Allocator) nothingFree(rt *route) error {
 	case served == 0:
 		return a.noServiceCIDR()
 	case rt == nil:
-		return allocation.ErrFull
+		return a.fullError()
 	case len(rt.ranges) == 0:
 		return &NoServiceCIDRError{Family: familyOf(a.ipv6), ScopedElsewhere: sortedUnique(scoped)}
 	case len(rt.matched) > 0 && !rt.fallback:
 		return &allocation.ScopeFullError{ServiceCIDRs: rt.matched}
 	default:
+		return a.fullError()
+	}
+}
+
+// fullError is ErrFull when every unscoped range of the family is full, with
+// a hint naming their ServiceCIDRs and what makes room (none when no
+// unscoped range is served).
+func (a *Allocator) fullError() error {
+	a.mu.Lock()
+	var full []string
+	for _, r := range a.ranges {
+		for _, c := range r.carriers {
+			if c.scope == nil {
+				full = append(full, fmt.Sprintf("%q (%s)", c.name, r.rng.Prefix()))
+			}
+		}
+	}
+	a.mu.Unlock()
+	if len(full) == 0 {
 		return allocation.ErrFull
 	}
+	slices.Sort(full)
+	return allocation.NewFullError(fmt.Sprintf("the %s ServiceCIDRs that serve this Service have no free address: %s; "+
+		"add a ServiceCIDR for more addresses, or delete Services no longer needed; `kubectl allocator status` shows how full each range is",
+		familyOf(a.ipv6), strings.Join(slices.Compact(full), ", ")))
 }
 
 // checkScopeLocked returns an *allocation.OutOfScopeError when a routed
