@@ -421,6 +421,22 @@ func (a *Store) resolve(base mapState, changed []int, value []byte, ourStamp str
 	return false, fmt.Errorf("resolve an ambiguous write to %s: %w", a.key, ctx.Err())
 }
 
+// ErrAmbiguousAllocation matches (errors.Is) AllocateSlot's answer for a
+// static allocation whose batch's write failed ambiguously and that resolve
+// found landed: the slot is set, but the allocation is reported failed (see
+// settleAmbiguous).
+var ErrAmbiguousAllocation = errors.New("allocation outcome unknown")
+
+// ambiguousAllocation is the error settleAmbiguous gives: the etcd error
+// that made the write ambiguous, matching ErrAmbiguousAllocation.
+type ambiguousAllocation struct{ cause error }
+
+func (e *ambiguousAllocation) Error() string {
+	return "allocation outcome unknown after " + e.cause.Error()
+}
+func (e *ambiguousAllocation) Unwrap() error        { return e.cause }
+func (e *ambiguousAllocation) Is(target error) bool { return target == ErrAmbiguousAllocation }
+
 // settleAmbiguous adjusts the outcomes of a batch whose write resolve found
 // landed (by its value and its stamp). A successful static allocation is
 // reported failed, the cautious answer: its address leaks until repair frees
@@ -429,7 +445,7 @@ func (a *Store) resolve(base mapState, changed []int, value []byte, ourStamp str
 func (a *Store) settleAmbiguous(batch []*request, cause error) {
 	for _, r := range batch {
 		if r.kind == opAllocate && r.err == nil {
-			r.err = fmt.Errorf("allocation outcome unknown after %w", cause)
+			r.err = &ambiguousAllocation{cause: cause}
 		}
 	}
 }

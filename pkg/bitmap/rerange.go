@@ -5,7 +5,7 @@ import (
 	"fmt"
 	"net/netip"
 
-	clientv3 "go.etcd.io/etcd/client/v3"
+	"go.etcd.io/etcd/api/v3/mvccpb"
 	"k8s.io/klog/v2"
 
 	"github.com/allocator/allocator/pkg/bitset"
@@ -54,117 +54,78 @@ type Rerange struct {
 // servicesPrefix is where the Services of the key's etcd prefix live:
 // <prefix>/ranges/<name> → <prefix>/services/specs/.
 func (a *EtcdAllocator) servicesPrefix() string {
-	if a.opts.ServicesPrefix != "" {
-		return a.opts.ServicesPrefix
-	}
-	return etcdlayout.LayoutOfRange(a.key).ServicesPrefix()
+	return etcdlayout.LayoutOfRange(a.Key()).ServicesPrefix()
 }
 
-// storedPrefix reads the range a stored value is for. It is nil-error only
-// for a RangeAllocation whose range is a CIDR.
-func (a *EtcdAllocator) storedPrefix(value []byte) (netip.Prefix, error) {
-	ra, err := etcdlayout.DecodeRangeAllocation(value)
+// storedPrefix reads the range a stored map is for. It is nil-error only for
+// a range that is a CIDR.
+func (a *EtcdAllocator) storedPrefix(storedRange string) (netip.Prefix, error) {
+	p, err := netip.ParsePrefix(storedRange)
 	if err != nil {
-		return netip.Prefix{}, fmt.Errorf("value at %s is not a valid RangeAllocation: %w", a.key, err)
-	}
-	p, err := netip.ParsePrefix(ra.Range)
-	if err != nil {
-		return netip.Prefix{}, fmt.Errorf("%s holds range %q, configured %s: %w", a.key, ra.Range, a.rng.Prefix(), ErrStoredRangeMismatch)
+		return netip.Prefix{}, fmt.Errorf("%s holds range %q, configured %s: %w", a.Key(), storedRange, a.rng.Prefix(), ErrStoredRangeMismatch)
 	}
 	return p, nil
 }
 
 // rerange rewrites the stored map, which holds another range of the same
-// family, for the configured range (see the invariants above). It returns
-// nil when the stored map already is for the configured range.
+// family, for the configured range (see the invariants above), with the
+// Services read in the same transaction as the map. It returns nil when the
+// stored map already is for the configured range.
 func (a *EtcdAllocator) rerange(ctx context.Context) (*Rerange, error) {
 	logger := klog.FromContext(ctx)
-	for attempt := 0; attempt < a.opts.MaxAttempts; attempt++ {
-		// One read-only transaction: the map and the Services at one revision.
-		resp, err := a.client.Txn(ctx).Then(append(a.readOps(),
-			clientv3.OpGet(a.servicesPrefix(), clientv3.WithPrefix()))...,
-		).Commit()
-		if err != nil {
-			return nil, fmt.Errorf("re-range %s: read: %w", a.key, err)
+	var (
+		rr       *Rerange
+		from     netip.Prefix
+		attempts int
+	)
+	wrote, err := a.RerangeWith(ctx, a.servicesPrefix(), func(storedRange string, data []byte, services []*mvccpb.KeyValue) ([]byte, error) {
+		if attempts++; attempts > 1 {
+			logger.V(2).Info("Re-range lost a compare, retrying on the fresh map", "key", a.Key(), "attempt", attempts-1)
 		}
-		stored := stateOf(resp.Responses[0], resp.Responses[1])
-		if !stored.exists() {
-			return nil, fmt.Errorf("re-range %s: the key vanished", a.key)
-		}
-		from, err := a.storedPrefix(stored.value)
-		if err != nil {
+		var err error
+		if from, err = a.storedPrefix(storedRange); err != nil {
 			return nil, err
-		}
-		if from == a.rng.Prefix() {
-			return nil, nil
 		}
 		if from.Addr().Is6() != a.rng.IPv6() {
 			return nil, fmt.Errorf("%s holds range %s of the other IP family, configured %s (a changed family order is not re-ranged): %w",
-				a.key, from, a.rng.Prefix(), ErrStoredRangeMismatch)
+				a.Key(), from, a.rng.Prefix(), ErrStoredRangeMismatch)
 		}
-		var services []storedValue
-		for _, kv := range resp.Responses[2].GetResponseRange().GetKvs() {
-			services = append(services, storedValue{key: string(kv.Key), value: kv.Value})
-		}
-		rr, data, err := a.reranged(ctx, from, stored.value, services)
-		if err != nil {
+		var next []byte
+		if rr, next, err = a.reranged(ctx, from, storedRange, data, services); err != nil {
 			return nil, err
-		}
-		value, err := etcdlayout.EncodeRangeAllocation(a.rng.Prefix().String(), data)
-		if err != nil {
-			return nil, fmt.Errorf("re-range %s: %w", a.key, err)
 		}
 		if a.rerangeBeforeWrite != nil {
 			a.rerangeBeforeWrite()
 		}
-		ops, _ := a.putOps(value)
-		put, err := a.client.Txn(ctx).If(a.unchanged(stored)...).Then(ops...).Commit()
-		if err != nil {
-			return nil, fmt.Errorf("re-range %s: write: %w", a.key, err)
-		}
-		if !put.Succeeded {
-			a.stats.conflicts.Add(1)
-			logger.V(2).Info("Re-range lost a compare, retrying on the fresh map", "key", a.key, "attempt", attempt+1)
-			continue
-		}
-		a.stats.writes.Add(1)
-		a.stats.bytesWritten.Add(uint64(len(value)))
-		for _, ip := range rr.Dropped {
-			logger.Info("Dropped an allocation outside the new service range", "key", a.key, "ip", ip, "from", from, "to", a.rng.Prefix())
-		}
-		for _, ip := range rr.Added {
-			logger.Info("Marked a Service IP that the old map lacked", "key", a.key, "ip", ip, "to", a.rng.Prefix())
-		}
-		logger.Info("Re-ranged the stored allocation map", "key", a.key, "from", from, "to", a.rng.Prefix(),
-			"kept", rr.Kept, "added", len(rr.Added), "dropped", len(rr.Dropped))
-		return rr, nil
+		return next, nil
+	})
+	if err != nil || !wrote {
+		return nil, err
 	}
-	return nil, fmt.Errorf("re-range %s: %d attempts lost to concurrent writers", a.key, a.opts.MaxAttempts)
+	for _, ip := range rr.Dropped {
+		logger.Info("Dropped an allocation outside the new service range", "key", a.Key(), "ip", ip, "from", from, "to", a.rng.Prefix())
+	}
+	for _, ip := range rr.Added {
+		logger.Info("Marked a Service IP that the old map lacked", "key", a.Key(), "ip", ip, "to", a.rng.Prefix())
+	}
+	logger.Info("Re-ranged the stored allocation map", "key", a.Key(), "from", from, "to", a.rng.Prefix(),
+		"kept", rr.Kept, "added", len(rr.Added), "dropped", len(rr.Dropped))
+	return rr, nil
 }
 
-// storedValue is one etcd key and its value.
-type storedValue struct {
-	key   string
-	value []byte
-}
-
-// reranged computes the new map from the stored value (range from) and the
-// Services read with it.
-func (a *EtcdAllocator) reranged(ctx context.Context, from netip.Prefix, value []byte, services []storedValue) (*Rerange, []byte, error) {
+// reranged computes the new map from the stored map (range from, its range
+// field and data) and the Services read with it.
+func (a *EtcdAllocator) reranged(ctx context.Context, from netip.Prefix, storedRange string, data []byte, services []*mvccpb.KeyValue) (*Rerange, []byte, error) {
 	oldRange, err := subrange.New(from, model.Bitmap)
 	if err != nil {
-		return nil, nil, fmt.Errorf("re-range %s: stored range %s: %w", a.key, from, err)
+		return nil, nil, fmt.Errorf("re-range %s: stored range %s: %w", a.Key(), from, err)
 	}
 	old, err := NewAllocator(oldRange)
 	if err != nil {
-		return nil, nil, fmt.Errorf("re-range %s: stored range %s: %w", a.key, from, err)
+		return nil, nil, fmt.Errorf("re-range %s: stored range %s: %w", a.Key(), from, err)
 	}
-	ra, err := etcdlayout.DecodeRangeAllocation(value)
-	if err != nil {
-		return nil, nil, fmt.Errorf("value at %s is not a valid RangeAllocation: %w", a.key, err)
-	}
-	if err := old.Restore(ra.Range, ra.Data); err != nil {
-		return nil, nil, fmt.Errorf("re-range %s: stored map: %w", a.key, err)
+	if err := old.Restore(storedRange, data); err != nil {
+		return nil, nil, fmt.Errorf("re-range %s: stored map: %w", a.Key(), err)
 	}
 	next, err := bitset.New(int(a.rng.Size()), int(a.rng.StaticSize()))
 	if err != nil {
@@ -182,11 +143,11 @@ func (a *EtcdAllocator) reranged(ctx context.Context, from netip.Prefix, value [
 	})
 	logger := klog.FromContext(ctx)
 	for _, kv := range services {
-		svc, err := etcdlayout.DecodeService(kv.value)
+		svc, err := etcdlayout.DecodeService(kv.Value)
 		if err != nil {
 			// An encrypted or foreign value: the kept bits and the repair
 			// pass still cover it; refusing to start would help nobody.
-			logger.Info("Skipped a Service the re-range cannot read", "key", kv.key, "err", err)
+			logger.Info("Skipped a Service the re-range cannot read", "key", string(kv.Key), "err", err)
 			continue
 		}
 		for _, ip := range holding.IPs(svc) {

@@ -18,6 +18,11 @@ import (
 	"github.com/allocator/allocator/pkg/subrange"
 )
 
+// MaxSlots bounds the map of one range: an IPv4 /12 (1,048,574 addresses)
+// is the largest the bitmap model serves; the IPAddress model's free-index may
+// use bitmaps up to 2^24 slots.
+const MaxSlots = 1 << 24
+
 // EtcdOptions tune an EtcdAllocator. The zero value is the production default.
 type EtcdOptions struct {
 	// DisableBatching makes every call its own CAS write (one allocation per
@@ -32,10 +37,6 @@ type EtcdOptions struct {
 	// RequestTimeout bounds one batch when no caller has an earlier deadline
 	// (default 15s).
 	RequestTimeout time.Duration
-	// ServicesPrefix is where Initialize reads the Services when it re-ranges
-	// the stored map (default: <prefix>/services/specs/ for a key
-	// <prefix>/ranges/<name>).
-	ServicesPrefix string
 	// MinBatchTime is the least time a batch gets, whatever its callers'
 	// deadlines (default 1s, capped by RequestTimeout): an etcd write cut
 	// short may still land, and its callers would never learn it. Resolving
@@ -125,10 +126,6 @@ type Store struct {
 	loaded bool   // bits, rev and stamp reflect a value read from etcd
 	random *rand.Rand
 
-	// rerangeBeforeWrite, when set (tests only), runs between the re-range's
-	// read and its CAS write, so a test can slip a concurrent write in.
-	rerangeBeforeWrite func()
-
 	stats struct {
 		writes, conflicts, batches, requests, bytesWritten atomic.Uint64
 		ambiguousLanded                                    atomic.Uint64
@@ -141,8 +138,8 @@ func NewStore(client *clientv3.Client, key string, space Space, opts EtcdOptions
 	if client == nil || key == "" {
 		return nil, errors.New("new etcd store: an etcd client and a key are required")
 	}
-	if space.Slots() > maxSlots {
-		return nil, fmt.Errorf("range %s has %d slots, more than the %d a bitmap holds", space.Spec(), space.Slots(), maxSlots)
+	if space.Slots() > MaxSlots {
+		return nil, fmt.Errorf("range %s has %d slots, more than the %d a bitmap holds", space.Spec(), space.Slots(), MaxSlots)
 	}
 	bits, err := bitset.New(space.Slots(), space.StaticSlots())
 	if err != nil {
@@ -220,7 +217,10 @@ func (a *Store) decode(value []byte) (string, []byte, error) {
 	return ra.Range, ra.Data, nil
 }
 
-// AllocateSlot reserves slot i; allocation.ErrAllocated when it is taken.
+// AllocateSlot reserves slot i. Its own answers are allocation.ErrAllocated
+// when the slot is taken and ErrAmbiguousAllocation when the write that
+// carried it failed ambiguously (the package doc says why it is not
+// reported a success); any other error is a failure of the whole batch.
 func (a *Store) AllocateSlot(ctx context.Context, i int) error {
 	req := &request{kind: opAllocate, slot: i}
 	if err := a.submit(ctx, req); err != nil {
@@ -229,7 +229,9 @@ func (a *Store) AllocateSlot(ctx context.Context, i int) error {
 	return req.err
 }
 
-// AllocateNextSlot reserves a free slot, upper band first.
+// AllocateNextSlot reserves a free slot, upper band first. Its own answer is
+// allocation.ErrFull when none is left; any other error is a failure of the
+// whole batch.
 func (a *Store) AllocateNextSlot(ctx context.Context) (int, error) {
 	req := &request{kind: opAllocateNext}
 	if err := a.submit(ctx, req); err != nil {
@@ -241,7 +243,8 @@ func (a *Store) AllocateNextSlot(ctx context.Context) (int, error) {
 	return req.slot, nil
 }
 
-// ReleaseSlot frees slot i; a no-op when it is not set.
+// ReleaseSlot frees slot i; a no-op when it is not set. Every error is a
+// failure of the whole batch.
 func (a *Store) ReleaseSlot(ctx context.Context, i int) error {
 	req := &request{kind: opRelease, slot: i}
 	if err := a.submit(ctx, req); err != nil {
@@ -264,10 +267,20 @@ func (a *Store) Read(ctx context.Context, fn func(*bitset.Set)) error {
 // Usage reports the fill level, confirmed against etcd.
 func (a *Store) Usage(ctx context.Context) (allocation.Usage, error) {
 	var u allocation.Usage
-	if err := a.Read(ctx, func(b *bitset.Set) { u = usageOf(b) }); err != nil {
+	if err := a.Read(ctx, func(b *bitset.Set) { u = UsageOf(b) }); err != nil {
 		return allocation.Usage{}, fmt.Errorf("usage: %w", err)
 	}
 	return u, nil
+}
+
+// UsageOf is the fill level of a map's slots, as Store.Usage reports it.
+func UsageOf(b *bitset.Set) allocation.Usage {
+	return allocation.Usage{
+		Size:       uint64(b.Size()),
+		Used:       uint64(b.Used()),
+		StaticSize: uint64(b.StaticSize()),
+		StaticUsed: uint64(b.UsedStatic()),
+	}
 }
 
 // EtcdAllocator is the bitmap model of ClusterIPs on etcd: a Store whose
@@ -276,6 +289,10 @@ func (a *Store) Usage(ctx context.Context) (allocation.Usage, error) {
 type EtcdAllocator struct {
 	*Store
 	rng subrange.Range
+
+	// rerangeBeforeWrite, when set (tests only), runs between the re-range's
+	// read and its CAS write, so a test can slip a concurrent write in.
+	rerangeBeforeWrite func()
 }
 
 var _ allocation.Interface = (*EtcdAllocator)(nil)
@@ -284,8 +301,8 @@ var _ allocation.Interface = (*EtcdAllocator)(nil)
 type ipSpace struct{ rng subrange.Range }
 
 func (s ipSpace) Spec() string     { return s.rng.Prefix().String() }
-func (s ipSpace) Slots() int       { return int(min(s.rng.Size(), maxSlots+1)) }
-func (s ipSpace) StaticSlots() int { return int(min(s.rng.StaticSize(), maxSlots+1)) }
+func (s ipSpace) Slots() int       { return int(min(s.rng.Size(), MaxSlots+1)) }
+func (s ipSpace) StaticSlots() int { return int(min(s.rng.StaticSize(), MaxSlots+1)) }
 func (s ipSpace) Matches(stored string) bool {
 	p, err := netip.ParsePrefix(stored)
 	return err == nil && p == s.rng.Prefix()
@@ -294,8 +311,8 @@ func (s ipSpace) Matches(stored string) bool {
 // NewEtcdAllocator returns an allocator over r whose map lives at key. It does
 // no I/O: the first call loads the map; Initialize creates it.
 func NewEtcdAllocator(client *clientv3.Client, key string, r subrange.Range, opts EtcdOptions) (*EtcdAllocator, error) {
-	if r.Size() > maxSlots {
-		return nil, fmt.Errorf("range %s has %d addresses, more than the %d a bitmap holds", r.Prefix(), r.Size(), maxSlots)
+	if r.Size() > MaxSlots {
+		return nil, fmt.Errorf("range %s has %d addresses, more than the %d a bitmap holds", r.Prefix(), r.Size(), MaxSlots)
 	}
 	store, err := NewStore(client, key, ipSpace{r}, opts)
 	if err != nil {
@@ -348,29 +365,31 @@ func (a *EtcdAllocator) Open(ctx context.Context) (OpenResult, error) {
 	return OpenResult{Rerange: rr}, nil
 }
 
-// Allocate reserves ip.
+// Allocate reserves ip. The store's own answers (allocation.ErrAllocated,
+// ErrAmbiguousAllocation) are returned as they are; a failure of the batch
+// that carried the call says which address.
 func (a *EtcdAllocator) Allocate(ctx context.Context, ip netip.Addr, _ allocation.Owner) error {
 	slot, err := indexOf(a.rng, ip)
 	if err != nil {
 		return err
 	}
-	req := &request{kind: opAllocate, slot: slot}
-	if err := a.submit(ctx, req); err != nil {
-		return fmt.Errorf("allocate %s: %w", ip, err)
+	err = a.AllocateSlot(ctx, slot)
+	if err == nil || errors.Is(err, allocation.ErrAllocated) || errors.Is(err, ErrAmbiguousAllocation) {
+		return err
 	}
-	return req.err
+	return fmt.Errorf("allocate %s: %w", ip, err)
 }
 
 // AllocateNext reserves a free address, upper band first.
 func (a *EtcdAllocator) AllocateNext(ctx context.Context, _ allocation.Owner) (netip.Addr, error) {
-	req := &request{kind: opAllocateNext}
-	if err := a.submit(ctx, req); err != nil {
+	slot, err := a.AllocateNextSlot(ctx)
+	if errors.Is(err, allocation.ErrFull) {
+		return netip.Addr{}, err
+	}
+	if err != nil {
 		return netip.Addr{}, fmt.Errorf("allocate next: %w", err)
 	}
-	if req.err != nil {
-		return netip.Addr{}, req.err
-	}
-	return addrOf(a.rng, req.slot), nil
+	return addrOf(a.rng, slot), nil
 }
 
 // Release frees ip; it is a no-op when ip is not allocated or out of range.
@@ -379,11 +398,10 @@ func (a *EtcdAllocator) Release(ctx context.Context, ip netip.Addr, _ allocation
 	if !ok {
 		return nil
 	}
-	req := &request{kind: opRelease, slot: int(slot)}
-	if err := a.submit(ctx, req); err != nil {
+	if err := a.ReleaseSlot(ctx, int(slot)); err != nil {
 		return fmt.Errorf("release %s: %w", ip, err)
 	}
-	return req.err
+	return nil
 }
 
 // Has reports whether ip is allocated, confirmed against etcd.
