@@ -8,6 +8,7 @@ import (
 
 	"github.com/allocator/allocator/pkg/allocation"
 	"github.com/allocator/allocator/pkg/bitset"
+	"github.com/allocator/allocator/pkg/rangealloc"
 	"github.com/allocator/allocator/pkg/subrange"
 )
 
@@ -33,8 +34,8 @@ func NewAllocator(r subrange.Range) (*Allocator, error) {
 }
 
 func newRangeBitmap(r subrange.Range) (*bitset.Set, error) {
-	if r.Size() > MaxSlots {
-		return nil, fmt.Errorf("range %s has %d addresses, more than the %d a bitmap holds", r.Prefix(), r.Size(), MaxSlots)
+	if r.Size() > rangealloc.MaxSlots {
+		return nil, fmt.Errorf("range %s has %d addresses, more than the %d a bitmap holds", r.Prefix(), r.Size(), rangealloc.MaxSlots)
 	}
 	return bitset.New(int(r.Size()), int(r.StaticSize()))
 }
@@ -108,7 +109,7 @@ func (a *Allocator) ForEach(_ context.Context, fn func(netip.Addr)) error {
 func (a *Allocator) Usage(context.Context) (allocation.Usage, error) {
 	a.mu.Lock()
 	defer a.mu.Unlock()
-	return UsageOf(a.bits), nil
+	return rangealloc.UsageOf(a.bits), nil
 }
 
 // Used is the number of allocated addresses.

@@ -12,6 +12,7 @@ import (
 	"github.com/allocator/allocator/pkg/etcdlayout"
 	"github.com/allocator/allocator/pkg/holding"
 	"github.com/allocator/allocator/pkg/model"
+	"github.com/allocator/allocator/pkg/rangealloc"
 	"github.com/allocator/allocator/pkg/subrange"
 )
 
@@ -62,7 +63,7 @@ func (a *EtcdAllocator) servicesPrefix() string {
 func (a *EtcdAllocator) storedPrefix(storedRange string) (netip.Prefix, error) {
 	p, err := netip.ParsePrefix(storedRange)
 	if err != nil {
-		return netip.Prefix{}, fmt.Errorf("%s holds range %q, configured %s: %w", a.Key(), storedRange, a.rng.Prefix(), ErrStoredRangeMismatch)
+		return netip.Prefix{}, fmt.Errorf("%s holds range %q, configured %s: %w", a.Key(), storedRange, a.rng.Prefix(), rangealloc.ErrStoredRangeMismatch)
 	}
 	return p, nil
 }
@@ -88,7 +89,7 @@ func (a *EtcdAllocator) rerange(ctx context.Context) (*Rerange, error) {
 		}
 		if from.Addr().Is6() != a.rng.IPv6() {
 			return nil, fmt.Errorf("%s holds range %s of the other IP family, configured %s (a changed family order is not re-ranged): %w",
-				a.Key(), from, a.rng.Prefix(), ErrStoredRangeMismatch)
+				a.Key(), from, a.rng.Prefix(), rangealloc.ErrStoredRangeMismatch)
 		}
 		var next []byte
 		if rr, next, err = a.reranged(ctx, from, storedRange, data, services); err != nil {
