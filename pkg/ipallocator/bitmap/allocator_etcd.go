@@ -62,7 +62,7 @@ func (a *EtcdAllocator) IPv6() bool { return a.rng.IPv6() }
 // create-if-absent transaction, so two initialisers cannot both win. It
 // reports whether this call created it. A stored map for another range of the
 // same family is re-ranged (see Open); one of the other family is an error
-// (ErrStoredRangeMismatch), never overwritten.
+// (rangealloc.ErrStoredRangeMismatch), never overwritten.
 func (a *EtcdAllocator) Initialize(ctx context.Context) (bool, error) {
 	res, err := a.Open(ctx)
 	return res.Created, err
@@ -97,8 +97,8 @@ func (a *EtcdAllocator) Open(ctx context.Context) (OpenResult, error) {
 }
 
 // Allocate reserves ip. The store's own answers (allocation.ErrAllocated,
-// ErrAmbiguousAllocation) are returned as they are; a failure of the batch
-// that carried the call says which address.
+// rangealloc.ErrAmbiguousAllocation) are returned as they are; a failure of
+// the batch that carried the call says which address.
 func (a *EtcdAllocator) Allocate(ctx context.Context, ip netip.Addr, _ allocation.Owner) error {
 	slot, err := indexOf(a.rng, ip)
 	if err != nil {

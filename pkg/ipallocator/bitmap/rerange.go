@@ -36,9 +36,10 @@ import (
 //   - Bits outside the new range are dropped and each one is logged; the
 //     Services holding them are reported by the bitmap repair
 //     (ClusterIPOutOfRange), as upstream does.
-//   - A stored map of the other IP family is refused (ErrStoredRangeMismatch):
-//     that is a swap of the cluster's family order, where every allocation of
-//     both keys would be dropped at once.
+//   - A stored map of the other IP family is refused
+//     (rangealloc.ErrStoredRangeMismatch): that is a swap of the cluster's
+//     family order, where every allocation of both keys would be dropped at
+//     once.
 
 // Rerange describes one re-ranging of the stored map.
 type Rerange struct {
