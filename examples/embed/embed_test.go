@@ -15,9 +15,10 @@ import (
 	"k8s.io/client-go/kubernetes"
 
 	"github.com/allocator/allocator/internal/etcdtest"
-	"github.com/allocator/allocator/pkg/bitmap"
 	"github.com/allocator/allocator/pkg/etcdlayout"
+	"github.com/allocator/allocator/pkg/ipallocator/bitmap"
 	"github.com/allocator/allocator/pkg/model"
+	"github.com/allocator/allocator/pkg/rangealloc"
 	"github.com/allocator/allocator/pkg/subrange"
 )
 
@@ -188,7 +189,7 @@ func bitmapOf(t *testing.T, etcd *etcdtest.Etcd, key string, prefix netip.Prefix
 	if err != nil {
 		t.Fatal(err)
 	}
-	a, err := bitmap.NewEtcdAllocator(etcd.Client(), key, rng, bitmap.EtcdOptions{})
+	a, err := bitmap.NewEtcdAllocator(etcd.Client(), key, rng, rangealloc.EtcdOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -54,10 +54,11 @@ import (
 	"k8s.io/klog/v2"
 
 	"github.com/allocator/allocator/pkg/allocation"
-	"github.com/allocator/allocator/pkg/bitmap"
 	"github.com/allocator/allocator/pkg/etcdlayout"
 	generatedopenapi "github.com/allocator/allocator/pkg/generated/openapi"
+	"github.com/allocator/allocator/pkg/ipallocator/bitmap"
 	"github.com/allocator/allocator/pkg/model"
+	"github.com/allocator/allocator/pkg/rangealloc"
 	"github.com/allocator/allocator/pkg/servicealloc"
 	"github.com/allocator/allocator/pkg/subrange"
 )
@@ -193,7 +194,7 @@ func newAllocator(ctx context.Context, client *clientv3.Client, opts options) (*
 		if err != nil {
 			return nil, fmt.Errorf("service range %s: %w", prefix, err)
 		}
-		a, err := bitmap.NewEtcdAllocator(client, keys[i], rng, bitmap.EtcdOptions{})
+		a, err := bitmap.NewEtcdAllocator(client, keys[i], rng, rangealloc.EtcdOptions{})
 		if err != nil {
 			return nil, fmt.Errorf("service range %s: %w", prefix, err)
 		}

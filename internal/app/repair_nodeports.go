@@ -8,11 +8,11 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/record"
 
-	"github.com/allocator/allocator/pkg/bitmap"
 	"github.com/allocator/allocator/pkg/etcdlayout"
 	"github.com/allocator/allocator/pkg/portallocator"
 	"github.com/allocator/allocator/pkg/portallocator/portrepair"
 	"github.com/allocator/allocator/pkg/portrange"
+	"github.com/allocator/allocator/pkg/rangealloc"
 	"github.com/allocator/allocator/pkg/report"
 )
 
@@ -37,7 +37,7 @@ func (o *repairOptions) nodePortRepair(ctx context.Context, etcd *clientv3.Clien
 	if err != nil {
 		return nil, fmt.Errorf("%s holds range %q: %w", key, ra.Range, err)
 	}
-	store, err := portallocator.NewEtcd(etcd, key, rng, bitmap.EtcdOptions{})
+	store, err := portallocator.NewEtcd(etcd, key, rng, rangealloc.EtcdOptions{})
 	if err != nil {
 		return nil, err
 	}

@@ -21,7 +21,7 @@ import (
 	"k8s.io/component-base/metrics"
 
 	"github.com/allocator/allocator/pkg/allocation"
-	"github.com/allocator/allocator/pkg/bitmap"
+	"github.com/allocator/allocator/pkg/rangealloc"
 	"github.com/allocator/allocator/pkg/subrange"
 )
 
@@ -92,7 +92,7 @@ type collider interface {
 
 // casStats is implemented by the bitmap model on etcd.
 type casStats interface {
-	Stats() bitmap.EtcdStats
+	Stats() rangealloc.EtcdStats
 }
 
 // byCIDR is implemented by allocators that report usage per CIDR.

@@ -10,7 +10,7 @@ import (
 	"k8s.io/component-base/metrics/testutil"
 
 	"github.com/allocator/allocator/pkg/allocation"
-	"github.com/allocator/allocator/pkg/bitmap"
+	"github.com/allocator/allocator/pkg/ipallocator/bitmap"
 	"github.com/allocator/allocator/pkg/model"
 	"github.com/allocator/allocator/pkg/subrange"
 )

@@ -7,10 +7,10 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"k8s.io/klog/v2"
 
-	"github.com/allocator/allocator/pkg/bitmap"
 	"github.com/allocator/allocator/pkg/etcdlayout"
 	"github.com/allocator/allocator/pkg/portallocator"
 	"github.com/allocator/allocator/pkg/portrange"
+	"github.com/allocator/allocator/pkg/rangealloc"
 )
 
 // openNodePorts builds the node-port allocator on the server's etcd and
@@ -20,7 +20,7 @@ import (
 // the bitmap. A stored map of another range is re-ranged (portallocator.Open).
 func openNodePorts(ctx context.Context, client *clientv3.Client, etcdPrefix string, r portrange.Range) (*portallocator.EtcdAllocator, error) {
 	key := etcdlayout.Layout{Prefix: etcdPrefix}.ServiceNodePortRange()
-	a, err := portallocator.NewEtcd(client, key, r, bitmap.EtcdOptions{})
+	a, err := portallocator.NewEtcd(client, key, r, rangealloc.EtcdOptions{})
 	if err != nil {
 		return nil, fmt.Errorf("node-port range %s: %w", r, err)
 	}

@@ -1,6 +1,7 @@
 // Package bitset is the allocation bit set under both bitmap RangeAllocations
-// (ClusterIPs in pkg/bitmap, node ports in pkg/portallocator) and the IPAddress
-// model's free index (pkg/ipallocator/ipaddress). It knows nothing of what a slot means:
+// (pkg/rangealloc's store: ClusterIPs in pkg/ipallocator/bitmap, node ports
+// in pkg/portallocator) and the IPAddress model's free index
+// (pkg/ipallocator/ipaddress). It knows nothing of what a slot means:
 // mapping slots to addresses or ports is its users' job.
 //
 // A Set is a fixed set of slots with no notion of addresses or ports. Slots

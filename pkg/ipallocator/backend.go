@@ -13,12 +13,13 @@ import (
 	"k8s.io/klog/v2"
 
 	"github.com/allocator/allocator/pkg/allocation"
-	"github.com/allocator/allocator/pkg/bitmap"
 	"github.com/allocator/allocator/pkg/etcdlayout"
+	"github.com/allocator/allocator/pkg/ipallocator/bitmap"
 	"github.com/allocator/allocator/pkg/ipallocator/dualwrite"
 	"github.com/allocator/allocator/pkg/ipallocator/ipaddress"
 	"github.com/allocator/allocator/pkg/ipallocator/iprepair"
 	"github.com/allocator/allocator/pkg/model"
+	"github.com/allocator/allocator/pkg/rangealloc"
 	"github.com/allocator/allocator/pkg/subrange"
 	"github.com/allocator/allocator/pkg/transition"
 )
@@ -167,7 +168,7 @@ func (b *Backend) openBitmap(ctx context.Context, prefix netip.Prefix, primary b
 		a, err := bitmap.NewAllocator(rng)
 		return a, nil, err
 	}
-	bits, err := bitmap.NewEtcdAllocator(b.cfg.Etcd, b.rangeKey(primary), rng, bitmap.EtcdOptions{})
+	bits, err := bitmap.NewEtcdAllocator(b.cfg.Etcd, b.rangeKey(primary), rng, rangealloc.EtcdOptions{})
 	if err != nil {
 		return nil, nil, fmt.Errorf("service range %s: %w", prefix, err)
 	}
@@ -196,7 +197,7 @@ func (b *Backend) openIPAddress(ctx context.Context, prefix netip.Prefix, primar
 		klog.FromContext(ctx).Info("The service range cannot have a bitmap; its family is never dual-written", "range", prefix, "err", err)
 		return ipa, nil, nil
 	}
-	bits, err := bitmap.NewEtcdAllocator(b.cfg.Etcd, b.rangeKey(primary), rng, bitmap.EtcdOptions{})
+	bits, err := bitmap.NewEtcdAllocator(b.cfg.Etcd, b.rangeKey(primary), rng, rangealloc.EtcdOptions{})
 	if err != nil {
 		return nil, nil, fmt.Errorf("dual-write bitmap for %s: %w", prefix, err)
 	}

@@ -5,9 +5,9 @@ import (
 	"testing"
 
 	"github.com/allocator/allocator/internal/etcdtest"
-	"github.com/allocator/allocator/pkg/bitmap"
 	"github.com/allocator/allocator/pkg/etcdlayout"
 	"github.com/allocator/allocator/pkg/ipallocator"
+	"github.com/allocator/allocator/pkg/ipallocator/bitmap"
 	"github.com/allocator/allocator/pkg/model"
 )
 

@@ -13,8 +13,8 @@
 // The models themselves live below: ipaddress (IPAddress objects over
 // ServiceCIDRs), dualwrite (the IPAddress model that also writes the bitmap
 // while bitmap-model writers may be live, and the bitmap model's replica
-// that writes IPAddresses), controller (the repairs and migrations of both
-// models); the bitmap allocators are pkg/bitmap's.
+// that writes IPAddresses), iprepair (the repairs and migrations of both
+// models), bitmap (the bitmap model's allocators, on pkg/rangealloc's store).
 //
 // Invariants and why:
 //   - The bitmaps a Backend reports are exactly the ones its allocators

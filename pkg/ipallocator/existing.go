@@ -12,10 +12,12 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
 
-	"github.com/allocator/allocator/pkg/bitmap"
+	"github.com/allocator/allocator/pkg/ipallocator/bitmap"
+
 	"github.com/allocator/allocator/pkg/etcdlayout"
 	"github.com/allocator/allocator/pkg/ipallocator/iprepair"
 	"github.com/allocator/allocator/pkg/model"
+	"github.com/allocator/allocator/pkg/rangealloc"
 	"github.com/allocator/allocator/pkg/rangeusage"
 	"github.com/allocator/allocator/pkg/subrange"
 )
@@ -211,7 +213,7 @@ func existingStore(etcd *clientv3.Client, key string, prefix netip.Prefix) (ipre
 	if err != nil {
 		return nil, fmt.Errorf("service range %s: %w", prefix, err)
 	}
-	store, err := bitmap.NewEtcdAllocator(etcd, key, rng, bitmap.EtcdOptions{})
+	store, err := bitmap.NewEtcdAllocator(etcd, key, rng, rangealloc.EtcdOptions{})
 	if err != nil {
 		return nil, err
 	}

@@ -9,10 +9,11 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/allocator/allocator/internal/etcdtest"
-	"github.com/allocator/allocator/pkg/bitmap"
 	"github.com/allocator/allocator/pkg/etcdlayout"
 	"github.com/allocator/allocator/pkg/ipallocator"
+	"github.com/allocator/allocator/pkg/ipallocator/bitmap"
 	"github.com/allocator/allocator/pkg/model"
+	"github.com/allocator/allocator/pkg/rangealloc"
 	"github.com/allocator/allocator/pkg/subrange"
 )
 
@@ -46,7 +47,7 @@ func TestOpenRepair(t *testing.T) {
 	}
 
 	store, err := bitmap.NewEtcdAllocator(etcd, etcdlayout.Layout{Prefix: prefix}.PrimaryServiceIPRange(),
-		subrange.MustNew(netip.MustParsePrefix("10.0.0.0/24"), model.Bitmap), bitmap.EtcdOptions{})
+		subrange.MustNew(netip.MustParsePrefix("10.0.0.0/24"), model.Bitmap), rangealloc.EtcdOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -8,9 +8,9 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/allocator/allocator/pkg/allocation"
-	"github.com/allocator/allocator/pkg/bitmap"
 	"github.com/allocator/allocator/pkg/bitset"
 	"github.com/allocator/allocator/pkg/portrange"
+	"github.com/allocator/allocator/pkg/rangealloc"
 )
 
 // ErrAllocated means a static allocation asked for a port that is taken.
@@ -53,7 +53,7 @@ type Interface interface {
 
 // EtcdAllocator is the node-port map on etcd.
 type EtcdAllocator struct {
-	*bitmap.Store
+	*rangealloc.Store
 	rng portrange.Range
 }
 
@@ -61,11 +61,11 @@ var _ Interface = (*EtcdAllocator)(nil)
 
 // NewEtcd returns an allocator of r whose map lives at key. It does no I/O;
 // Open creates the map.
-func NewEtcd(client *clientv3.Client, key string, r portrange.Range, opts bitmap.EtcdOptions) (*EtcdAllocator, error) {
+func NewEtcd(client *clientv3.Client, key string, r portrange.Range, opts rangealloc.EtcdOptions) (*EtcdAllocator, error) {
 	if r.IsZero() {
 		return nil, errors.New("node-port allocator: empty port range")
 	}
-	store, err := bitmap.NewStore(client, key, r, opts)
+	store, err := rangealloc.NewStore(client, key, r, opts)
 	if err != nil {
 		return nil, fmt.Errorf("node-port allocator: %w", err)
 	}
@@ -78,7 +78,7 @@ func NewEtcd(client *clientv3.Client, key string, r portrange.Range, opts bitmap
 // others are dropped and reported, in one CAS write (see rerange.go).
 func (a *EtcdAllocator) Open(ctx context.Context) (created bool, dropped []int, err error) {
 	created, err = a.Create(ctx)
-	if err == nil || !errors.Is(err, bitmap.ErrStoredRangeMismatch) {
+	if err == nil || !errors.Is(err, rangealloc.ErrStoredRangeMismatch) {
 		return created, nil, err
 	}
 	dropped, err = a.rerange(ctx)

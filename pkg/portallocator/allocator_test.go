@@ -11,16 +11,16 @@ import (
 	"github.com/allocator/allocator/internal/etcdtest"
 	"github.com/allocator/allocator/internal/fixtures"
 	"github.com/allocator/allocator/pkg/allocation"
-	"github.com/allocator/allocator/pkg/bitmap"
 	"github.com/allocator/allocator/pkg/etcdlayout"
 	"github.com/allocator/allocator/pkg/portrange"
+	"github.com/allocator/allocator/pkg/rangealloc"
 )
 
 const key = "/registry/ranges/servicenodeports"
 
 func open(t *testing.T, etcd *etcdtest.Etcd, spec string) *EtcdAllocator {
 	t.Helper()
-	a, err := NewEtcd(etcd.Client(), key, portrange.MustParse(spec), bitmap.EtcdOptions{})
+	a, err := NewEtcd(etcd.Client(), key, portrange.MustParse(spec), rangealloc.EtcdOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -120,7 +120,7 @@ func TestRerange(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	b, err := NewEtcd(etcd.Client(), key, portrange.MustParse("30000-31999"), bitmap.EtcdOptions{})
+	b, err := NewEtcd(etcd.Client(), key, portrange.MustParse("30000-31999"), rangealloc.EtcdOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -144,7 +144,7 @@ func TestRerange(t *testing.T) {
 		t.Errorf("stored range %q, %v", ra.Range, err)
 	}
 	// The old instance now fails instead of overwriting the new map.
-	if err := a.Allocate(ctx, 30002); !errors.Is(err, bitmap.ErrStoredRangeMismatch) {
+	if err := a.Allocate(ctx, 30002); !errors.Is(err, rangealloc.ErrStoredRangeMismatch) {
 		t.Errorf("allocation on the old range after re-range = %v, want ErrStoredRangeMismatch", err)
 	}
 }

@@ -1,6 +1,7 @@
 // Package portallocator allocates node ports on the bitmap engine: the same
-// RangeAllocation store as ClusterIPs (pkg/bitmap.Store: one key, CAS on its
-// ModRevision, group commit), over a portrange.Range instead of an IP range.
+// RangeAllocation store as ClusterIPs (pkg/rangealloc's Store: one key, CAS
+// on its ModRevision, group commit), over a portrange.Range instead of an IP
+// range.
 // The map lives at <prefix>/ranges/servicenodeports with range "30000-32767"
 // and bit i = port base+i, byte-compatible with kube-apiserver's.
 //

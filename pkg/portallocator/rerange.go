@@ -6,8 +6,8 @@ import (
 
 	"k8s.io/klog/v2"
 
-	"github.com/allocator/allocator/pkg/bitmap"
 	"github.com/allocator/allocator/pkg/portrange"
+	"github.com/allocator/allocator/pkg/rangealloc"
 )
 
 // rerange carries a stored map of another node-port range (a changed
@@ -18,13 +18,13 @@ import (
 // must never be handed out again just because the range grew.
 func (a *EtcdAllocator) rerange(ctx context.Context) ([]int, error) {
 	var from portrange.Range
-	droppedSlots, err := a.RerangeSlots(ctx, func(stored string) (bitmap.SlotMap, error) {
+	droppedSlots, err := a.RerangeSlots(ctx, func(stored string) (rangealloc.SlotMap, error) {
 		r, err := portrange.Parse(stored)
 		if err != nil {
-			return bitmap.SlotMap{}, err
+			return rangealloc.SlotMap{}, err
 		}
 		from = r
-		return bitmap.SlotMap{Slots: r.Size(), To: func(i int) (int, bool) {
+		return rangealloc.SlotMap{Slots: r.Size(), To: func(i int) (int, bool) {
 			return a.rng.Index(r.Base() + i)
 		}}, nil
 	})

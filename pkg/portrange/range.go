@@ -164,7 +164,7 @@ func StaticBandSize(size int) int {
 }
 
 // Spec, Slots, StaticSlots and Matches make a Range the space of a bitmap
-// RangeAllocation store (pkg/bitmap.Space).
+// RangeAllocation store (pkg/rangealloc.Space).
 
 // Spec is the RangeAllocation's range field.
 func (r Range) Spec() string { return r.String() }

@@ -11,9 +11,9 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
 
-	"github.com/allocator/allocator/pkg/bitmap"
 	"github.com/allocator/allocator/pkg/etcdlayout"
 	"github.com/allocator/allocator/pkg/holding"
+	"github.com/allocator/allocator/pkg/ipallocator/bitmap"
 	"github.com/allocator/allocator/pkg/model"
 	"github.com/allocator/allocator/pkg/scope"
 	"github.com/allocator/allocator/pkg/subrange"

@@ -11,10 +11,10 @@ import (
 
 	"github.com/allocator/allocator/internal/etcdtest"
 	"github.com/allocator/allocator/pkg/allocation"
-	"github.com/allocator/allocator/pkg/bitmap"
 	"github.com/allocator/allocator/pkg/etcdlayout"
 	"github.com/allocator/allocator/pkg/portallocator"
 	"github.com/allocator/allocator/pkg/portrange"
+	"github.com/allocator/allocator/pkg/rangealloc"
 )
 
 // TestStartClosed: a closed Allocator refuses every reservation, of an
@@ -23,7 +23,7 @@ import (
 func TestStartClosed(t *testing.T) {
 	ctx := context.Background()
 	etcd := etcdtest.New(t)
-	ports, err := portallocator.NewEtcd(etcd.Client(), etcdlayout.Layout{}.ServiceNodePortRange(), portrange.MustParse("30000-30010"), bitmap.EtcdOptions{})
+	ports, err := portallocator.NewEtcd(etcd.Client(), etcdlayout.Layout{}.ServiceNodePortRange(), portrange.MustParse("30000-30010"), rangealloc.EtcdOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}

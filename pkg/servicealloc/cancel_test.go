@@ -11,8 +11,9 @@ import (
 
 	"github.com/allocator/allocator/internal/etcdtest"
 	"github.com/allocator/allocator/pkg/allocation"
-	"github.com/allocator/allocator/pkg/bitmap"
+	"github.com/allocator/allocator/pkg/ipallocator/bitmap"
 	"github.com/allocator/allocator/pkg/model"
+	"github.com/allocator/allocator/pkg/rangealloc"
 	"github.com/allocator/allocator/pkg/subrange"
 )
 
@@ -30,7 +31,7 @@ func newEtcdAllocators(t *testing.T, prefixes ...string) []*bitmap.EtcdAllocator
 		if i > 0 {
 			key = "/registry/ranges/secondaryserviceips"
 		}
-		a, err := bitmap.NewEtcdAllocator(etcd.Client(), key, rng, bitmap.EtcdOptions{})
+		a, err := bitmap.NewEtcdAllocator(etcd.Client(), key, rng, rangealloc.EtcdOptions{})
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -11,10 +11,10 @@ import (
 	"time"
 
 	"github.com/allocator/allocator/internal/etcdtest"
-	"github.com/allocator/allocator/pkg/bitmap"
 	"github.com/allocator/allocator/pkg/portallocator"
 	"github.com/allocator/allocator/pkg/portallocator/portrepair"
 	"github.com/allocator/allocator/pkg/portrange"
+	"github.com/allocator/allocator/pkg/rangealloc"
 	"github.com/allocator/allocator/pkg/report"
 )
 
@@ -87,7 +87,7 @@ func TestRepairCLINodePorts(t *testing.T) {
 	etcd := etcdtest.New(t)
 	kubeconfig, _ := startServe(t, bin, etcd, "--service-cluster-ip-range", "10.0.0.0/24")
 	ctx := context.Background()
-	store, err := portallocator.NewEtcd(etcd.Client(), "/registry/ranges/servicenodeports", portrange.MustParse(portrange.Default), bitmap.EtcdOptions{})
+	store, err := portallocator.NewEtcd(etcd.Client(), "/registry/ranges/servicenodeports", portrange.MustParse(portrange.Default), rangealloc.EtcdOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}

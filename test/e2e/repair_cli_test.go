@@ -30,10 +30,11 @@ import (
 
 	"github.com/allocator/allocator/internal/etcdtest"
 	"github.com/allocator/allocator/pkg/allocation"
-	"github.com/allocator/allocator/pkg/bitmap"
 	"github.com/allocator/allocator/pkg/etcdlayout"
+	"github.com/allocator/allocator/pkg/ipallocator/bitmap"
 	"github.com/allocator/allocator/pkg/ipallocator/iprepair"
 	"github.com/allocator/allocator/pkg/model"
+	"github.com/allocator/allocator/pkg/rangealloc"
 	"github.com/allocator/allocator/pkg/report"
 	"github.com/allocator/allocator/pkg/subrange"
 )
@@ -196,7 +197,7 @@ func TestRepairCLIBitmap(t *testing.T) {
 	kubeconfig, client := startServe(t, bin, etcd, "--allocator", "bitmap", "--service-cluster-ip-range", "10.0.0.0/24")
 	ctx := context.Background()
 	rng := subrange.MustNew(netip.MustParsePrefix("10.0.0.0/24"), model.Bitmap)
-	store, err := bitmap.NewEtcdAllocator(etcd.Client(), "/registry/ranges/serviceips", rng, bitmap.EtcdOptions{})
+	store, err := bitmap.NewEtcdAllocator(etcd.Client(), "/registry/ranges/serviceips", rng, rangealloc.EtcdOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}

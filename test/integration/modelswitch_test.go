@@ -17,9 +17,10 @@ import (
 	"github.com/allocator/allocator/internal/fixtures"
 	"github.com/allocator/allocator/pkg/allocation"
 	"github.com/allocator/allocator/pkg/apiserver"
-	"github.com/allocator/allocator/pkg/bitmap"
+	"github.com/allocator/allocator/pkg/ipallocator/bitmap"
 	"github.com/allocator/allocator/pkg/ipallocator/ipaddress"
 	"github.com/allocator/allocator/pkg/model"
+	"github.com/allocator/allocator/pkg/rangealloc"
 	"github.com/allocator/allocator/pkg/subrange"
 )
 
@@ -82,7 +83,7 @@ func TestModelSwitch(t *testing.T) {
 
 	s = startServer(t, serverOptions{model: "bitmap", serviceRange: cidr, etcd: etcd})
 	store, err := bitmap.NewEtcdAllocator(etcd.Client(), "/registry/ranges/serviceips",
-		subrange.MustNew(netip.MustParsePrefix(cidr), model.Bitmap), bitmap.EtcdOptions{})
+		subrange.MustNew(netip.MustParsePrefix(cidr), model.Bitmap), rangealloc.EtcdOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -15,10 +15,10 @@ import (
 
 	"github.com/allocator/allocator/internal/etcdtest"
 	"github.com/allocator/allocator/internal/fixtures"
-	"github.com/allocator/allocator/pkg/bitmap"
 	"github.com/allocator/allocator/pkg/etcdlayout"
 	"github.com/allocator/allocator/pkg/portallocator"
 	"github.com/allocator/allocator/pkg/portrange"
+	"github.com/allocator/allocator/pkg/rangealloc"
 )
 
 const nodePortKey = "/registry/ranges/servicenodeports"
@@ -26,7 +26,7 @@ const nodePortKey = "/registry/ranges/servicenodeports"
 // heldPorts lists the ports the stored node-port map holds, read from etcd.
 func heldPorts(t *testing.T, ctx context.Context, etcd *etcdtest.Etcd) []int {
 	t.Helper()
-	a, err := portallocator.NewEtcd(etcd.Client(), nodePortKey, portrange.MustParse(portrange.Default), bitmap.EtcdOptions{})
+	a, err := portallocator.NewEtcd(etcd.Client(), nodePortKey, portrange.MustParse(portrange.Default), rangealloc.EtcdOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}

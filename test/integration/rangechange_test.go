@@ -14,8 +14,9 @@ import (
 	"k8s.io/client-go/kubernetes"
 
 	"github.com/allocator/allocator/internal/etcdtest"
-	"github.com/allocator/allocator/pkg/bitmap"
+	"github.com/allocator/allocator/pkg/ipallocator/bitmap"
 	"github.com/allocator/allocator/pkg/model"
+	"github.com/allocator/allocator/pkg/rangealloc"
 	"github.com/allocator/allocator/pkg/report"
 	"github.com/allocator/allocator/pkg/subrange"
 )
@@ -81,7 +82,7 @@ func serviceIPs(t *testing.T, ctx context.Context, c kubernetes.Interface) map[s
 func storedMap(t *testing.T, ctx context.Context, etcd *etcdtest.Etcd, cidr string) map[netip.Addr]bool {
 	t.Helper()
 	store, err := bitmap.NewEtcdAllocator(etcd.Client(), "/registry/ranges/serviceips",
-		subrange.MustNew(netip.MustParsePrefix(cidr), model.Bitmap), bitmap.EtcdOptions{})
+		subrange.MustNew(netip.MustParsePrefix(cidr), model.Bitmap), rangealloc.EtcdOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -15,11 +15,12 @@ import (
 
 	"github.com/allocator/allocator/internal/etcdtest"
 	"github.com/allocator/allocator/pkg/allocation"
-	"github.com/allocator/allocator/pkg/bitmap"
 	"github.com/allocator/allocator/pkg/etcdlayout"
+	"github.com/allocator/allocator/pkg/ipallocator/bitmap"
 	"github.com/allocator/allocator/pkg/ipallocator/ipaddress"
 	"github.com/allocator/allocator/pkg/ipallocator/iprepair"
 	"github.com/allocator/allocator/pkg/model"
+	"github.com/allocator/allocator/pkg/rangealloc"
 	"github.com/allocator/allocator/pkg/subrange"
 	"github.com/allocator/allocator/pkg/transition"
 )
@@ -115,7 +116,7 @@ func checkConsistent(t *testing.T, ctx context.Context, c kubernetes.Interface, 
 		}
 	}
 	store, err := bitmap.NewEtcdAllocator(etcd.Client(), "/registry/ranges/serviceips",
-		subrange.MustNew(netip.MustParsePrefix(cidr), model.Bitmap), bitmap.EtcdOptions{})
+		subrange.MustNew(netip.MustParsePrefix(cidr), model.Bitmap), rangealloc.EtcdOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -184,7 +185,7 @@ func TestMixedModels(t *testing.T) {
 	// What `allocator repair` reports: nothing once consistent; a bit set
 	// behind everyone's back shows up as a disagreement.
 	store, err := bitmap.NewEtcdAllocator(bm.etcd.Client(), "/registry/ranges/serviceips",
-		subrange.MustNew(netip.MustParsePrefix(cidr), model.Bitmap), bitmap.EtcdOptions{})
+		subrange.MustNew(netip.MustParsePrefix(cidr), model.Bitmap), rangealloc.EtcdOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}

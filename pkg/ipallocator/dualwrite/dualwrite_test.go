@@ -19,11 +19,12 @@ import (
 
 	"github.com/allocator/allocator/internal/testserver"
 	"github.com/allocator/allocator/pkg/allocation"
-	"github.com/allocator/allocator/pkg/bitmap"
 	"github.com/allocator/allocator/pkg/etcdlayout"
+	"github.com/allocator/allocator/pkg/ipallocator/bitmap"
 	"github.com/allocator/allocator/pkg/ipallocator/dualwrite"
 	"github.com/allocator/allocator/pkg/ipallocator/ipaddress"
 	"github.com/allocator/allocator/pkg/model"
+	"github.com/allocator/allocator/pkg/rangealloc"
 	"github.com/allocator/allocator/pkg/subrange"
 )
 
@@ -104,7 +105,7 @@ func (e *env) bits(t *testing.T, window string) *bitmap.EtcdAllocator {
 	if err != nil {
 		t.Fatal(err)
 	}
-	b, err := bitmap.NewEtcdAllocator(e.srv.Etcd.Client(), "/registry/dualwrite-test/"+t.Name(), rng, bitmap.EtcdOptions{})
+	b, err := bitmap.NewEtcdAllocator(e.srv.Etcd.Client(), "/registry/dualwrite-test/"+t.Name(), rng, rangealloc.EtcdOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}

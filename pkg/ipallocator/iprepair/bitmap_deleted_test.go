@@ -13,8 +13,9 @@ import (
 
 	"github.com/allocator/allocator/internal/testserver"
 	"github.com/allocator/allocator/pkg/allocation"
-	"github.com/allocator/allocator/pkg/bitmap"
+	"github.com/allocator/allocator/pkg/ipallocator/bitmap"
 	"github.com/allocator/allocator/pkg/ipallocator/iprepair"
+	"github.com/allocator/allocator/pkg/rangealloc"
 	"github.com/allocator/allocator/pkg/report"
 )
 
@@ -25,7 +26,7 @@ type racingStore struct {
 	before func()
 }
 
-func (s *racingStore) CompareAndWrite(ctx context.Context, data []byte, base bitmap.StoredMap) (int64, error) {
+func (s *racingStore) CompareAndWrite(ctx context.Context, data []byte, base rangealloc.StoredMap) (int64, error) {
 	s.once.Do(s.before)
 	return s.EtcdAllocator.CompareAndWrite(ctx, data, base)
 }

@@ -18,9 +18,10 @@ import (
 	"github.com/allocator/allocator/internal/fixtures"
 	"github.com/allocator/allocator/internal/testserver"
 	"github.com/allocator/allocator/pkg/allocation"
-	"github.com/allocator/allocator/pkg/bitmap"
+	"github.com/allocator/allocator/pkg/ipallocator/bitmap"
 	"github.com/allocator/allocator/pkg/ipallocator/iprepair"
 	"github.com/allocator/allocator/pkg/model"
+	"github.com/allocator/allocator/pkg/rangealloc"
 	"github.com/allocator/allocator/pkg/rangealloc/rangerepair"
 	"github.com/allocator/allocator/pkg/report"
 	"github.com/allocator/allocator/pkg/subrange"
@@ -34,7 +35,7 @@ func bitmapStore(t *testing.T, client *clientv3.Client, cidr string) *bitmap.Etc
 	if err != nil {
 		t.Fatal(err)
 	}
-	store, err := bitmap.NewEtcdAllocator(client, primaryKey, rng, bitmap.EtcdOptions{})
+	store, err := bitmap.NewEtcdAllocator(client, primaryKey, rng, rangealloc.EtcdOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -12,7 +12,8 @@ import (
 	"k8s.io/client-go/kubernetes"
 
 	"github.com/allocator/allocator/pkg/allocation"
-	"github.com/allocator/allocator/pkg/bitmap"
+	"github.com/allocator/allocator/pkg/ipallocator/bitmap"
+	"github.com/allocator/allocator/pkg/rangealloc"
 	"github.com/allocator/allocator/pkg/rangealloc/rangerepair"
 	"github.com/allocator/allocator/pkg/report"
 	"github.com/allocator/allocator/pkg/subrange"
@@ -110,7 +111,7 @@ func MigrateToBitmap(ctx context.Context, cfg MigrateConfig) (_ *MigrationReport
 
 // readBits reads store's map into an in-memory allocator (empty when the key
 // does not exist).
-func readBits(ctx context.Context, store BitmapStore) (*bitmap.Allocator, bitmap.StoredMap, error) {
+func readBits(ctx context.Context, store BitmapStore) (*bitmap.Allocator, rangealloc.StoredMap, error) {
 	stored, err := store.ReadStored(ctx)
 	if err != nil {
 		return nil, stored, fmt.Errorf("migrate: %w", err)
@@ -156,7 +157,7 @@ func mergeIntoBitmap(ctx context.Context, store BitmapStore, ips []netip.Addr, b
 			return created, present, kept, nil
 		}
 		_, err = store.CompareAndWrite(ctx, data, stored)
-		if errors.Is(err, bitmap.ErrConflict) {
+		if errors.Is(err, rangealloc.ErrConflict) {
 			continue
 		}
 		if err != nil {

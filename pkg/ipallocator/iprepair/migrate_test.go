@@ -26,11 +26,12 @@ import (
 	"github.com/allocator/allocator/internal/fixtures"
 	"github.com/allocator/allocator/internal/testserver"
 	"github.com/allocator/allocator/pkg/allocation"
-	"github.com/allocator/allocator/pkg/bitmap"
 	"github.com/allocator/allocator/pkg/etcdlayout"
+	"github.com/allocator/allocator/pkg/ipallocator/bitmap"
 	"github.com/allocator/allocator/pkg/ipallocator/ipaddress"
 	"github.com/allocator/allocator/pkg/ipallocator/iprepair"
 	"github.com/allocator/allocator/pkg/model"
+	"github.com/allocator/allocator/pkg/rangealloc"
 	"github.com/allocator/allocator/pkg/report"
 	"github.com/allocator/allocator/pkg/subrange"
 )
@@ -85,7 +86,7 @@ func familyStores(t *testing.T, etcd *etcdtest.Etcd, cidrs ...string) []iprepair
 		if err != nil {
 			t.Fatal(err)
 		}
-		s, err := bitmap.NewEtcdAllocator(etcd.Client(), keys[i], rng, bitmap.EtcdOptions{})
+		s, err := bitmap.NewEtcdAllocator(etcd.Client(), keys[i], rng, rangealloc.EtcdOptions{})
 		if err != nil {
 			t.Fatal(err)
 		}

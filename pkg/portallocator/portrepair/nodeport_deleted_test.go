@@ -11,11 +11,11 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/allocator/allocator/internal/testserver"
-	"github.com/allocator/allocator/pkg/bitmap"
 	"github.com/allocator/allocator/pkg/etcdlayout"
 	"github.com/allocator/allocator/pkg/portallocator"
 	"github.com/allocator/allocator/pkg/portallocator/portrepair"
 	"github.com/allocator/allocator/pkg/portrange"
+	"github.com/allocator/allocator/pkg/rangealloc"
 )
 
 // racingPortStore runs before once, just ahead of the pass's first write.
@@ -25,7 +25,7 @@ type racingPortStore struct {
 	before func()
 }
 
-func (s *racingPortStore) CompareAndWrite(ctx context.Context, data []byte, base bitmap.StoredMap) (int64, error) {
+func (s *racingPortStore) CompareAndWrite(ctx context.Context, data []byte, base rangealloc.StoredMap) (int64, error) {
 	s.once.Do(s.before)
 	return s.EtcdAllocator.CompareAndWrite(ctx, data, base)
 }
@@ -46,7 +46,7 @@ func TestNodePortRepairServiceDeletedDuringPass(t *testing.T) {
 	repairtest.WaitListed(t, srv, "default", "gone", true)
 	repairtest.WaitListed(t, srv, "default", "kept", true)
 
-	ports, err := portallocator.NewEtcd(etcd, etcdlayout.Layout{}.ServiceNodePortRange(), portrange.MustParse(portrange.Default), bitmap.EtcdOptions{})
+	ports, err := portallocator.NewEtcd(etcd, etcdlayout.Layout{}.ServiceNodePortRange(), portrange.MustParse(portrange.Default), rangealloc.EtcdOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}

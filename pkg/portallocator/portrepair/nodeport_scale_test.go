@@ -16,11 +16,11 @@ import (
 
 	"github.com/allocator/allocator/internal/testserver"
 	"github.com/allocator/allocator/pkg/apiserver"
-	"github.com/allocator/allocator/pkg/bitmap"
 	"github.com/allocator/allocator/pkg/etcdlayout"
 	"github.com/allocator/allocator/pkg/portallocator"
 	"github.com/allocator/allocator/pkg/portallocator/portrepair"
 	"github.com/allocator/allocator/pkg/portrange"
+	"github.com/allocator/allocator/pkg/rangealloc"
 )
 
 // TestNodePortScaleTiming measures a node-port repair pass over N NodePort
@@ -47,7 +47,7 @@ func TestNodePortScaleTiming(t *testing.T) {
 		}
 	})
 	t.Logf("created %d NodePort Services in %v", n, time.Since(start))
-	store, err := portallocator.NewEtcd(srv.Etcd.Client(), etcdlayout.Layout{}.ServiceNodePortRange(), rng, bitmap.EtcdOptions{})
+	store, err := portallocator.NewEtcd(srv.Etcd.Client(), etcdlayout.Layout{}.ServiceNodePortRange(), rng, rangealloc.EtcdOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}

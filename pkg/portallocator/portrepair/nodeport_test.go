@@ -20,10 +20,10 @@ import (
 	"k8s.io/apimachinery/pkg/util/wait"
 
 	"github.com/allocator/allocator/internal/testserver"
-	"github.com/allocator/allocator/pkg/bitmap"
 	"github.com/allocator/allocator/pkg/etcdlayout"
 	"github.com/allocator/allocator/pkg/portallocator"
 	"github.com/allocator/allocator/pkg/portrange"
+	"github.com/allocator/allocator/pkg/rangealloc"
 	"github.com/allocator/allocator/pkg/report"
 )
 
@@ -56,7 +56,7 @@ func TestNodePortRepairPlantedFaults(t *testing.T) {
 	ctx := repairtest.Context(t)
 	srv := testserver.Start(t, testserver.Options{ServiceRange: "10.0.0.0/24"})
 	etcd := srv.Etcd.Client()
-	store, err := portallocator.NewEtcd(etcd, etcdlayout.Layout{}.ServiceNodePortRange(), portrange.MustParse(portrange.Default), bitmap.EtcdOptions{})
+	store, err := portallocator.NewEtcd(etcd, etcdlayout.Layout{}.ServiceNodePortRange(), portrange.MustParse(portrange.Default), rangealloc.EtcdOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -40,7 +40,7 @@
 //     map needed none), so a pass rerun after a lost write counts nothing
 //     twice. An unchanged map is not rewritten; a missing map is created.
 //   - A pass whose merged write still loses MaxMergeAttempts times in a row,
-//     or whose map was deleted meanwhile, fails with bitmap.ErrConflict; Run
+//     or whose map was deleted meanwhile, fails with rangealloc.ErrConflict; Run
 //     then reruns that map from a fresh read and list, at most
 //     MaxConflictReruns times.
 package rangerepair

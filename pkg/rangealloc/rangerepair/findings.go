@@ -71,7 +71,7 @@ type Finished struct {
 // since the pass's read by the allocation that stored their Service, or
 // their Service deleted since the list: not a fault), counts the problems
 // left and records their events. A commit error is returned as it is, with
-// nothing counted or recorded; a bitmap.ErrConflict makes Run rerun the
+// nothing counted or recorded; a rangealloc.ErrConflict makes Run rerun the
 // pass.
 func (p *Pass[K]) Finish(ctx context.Context, f *Findings[K], to Reporting) (Finished, error) {
 	done := Finished{Allocated: p.Allocated()}

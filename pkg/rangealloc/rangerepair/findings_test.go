@@ -13,8 +13,8 @@ import (
 	"k8s.io/client-go/kubernetes/fake"
 	"k8s.io/client-go/tools/record"
 
-	"github.com/allocator/allocator/pkg/bitmap"
 	"github.com/allocator/allocator/pkg/portrange"
+	"github.com/allocator/allocator/pkg/rangealloc"
 	"github.com/allocator/allocator/pkg/rangealloc/rangerepair"
 	"github.com/allocator/allocator/pkg/report"
 )
@@ -22,21 +22,21 @@ import (
 // fakeStore is a stored map whose first writes lose to a concurrent
 // allocation: each lost write is followed by a read of the next map in reads.
 type fakeStore struct {
-	reads  []bitmap.StoredMap
+	reads  []rangealloc.StoredMap
 	losses int
 	wrote  [][]byte
 }
 
-func (s *fakeStore) ReadStored(context.Context) (bitmap.StoredMap, error) {
+func (s *fakeStore) ReadStored(context.Context) (rangealloc.StoredMap, error) {
 	m := s.reads[0]
 	s.reads = s.reads[1:]
 	return m, nil
 }
 
-func (s *fakeStore) CompareAndWrite(_ context.Context, data []byte, _ bitmap.StoredMap) (int64, error) {
+func (s *fakeStore) CompareAndWrite(_ context.Context, data []byte, _ rangealloc.StoredMap) (int64, error) {
 	if s.losses > 0 {
 		s.losses--
-		return 0, bitmap.ErrConflict
+		return 0, rangealloc.ErrConflict
 	}
 	s.wrote = append(s.wrote, data)
 	return 1, nil
@@ -61,7 +61,7 @@ func TestFinish(t *testing.T) {
 	leak := report.Problem{Type: report.TypeLeak, IP: "30009", Message: "leak"}
 	for _, dryRun := range []bool{false, true} {
 		store := &fakeStore{
-			reads:  []bitmap.StoredMap{{Revision: 2, Data: []byte{0x02}}}, // 30001 set since the pass's read
+			reads:  []rangealloc.StoredMap{{Revision: 2, Data: []byte{0x02}}}, // 30001 set since the pass's read
 			losses: 1,
 		}
 		r, err := rangerepair.New(rangerepair.Config[int]{
@@ -71,7 +71,7 @@ func TestFinish(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		pass, err := r.Begin(bitmap.StoredMap{Revision: 1})
+		pass, err := r.Begin(rangealloc.StoredMap{Revision: 1})
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -11,8 +11,8 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
-	"github.com/allocator/allocator/pkg/bitmap"
 	"github.com/allocator/allocator/pkg/bitset"
+	"github.com/allocator/allocator/pkg/rangealloc"
 )
 
 // Outcome is what Hold found for a key a Service holds.
@@ -35,7 +35,7 @@ const (
 // nothing and counts nothing.
 type Pass[K comparable] struct {
 	r      *Repairer[K]
-	stored bitmap.StoredMap
+	stored rangealloc.StoredMap
 	now    time.Time
 	// unheld is the stored map less every held key: what remains are leaks.
 	unheld  *bitset.Set
@@ -51,7 +51,7 @@ type Pass[K comparable] struct {
 
 // Begin starts a pass over stored, the map as read before the Services were
 // listed.
-func (r *Repairer[K]) Begin(stored bitmap.StoredMap) (*Pass[K], error) {
+func (r *Repairer[K]) Begin(stored rangealloc.StoredMap) (*Pass[K], error) {
 	unheld, err := r.decode(stored.Data)
 	if err != nil {
 		return nil, err
@@ -125,7 +125,7 @@ type Result[K comparable] struct {
 
 // Commit writes the rebuilt map if it differs from the stored one (merged
 // onto a fresh read after a lost compare-and-swap) and then makes the pass's
-// leak counts the repairer's. A bitmap.ErrConflict means the pass must be
+// leak counts the repairer's. A rangealloc.ErrConflict means the pass must be
 // rerun (Run does); nothing is committed then. Commit before Leaked is an
 // error: the rebuilt map would lack the leaks still counted.
 func (p *Pass[K]) Commit(ctx context.Context) (Result[K], error) {
@@ -165,7 +165,7 @@ func (p *Pass[K]) writeMerged(ctx context.Context, data []byte) (bool, map[int]b
 		if err == nil {
 			return true, notMissing, nil
 		}
-		if !errors.Is(err, bitmap.ErrConflict) || attempt >= MaxMergeAttempts {
+		if !errors.Is(err, rangealloc.ErrConflict) || attempt >= MaxMergeAttempts {
 			return false, nil, fmt.Errorf("write map of %s: %w", p.r.cfg.Space, err)
 		}
 		fresh, err := store.ReadStored(ctx)
@@ -174,7 +174,7 @@ func (p *Pass[K]) writeMerged(ctx context.Context, data []byte) (bool, map[int]b
 		}
 		if !fresh.Exists() {
 			// Deleted meanwhile: rebuilding it is a decision for a new pass.
-			return false, nil, fmt.Errorf("%s map deleted during the pass: %w", p.r.cfg.Space, bitmap.ErrConflict)
+			return false, nil, fmt.Errorf("%s map deleted during the pass: %w", p.r.cfg.Space, rangealloc.ErrConflict)
 		}
 		merged, err := p.r.decode(fresh.Data)
 		if err != nil {

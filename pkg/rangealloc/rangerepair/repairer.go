@@ -9,8 +9,8 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	corev1client "k8s.io/client-go/kubernetes/typed/core/v1"
 
-	"github.com/allocator/allocator/pkg/bitmap"
 	"github.com/allocator/allocator/pkg/bitset"
+	"github.com/allocator/allocator/pkg/rangealloc"
 )
 
 // LeakPasses is how many consecutive passes must see a key allocated with no
@@ -32,8 +32,8 @@ const MaxMergeAttempts = 100
 // compare-and-swap on it; *bitmap.EtcdAllocator and *portallocator.EtcdAllocator
 // implement it.
 type Store interface {
-	ReadStored(ctx context.Context) (bitmap.StoredMap, error)
-	CompareAndWrite(ctx context.Context, data []byte, base bitmap.StoredMap) (int64, error)
+	ReadStored(ctx context.Context) (rangealloc.StoredMap, error)
+	CompareAndWrite(ctx context.Context, data []byte, base rangealloc.StoredMap) (int64, error)
 }
 
 // Space maps the keys of one range (addresses, ports) to the slots of its map.
@@ -117,7 +117,7 @@ func (r *Repairer[K]) decode(data []byte) (*bitset.Set, error) {
 
 // Run makes one pass over every repairer: it reads each one's map, lists once
 // (after the reads, see the package doc), and calls repair with each pass. A
-// repair that fails with bitmap.ErrConflict (its write lost too often, or the
+// repair that fails with rangealloc.ErrConflict (its write lost too often, or the
 // map was deleted meanwhile) is rerun from a fresh read and a fresh list, at
 // most MaxConflictReruns times; any other error ends the pass.
 func Run[K comparable, L any](ctx context.Context, repairers []*Repairer[K], list func(context.Context) (L, error),
@@ -130,7 +130,7 @@ func Run[K comparable, L any](ctx context.Context, repairers []*Repairer[K], lis
 		if attempt > MaxConflictReruns {
 			return fmt.Errorf("gave up after %d writes lost to concurrent allocations", MaxConflictReruns)
 		}
-		maps := make([]bitmap.StoredMap, len(pending))
+		maps := make([]rangealloc.StoredMap, len(pending))
 		for j, i := range pending {
 			m, err := repairers[i].cfg.Store.ReadStored(ctx)
 			if err != nil {
@@ -149,7 +149,7 @@ func Run[K comparable, L any](ctx context.Context, repairers []*Repairer[K], lis
 				return err
 			}
 			err = repair(ctx, i, p, listed)
-			if errors.Is(err, bitmap.ErrConflict) {
+			if errors.Is(err, rangealloc.ErrConflict) {
 				conflicted = append(conflicted, i)
 				continue
 			}

@@ -14,9 +14,9 @@ import (
 	"k8s.io/apimachinery/pkg/util/intstr"
 
 	"github.com/allocator/allocator/internal/testserver"
-	"github.com/allocator/allocator/pkg/bitmap"
 	"github.com/allocator/allocator/pkg/portallocator"
 	"github.com/allocator/allocator/pkg/portrange"
+	"github.com/allocator/allocator/pkg/rangealloc"
 	"github.com/allocator/allocator/pkg/rangealloc/rangerepair"
 )
 
@@ -54,7 +54,7 @@ func newHarness(t *testing.T, srv *testserver.Server, name string, open bool) *h
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	t.Cleanup(cancel)
 	key := "/registry/rangerepair-test/" + t.Name() + "/" + name
-	store, err := portallocator.NewEtcd(srv.Etcd.Client(), key, portrange.MustParse(testRange), bitmap.EtcdOptions{})
+	store, err := portallocator.NewEtcd(srv.Etcd.Client(), key, portrange.MustParse(testRange), rangealloc.EtcdOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -347,7 +347,7 @@ func TestRepairer(t *testing.T) {
 	})
 
 	// Run reads every map before it lists, reruns a repair that lost with
-	// bitmap.ErrConflict from a fresh read and list, and gives up after
+	// rangealloc.ErrConflict from a fresh read and list, and gives up after
 	// MaxConflictReruns.
 	t.Run("RunRerunsConflicts", func(t *testing.T) {
 		h := newHarness(t, srv, "map", true)
@@ -359,7 +359,7 @@ func TestRepairer(t *testing.T) {
 		err := rangerepair.Run(h.ctx, repairers, list, func(_ context.Context, i int, _ *rangerepair.Pass[int], listed int) error {
 			calls = append(calls, fmt.Sprintf("%d@%d", i, listed))
 			if i == 1 && listed == 1 {
-				return fmt.Errorf("write: %w", bitmap.ErrConflict)
+				return fmt.Errorf("write: %w", rangealloc.ErrConflict)
 			}
 			return nil
 		})
@@ -372,7 +372,7 @@ func TestRepairer(t *testing.T) {
 
 		lists, calls = 0, nil
 		err = rangerepair.Run(h.ctx, repairers[:1], list, func(context.Context, int, *rangerepair.Pass[int], int) error {
-			return bitmap.ErrConflict
+			return rangealloc.ErrConflict
 		})
 		if err == nil || lists != rangerepair.MaxConflictReruns {
 			t.Errorf("always conflicting: %v after %d lists, want giving up after %d", err, lists, rangerepair.MaxConflictReruns)

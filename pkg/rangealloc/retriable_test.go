@@ -1,4 +1,4 @@
-package bitmap
+package rangealloc
 
 import (
 	"context"
@@ -17,27 +17,26 @@ import (
 func TestReleaseErrorSaysIfRetriable(t *testing.T) {
 	ctx := testContext(t)
 	etcd := etcdtest.New(t)
-	loaded := newEtcdAllocator(t, etcd.NewClient(t), "10.0.0.0/24", EtcdOptions{})
-	if _, err := loaded.Initialize(ctx); err != nil {
+	loaded := newTestStore(t, etcd.NewClient(t), EtcdOptions{})
+	if _, err := loaded.Create(ctx); err != nil {
 		t.Fatal(err)
 	}
-	owner := allocation.Owner{Namespace: "default", Name: "web"}
-	ip, err := loaded.AllocateNext(ctx, owner)
+	slot, err := loaded.AllocateNextSlot(ctx)
 	if err != nil {
 		t.Fatal(err)
 	}
-	fresh := newEtcdAllocator(t, etcd.NewClient(t), "10.0.0.0/24", EtcdOptions{}) // has not read the map yet
+	fresh := newTestStore(t, etcd.NewClient(t), EtcdOptions{}) // has not read the map yet
 	etcd.Stop()
 
 	short, cancel := context.WithTimeout(ctx, 2*time.Second)
 	defer cancel()
-	err = fresh.Release(short, ip, owner)
+	err = fresh.ReleaseSlot(short, slot)
 	if err == nil || !allocation.IsRetriable(err) {
 		t.Errorf("release that could not read the map: %v, retriable %v; want a retriable error", err, allocation.IsRetriable(err))
 	}
 	short, cancel = context.WithTimeout(ctx, 2*time.Second)
 	defer cancel()
-	err = loaded.Release(short, ip, owner)
+	err = loaded.ReleaseSlot(short, slot)
 	if err == nil || allocation.IsRetriable(err) {
 		t.Errorf("release whose write's outcome is unknown: %v, retriable %v; want an error that is not", err, allocation.IsRetriable(err))
 	}

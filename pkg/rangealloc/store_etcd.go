@@ -1,11 +1,10 @@
-package bitmap
+package rangealloc
 
 import (
 	"context"
 	"errors"
 	"fmt"
 	"math/rand/v2"
-	"net/netip"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -15,10 +14,14 @@ import (
 	"github.com/allocator/allocator/pkg/allocation"
 	"github.com/allocator/allocator/pkg/bitset"
 	"github.com/allocator/allocator/pkg/etcdlayout"
-	"github.com/allocator/allocator/pkg/subrange"
 )
 
-// EtcdOptions tune an EtcdAllocator. The zero value is the production default.
+// MaxSlots bounds the map of one range: an IPv4 /12 (1,048,574 addresses)
+// is the largest the bitmap model serves; the IPAddress model's free-index may
+// use bitmaps up to 2^24 slots.
+const MaxSlots = 1 << 24
+
+// EtcdOptions tune a Store. The zero value is the production default.
 type EtcdOptions struct {
 	// DisableBatching makes every call its own CAS write (one allocation per
 	// etcd transaction), as upstream kube-apiserver does. Only benchmarks and
@@ -32,10 +35,6 @@ type EtcdOptions struct {
 	// RequestTimeout bounds one batch when no caller has an earlier deadline
 	// (default 15s).
 	RequestTimeout time.Duration
-	// ServicesPrefix is where Initialize reads the Services when it re-ranges
-	// the stored map (default: <prefix>/services/specs/ for a key
-	// <prefix>/ranges/<name>).
-	ServicesPrefix string
 	// MinBatchTime is the least time a batch gets, whatever its callers'
 	// deadlines (default 1s, capped by RequestTimeout): an etcd write cut
 	// short may still land, and its callers would never learn it. Resolving
@@ -64,8 +63,8 @@ func (o EtcdOptions) withDefaults() EtcdOptions {
 }
 
 // ErrStoredRangeMismatch is returned when the RangeAllocation in etcd is for a
-// different range than the one configured. Only Initialize rewrites such a map
-// (re-ranges it, see rerange.go); allocations never do, so a replica still on
+// different range than the one configured. Only a re-range rewrites such a
+// map (RerangeWith, RerangeSlots: the allocators' Open); allocations never do, so a replica still on
 // the old range fails its writes instead of overwriting the new map.
 var ErrStoredRangeMismatch = errors.New("stored range does not match the configured range")
 
@@ -110,8 +109,8 @@ type Space interface {
 // Store is one RangeAllocation on etcd at one key, slot-level: the in-memory
 // bitset caches it with the ModRevision it was read at, and every change goes
 // through the CAS and group-commit protocol of the package doc. It does not
-// know what a slot means (see Space); EtcdAllocator maps IPs to its slots and
-// pkg/portallocator node ports.
+// know what a slot means (see Space); pkg/ipallocator/bitmap maps IPs to its
+// slots and pkg/portallocator node ports.
 type Store struct {
 	client   *clientv3.Client
 	key      string
@@ -131,10 +130,6 @@ type Store struct {
 	loaded bool   // bits, rev and stamp reflect a value read from etcd
 	random *rand.Rand
 
-	// rerangeBeforeWrite, when set (tests only), runs between the re-range's
-	// read and its CAS write, so a test can slip a concurrent write in.
-	rerangeBeforeWrite func()
-
 	stats struct {
 		writes, conflicts, batches, requests, bytesWritten atomic.Uint64
 		ambiguousLanded, unresolved, settled, unsettled    atomic.Uint64
@@ -147,8 +142,8 @@ func NewStore(client *clientv3.Client, key string, space Space, opts EtcdOptions
 	if client == nil || key == "" {
 		return nil, errors.New("new etcd store: an etcd client and a key are required")
 	}
-	if space.Slots() > maxSlots {
-		return nil, fmt.Errorf("range %s has %d slots, more than the %d a bitmap holds", space.Spec(), space.Slots(), maxSlots)
+	if space.Slots() > MaxSlots {
+		return nil, fmt.Errorf("range %s has %d slots, more than the %d a bitmap holds", space.Spec(), space.Slots(), MaxSlots)
 	}
 	bits, err := bitset.New(space.Slots(), space.StaticSlots())
 	if err != nil {
@@ -229,7 +224,8 @@ func (a *Store) decode(value []byte) (string, []byte, error) {
 	return ra.Range, ra.Data, nil
 }
 
-// AllocateSlot reserves slot i; allocation.ErrAllocated when it is taken.
+// AllocateSlot reserves slot i. Its own answer is allocation.ErrAllocated
+// when the slot is taken; any other error is a failure of the whole batch.
 func (a *Store) AllocateSlot(ctx context.Context, i int) error {
 	req := &request{kind: opAllocate, slot: i}
 	if err := a.submit(ctx, req); err != nil {
@@ -238,7 +234,9 @@ func (a *Store) AllocateSlot(ctx context.Context, i int) error {
 	return req.err
 }
 
-// AllocateNextSlot reserves a free slot, upper band first.
+// AllocateNextSlot reserves a free slot, upper band first. Its own answer is
+// allocation.ErrFull when none is left; any other error is a failure of the
+// whole batch.
 func (a *Store) AllocateNextSlot(ctx context.Context) (int, error) {
 	req := &request{kind: opAllocateNext}
 	if err := a.submit(ctx, req); err != nil {
@@ -250,7 +248,8 @@ func (a *Store) AllocateNextSlot(ctx context.Context) (int, error) {
 	return req.slot, nil
 }
 
-// ReleaseSlot frees slot i; a no-op when it is not set.
+// ReleaseSlot frees slot i; a no-op when it is not set. Every error is a
+// failure of the whole batch.
 func (a *Store) ReleaseSlot(ctx context.Context, i int) error {
 	req := &request{kind: opRelease, slot: i}
 	if err := a.submit(ctx, req); err != nil {
@@ -273,160 +272,18 @@ func (a *Store) Read(ctx context.Context, fn func(*bitset.Set)) error {
 // Usage reports the fill level, confirmed against etcd.
 func (a *Store) Usage(ctx context.Context) (allocation.Usage, error) {
 	var u allocation.Usage
-	if err := a.Read(ctx, func(b *bitset.Set) { u = usageOf(b) }); err != nil {
+	if err := a.Read(ctx, func(b *bitset.Set) { u = UsageOf(b) }); err != nil {
 		return allocation.Usage{}, fmt.Errorf("usage: %w", err)
 	}
 	return u, nil
 }
 
-// EtcdAllocator is the bitmap model of ClusterIPs on etcd: a Store whose
-// slots are the addresses of a subrange.Range (slot i = network+1+i). It
-// implements allocation.Interface.
-type EtcdAllocator struct {
-	*Store
-	rng subrange.Range
+// UsageOf is the fill level of a map's slots, as Store.Usage reports it.
+func UsageOf(b *bitset.Set) allocation.Usage {
+	return allocation.Usage{
+		Size:       uint64(b.Size()),
+		Used:       uint64(b.Used()),
+		StaticSize: uint64(b.StaticSize()),
+		StaticUsed: uint64(b.UsedStatic()),
+	}
 }
-
-var _ allocation.Interface = (*EtcdAllocator)(nil)
-
-// ipSpace is a subrange.Range of the bitmap model as a Space.
-type ipSpace struct{ rng subrange.Range }
-
-func (s ipSpace) Spec() string     { return s.rng.Prefix().String() }
-func (s ipSpace) Slots() int       { return int(min(s.rng.Size(), maxSlots+1)) }
-func (s ipSpace) StaticSlots() int { return int(min(s.rng.StaticSize(), maxSlots+1)) }
-func (s ipSpace) Matches(stored string) bool {
-	p, err := netip.ParsePrefix(stored)
-	return err == nil && p == s.rng.Prefix()
-}
-
-// NewEtcdAllocator returns an allocator over r whose map lives at key. It does
-// no I/O: the first call loads the map; Initialize creates it.
-func NewEtcdAllocator(client *clientv3.Client, key string, r subrange.Range, opts EtcdOptions) (*EtcdAllocator, error) {
-	if r.Size() > maxSlots {
-		return nil, fmt.Errorf("range %s has %d addresses, more than the %d a bitmap holds", r.Prefix(), r.Size(), maxSlots)
-	}
-	store, err := NewStore(client, key, ipSpace{r}, opts)
-	if err != nil {
-		return nil, err
-	}
-	return &EtcdAllocator{Store: store, rng: r}, nil
-}
-
-// Range is the usable range the allocator serves.
-func (a *EtcdAllocator) Range() subrange.Range { return a.rng }
-
-// IPv6 reports whether the allocator serves IPv6.
-func (a *EtcdAllocator) IPv6() bool { return a.rng.IPv6() }
-
-// Initialize creates the empty RangeAllocation if the key is absent, in one
-// create-if-absent transaction, so two initialisers cannot both win. It
-// reports whether this call created it. A stored map for another range of the
-// same family is re-ranged (see Open); one of the other family is an error
-// (ErrStoredRangeMismatch), never overwritten.
-func (a *EtcdAllocator) Initialize(ctx context.Context) (bool, error) {
-	res, err := a.Open(ctx)
-	return res.Created, err
-}
-
-// OpenResult is what Open did to the stored map.
-type OpenResult struct {
-	// Created reports that the key was absent and Open created it empty.
-	Created bool
-	// Rerange is set when the stored map was for another range and Open
-	// rewrote it for the configured one.
-	Rerange *Rerange
-}
-
-// Open is Initialize with a report: it creates the empty map if the key is
-// absent, or re-ranges a stored map of another range of the same family in
-// one CAS transaction (keeping every allocation inside the configured range,
-// adding the Service IPs it contains, dropping and logging the rest).
-func (a *EtcdAllocator) Open(ctx context.Context) (OpenResult, error) {
-	created, err := a.Create(ctx)
-	if err == nil {
-		return OpenResult{Created: created}, nil
-	}
-	if !errors.Is(err, ErrStoredRangeMismatch) {
-		return OpenResult{}, err
-	}
-	rr, err := a.rerange(ctx)
-	if err != nil {
-		return OpenResult{}, fmt.Errorf("initialize: %w", err)
-	}
-	return OpenResult{Rerange: rr}, nil
-}
-
-// Allocate reserves ip.
-func (a *EtcdAllocator) Allocate(ctx context.Context, ip netip.Addr, _ allocation.Owner) error {
-	slot, err := indexOf(a.rng, ip)
-	if err != nil {
-		return err
-	}
-	req := &request{kind: opAllocate, slot: slot}
-	if err := a.submit(ctx, req); err != nil {
-		return fmt.Errorf("allocate %s: %w", ip, err)
-	}
-	return req.err
-}
-
-// AllocateNext reserves a free address, upper band first.
-func (a *EtcdAllocator) AllocateNext(ctx context.Context, _ allocation.Owner) (netip.Addr, error) {
-	req := &request{kind: opAllocateNext}
-	if err := a.submit(ctx, req); err != nil {
-		return netip.Addr{}, fmt.Errorf("allocate next: %w", err)
-	}
-	if req.err != nil {
-		return netip.Addr{}, req.err
-	}
-	return addrOf(a.rng, req.slot), nil
-}
-
-// Release frees ip; it is a no-op when ip is not allocated or out of range.
-func (a *EtcdAllocator) Release(ctx context.Context, ip netip.Addr, _ allocation.Owner) error {
-	slot, ok := a.rng.Index(ip)
-	if !ok {
-		return nil
-	}
-	req := &request{kind: opRelease, slot: int(slot)}
-	if err := a.submit(ctx, req); err != nil {
-		return fmt.Errorf("release %s: %w", ip, err)
-	}
-	return req.err
-}
-
-// Has reports whether ip is allocated, confirmed against etcd.
-func (a *EtcdAllocator) Has(ctx context.Context, ip netip.Addr) (bool, error) {
-	slot, ok := a.rng.Index(ip)
-	if !ok {
-		return false, nil
-	}
-	var has bool
-	if err := a.Read(ctx, func(b *bitset.Set) { has = b.Has(int(slot)) }); err != nil {
-		return false, fmt.Errorf("has %s: %w", ip, err)
-	}
-	return has, nil
-}
-
-// ForEach calls fn for every allocated address in ascending order, from a
-// state confirmed against etcd.
-func (a *EtcdAllocator) ForEach(ctx context.Context, fn func(netip.Addr)) error {
-	var snapshot *bitset.Set
-	if err := a.Read(ctx, func(b *bitset.Set) { snapshot = b.Clone() }); err != nil {
-		return fmt.Errorf("list allocated IPs: %w", err)
-	}
-	snapshot.ForEach(func(i int) { fn(addrOf(a.rng, i)) })
-	return nil
-}
-
-// Snapshot returns the stored RangeAllocation's range and data, confirmed
-// against etcd.
-func (a *EtcdAllocator) Snapshot(ctx context.Context) (rangeSpec string, data []byte, err error) {
-	if err := a.Read(ctx, func(b *bitset.Set) { data = b.Bytes() }); err != nil {
-		return "", nil, fmt.Errorf("snapshot: %w", err)
-	}
-	return a.rng.Prefix().String(), data, nil
-}
-
-// DryRun returns a view that answers from confirmed state and never writes.
-func (a *EtcdAllocator) DryRun() allocation.Interface { return dryRun{a} }

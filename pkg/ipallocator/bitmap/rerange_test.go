@@ -15,6 +15,7 @@ import (
 
 	"github.com/allocator/allocator/internal/etcdtest"
 	"github.com/allocator/allocator/pkg/etcdlayout"
+	"github.com/allocator/allocator/pkg/rangealloc"
 )
 
 func addrs(ss ...string) []netip.Addr {
@@ -149,7 +150,7 @@ func TestEtcdRerange(t *testing.T) {
 			for name, ips := range tc.services {
 				putService(t, etcd, name, ips...)
 			}
-			a := newEtcdAllocator(t, etcd.Client(), tc.to, EtcdOptions{})
+			a := newEtcdAllocator(t, etcd.Client(), tc.to, rangealloc.EtcdOptions{})
 			res, err := a.Open(ctx)
 			if err != nil {
 				t.Fatalf("Open: %v", err)
@@ -212,9 +213,9 @@ func TestEtcdRerangeOtherFamilyRefused(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	a := newEtcdAllocator(t, etcd.Client(), "10.0.0.0/24", EtcdOptions{})
-	if _, err := a.Initialize(ctx); !errors.Is(err, ErrStoredRangeMismatch) {
-		t.Fatalf("Initialize over another family = %v, want ErrStoredRangeMismatch", err)
+	a := newEtcdAllocator(t, etcd.Client(), "10.0.0.0/24", rangealloc.EtcdOptions{})
+	if _, err := a.Initialize(ctx); !errors.Is(err, rangealloc.ErrStoredRangeMismatch) {
+		t.Fatalf("Initialize over another family = %v, want rangealloc.ErrStoredRangeMismatch", err)
 	}
 	after, err := etcd.Client().Get(ctx, testKey)
 	if err != nil {
@@ -231,14 +232,14 @@ func TestEtcdRerangeOtherFamilyRefused(t *testing.T) {
 func TestEtcdRerangeLosesCompare(t *testing.T) {
 	ctx := testContext(t)
 	etcd := etcdtest.New(t)
-	old := newEtcdAllocator(t, etcd.NewClient(t), "10.0.0.0/24", EtcdOptions{})
+	old := newEtcdAllocator(t, etcd.NewClient(t), "10.0.0.0/24", rangealloc.EtcdOptions{})
 	if _, err := old.Initialize(ctx); err != nil {
 		t.Fatal(err)
 	}
 	if err := old.Allocate(ctx, netip.MustParseAddr("10.0.0.1"), owner); err != nil {
 		t.Fatal(err)
 	}
-	grown := newEtcdAllocator(t, etcd.Client(), "10.0.0.0/23", EtcdOptions{})
+	grown := newEtcdAllocator(t, etcd.Client(), "10.0.0.0/23", rangealloc.EtcdOptions{})
 	slipped := netip.MustParseAddr("10.0.0.123")
 	calls := 0
 	grown.rerangeBeforeWrite = func() {
@@ -261,8 +262,8 @@ func TestEtcdRerangeLosesCompare(t *testing.T) {
 		t.Fatalf("stored %v, want %v", got, want)
 	}
 	// The old-range replica can no longer write: it fails, never overwrites.
-	if _, err := old.AllocateNext(ctx, owner); !errors.Is(err, ErrStoredRangeMismatch) {
-		t.Fatalf("old-range AllocateNext after the re-range = %v, want ErrStoredRangeMismatch", err)
+	if _, err := old.AllocateNext(ctx, owner); !errors.Is(err, rangealloc.ErrStoredRangeMismatch) {
+		t.Fatalf("old-range AllocateNext after the re-range = %v, want rangealloc.ErrStoredRangeMismatch", err)
 	}
 }
 
@@ -272,7 +273,7 @@ func TestEtcdRerangeLosesCompare(t *testing.T) {
 func TestEtcdRerangeConcurrentWriters(t *testing.T) {
 	ctx := testContext(t)
 	etcd := etcdtest.New(t)
-	first := newEtcdAllocator(t, etcd.NewClient(t), "10.0.0.0/22", EtcdOptions{})
+	first := newEtcdAllocator(t, etcd.NewClient(t), "10.0.0.0/22", rangealloc.EtcdOptions{})
 	if _, err := first.Initialize(ctx); err != nil {
 		t.Fatal(err)
 	}
@@ -285,14 +286,14 @@ func TestEtcdRerangeConcurrentWriters(t *testing.T) {
 	)
 	started := make(chan struct{}, writers)
 	for w := range writers {
-		a := newEtcdAllocator(t, etcd.NewClient(t), "10.0.0.0/22", EtcdOptions{DisableBatching: w%2 == 0})
+		a := newEtcdAllocator(t, etcd.NewClient(t), "10.0.0.0/22", rangealloc.EtcdOptions{DisableBatching: w%2 == 0})
 		wg.Go(func() {
 			for i := 0; i < 400 && !stop.Load(); i++ {
 				ip, err := a.AllocateNext(ctx, owner)
 				if i == 0 {
 					started <- struct{}{}
 				}
-				if errors.Is(err, ErrStoredRangeMismatch) {
+				if errors.Is(err, rangealloc.ErrStoredRangeMismatch) {
 					return // the map was re-ranged under us: refused, as it must be
 				}
 				if err != nil {
@@ -308,7 +309,7 @@ func TestEtcdRerangeConcurrentWriters(t *testing.T) {
 	for range writers {
 		<-started
 	}
-	grown := newEtcdAllocator(t, etcd.Client(), "10.0.0.0/21", EtcdOptions{})
+	grown := newEtcdAllocator(t, etcd.Client(), "10.0.0.0/21", rangealloc.EtcdOptions{})
 	res, err := grown.Open(ctx)
 	stop.Store(true)
 	wg.Wait()

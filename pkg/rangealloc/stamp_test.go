@@ -1,4 +1,4 @@
-package bitmap
+package rangealloc
 
 import (
 	"slices"
@@ -8,23 +8,22 @@ import (
 )
 
 // TestStaleCacheAfterRestore: etcd is restored from a cold backup (its
-// revision goes back) under an allocator whose cached map was written after
-// the backup. Another allocator writes the restored map at exactly the
-// revision the stale cache holds. The stale allocator's next allocation must
+// revision goes back) under a store whose cached map was written after
+// the backup. Another store writes the restored map at exactly the
+// revision the stale cache holds. The stale store's next allocation must
 // not write its cache back over that map: it would drop the other
-// allocator's address (to be handed out again) and put back three the
+// store's slot (to be handed out again) and put back three the
 // restore undid. With the revision compare alone it does.
 func TestStaleCacheAfterRestore(t *testing.T) {
 	ctx := testContext(t)
 	etcd := etcdtest.New(t)
-	r := bitmapRange(t, "10.0.0.0/24")
-	stale := newEtcdAllocator(t, etcd.NewClient(t), "10.0.0.0/24", EtcdOptions{})
-	if _, err := stale.Initialize(ctx); err != nil {
+	stale := newTestStore(t, etcd.NewClient(t), EtcdOptions{})
+	if _, err := stale.Create(ctx); err != nil {
 		t.Fatal(err)
 	}
 	backup := etcd.ColdBackup(t)
 	for range 3 { // undone by the restore; the stale cache keeps them
-		if _, err := stale.AllocateNext(ctx, owner); err != nil {
+		if _, err := stale.AllocateNextSlot(ctx); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -47,22 +46,22 @@ func TestStaleCacheAfterRestore(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	fresh := newEtcdAllocator(t, etcd.NewClient(t), "10.0.0.0/24", EtcdOptions{})
-	freshIP, err := fresh.AllocateNext(ctx, owner)
+	fresh := newTestStore(t, etcd.NewClient(t), EtcdOptions{})
+	freshSlot, err := fresh.AllocateNextSlot(ctx)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, rev := storedIPs(t, client, r); rev != cached {
+	if _, rev := storedSlots(t, client); rev != cached {
 		t.Fatalf("setup: the restored map is at revision %d, want the stale cache's %d", rev, cached)
 	}
 
-	staleIP, err := stale.AllocateNext(ctx, owner)
+	staleSlot, err := stale.AllocateNextSlot(ctx)
 	if err != nil {
 		t.Fatal(err)
 	}
-	ips, _ := storedIPs(t, client, r)
-	if staleIP == freshIP || len(ips) != 2 || !slices.Contains(ips, freshIP) || !slices.Contains(ips, staleIP) {
-		t.Fatalf("after the restore: allocated %s, then %s from the stale cache; etcd holds %v, want exactly those two",
-			freshIP, staleIP, ips)
+	slots, _ := storedSlots(t, client)
+	if staleSlot == freshSlot || len(slots) != 2 || !slices.Contains(slots, freshSlot) || !slices.Contains(slots, staleSlot) {
+		t.Fatalf("after the restore: allocated slot %d, then %d from the stale cache; etcd holds %v, want exactly those two",
+			freshSlot, staleSlot, slots)
 	}
 }

@@ -1,9 +1,8 @@
-package bitmap
+package rangealloc
 
 import (
 	"context"
 	"errors"
-	"net/netip"
 	"slices"
 	"strings"
 	"testing"
@@ -15,8 +14,8 @@ import (
 	"github.com/allocator/allocator/internal/etcdtest"
 	"github.com/allocator/allocator/internal/faultproxy"
 	"github.com/allocator/allocator/pkg/allocation"
+	"github.com/allocator/allocator/pkg/bitset"
 	"github.com/allocator/allocator/pkg/etcdlayout"
-	"github.com/allocator/allocator/pkg/subrange"
 )
 
 // TestEtcdUnknownOutcomeSettledLater: a batch whose write and resolve both
@@ -30,13 +29,13 @@ func TestEtcdUnknownOutcomeSettledLater(t *testing.T) {
 	if testing.Short() {
 		t.Skip("waits out etcd faults; not in -short")
 	}
-	ip := netip.MustParseAddr("10.0.0.77")
+	const slot = 76
 	delayed := faultproxy.Fault{Delay: 2500 * time.Millisecond, Direction: faultproxy.ToTarget}
 	dropped := faultproxy.Fault{Drop: true, Direction: faultproxy.ToTarget}
 	for _, tc := range []struct {
 		name    string
 		fault   faultproxy.Fault
-		release bool // the faulted call releases ip (allocated first); else it allocates ip
+		release bool // the faulted call releases slot (allocated first); else it allocates slot
 		landed  bool
 	}{
 		{"allocation landed late", delayed, false, true},
@@ -57,16 +56,16 @@ func TestEtcdUnknownOutcomeSettledLater(t *testing.T) {
 				t.Fatal(err)
 			}
 			t.Cleanup(func() { _ = client.Close() })
-			a := newEtcdAllocator(t, client, "10.0.0.0/24", EtcdOptions{})
-			if _, err := a.Initialize(ctx); err != nil {
+			a := newTestStore(t, client, EtcdOptions{})
+			if _, err := a.Create(ctx); err != nil {
 				t.Fatal(err)
 			}
 			if tc.release {
-				if err := a.Allocate(ctx, ip, allocation.Owner{}); err != nil {
+				if err := a.AllocateSlot(ctx, slot); err != nil {
 					t.Fatal(err)
 				}
 			}
-			if _, err := a.Has(ctx, ip); err != nil { // the cache is loaded: the faulted call only writes
+			if _, err := a.Usage(ctx); err != nil { // the cache is loaded: the faulted call only writes
 				t.Fatal(err)
 			}
 			history := etcd.Client().Watch(ctx, testKey, clientv3.WithRev(etcdRevision(t, ctx, etcd.Client())+1))
@@ -74,9 +73,9 @@ func TestEtcdUnknownOutcomeSettledLater(t *testing.T) {
 			proxy.Set(tc.fault)
 			call, cancel := context.WithTimeout(ctx, 200*time.Millisecond)
 			if tc.release {
-				err = a.Release(call, ip, allocation.Owner{})
+				err = a.ReleaseSlot(call, slot)
 			} else {
-				err = a.Allocate(call, ip, allocation.Owner{})
+				err = a.AllocateSlot(call, slot)
 			}
 			cancel()
 			if !errors.As(err, new(*outcomeUnknown)) {
@@ -90,22 +89,22 @@ func TestEtcdUnknownOutcomeSettledLater(t *testing.T) {
 				proxy.Cut() // the client reconnects; delayed bytes still go, in order
 			}
 
-			// Within the settle window the map holds ip no more (a leak) and
-			// the store counts the write settled.
+			// Within the settle window the map holds slot no more (else a
+			// leak) and the store counts the write settled.
 			deadline := time.Now().Add(settleWindow)
 			for {
-				ips, _ := storedIPs(t, etcd.Client(), a.Range())
-				if !slices.Contains(ips, ip) && a.Stats().Settled == 1 {
+				slots, _ := storedSlots(t, etcd.Client())
+				if !slices.Contains(slots, slot) && a.Stats().Settled == 1 {
 					break
 				}
 				if time.Now().After(deadline) || a.Stats().Unsettled > 0 {
-					t.Fatalf("%s after the unknown outcome: stored %v (want without %s), %+v", settleWindow, ips, ip, a.Stats())
+					t.Fatalf("%s after the unknown outcome: stored %v (want without %d), %+v", settleWindow, slots, slot, a.Stats())
 				}
 				time.Sleep(50 * time.Millisecond)
 			}
 			// The history says which way the write ended: set by the faulted
 			// allocation, or cleared by the faulted release itself.
-			if got := faultedWriteLanded(t, history, a.Range(), ip, tc.release); got != tc.landed {
+			if got := faultedWriteLanded(t, history, slot, tc.release); got != tc.landed {
 				t.Fatalf("the faulted write landed: %v, want %v (the fault did not do what the case needs)", got, tc.landed)
 			}
 		})
@@ -123,10 +122,10 @@ func etcdRevision(t *testing.T, ctx context.Context, c *clientv3.Client) int64 {
 
 // faultedWriteLanded reads the map's history since the fault, up to the
 // present map, and reports whether the faulted write landed: for an
-// allocation, some value held ip; for a release, the first change cleared ip
-// and was not the settle's fence (which writes the map it found back
+// allocation, some value held slot; for a release, the first change cleared
+// slot and was not the settle's fence (which writes the map it found back
 // unchanged) followed by a second release.
-func faultedWriteLanded(t *testing.T, history clientv3.WatchChan, r subrange.Range, ip netip.Addr, release bool) bool {
+func faultedWriteLanded(t *testing.T, history clientv3.WatchChan, slot int, release bool) bool {
 	t.Helper()
 	var values [][]byte
 	timeout := time.After(10 * time.Second)
@@ -139,33 +138,32 @@ func faultedWriteLanded(t *testing.T, history clientv3.WatchChan, r subrange.Ran
 		case <-timeout:
 			t.Fatalf("map history after the fault: %d changes, want at least one", len(values))
 		}
-		if len(values) > 0 && !holds(t, values[len(values)-1], r, ip) {
+		if len(values) > 0 && !holds(t, values[len(values)-1], slot) {
 			break
 		}
 	}
 	if release {
 		// Landed: the release itself is the first change. Not landed: the
-		// fence writes the map back with ip still set, then the settle
+		// fence writes the map back with slot still set, then the settle
 		// releases it.
-		return !holds(t, values[0], r, ip)
+		return !holds(t, values[0], slot)
 	}
-	return slices.ContainsFunc(values, func(v []byte) bool { return holds(t, v, r, ip) })
+	return slices.ContainsFunc(values, func(v []byte) bool { return holds(t, v, slot) })
 }
 
-// holds decodes a stored map of r and reports whether it holds ip.
-func holds(t *testing.T, value []byte, r subrange.Range, ip netip.Addr) bool {
+// holds decodes a stored map and reports whether it holds slot.
+func holds(t *testing.T, value []byte, slot int) bool {
 	t.Helper()
 	ra, err := etcdlayout.DecodeRangeAllocation(value)
 	if err != nil {
 		t.Fatal(err)
 	}
-	mem, err := NewAllocator(r)
+	bits, err := bitset.New(testSpace.Slots(), testSpace.StaticSlots())
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := mem.Restore(ra.Range, ra.Data); err != nil {
+	if err := bits.SetBytes(ra.Data); err != nil {
 		t.Fatal(err)
 	}
-	has, _ := mem.Has(context.Background(), ip)
-	return has
+	return bits.Has(slot)
 }

@@ -8,6 +8,7 @@ import (
 	"testing"
 
 	"github.com/allocator/allocator/internal/etcdtest"
+	"github.com/allocator/allocator/pkg/rangealloc"
 )
 
 // BenchmarkEtcdAllocateNext measures allocations per second against a real
@@ -22,7 +23,7 @@ func BenchmarkEtcdAllocateNext(b *testing.B) {
 		for _, callers := range []int{1, 8, 32} {
 			name := fmt.Sprintf("batching=%v/callers=%d", batching, callers)
 			b.Run(name, func(b *testing.B) {
-				benchmarkAllocateNext(b, etcd, "10.0.0.0/16", callers, EtcdOptions{DisableBatching: !batching})
+				benchmarkAllocateNext(b, etcd, "10.0.0.0/16", callers, rangealloc.EtcdOptions{DisableBatching: !batching})
 			})
 		}
 	}
@@ -34,12 +35,12 @@ func BenchmarkEtcdAllocateNextSlash12(b *testing.B) {
 	etcd := etcdtest.New(b)
 	for _, callers := range []int{1, 32} {
 		b.Run(fmt.Sprintf("batching=true/callers=%d", callers), func(b *testing.B) {
-			benchmarkAllocateNext(b, etcd, "10.0.0.0/12", callers, EtcdOptions{})
+			benchmarkAllocateNext(b, etcd, "10.0.0.0/12", callers, rangealloc.EtcdOptions{})
 		})
 	}
 }
 
-func benchmarkAllocateNext(b *testing.B, etcd *etcdtest.Etcd, cidr string, callers int, opts EtcdOptions) {
+func benchmarkAllocateNext(b *testing.B, etcd *etcdtest.Etcd, cidr string, callers int, opts rangealloc.EtcdOptions) {
 	ctx := context.Background()
 	a := newEtcdAllocator(b, etcd.NewClient(b), cidr, opts)
 	if _, err := etcd.Client().Delete(ctx, testKey); err != nil {

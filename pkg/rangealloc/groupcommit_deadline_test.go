@@ -1,9 +1,8 @@
-package bitmap
+package rangealloc
 
 import (
 	"context"
 	"math/rand/v2"
-	"net/netip"
 	"sync"
 	"testing"
 	"time"
@@ -11,34 +10,33 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/allocator/allocator/internal/etcdtest"
-	"github.com/allocator/allocator/pkg/allocation"
+	"github.com/allocator/allocator/pkg/bitset"
 	"github.com/allocator/allocator/pkg/etcdlayout"
 )
 
 // TestEtcdShortDeadlinesLeakNothing stresses group commit on real etcd with
 // callers whose deadlines are 0–3 ms, on a /24, for a few seconds, with
 // reliable releases keeping the range from filling up. Afterwards the stored
-// map must hold exactly the addresses whose AllocateNext returned success and
+// map must hold exactly the slots whose AllocateNextSlot returned success and
 // that were not released: a set bit nobody was told about is a leak, a
 // success whose bit is missing would be a duplicate waiting to happen, and no
-// address may be handed out twice while held. Before the batch had a floor
+// slot may be handed out twice while held. Before the batch had a floor
 // on its time, nearly every write timed out after it may have landed and the
 // whole /24 leaked within seconds.
 func TestEtcdShortDeadlinesLeakNothing(t *testing.T) {
 	ctx := testContext(t)
 	etcd := etcdtest.New(t)
-	r := bitmapRange(t, "10.0.0.0/24")
-	a := newEtcdAllocator(t, etcd.Client(), "10.0.0.0/24", EtcdOptions{})
-	if _, err := a.Initialize(ctx); err != nil {
+	a := newTestStore(t, etcd.Client(), EtcdOptions{})
+	if _, err := a.Create(ctx); err != nil {
 		t.Fatal(err)
 	}
 
 	var (
 		mu            sync.Mutex
-		held          = map[netip.Addr]bool{} // guarded by mu
-		successes     int                     // guarded by mu
-		lateSuccesses int                     // succeeded after the caller's own deadline; guarded by mu
-		failures      int                     // guarded by mu
+		held          = map[int]bool{} // guarded by mu
+		successes     int              // guarded by mu
+		lateSuccesses int              // succeeded after the caller's own deadline; guarded by mu
+		failures      int              // guarded by mu
 	)
 	const workers = 24
 	stop := time.Now().Add(4 * time.Second)
@@ -50,37 +48,37 @@ func TestEtcdShortDeadlinesLeakNothing(t *testing.T) {
 			rnd := rand.New(rand.NewPCG(uint64(w), 11))
 			for time.Now().Before(stop) && ctx.Err() == nil {
 				mu.Lock()
-				var victim netip.Addr
+				victim := -1
 				if len(held) > 200 {
-					for ip := range held {
-						victim = ip
+					for slot := range held {
+						victim = slot
 						break
 					}
 					delete(held, victim)
 				}
 				mu.Unlock()
-				if victim.IsValid() {
+				if victim >= 0 {
 					// Releases are reliable here (no deadline) so the
 					// bookkeeping stays exact.
-					if err := a.Release(ctx, victim, allocation.Owner{}); err != nil {
-						t.Errorf("release %s: %v", victim, err)
+					if err := a.ReleaseSlot(ctx, victim); err != nil {
+						t.Errorf("release %d: %v", victim, err)
 						return
 					}
 					continue
 				}
 				deadline := time.Duration(rnd.IntN(3001)) * time.Microsecond
 				cctx, cancel := context.WithTimeout(ctx, deadline)
-				ip, err := a.AllocateNext(cctx, allocation.Owner{})
+				slot, err := a.AllocateNextSlot(cctx)
 				late := cctx.Err() != nil
 				cancel()
 				mu.Lock()
 				if err == nil {
-					if held[ip] {
+					if held[slot] {
 						mu.Unlock()
-						t.Errorf("%s handed out twice", ip)
+						t.Errorf("slot %d handed out twice", slot)
 						return
 					}
-					held[ip] = true
+					held[slot] = true
 					successes++
 					if late {
 						lateSuccesses++
@@ -97,20 +95,20 @@ func TestEtcdShortDeadlinesLeakNothing(t *testing.T) {
 		return
 	}
 
-	stored, _ := storedIPs(t, etcd.Client(), r)
-	storedSet := map[netip.Addr]bool{}
-	for _, ip := range stored {
-		storedSet[ip] = true
+	stored, _ := storedSlots(t, etcd.Client())
+	storedSet := map[int]bool{}
+	for _, slot := range stored {
+		storedSet[slot] = true
 	}
-	var leaked, missing []netip.Addr
-	for ip := range storedSet {
-		if !held[ip] {
-			leaked = append(leaked, ip)
+	var leaked, missing []int
+	for slot := range storedSet {
+		if !held[slot] {
+			leaked = append(leaked, slot)
 		}
 	}
-	for ip := range held {
-		if !storedSet[ip] {
-			missing = append(missing, ip)
+	for slot := range held {
+		if !storedSet[slot] {
+			missing = append(missing, slot)
 		}
 	}
 	t.Logf("%d successes (%d after the caller's deadline), %d failures, %d held, stats %+v",
@@ -124,7 +122,7 @@ func TestEtcdShortDeadlinesLeakNothing(t *testing.T) {
 	}
 }
 
-func first(ips []netip.Addr) []netip.Addr { return ips[:min(len(ips), 5)] }
+func first(slots []int) []int { return slots[:min(len(slots), 5)] }
 
 // TestEtcdResolveAmbiguousWrite drives resolveWrite, the answer to an
 // etcd transaction that failed after it may have landed, through its three
@@ -132,30 +130,29 @@ func first(ips []netip.Addr) []netip.Addr { return ips[:min(len(ips), 5)] }
 func TestEtcdResolveAmbiguousWrite(t *testing.T) {
 	ctx := testContext(t)
 	etcd := etcdtest.New(t)
-	r := bitmapRange(t, "10.0.0.0/24")
 	client := etcd.Client()
 
-	// prepare returns an allocator and the write its leader would have
-	// failed to learn the outcome of: slot 5 allocated on top of the stored
-	// map, with the operations (value and stamp) that write was.
-	prepare := func(t *testing.T) (*EtcdAllocator, ambiguousWrite, []clientv3.Op) {
+	// prepare returns a store and the write its leader would have failed to
+	// learn the outcome of: slot 5 allocated on top of the stored map, with
+	// the operations (value and stamp) that write was.
+	prepare := func(t *testing.T) (*Store, ambiguousWrite, []clientv3.Op) {
 		t.Helper()
 		if _, err := client.Delete(ctx, testKey); err != nil {
 			t.Fatal(err)
 		}
-		a := newEtcdAllocator(t, client, "10.0.0.0/24", EtcdOptions{})
-		if _, err := a.Initialize(ctx); err != nil {
+		a := newTestStore(t, client, EtcdOptions{})
+		if _, err := a.Create(ctx); err != nil {
 			t.Fatal(err)
 		}
 		if err := a.load(ctx); err != nil {
 			t.Fatal(err)
 		}
-		baseValue, err := etcdlayout.EncodeRangeAllocation(r.Prefix().String(), a.bits.Bytes())
+		baseValue, err := etcdlayout.EncodeRangeAllocation(testSpace.Spec(), a.bits.Bytes())
 		if err != nil {
 			t.Fatal(err)
 		}
 		a.apply([]*request{{kind: opAllocate, slot: 5}})
-		value, err := etcdlayout.EncodeRangeAllocation(r.Prefix().String(), a.bits.Bytes())
+		value, err := etcdlayout.EncodeRangeAllocation(testSpace.Spec(), a.bits.Bytes())
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -178,8 +175,6 @@ func TestEtcdResolveAmbiguousWrite(t *testing.T) {
 			t.Fatalf("cas put at %d: %v %v", rev, err, resp)
 		}
 	}
-	slot5 := netip.MustParseAddr("10.0.0.6")
-
 	t.Run("not landed: fenced", func(t *testing.T) {
 		a, w, _ := prepare(t)
 		res, err := a.resolveWrite(ctx, w)
@@ -192,23 +187,22 @@ func TestEtcdResolveAmbiguousWrite(t *testing.T) {
 		if err != nil || resp.Succeeded {
 			t.Fatalf("the write landed after the fence: %v %v", err, resp)
 		}
-		if ips, _ := storedIPs(t, client, r); len(ips) != 0 {
-			t.Fatalf("stored %v, want nothing", ips)
+		if slots, _ := storedSlots(t, client); len(slots) != 0 {
+			t.Fatalf("stored %v, want nothing", slots)
 		}
 	})
 
 	t.Run("landed, then overwritten", func(t *testing.T) {
 		a, w, ops := prepare(t)
 		casWrite(t, w.base.rev, ops) // our write landed...
-		_, rev := storedIPs(t, client, r)
-		other, err := NewAllocator(r)
+		_, rev := storedSlots(t, client)
+		other, err := bitset.New(testSpace.Slots(), testSpace.StaticSlots())
 		if err != nil {
 			t.Fatal(err)
 		}
-		_ = other.Allocate(ctx, slot5, allocation.Owner{})
-		_ = other.Allocate(ctx, netip.MustParseAddr("10.0.0.9"), allocation.Owner{})
-		_, data := other.Snapshot()
-		later, err := etcdlayout.EncodeRangeAllocation(r.Prefix().String(), data)
+		other.Set(5)
+		other.Set(8)
+		later, err := etcdlayout.EncodeRangeAllocation(testSpace.Spec(), other.Bytes())
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -234,13 +228,12 @@ func TestEtcdResolveAmbiguousWrite(t *testing.T) {
 
 	t.Run("another write won", func(t *testing.T) {
 		a, w, _ := prepare(t)
-		other, err := NewAllocator(r)
+		other, err := bitset.New(testSpace.Slots(), testSpace.StaticSlots())
 		if err != nil {
 			t.Fatal(err)
 		}
-		_ = other.Allocate(ctx, netip.MustParseAddr("10.0.0.9"), allocation.Owner{})
-		_, data := other.Snapshot()
-		theirs, err := etcdlayout.EncodeRangeAllocation(r.Prefix().String(), data)
+		other.Set(8)
+		theirs, err := etcdlayout.EncodeRangeAllocation(testSpace.Spec(), other.Bytes())
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -20,6 +20,7 @@ import (
 	"github.com/allocator/allocator/pkg/bitset"
 	"github.com/allocator/allocator/pkg/etcdlayout"
 	"github.com/allocator/allocator/pkg/model"
+	"github.com/allocator/allocator/pkg/rangealloc"
 	"github.com/allocator/allocator/pkg/subrange"
 )
 
@@ -34,7 +35,7 @@ func bitmapRange(t testing.TB, cidr string) subrange.Range {
 	return r
 }
 
-func newEtcdAllocator(t testing.TB, client *clientv3.Client, cidr string, opts EtcdOptions) *EtcdAllocator {
+func newEtcdAllocator(t testing.TB, client *clientv3.Client, cidr string, opts rangealloc.EtcdOptions) *EtcdAllocator {
 	t.Helper()
 	a, err := NewEtcdAllocator(client, testKey, bitmapRange(t, cidr), opts)
 	if err != nil {
@@ -75,7 +76,7 @@ func storedIPs(t testing.TB, client *clientv3.Client, r subrange.Range) ([]netip
 func TestEtcdMissingKeyAndInitialize(t *testing.T) {
 	ctx := testContext(t)
 	etcd := etcdtest.New(t)
-	a := newEtcdAllocator(t, etcd.Client(), "10.0.0.0/24", EtcdOptions{})
+	a := newEtcdAllocator(t, etcd.Client(), "10.0.0.0/24", rangealloc.EtcdOptions{})
 
 	_, err := a.AllocateNext(ctx, owner)
 	if !errors.Is(err, allocation.ErrAllocationDisabled) ||
@@ -112,7 +113,7 @@ func TestEtcdInitializeRace(t *testing.T) {
 	results := make([]bool, racers)
 	errs := make([]error, racers)
 	for i := range racers {
-		a := newEtcdAllocator(t, etcd.NewClient(t), "10.0.0.0/24", EtcdOptions{})
+		a := newEtcdAllocator(t, etcd.NewClient(t), "10.0.0.0/24", rangealloc.EtcdOptions{})
 		wg.Go(func() { results[i], errs[i] = a.Initialize(ctx) })
 	}
 	wg.Wait()
@@ -133,16 +134,16 @@ func TestEtcdInitializeRace(t *testing.T) {
 func TestEtcdStoredRangeMismatch(t *testing.T) {
 	ctx := testContext(t)
 	etcd := etcdtest.New(t)
-	first := newEtcdAllocator(t, etcd.Client(), "10.0.0.0/24", EtcdOptions{})
+	first := newEtcdAllocator(t, etcd.Client(), "10.0.0.0/24", rangealloc.EtcdOptions{})
 	if _, err := first.Initialize(ctx); err != nil {
 		t.Fatal(err)
 	}
 	_, revBefore := storedIPs(t, etcd.Client(), first.Range())
 	// Allocations never overwrite a map of another range (only Initialize
 	// re-ranges one, see rerange_test.go): the allocator fails with the error.
-	other := newEtcdAllocator(t, etcd.NewClient(t), "10.0.0.0/23", EtcdOptions{})
+	other := newEtcdAllocator(t, etcd.NewClient(t), "10.0.0.0/23", rangealloc.EtcdOptions{})
 	_, err := other.AllocateNext(ctx, owner)
-	if !errors.Is(err, ErrStoredRangeMismatch) || !strings.Contains(err.Error(), "10.0.0.0/24") || !strings.Contains(err.Error(), testKey) {
+	if !errors.Is(err, rangealloc.ErrStoredRangeMismatch) || !strings.Contains(err.Error(), "10.0.0.0/24") || !strings.Contains(err.Error(), testKey) {
 		t.Fatalf("AllocateNext with another range = %v", err)
 	}
 	if _, rev := storedIPs(t, etcd.Client(), first.Range()); rev != revBefore {
@@ -156,7 +157,7 @@ func TestEtcdCorruptValue(t *testing.T) {
 	if _, err := etcd.Client().Put(ctx, testKey, "k8s\x00garbage"); err != nil {
 		t.Fatal(err)
 	}
-	a := newEtcdAllocator(t, etcd.Client(), "10.0.0.0/24", EtcdOptions{})
+	a := newEtcdAllocator(t, etcd.Client(), "10.0.0.0/24", rangealloc.EtcdOptions{})
 	_, err := a.AllocateNext(ctx, owner)
 	if err == nil || !strings.Contains(err.Error(), testKey) || !strings.Contains(err.Error(), "not a valid RangeAllocation") {
 		t.Fatalf("AllocateNext on a corrupt value = %v", err)
@@ -178,8 +179,8 @@ func TestEtcdCorruptValue(t *testing.T) {
 func TestEtcdSecondInstanceSeesAllocations(t *testing.T) {
 	ctx := testContext(t)
 	etcd := etcdtest.New(t)
-	a := newEtcdAllocator(t, etcd.Client(), "10.0.0.0/24", EtcdOptions{})
-	b := newEtcdAllocator(t, etcd.NewClient(t), "10.0.0.0/24", EtcdOptions{})
+	a := newEtcdAllocator(t, etcd.Client(), "10.0.0.0/24", rangealloc.EtcdOptions{})
+	b := newEtcdAllocator(t, etcd.NewClient(t), "10.0.0.0/24", rangealloc.EtcdOptions{})
 	if _, err := a.Initialize(ctx); err != nil {
 		t.Fatal(err)
 	}
@@ -216,7 +217,7 @@ func TestEtcdSecondInstanceSeesAllocations(t *testing.T) {
 func TestEtcdDryRunNeverWrites(t *testing.T) {
 	ctx := testContext(t)
 	etcd := etcdtest.New(t)
-	a := newEtcdAllocator(t, etcd.Client(), "10.0.0.0/28", EtcdOptions{})
+	a := newEtcdAllocator(t, etcd.Client(), "10.0.0.0/28", rangealloc.EtcdOptions{})
 	if _, err := a.Initialize(ctx); err != nil {
 		t.Fatal(err)
 	}
@@ -254,7 +255,7 @@ func TestEtcdKubeAPIServerFixture(t *testing.T) {
 	}
 	want := fx.Expect.Bitmaps[testKey]
 	r := bitmapRange(t, want.Range)
-	a, err := NewEtcdAllocator(etcd.Client(), testKey, r, EtcdOptions{})
+	a, err := NewEtcdAllocator(etcd.Client(), testKey, r, rangealloc.EtcdOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -396,14 +397,14 @@ func TestEtcdUniquenessRace(t *testing.T) {
 			etcd := etcdtest.New(t)
 			var allocators []*EtcdAllocator
 			for range 4 {
-				allocators = append(allocators, newEtcdAllocator(t, etcd.NewClient(t), "10.0.0.0/22", EtcdOptions{DisableBatching: !batching}))
+				allocators = append(allocators, newEtcdAllocator(t, etcd.NewClient(t), "10.0.0.0/22", rangealloc.EtcdOptions{DisableBatching: !batching}))
 			}
 			if _, err := allocators[0].Initialize(ctx); err != nil {
 				t.Fatal(err)
 			}
 			got := drain(t, ctx, allocators, 16)
 			checkDrained(t, etcd.Client(), allocators[0].Range(), got)
-			var stats EtcdStats
+			var stats rangealloc.EtcdStats
 			for _, a := range allocators {
 				s := a.Stats()
 				stats.Requests += s.Requests
@@ -426,7 +427,7 @@ func TestEtcdUniquenessRaceCluster(t *testing.T) {
 	var allocators []*EtcdAllocator
 	for i := range 4 {
 		client := cluster.Member(i % cluster.Size()).NewClient(t)
-		allocators = append(allocators, newEtcdAllocator(t, client, "10.0.0.0/22", EtcdOptions{}))
+		allocators = append(allocators, newEtcdAllocator(t, client, "10.0.0.0/22", rangealloc.EtcdOptions{}))
 	}
 	if _, err := allocators[0].Initialize(ctx); err != nil {
 		t.Fatal(err)
@@ -441,7 +442,7 @@ func TestEtcdUniquenessRaceCluster(t *testing.T) {
 func TestEtcdStoppedMidRun(t *testing.T) {
 	ctx := testContext(t)
 	etcd := etcdtest.New(t)
-	a := newEtcdAllocator(t, etcd.NewClient(t), "10.0.0.0/22", EtcdOptions{})
+	a := newEtcdAllocator(t, etcd.NewClient(t), "10.0.0.0/22", rangealloc.EtcdOptions{})
 	if _, err := a.Initialize(ctx); err != nil {
 		t.Fatal(err)
 	}

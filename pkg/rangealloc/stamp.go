@@ -1,4 +1,4 @@
-package bitmap
+package rangealloc
 
 import (
 	"crypto/rand"
@@ -27,7 +27,7 @@ import (
 //
 // Comparing the map's value instead would carry the whole map twice in every
 // transaction (a /16 map is 8 KiB): a quarter to a third fewer allocations
-// per second in BenchmarkEtcdAllocateNext. The stamp is a few dozen bytes.
+// per second in BenchmarkEtcdAllocateNext (pkg/ipallocator/bitmap). The stamp is a few dozen bytes.
 //
 // Writers that do not stamp (kube-apiserver beside us, a previous version of
 // this server in a rolling upgrade) leave the stamp as it was; their writes

@@ -8,13 +8,9 @@ import (
 
 	"github.com/allocator/allocator/pkg/allocation"
 	"github.com/allocator/allocator/pkg/bitset"
+	"github.com/allocator/allocator/pkg/rangealloc"
 	"github.com/allocator/allocator/pkg/subrange"
 )
-
-// maxSlots bounds the bitmap of one range: an IPv4 /12 (1,048,574 addresses)
-// is the largest the bitmap model serves; the IPAddress model's free-index may
-// use bitmaps up to 2^24 slots.
-const maxSlots = 1 << 24
 
 // Allocator is an in-memory, IP-level allocator over one range: the bitmap of
 // design.md §6 without persistence. It implements allocation.Interface (the
@@ -38,8 +34,8 @@ func NewAllocator(r subrange.Range) (*Allocator, error) {
 }
 
 func newRangeBitmap(r subrange.Range) (*bitset.Set, error) {
-	if r.Size() > maxSlots {
-		return nil, fmt.Errorf("range %s has %d addresses, more than the %d a bitmap holds", r.Prefix(), r.Size(), maxSlots)
+	if r.Size() > rangealloc.MaxSlots {
+		return nil, fmt.Errorf("range %s has %d addresses, more than the %d a bitmap holds", r.Prefix(), r.Size(), rangealloc.MaxSlots)
 	}
 	return bitset.New(int(r.Size()), int(r.StaticSize()))
 }
@@ -113,7 +109,7 @@ func (a *Allocator) ForEach(_ context.Context, fn func(netip.Addr)) error {
 func (a *Allocator) Usage(context.Context) (allocation.Usage, error) {
 	a.mu.Lock()
 	defer a.mu.Unlock()
-	return usageOf(a.bits), nil
+	return rangealloc.UsageOf(a.bits), nil
 }
 
 // Used is the number of allocated addresses.
@@ -175,15 +171,6 @@ func indexOf(r subrange.Range, ip netip.Addr) (int, error) {
 func addrOf(r subrange.Range, i int) netip.Addr {
 	addr, _ := r.Addr(uint64(i))
 	return addr
-}
-
-func usageOf(b *bitset.Set) allocation.Usage {
-	return allocation.Usage{
-		Size:       uint64(b.Size()),
-		Used:       uint64(b.Used()),
-		StaticSize: uint64(b.StaticSize()),
-		StaticUsed: uint64(b.UsedStatic()),
-	}
 }
 
 // checkRangeSpec compares a stored RangeAllocation range with r.
