@@ -26,10 +26,22 @@ func (w *warnings) HandleWarningHeader(_ int, _ string, text string) {
 
 // TestFullRangeHint: a create that finds every address taken fails with
 // kube-apiserver's error text, and the client gets a warning beside it that
-// names the full ServiceCIDR and what makes room.
+// names the full range and what makes room. Both models.
 func TestFullRangeHint(t *testing.T) {
+	for _, tc := range []struct {
+		model model.Name
+		want  string
+	}{
+		{model.IPAddress, `the IPv4 ServiceCIDRs that serve this Service have no free address: "kubernetes" (10.96.0.0/28); add a ServiceCIDR for more addresses`},
+		{model.Bitmap, `the IPv4 service IP range 10.96.0.0/28 (--service-cluster-ip-range) has no free address, and the bitmap model serves one range per family`},
+	} {
+		t.Run(string(tc.model), func(t *testing.T) { fullRangeHint(t, tc.model, tc.want) })
+	}
+}
+
+func fullRangeHint(t *testing.T, m model.Name, want string) {
 	ctx := testContext(t)
-	s := startServer(t, serverOptions{model: string(model.IPAddress), serviceRange: "10.96.0.0/28"})
+	s := startServer(t, serverOptions{model: string(m), serviceRange: "10.96.0.0/28"})
 	cfg := rest.CopyConfig(s.restConfig)
 	seen := &warnings{}
 	cfg.WarningHandler = seen
@@ -49,7 +61,6 @@ func TestFullRangeHint(t *testing.T) {
 	}
 	seen.mu.Lock()
 	defer seen.mu.Unlock()
-	want := `the IPv4 ServiceCIDRs that serve this Service have no free address: "kubernetes" (10.96.0.0/28); add a ServiceCIDR for more addresses`
 	for _, w := range seen.text {
 		if strings.Contains(w, want) {
 			return

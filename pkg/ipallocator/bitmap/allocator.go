@@ -66,7 +66,7 @@ func (a *Allocator) AllocateNext(_ context.Context, _ allocation.Owner) (netip.A
 	defer a.mu.Unlock()
 	i, ok := a.bits.NextDynamic()
 	if !ok {
-		return netip.Addr{}, allocation.ErrFull
+		return netip.Addr{}, fullError(a.rng)
 	}
 	a.bits.Set(i)
 	return addrOf(a.rng, i), nil
@@ -180,4 +180,17 @@ func checkRangeSpec(r subrange.Range, rangeSpec string) error {
 		return fmt.Errorf("restore %q into %s: %w", rangeSpec, r.Prefix(), allocation.ErrMismatchedNetwork)
 	}
 	return nil
+}
+
+// fullError is ErrFull for r, with the operator's hint: the bitmap model
+// serves one range per family, so room comes from deleting Services or from
+// the IPAddress model's ServiceCIDRs.
+func fullError(r subrange.Range) error {
+	family := "IPv4"
+	if r.IPv6() {
+		family = "IPv6"
+	}
+	return allocation.NewFullError(fmt.Sprintf("the %s service IP range %s (--service-cluster-ip-range) has no free address, and the bitmap model "+
+		"serves one range per family: delete Services no longer needed, or move to the IPAddress model (allocator migrate --to ipaddress) "+
+		"and add a ServiceCIDR; `kubectl allocator status` shows how full each range is", family, r.Prefix()))
 }

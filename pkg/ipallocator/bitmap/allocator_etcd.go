@@ -115,7 +115,7 @@ func (a *EtcdAllocator) Allocate(ctx context.Context, ip netip.Addr, _ allocatio
 func (a *EtcdAllocator) AllocateNext(ctx context.Context, _ allocation.Owner) (netip.Addr, error) {
 	slot, err := a.AllocateNextSlot(ctx)
 	if errors.Is(err, allocation.ErrFull) {
-		return netip.Addr{}, err
+		return netip.Addr{}, fullError(a.rng)
 	}
 	if err != nil {
 		return netip.Addr{}, fmt.Errorf("allocate next: %w", err)

@@ -39,6 +39,9 @@ func TestAllocatorExhaustive(t *testing.T) {
 			for {
 				ip, err := a.AllocateNext(ctx, owner)
 				if errors.Is(err, allocation.ErrFull) {
+					if err.Error() != "range is full" || !strings.Contains(allocation.Hint(err), r.Prefix().String()+" (--service-cluster-ip-range) has no free address") {
+						t.Fatalf("full: %v (hint %q), want kube-apiserver's text and a hint naming the range", err, allocation.Hint(err))
+					}
 					break
 				}
 				if err != nil {

@@ -44,7 +44,7 @@ func (d dryRun) AllocateNext(ctx context.Context, _ allocation.Owner) (netip.Add
 		return netip.Addr{}, fmt.Errorf("dry-run allocate next: %w", err)
 	}
 	if !found {
-		return netip.Addr{}, allocation.ErrFull
+		return netip.Addr{}, fullError(d.a.Range())
 	}
 	return addrOf(d.a.Range(), slot), nil
 }
