@@ -78,65 +78,17 @@ func runCheck(args []string) (bool, error) {
 	}
 	var f findings
 	services := lists[0]
-	for _, other := range lists[1:] {
-		for key, a := range services {
-			if !slices.Equal(other[key].IPs, a.IPs) || !slices.Equal(other[key].NodePorts, a.NodePorts) {
-				f.ReadbackMismatch++
-			}
-		}
-		for key := range other {
-			if _, ok := services[key]; !ok {
-				f.ReadbackMismatch++
-			}
-		}
-	}
+	f.ReadbackMismatch = readbackMismatches(services, lists[1:])
 
-	// 2. No ClusterIP is held twice.
-	holders := map[string][]string{}
-	portHolders := map[int32][]string{}
-	for key, a := range services {
-		for _, ip := range a.IPs {
-			if ip != corev1.ClusterIPNone {
-				holders[ip] = append(holders[ip], key)
-			}
-		}
-		for _, port := range slices.Compact(slices.Sorted(slices.Values(a.NodePorts))) {
-			portHolders[port] = append(portHolders[port], key)
-		}
-	}
-	for _, keys := range portHolders {
-		if len(keys) > 1 {
-			f.DuplicateNodePorts++
-		}
-	}
-	var examples []string
-	for ip, keys := range holders {
-		if len(keys) > 1 {
-			f.DuplicateIPs++
-			f.SharingServices += len(keys) - 1
-			if len(examples) < 3 {
-				slices.Sort(keys)
-				examples = append(examples, ip+" "+strings.Join(keys, " "))
-			}
-		}
-	}
+	// 2. No ClusterIP or node port is held twice.
+	examples, nodePorts := f.countDuplicates(services)
 
 	// 3. Every acknowledged create is stored, with its IPs.
 	acks, err := readAcks(*acksFile)
 	if err != nil {
 		return false, err
 	}
-	for _, a := range acks {
-		got, ok := services[a.Namespace+"/"+a.Name]
-		switch {
-		case !ok:
-			f.Lost++
-		case !slices.Equal(got.IPs, a.IPs):
-			f.Changed++
-		case !slices.Equal(got.NodePorts, a.NodePorts):
-			f.NodePortChanged++
-		}
-	}
+	f.checkAcks(acks, services)
 
 	// 4. Allocation records in etcd: IPAddress (and bit, when a map exists).
 	etcd, err := clientv3.New(clientv3.Config{Endpoints: strings.Split(*etcdServers, ","), DialTimeout: 10 * time.Second})
@@ -154,7 +106,7 @@ func runCheck(args []string) (bool, error) {
 	summary := map[string]any{
 		"phase": *phase, "scenario": *scenario, "ok": f.ok(), "findings": f,
 		"services": len(services), "acknowledged": len(acks), "ipaddresses": recs.ipAddresses, "bitmaps": recs.ipMaps,
-		"node_ports": len(portHolders),
+		"node_ports": nodePorts,
 	}
 	if len(examples) > 0 {
 		slices.Sort(examples)
@@ -257,4 +209,74 @@ func readRecords(ctx context.Context, etcd *clientv3.Client, layout etcdlayout.L
 		}
 	}
 	return r, nil
+}
+
+// readbackMismatches counts the Services the other servers read back
+// differently from services (other addresses or ports, or missing), and
+// those only they have.
+func readbackMismatches(services map[string]allocated, others []map[string]allocated) int {
+	n := 0
+	for _, other := range others {
+		for key, a := range services {
+			if !slices.Equal(other[key].IPs, a.IPs) || !slices.Equal(other[key].NodePorts, a.NodePorts) {
+				n++
+			}
+		}
+		for key := range other {
+			if _, ok := services[key]; !ok {
+				n++
+			}
+		}
+	}
+	return n
+}
+
+// countDuplicates counts the ClusterIPs and node ports held by more than one
+// of services, and returns up to three examples of shared ClusterIPs and the
+// number of node ports held.
+func (f *findings) countDuplicates(services map[string]allocated) (examples []string, nodePorts int) {
+	holders := map[string][]string{}
+	portHolders := map[int32][]string{}
+	for key, a := range services {
+		for _, ip := range a.IPs {
+			if ip != corev1.ClusterIPNone {
+				holders[ip] = append(holders[ip], key)
+			}
+		}
+		for _, port := range slices.Compact(slices.Sorted(slices.Values(a.NodePorts))) {
+			portHolders[port] = append(portHolders[port], key)
+		}
+	}
+	for _, keys := range portHolders {
+		if len(keys) > 1 {
+			f.DuplicateNodePorts++
+		}
+	}
+	for ip, keys := range holders {
+		if len(keys) > 1 {
+			f.DuplicateIPs++
+			f.SharingServices += len(keys) - 1
+			if len(examples) < 3 {
+				slices.Sort(keys)
+				examples = append(examples, ip+" "+strings.Join(keys, " "))
+			}
+		}
+	}
+	return examples, len(portHolders)
+}
+
+// checkAcks counts the acknowledged creates that are not stored, or stored
+// with other addresses or ports.
+func (f *findings) checkAcks(acks []ack, services map[string]allocated) {
+	for _, a := range acks {
+		got, ok := services[a.Namespace+"/"+a.Name]
+		switch {
+		case !ok:
+			f.Lost++
+		case !slices.Equal(got.IPs, a.IPs):
+			f.Changed++
+		case !slices.Equal(got.NodePorts, a.NodePorts):
+			f.NodePortChanged++
+		}
+	}
 }

@@ -143,7 +143,6 @@ func noteOutOfScope(view ipView, ranges serviceCIDRs, ip netip.Addr, holders []*
 // the right IPAddress. ipa is the IPAddress seen, nil if none. mayRetry
 // allows one re-judgement when a create meets an object the snapshot missed.
 func (r *IPAddressRepair) reconcileHeld(ctx context.Context, view ipView, ip netip.Addr, holders []*corev1.Service, ipa *networkingv1.IPAddress, out *outcome, mayRetry bool) error {
-	family := familyName(ip.Is6())
 	owner := holders[0]
 	if ipa != nil {
 		for _, svc := range holders {
@@ -160,73 +159,88 @@ func (r *IPAddressRepair) reconcileHeld(ctx context.Context, view ipView, ip net
 			}
 		}
 	}
-
 	if ipa == nil {
-		p := report.Problem{Type: report.TypeRepair, Reason: report.ReasonNotAllocated, IP: ip.String(), Service: report.ServiceKey(owner),
-			Message: fmt.Sprintf("Cluster IP [%s]: %s is not allocated; repairing", family, ip)}
-		if r.cfg.DryRun {
-			out.note(owner, p)
-			reportDuplicates()
-			return nil
-		}
-		// The IPAddress is read before the Service. The cache may lag behind
-		// it (an allocation writes it before its Service, but the two
-		// informers are separate streams), and a Service deleted between a
-		// read of the Service and this create had released its address
-		// already: the create made an orphan, and a static create of the
-		// address failed until the repair took it back. In this order a
-		// Service still found after its IPAddress was found missing really
-		// lacks it: a delete removes the Service before it releases.
-		cur, err := r.cfg.Client.NetworkingV1().IPAddresses().Get(ctx, ip.String(), metav1.GetOptions{})
-		switch {
-		case err == nil && mayRetry:
-			return r.reconcileHeld(ctx, view, ip, holders, cur, out, false)
-		case err == nil:
-			return fmt.Errorf("ipaddress %s: %w", ip, errChanged)
-		case !apierrors.IsNotFound(err):
-			return fmt.Errorf("get ipaddress %s: %w", ip, err)
-		}
-		fresh, err := r.freshHolder(ctx, owner, ip)
-		if err != nil || fresh == nil {
-			return err // gone or changed since the snapshot: nothing to repair
-		}
-		err = r.create(ctx, ip, fresh)
-		switch {
-		case errors.Is(err, errHolderGone):
-			return nil // deleted meanwhile: nothing to repair
-		case err == nil && r.cfg.CarryOver != nil && r.cfg.CarryOver():
-			out.writes++
-			out.created++
-			out.carried++
-			klog.FromContext(ctx).V(4).Info("Carried a bitmap-model allocation over to an IPAddress", "ip", ip, "service", report.ServiceKey(fresh))
-			reportDuplicates()
-			return nil
-		case err == nil:
-			out.writes++
-			out.created++
-			p.Fixed = true
-			out.note(fresh, p)
-			reportDuplicates()
-			return nil
-		case apierrors.IsAlreadyExists(err) && mayRetry:
-			// Claimed since the snapshot (normally by the allocator, for
-			// the Service being created): judge what is there.
-			cur, err := r.cfg.Client.NetworkingV1().IPAddresses().Get(ctx, ip.String(), metav1.GetOptions{})
-			if apierrors.IsNotFound(err) {
-				return fmt.Errorf("ipaddress %s: %w", ip, errChanged)
-			}
-			if err != nil {
-				return fmt.Errorf("get ipaddress %s: %w", ip, err)
-			}
-			return r.reconcileHeld(ctx, view, ip, holders, cur, out, false)
-		case apierrors.IsAlreadyExists(err):
-			return fmt.Errorf("create ipaddress %s for service %s: %w", ip, report.ServiceKey(fresh), errChanged)
-		default:
-			return fmt.Errorf("create ipaddress %s for service %s: %w", ip, report.ServiceKey(fresh), err)
-		}
+		return r.createMissing(ctx, view, ip, holders, owner, out, mayRetry, reportDuplicates)
 	}
 	reportDuplicates()
+	return r.judgeExisting(ctx, view, ip, owner, ipa, out)
+}
 
+// createMissing creates the IPAddress of ip, held by owner (and maybe, as
+// duplicates, by the other holders), which the snapshot lacks: after
+// reading it again, for a Service read again too.
+func (r *IPAddressRepair) createMissing(ctx context.Context, view ipView, ip netip.Addr, holders []*corev1.Service, owner *corev1.Service,
+	out *outcome, mayRetry bool, reportDuplicates func()) error {
+	family := familyName(ip.Is6())
+	p := report.Problem{Type: report.TypeRepair, Reason: report.ReasonNotAllocated, IP: ip.String(), Service: report.ServiceKey(owner),
+		Message: fmt.Sprintf("Cluster IP [%s]: %s is not allocated; repairing", family, ip)}
+	if r.cfg.DryRun {
+		out.note(owner, p)
+		reportDuplicates()
+		return nil
+	}
+	// The IPAddress is read before the Service. The cache may lag behind
+	// it (an allocation writes it before its Service, but the two
+	// informers are separate streams), and a Service deleted between a
+	// read of the Service and this create had released its address
+	// already: the create made an orphan, and a static create of the
+	// address failed until the repair took it back. In this order a
+	// Service still found after its IPAddress was found missing really
+	// lacks it: a delete removes the Service before it releases.
+	cur, err := r.cfg.Client.NetworkingV1().IPAddresses().Get(ctx, ip.String(), metav1.GetOptions{})
+	switch {
+	case err == nil && mayRetry:
+		return r.reconcileHeld(ctx, view, ip, holders, cur, out, false)
+	case err == nil:
+		return fmt.Errorf("ipaddress %s: %w", ip, errChanged)
+	case !apierrors.IsNotFound(err):
+		return fmt.Errorf("get ipaddress %s: %w", ip, err)
+	}
+	fresh, err := r.freshHolder(ctx, owner, ip)
+	if err != nil || fresh == nil {
+		return err // gone or changed since the snapshot: nothing to repair
+	}
+	err = r.create(ctx, ip, fresh)
+	switch {
+	case errors.Is(err, errHolderGone):
+		return nil // deleted meanwhile: nothing to repair
+	case err == nil && r.cfg.CarryOver != nil && r.cfg.CarryOver():
+		out.writes++
+		out.created++
+		out.carried++
+		klog.FromContext(ctx).V(4).Info("Carried a bitmap-model allocation over to an IPAddress", "ip", ip, "service", report.ServiceKey(fresh))
+		reportDuplicates()
+		return nil
+	case err == nil:
+		out.writes++
+		out.created++
+		p.Fixed = true
+		out.note(fresh, p)
+		reportDuplicates()
+		return nil
+	case apierrors.IsAlreadyExists(err) && mayRetry:
+		// Claimed since the snapshot (normally by the allocator, for
+		// the Service being created): judge what is there.
+		cur, err := r.cfg.Client.NetworkingV1().IPAddresses().Get(ctx, ip.String(), metav1.GetOptions{})
+		if apierrors.IsNotFound(err) {
+			return fmt.Errorf("ipaddress %s: %w", ip, errChanged)
+		}
+		if err != nil {
+			return fmt.Errorf("get ipaddress %s: %w", ip, err)
+		}
+		return r.reconcileHeld(ctx, view, ip, holders, cur, out, false)
+	case apierrors.IsAlreadyExists(err):
+		return fmt.Errorf("create ipaddress %s for service %s: %w", ip, report.ServiceKey(fresh), errChanged)
+	default:
+		return fmt.Errorf("create ipaddress %s for service %s: %w", ip, report.ServiceKey(fresh), err)
+	}
+
+}
+
+// judgeExisting checks the IPAddress of ip that owner holds: another
+// controller's object is reported, not changed; ours gets its family label
+// fixed or its parentRef pointed at owner.
+func (r *IPAddressRepair) judgeExisting(ctx context.Context, view ipView, ip netip.Addr, owner *corev1.Service, ipa *networkingv1.IPAddress, out *outcome) error {
 	if !ipaddress.IsManaged(ipa) {
 		if references(ipa, owner) {
 			out.note(nil, report.Problem{Type: report.TypeRepair, IP: ip.String(), Service: report.ServiceKey(owner),
