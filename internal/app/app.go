@@ -11,6 +11,7 @@ import (
 	"strings"
 
 	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
 	"k8s.io/component-base/logs"
 	logsapi "k8s.io/component-base/logs/api/v1"
 	_ "k8s.io/component-base/logs/json/register" // --logging-format=json
@@ -93,6 +94,13 @@ func newRootCommand(streams Streams, plugin bool) *cobra.Command {
 	// refused ("unknown shorthand flag: 'v'").
 	logging := logsapi.NewLoggingConfiguration()
 	logsapi.AddFlags(logging, root.PersistentFlags())
+	// The [Alpha] logging flags need a feature gate this binary has no
+	// --feature-gates flag for: hidden rather than offered and refused.
+	root.PersistentFlags().VisitAll(func(f *pflag.Flag) {
+		if strings.HasPrefix(f.Usage, "[Alpha]") {
+			f.Hidden = true
+		}
+	})
 	root.PersistentPreRunE = func(*cobra.Command, []string) error {
 		if err := logsapi.ValidateAndApply(logging, nil); err != nil {
 			return &usageError{fmt.Errorf("logging options: %w", err)}

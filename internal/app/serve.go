@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"io/fs"
 	"net"
 	"os"
@@ -15,7 +16,9 @@ import (
 	"time"
 
 	"github.com/spf13/cobra"
+	"golang.org/x/term"
 	"google.golang.org/grpc/grpclog"
+	cliflag "k8s.io/component-base/cli/flag"
 	"k8s.io/klog/v2"
 
 	"github.com/allocator/allocator/pkg/apiserver"
@@ -52,8 +55,36 @@ the same --data-dir keeps the data.`,
 			return runServe(cmd.Context(), opts, streams)
 		},
 	}
-	opts.AddFlags(cmd.Flags())
+	fss := opts.Flags()
+	for _, name := range fss.Order {
+		cmd.Flags().AddFlagSet(fss.FlagSets[name])
+	}
+	// Help in sections, as kube-apiserver's: the ranges and the model first,
+	// the logging flags every command shares last.
+	cmd.SetUsageFunc(func(cmd *cobra.Command) error {
+		printSections(cmd.OutOrStderr(), cmd, fss)
+		return nil
+	})
+	cmd.SetHelpFunc(func(cmd *cobra.Command, _ []string) {
+		fmt.Fprintf(cmd.OutOrStdout(), "%s\n\n", cmd.Long)
+		printSections(cmd.OutOrStdout(), cmd, fss)
+	})
 	return cmd
+}
+
+// printSections prints cmd's usage line, fss section by section, and the
+// flags cmd inherits, wrapped to the terminal's width (unwrapped when w is
+// not a terminal).
+func printSections(w io.Writer, cmd *cobra.Command, fss cliflag.NamedFlagSets) {
+	cols := 0
+	if f, ok := w.(*os.File); ok && term.IsTerminal(int(f.Fd())) {
+		cols, _, _ = term.GetSize(int(f.Fd()))
+	}
+	fmt.Fprintf(w, "Usage:\n  %s\n", cmd.UseLine())
+	cliflag.PrintSections(w, fss, cols)
+	if global := cmd.InheritedFlags(); global.HasFlags() {
+		fmt.Fprintf(w, "\nGlobal flags:\n%s", global.FlagUsagesWrapped(cols))
+	}
 }
 
 func runServe(ctx context.Context, opts *apiserver.Options, streams Streams) error {

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/spf13/pflag"
+	cliflag "k8s.io/component-base/cli/flag"
 
 	"github.com/allocator/allocator/pkg/etcdlayout"
 	"github.com/allocator/allocator/pkg/ipallocator"
@@ -65,26 +66,44 @@ func NewOptions() *Options {
 	}
 }
 
-// AddFlags registers the options on fs.
+// AddFlags registers the options on fs (every section of Flags).
 func (o *Options) AddFlags(fs *pflag.FlagSet) {
+	fss := o.Flags()
+	for _, name := range fss.Order {
+		fs.AddFlagSet(fss.FlagSets[name])
+	}
+}
+
+// Flags returns the options' flags in named sections, the way
+// kube-apiserver's help shows them: what an operator sets first (the
+// ranges and the model) first, audit and profiling last.
+func (o *Options) Flags() cliflag.NamedFlagSets {
+	var fss cliflag.NamedFlagSets
+	fs := fss.FlagSet("allocation")
 	fs.StringVar(&o.ServiceClusterIPRange, "service-cluster-ip-range", o.ServiceClusterIPRange,
 		"CIDR range from which to assign service cluster IPs; an IPv4 and an IPv6 CIDR separated by a comma make the cluster dual-stack.")
 	fs.StringVar(&o.ServiceNodePortRange, "service-node-port-range", o.ServiceNodePortRange,
 		"A port range to reserve for services with NodePort visibility, e.g. '30000-32767' or '30000+2767'. Inclusive at both ends of the range.")
+	fs.StringVar(&o.Allocator, "allocator", o.Allocator, "ClusterIP allocator model: ipaddress (IPAddress objects over ServiceCIDRs) or bitmap (one RangeAllocation per family). Data written under the other model is carried over at start.")
+	fs.DurationVar(&o.RepairInterval, "repair-interval", o.RepairInterval, "Period of the ClusterIP repair controller's full pass; must be positive.")
+
+	fs = fss.FlagSet("serving")
 	fs.IntVar(&o.SecurePort, "secure-port", o.SecurePort, "The port on which to serve HTTPS (0 picks a free port).")
 	fs.StringVar(&o.BindAddress, "bind-address", o.BindAddress, "The IP address on which to listen for the --secure-port port.")
+	fs.StringVar(&o.DataDir, "data-dir", o.DataDir, "Directory for the embedded etcd, certificates and admin.kubeconfig.")
+	fs.StringVar(&o.CertDir, "cert-dir", o.CertDir,
+		"The directory where the self-signed TLS certificate is kept (default <data-dir>/certs).")
+
+	fs = fss.FlagSet("etcd")
 	fs.StringSliceVar(&o.EtcdServers, "etcd-servers", o.EtcdServers,
 		"List of etcd servers to connect with (scheme://ip:port), comma separated. Empty: run an embedded etcd in --data-dir.")
 	fs.StringVar(&o.EtcdPrefix, "etcd-prefix", o.EtcdPrefix, "The prefix to prepend to all resource paths in etcd.")
 	fs.StringVar(&o.EtcdCAFile, "etcd-cafile", o.EtcdCAFile, "SSL Certificate Authority file used to secure etcd communication (with --etcd-servers).")
 	fs.StringVar(&o.EtcdCertFile, "etcd-certfile", o.EtcdCertFile, "SSL certification file used to secure etcd communication (with --etcd-servers).")
 	fs.StringVar(&o.EtcdKeyFile, "etcd-keyfile", o.EtcdKeyFile, "SSL key file used to secure etcd communication (with --etcd-servers).")
-	fs.StringVar(&o.CertDir, "cert-dir", o.CertDir,
-		"The directory where the self-signed TLS certificate is kept (default <data-dir>/certs).")
-	fs.StringVar(&o.DataDir, "data-dir", o.DataDir, "Directory for the embedded etcd, certificates and admin.kubeconfig.")
-	fs.StringVar(&o.Allocator, "allocator", o.Allocator, "ClusterIP allocator model: ipaddress (IPAddress objects over ServiceCIDRs) or bitmap (one RangeAllocation per family). Data written under the other model is carried over at start.")
-	fs.DurationVar(&o.RepairInterval, "repair-interval", o.RepairInterval, "Period of the ClusterIP repair controller's full pass; must be positive.")
-	o.Security.AddFlags(fs)
+
+	o.Security.addFlags(&fss)
+	return fss
 }
 
 // Validate checks the options.

@@ -17,6 +17,7 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/clientcmd"
 	certutil "k8s.io/client-go/util/cert"
+	cliflag "k8s.io/component-base/cli/flag"
 )
 
 // SecurityOptions are the options that let the server run beside a real
@@ -68,21 +69,25 @@ func NewSecurityOptions() *SecurityOptions {
 	}
 }
 
-// AddFlags registers the options on fs.
-func (o *SecurityOptions) AddFlags(fs *pflag.FlagSet) {
+// addFlags registers the options in fss: serving certificate and the
+// authentication, authorization, audit and profiling sections.
+func (o *SecurityOptions) addFlags(fss *cliflag.NamedFlagSets) {
+	fs := fss.FlagSet("serving")
 	fs.StringVar(&o.TLSCertFile, "tls-cert-file", o.TLSCertFile,
 		"File containing the default x509 serving certificate (with intermediates after it). Empty: a self-signed certificate in --cert-dir.")
 	fs.StringVar(&o.TLSPrivateKeyFile, "tls-private-key-file", o.TLSPrivateKeyFile,
 		"File containing the x509 private key matching --tls-cert-file.")
+	fs = fss.FlagSet("authentication")
 	fs.StringVar(&o.TokenAuthFile, "token-auth-file", o.TokenAuthFile,
 		"If set, the file that will be used to secure the secure port of the API server via token authentication (CSV: token,user,uid,\"group1,group2\").")
 	o.Authentication.AddFlags(fs)
-	o.Authorization.AddFlags(fs)
-	o.Audit.AddFlags(fs)
+	o.Authorization.AddFlags(fss.FlagSet("authorization"))
+	o.Audit.AddFlags(fss.FlagSet("audit"))
 	// Only the profiling flags: --enable-priority-and-fairness would need
 	// the flowcontrol API.
 	features := pflag.NewFlagSet("features", pflag.ContinueOnError)
 	o.Features.AddFlags(features)
+	fs = fss.FlagSet("profiling")
 	features.VisitAll(func(f *pflag.Flag) {
 		if f.Name != "enable-priority-and-fairness" {
 			fs.AddFlag(f)
