@@ -2,6 +2,7 @@ package rangerepair_test
 
 import (
 	"context"
+	"slices"
 	"strconv"
 	"testing"
 	"time"
@@ -18,6 +19,21 @@ import (
 	"github.com/allocator/allocator/pkg/rangealloc/rangerepair"
 	"github.com/allocator/allocator/pkg/report"
 )
+
+// testRange is the node-port range the findings are taken on.
+const testRange = "30000-30099"
+
+// portSpace is a port range as a rangerepair.Space.
+type portSpace struct{ portrange.Range }
+
+func (s portSpace) Key(i int) int {
+	port, _ := s.Port(i)
+	return port
+}
+
+func holdsPort(svc *corev1.Service, port int) bool {
+	return slices.ContainsFunc(svc.Spec.Ports, func(p corev1.ServicePort) bool { return int(p.NodePort) == port })
+}
 
 // fakeStore is a stored map whose first writes lose to a concurrent
 // allocation: each lost write is followed by a read of the next map in reads.

@@ -1,4 +1,4 @@
-package app
+package cli_test
 
 import (
 	"context"

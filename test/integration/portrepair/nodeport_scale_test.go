@@ -28,7 +28,7 @@ import (
 // 30000-62767 so up to 32,768 fit). A measurement, not a speed check: it
 // asserts only that the pass finds the map consistent.
 //
-//	NODEPORT_SCALE=20000 go test -run TestNodePortScaleTiming -v -timeout 30m ./pkg/portallocator/portrepair/
+//	NODEPORT_SCALE=20000 go test -run TestNodePortScaleTiming -v -timeout 30m ./test/integration/portrepair/
 func TestNodePortScaleTiming(t *testing.T) {
 	n, err := strconv.Atoi(os.Getenv("NODEPORT_SCALE"))
 	if err != nil || n <= 0 {

@@ -16,7 +16,7 @@ import (
 // direction on N Services (ALLOCATOR_SCALE=N; skipped when unset). It is a
 // measurement, not a check of speed: it asserts only correctness.
 //
-//	ALLOCATOR_SCALE=50000 go test -run TestScaleTimings -v -timeout 60m ./pkg/ipallocator/iprepair/
+//	ALLOCATOR_SCALE=50000 go test -run TestScaleTimings -v -timeout 60m ./test/integration/iprepair/
 func TestScaleTimings(t *testing.T) {
 	n, err := strconv.Atoi(os.Getenv("ALLOCATOR_SCALE"))
 	if err != nil || n <= 0 {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"net/netip"
 	"slices"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -12,41 +13,14 @@ import (
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/informers"
+	networkinginformers "k8s.io/client-go/informers/networking/v1"
+	networkinglisters "k8s.io/client-go/listers/networking/v1"
 
 	"github.com/allocator/allocator/internal/testserver"
 	"github.com/allocator/allocator/pkg/allocation"
 	"github.com/allocator/allocator/pkg/ipallocator/ipaddress"
 	"github.com/allocator/allocator/pkg/servicecidr"
 )
-
-func TestCovered(t *testing.T) {
-	prefixes := func(s ...string) []netip.Prefix {
-		var out []netip.Prefix
-		for _, p := range s {
-			out = append(out, netip.MustParsePrefix(p))
-		}
-		return out
-	}
-	tests := []struct {
-		prefixes []netip.Prefix
-		addr     string
-		want     bool
-	}{
-		{prefixes("10.0.0.128/25"), "10.0.0.129", true},
-		{prefixes("10.0.0.128/25"), "10.0.0.128", false}, // network address
-		{prefixes("10.0.0.128/25"), "10.0.0.255", false}, // broadcast address
-		{prefixes("10.0.0.128/25"), "10.0.0.254", true},
-		{prefixes("10.0.0.128/25", "10.0.0.0/24"), "10.0.0.128", true}, // served by the /24
-		{prefixes("fd00::/120"), "fd00::", false},
-		{prefixes("fd00::/120"), "fd00::ff", true}, // the last IPv6 address is usable
-		{prefixes("10.0.0.0/24"), "10.0.1.1", false},
-	}
-	for _, tt := range tests {
-		if got := servicecidr.Covered(tt.prefixes, netip.MustParseAddr(tt.addr)); got != tt.want {
-			t.Errorf("covered(%v, %s) = %v, want %v", tt.prefixes, tt.addr, got, tt.want)
-		}
-	}
-}
 
 func newServiceCIDR(ctx context.Context, t *testing.T, srv *testserver.Server, name string, cidrs ...string) {
 	t.Helper()
@@ -143,23 +117,25 @@ func TestPeriodicResync(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	srv := testserver.Start(t, testserver.Options{ServiceRange: "10.96.0.0/24", Model: "ipaddress"})
-	ctrl := startController(ctx, t, srv, servicecidr.WithResyncPeriod(200*time.Millisecond))
-	poll(ctx, t, 30*time.Second, "first sync", func() (bool, error) { return ctrl.Syncs() > 0, nil })
+	syncs := startController(ctx, t, srv, servicecidr.WithResyncPeriod(200*time.Millisecond))
+	poll(ctx, t, 30*time.Second, "first sync", func() (bool, error) { return syncs.Load() > 0, nil })
 	time.Sleep(time.Second) // let the start-up events settle
-	before := ctrl.Syncs()
+	before := syncs.Load()
 	time.Sleep(2 * time.Second)
-	if n := ctrl.Syncs() - before; n < 4 {
+	if n := syncs.Load() - before; n < 4 {
 		t.Fatalf("%d syncs in 2 s without events; want a re-check every 200 ms", n)
 	}
 }
 
 // startController runs a controller of its own beside the server's, built
 // as the server builds it (a shared informer factory with resync 0), until
-// the test ends.
-func startController(ctx context.Context, t *testing.T, srv *testserver.Server, opts ...servicecidr.Option) *servicecidr.Controller {
+// the test ends. It returns the count of the controller's syncs.
+func startController(ctx context.Context, t *testing.T, srv *testserver.Server, opts ...servicecidr.Option) *atomic.Int64 {
 	t.Helper()
 	factory := informers.NewSharedInformerFactory(srv.Client, 0)
-	ctrl, err := servicecidr.New(srv.Client, factory.Networking().V1().ServiceCIDRs(), factory.Networking().V1().IPAddresses(), opts...)
+	syncs := &atomic.Int64{}
+	cidrs := countingCIDRs{ServiceCIDRInformer: factory.Networking().V1().ServiceCIDRs(), gets: syncs}
+	ctrl, err := servicecidr.New(srv.Client, cidrs, factory.Networking().V1().IPAddresses(), opts...)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -174,7 +150,29 @@ func startController(ctx context.Context, t *testing.T, srv *testserver.Server, 
 		}
 		factory.Shutdown()
 	})
-	return ctrl
+	return syncs
+}
+
+// countingCIDRs is a ServiceCIDR informer whose lister counts its Gets. A
+// sync reads its ServiceCIDR with one Get, and nothing else calls Get, so
+// the count is the number of syncs the controller has run.
+type countingCIDRs struct {
+	networkinginformers.ServiceCIDRInformer
+	gets *atomic.Int64
+}
+
+func (c countingCIDRs) Lister() networkinglisters.ServiceCIDRLister {
+	return countingLister{ServiceCIDRLister: c.ServiceCIDRInformer.Lister(), gets: c.gets}
+}
+
+type countingLister struct {
+	networkinglisters.ServiceCIDRLister
+	gets *atomic.Int64
+}
+
+func (l countingLister) Get(name string) (*networkingv1.ServiceCIDR, error) {
+	l.gets.Add(1)
+	return l.ServiceCIDRLister.Get(name)
 }
 
 func ownerOf(namespace, name string) allocation.Owner {
@@ -224,27 +222,5 @@ func TestBlockedDeletionEndsOnLastIPAddress(t *testing.T) {
 	})
 	if since := time.Since(deleted); since >= servicecidr.DefaultDeletionGrace {
 		t.Fatalf("took %v: the server's own controller may have let it go, not the event", since)
-	}
-}
-
-// TestFamilySelector: the live confirmation lists only the IPAddresses of a
-// single-family ServiceCIDR's family.
-func TestFamilySelector(t *testing.T) {
-	for _, tt := range []struct {
-		cidrs []string
-		want  string
-	}{
-		{[]string{"10.0.0.0/24"}, "ipaddress.kubernetes.io/ip-family=IPv4"},
-		{[]string{"fd00::/112"}, "ipaddress.kubernetes.io/ip-family=IPv6"},
-		{[]string{"10.0.0.0/24", "fd00::/112"}, ""},
-		{nil, ""},
-	} {
-		var ps []netip.Prefix
-		for _, c := range tt.cidrs {
-			ps = append(ps, netip.MustParsePrefix(c))
-		}
-		if got := servicecidr.FamilySelector(ps); got != tt.want {
-			t.Errorf("familySelector(%v) = %q, want %q", tt.cidrs, got, tt.want)
-		}
 	}
 }

@@ -5,7 +5,6 @@ import (
 	"github.com/allocator/allocator/pkg/ipallocator/iprepair"
 
 	"context"
-	"errors"
 	"fmt"
 	"slices"
 	"strings"
@@ -204,42 +203,6 @@ func TestIPAddressRepairOrphanGrace(t *testing.T) {
 	if rep := runOnce(t, ctx, ctrl); !rep.Consistent() {
 		t.Fatalf("after the delete: %+v", rep.Problems)
 	}
-}
-
-// TestIPAddressRepairOrphanRecheck feeds the repair a stale snapshot in which
-// an IPAddress has no owner while the API server has one: the fresh read
-// before the delete must keep it. It also checks that the delete is
-// conditional on the object not having changed.
-func TestIPAddressRepairOrphanRecheck(t *testing.T) {
-	ctx := repairtest.Context(t)
-	srv := ipaddressServer(t, "10.0.0.0/24")
-	svc, err := createService(ctx, srv, "late", "10.0.0.77")
-	if err != nil {
-		t.Fatal(err)
-	}
-	checkClaim(t, srv, "10.0.0.77", "default", "late")
-	clock := &fakeClock{now: time.Now().Add(time.Hour)} // everything is past its grace
-	ctrl, err := iprepair.NewIPAddressRepair(iprepair.IPAddressConfig{Client: srv.Client, Now: clock.Now})
-	if err != nil {
-		t.Fatal(err)
-	}
-	writes, err := ctrl.ReconcileOnStaleSnapshot(ctx, "10.0.0.77", getIPAddress(t, srv, "10.0.0.77"), "10.0.0.0/24")
-	if err != nil || writes != 0 {
-		t.Fatalf("reconcile on a stale snapshot: %v, %d writes", err, writes)
-	}
-	checkClaim(t, srv, "10.0.0.77", svc.Namespace, svc.Name)
-
-	// A delete conditional on an old resourceVersion fails and removes nothing.
-	old := getIPAddress(t, srv, "10.0.0.77")
-	changed := old.DeepCopy()
-	changed.Annotations = map[string]string{"touched": "yes"}
-	if _, err := srv.Client.NetworkingV1().IPAddresses().Update(ctx, changed, metav1.UpdateOptions{}); err != nil {
-		t.Fatal(err)
-	}
-	if err := ctrl.DeleteIfUnchanged(ctx, old); !errors.Is(err, iprepair.ErrChanged) {
-		t.Fatalf("conditional delete of a changed object: %v, want errChanged", err)
-	}
-	checkClaim(t, srv, "10.0.0.77", svc.Namespace, svc.Name)
 }
 
 func TestIPAddressRepairPlantedFaults(t *testing.T) {

@@ -1,0 +1,5 @@
+// Package services tests the Service registry (pkg/registry/services)
+// through the real API server in-process (internal/testserver): a client
+// that gives up while its address is reserved, and racing finalizer
+// removals that must release an address exactly once.
+package services
