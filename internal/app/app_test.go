@@ -28,8 +28,18 @@ func TestVersion(t *testing.T) {
 	if code != 0 || json.Unmarshal([]byte(out), &info) != nil || info.Version == "" || !strings.HasPrefix(info.Kubernetes.GitVersion, "v1.37.") {
 		t.Fatalf("version -o json: code %d, output %q", code, out)
 	}
-	if _, errOut, code := runApp(t, "version", "-o", "yaml"); code == 0 || !strings.Contains(errOut, "unknown output format") {
-		t.Fatalf("version -o yaml: code %d, stderr %q", code, errOut)
+	out, _, code = runApp(t, "version", "-o", "yaml")
+	if code != 0 || !strings.Contains(out, "kubernetes:\n") || !strings.Contains(out, "  gitVersion: v1.37.") {
+		t.Fatalf("version -o yaml: code %d, output %q", code, out)
+	}
+	out, _, code = runApp(t, "version", "-o", "jsonpath={.kubernetes.gitVersion}")
+	if code != 0 || !strings.HasPrefix(out, "v1.37.") || strings.Count(out, "\n") != 1 {
+		t.Fatalf("version -o jsonpath: code %d, output %q", code, out)
+	}
+	for _, bad := range []string{"xml", "jsonpath={.kubernetes"} {
+		if _, errOut, code := runApp(t, "version", "-o", bad); code == 0 || !strings.Contains(errOut, bad) {
+			t.Fatalf("version -o %s: code %d, stderr %q", bad, code, errOut)
+		}
 	}
 }
 
@@ -62,8 +72,8 @@ func TestUsageErrorsPointAtHelp(t *testing.T) {
 		}
 	}
 	// Errors that are not about the command line get no hint.
-	if _, errOut, _ := runApp(t, "version", "-o", "yaml"); strings.Contains(errOut, "--help") {
-		t.Errorf("version -o yaml hints at --help: %q", errOut)
+	if _, errOut, _ := runApp(t, "version", "-o", "xml"); strings.Contains(errOut, "--help") {
+		t.Errorf("version -o xml hints at --help: %q", errOut)
 	}
 }
 

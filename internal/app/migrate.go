@@ -55,7 +55,7 @@ command resumes.`,
 	o.cluster.addFlags(fs)
 	fs.StringVar(&o.to, "to", "", "target model: ipaddress or bitmap (required)")
 	fs.BoolVar(&o.dryRun, "dry-run", true, "report what would change and change nothing")
-	fs.StringVarP(&o.output, "output", "o", "table", "output format: table or json")
+	fs.StringVarP(&o.output, "output", "o", "table", "output format: table, "+machineFormats)
 	fs.BoolVar(&o.progress, "progress", false, "print progress to stderr: a redrawn line on a terminal (the default there), plain lines elsewhere")
 	return cmd
 }
@@ -65,7 +65,7 @@ func runMigrate(ctx context.Context, o *migrateOptions, streams Streams) error {
 	if err != nil {
 		return err
 	}
-	if err := checkOutputFormat(o.output); err != nil {
+	if err := checkOutputFormat(o.output, "table"); err != nil {
 		return err
 	}
 	if err := o.cluster.validate(); err != nil {
@@ -85,8 +85,8 @@ func runMigrate(ctx context.Context, o *migrateOptions, streams Streams) error {
 	if err != nil {
 		return interrupted(ctx, explain(err), streams, o.rerun, rep.Interrupted())
 	}
-	if o.output == "json" {
-		err = writeJSON(streams.Out, newMigrationJSON(rep))
+	if isMachine(o.output) {
+		err = writeMachine(streams.Out, o.output, newMigrationJSON(rep))
 	} else {
 		err = writeProblems(streams.Out, rep.Problems, rep.DryRun, migrationSummary(rep))
 	}

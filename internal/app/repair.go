@@ -89,7 +89,7 @@ running.`,
 	o.cluster.addFlags(fs)
 	fs.StringVar(&o.model, "model", "auto", "allocator model to repair: bitmap, ipaddress, or auto (bitmap when its maps exist in etcd, else ipaddress)")
 	fs.BoolVar(&o.dryRun, "dry-run", false, "report what would change and change nothing")
-	fs.StringVarP(&o.output, "output", "o", "table", "output format: table or json")
+	fs.StringVarP(&o.output, "output", "o", "table", "output format: table, "+machineFormats)
 	fs.DurationVar(&o.interval, "interval", 0, "keep running, one pass every interval (0: one pass and exit)")
 	fs.DurationVar(&o.leakGrace, "leak-grace", rangerepair.DefaultLeakGrace,
 		"bitmap model: least time between the first pass that sees a leak and the one that frees it; "+
@@ -105,7 +105,7 @@ type passRunner interface {
 }
 
 func runRepair(ctx context.Context, o *repairOptions, streams Streams) error {
-	if err := checkOutputFormat(o.output); err != nil {
+	if err := checkOutputFormat(o.output, "table"); err != nil {
 		return err
 	}
 	if o.interval < 0 {
@@ -256,8 +256,8 @@ func mergeReports(reports []*report.Report) *report.Report {
 }
 
 func printRepair(streams Streams, format string, rep *report.Report) error {
-	if format == "json" {
-		return writeJSON(streams.Out, newRepairJSON(rep))
+	if isMachine(format) {
+		return writeMachine(streams.Out, format, newRepairJSON(rep))
 	}
 	return writeProblems(streams.Out, rep.Problems, rep.DryRun, repairSummary(rep))
 }
@@ -266,10 +266,10 @@ func printRepair(streams Streams, format string, rep *report.Report) error {
 // it ended, so a long-running job's output says when each pass happened.
 func printRepairPass(streams Streams, format string, rep *report.Report, at time.Time) error {
 	stamp := at.UTC().Format(time.RFC3339)
-	if format == "json" {
+	if isMachine(format) {
 		out := newRepairJSON(rep)
 		out.Time = stamp
-		return writeJSON(streams.Out, out)
+		return writeMachine(streams.Out, format, out)
 	}
 	return writeProblems(streams.Out, rep.Problems, rep.DryRun, stamp+" "+repairSummary(rep))
 }

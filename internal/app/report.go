@@ -1,7 +1,6 @@
 package app
 
 import (
-	"encoding/json"
 	"fmt"
 	"io"
 	"strings"
@@ -32,21 +31,6 @@ func plural(n int, one, many string) string {
 		return "1 " + one
 	}
 	return fmt.Sprintf("%d %s", n, many)
-}
-
-func checkOutputFormat(format string) error {
-	switch format {
-	case "table", "json":
-		return nil
-	default:
-		return fmt.Errorf("unknown output format %q: use table or json", format)
-	}
-}
-
-func writeJSON(w io.Writer, v any) error {
-	enc := json.NewEncoder(w)
-	enc.SetIndent("", "  ")
-	return enc.Encode(v)
 }
 
 // dryRunWording turns the present tense of the repair messages (upstream's

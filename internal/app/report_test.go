@@ -182,7 +182,7 @@ func TestMigrationRendering(t *testing.T) {
 			var out bytes.Buffer
 			var err error
 			if tt.format == "json" {
-				err = writeJSON(&out, newMigrationJSON(&tt.rep))
+				err = writeMachine(&out, "json", newMigrationJSON(&tt.rep))
 			} else {
 				err = writeProblems(&out, tt.rep.Problems, tt.rep.DryRun, migrationSummary(&tt.rep))
 			}

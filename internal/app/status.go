@@ -55,16 +55,14 @@ namespace's share only (the totals stay the cluster's).`,
 	fs := cmd.Flags()
 	o.cluster.addFlags(fs)
 	fs.StringVar(&o.model, "model", "auto", "allocator model to measure: bitmap, ipaddress, or auto (bitmap when --etcd-servers is given and its maps exist)")
-	fs.StringVarP(&o.output, "output", "o", "table", "output format: table, wide or json")
+	fs.StringVarP(&o.output, "output", "o", "table", "output format: table, wide, "+machineFormats)
 	fs.IntVar(&o.top, "top", 3, "how many of the largest namespaces to show per CIDR (table and wide)")
 	return cmd
 }
 
 func runStatus(ctx context.Context, o *statusOptions, streams Streams) error {
-	switch o.output {
-	case "table", "wide", "json":
-	default:
-		return fmt.Errorf("unknown output format %q: use table, wide or json", o.output)
+	if err := checkOutputFormat(o.output, "table", "wide"); err != nil {
+		return err
 	}
 	if err := o.cluster.validate(); err != nil {
 		return err
@@ -106,8 +104,8 @@ func runStatus(ctx context.Context, o *statusOptions, streams Streams) error {
 			usage.CIDRs[i].Namespaces = onlyNamespace(usage.CIDRs[i].Namespaces, ns)
 		}
 	}
-	if o.output == "json" {
-		return writeJSON(streams.Out, newStatusJSON(usage))
+	if isMachine(o.output) {
+		return writeMachine(streams.Out, o.output, newStatusJSON(usage))
 	}
 	return writeStatusTable(streams.Out, usage, o.output == "wide", o.top)
 }

@@ -118,12 +118,12 @@ bitmap. Run it before starting a bitmap-model replica or a kube-apiserver up to
 }
 
 func (o *transitionOptions) addOutputFlag(fs *pflag.FlagSet) {
-	fs.StringVarP(&o.output, "output", "o", "table", "output format: table or json")
+	fs.StringVarP(&o.output, "output", "o", "table", "output format: table, "+machineFormats)
 }
 
 // runTransition runs act, if any, then shows the transition's status.
 func runTransition(ctx context.Context, o *transitionOptions, act transitionAction, streams Streams) error {
-	if err := checkOutputFormat(o.output); err != nil {
+	if err := checkOutputFormat(o.output, "table"); err != nil {
 		return err
 	}
 	if err := o.cluster.validate(); err != nil {
@@ -134,9 +134,9 @@ func runTransition(ctx context.Context, o *transitionOptions, act transitionActi
 		return err
 	}
 	defer etcd.Close()
-	// With -o json, standard output holds the JSON document only.
+	// With a machine format, standard output holds the document only.
 	say := streams.Out
-	if o.output == "json" {
+	if isMachine(o.output) {
 		say = streams.Err
 	}
 	if act != nil {
@@ -148,8 +148,8 @@ func runTransition(ctx context.Context, o *transitionOptions, act transitionActi
 	if err != nil {
 		return err
 	}
-	if o.output == "json" {
-		return writeJSON(streams.Out, status)
+	if isMachine(o.output) {
+		return writeMachine(streams.Out, o.output, status)
 	}
 	return writeTransitionStatus(streams.Out, status)
 }

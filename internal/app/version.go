@@ -1,7 +1,6 @@
 package app
 
 import (
-	"encoding/json"
 	"fmt"
 
 	"github.com/spf13/cobra"
@@ -17,22 +16,19 @@ func newVersionCommand(streams Streams) *cobra.Command {
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			info := version.Get()
-			switch output {
-			case "":
+			if output == "" {
 				_, err := fmt.Fprintln(streams.Out, info.String())
 				return err
-			case "json":
-				enc := json.NewEncoder(streams.Out)
-				enc.SetIndent("", "  ")
-				return enc.Encode(struct {
-					version.Info
-					Kubernetes any `json:"kubernetes"`
-				}{info, info.Kubernetes()})
-			default:
-				return fmt.Errorf("unknown output format %q: use json or leave it empty", output)
 			}
+			if err := checkOutputFormat(output); err != nil {
+				return err
+			}
+			return writeMachine(streams.Out, output, struct {
+				version.Info
+				Kubernetes any `json:"kubernetes"`
+			}{info, info.Kubernetes()})
 		},
 	}
-	cmd.Flags().StringVarP(&output, "output", "o", "", "output format: empty for one line, or json")
+	cmd.Flags().StringVarP(&output, "output", "o", "", "output format: empty for one line, or "+machineFormats)
 	return cmd
 }

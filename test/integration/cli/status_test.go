@@ -10,6 +10,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/intstr"
 	"k8s.io/client-go/kubernetes"
+	"sigs.k8s.io/yaml"
 
 	"github.com/allocator/allocator/internal/testserver"
 )
@@ -144,6 +145,15 @@ func TestStatusKnownFill(t *testing.T) {
 			}
 			if diff := cmp.Diff(wantStatusJSON(tt.model, tt.source), out); diff != "" {
 				t.Errorf("json (-want +got):\n%s", diff)
+			}
+			// yaml and jsonpath are the same document, as kubectl's -o spells them.
+			out, errOut, code = runApp(t, append(args, "-o", "yaml")...)
+			if want, err := yaml.JSONToYAML([]byte(wantStatusJSON(tt.model, tt.source))); code != 0 || err != nil || out != string(want) {
+				t.Errorf("status -o yaml: exit %d (%v), got\n%s%s\nwant\n%s", code, err, out, errOut, want)
+			}
+			out, errOut, code = runApp(t, append(args, "-o", "jsonpath={.cidrs[0].cidr}")...)
+			if code != 0 || out != "10.0.0.0/24\n" {
+				t.Errorf("status -o jsonpath: exit %d, got %q%s", code, out, errOut)
 			}
 			// -n narrows the namespaces, not the totals.
 			out, errOut, code = runApp(t, append(args, "-n", "team-b")...)
