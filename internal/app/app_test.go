@@ -97,3 +97,12 @@ func TestLoggingFlags(t *testing.T) {
 		t.Fatalf("--logging-format yaml: code %d, stderr %q", code, errOut)
 	}
 }
+
+// TestCompletion: `allocator completion bash` prints a bash completion
+// script for the command tree, as the README says.
+func TestCompletion(t *testing.T) {
+	out, errOut, code := runApp(t, "completion", "bash")
+	if code != 0 || !strings.Contains(out, "bash completion V2 for allocator") || !strings.Contains(out, "__start_allocator") {
+		t.Fatalf("completion bash: exit %d, stderr %q, output starts %q", code, errOut, out[:min(len(out), 200)])
+	}
+}
