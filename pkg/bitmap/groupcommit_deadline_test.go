@@ -25,6 +25,7 @@ import (
 // on its time, nearly every write timed out after it may have landed and the
 // whole /24 leaked within seconds.
 func TestEtcdShortDeadlinesLeakNothing(t *testing.T) {
+	t.Parallel()
 	ctx := testContext(t)
 	etcd := etcdtest.New(t)
 	r := bitmapRange(t, "10.0.0.0/24")
@@ -130,6 +131,7 @@ func first(ips []netip.Addr) []netip.Addr { return ips[:min(len(ips), 5)] }
 // etcd transaction that failed after it may have landed, through its three
 // cases on real etcd.
 func TestEtcdResolveAmbiguousWrite(t *testing.T) {
+	t.Parallel()
 	ctx := testContext(t)
 	etcd := etcdtest.New(t)
 	r := bitmapRange(t, "10.0.0.0/24")

@@ -85,6 +85,7 @@ func wantValue(t *testing.T, cidr string, ips []netip.Addr) []byte {
 }
 
 func TestEtcdRerange(t *testing.T) {
+	t.Parallel()
 	tests := []struct {
 		name          string
 		from, to      string
@@ -143,6 +144,7 @@ func TestEtcdRerange(t *testing.T) {
 	}}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
 			ctx := testContext(t)
 			etcd := etcdtest.New(t)
 			storeMap(t, etcd, tc.from, tc.stored)
@@ -205,6 +207,7 @@ func TestEtcdRerange(t *testing.T) {
 // TestEtcdRerangeOtherFamilyRefused: a stored map of the other family is a
 // changed family order, which would drop every allocation: refused, untouched.
 func TestEtcdRerangeOtherFamilyRefused(t *testing.T) {
+	t.Parallel()
 	ctx := testContext(t)
 	etcd := etcdtest.New(t)
 	storeMap(t, etcd, "fd00::/112", addrs("fd00::1"))
@@ -229,6 +232,7 @@ func TestEtcdRerangeOtherFamilyRefused(t *testing.T) {
 // re-range's read and its write: the CAS must lose, and the retry must keep
 // that allocation.
 func TestEtcdRerangeLosesCompare(t *testing.T) {
+	t.Parallel()
 	ctx := testContext(t)
 	etcd := etcdtest.New(t)
 	old := newEtcdAllocator(t, etcd.NewClient(t), "10.0.0.0/24", EtcdOptions{})
@@ -270,6 +274,7 @@ func TestEtcdRerangeLosesCompare(t *testing.T) {
 // allocate as fast as they can: every allocation acknowledged to them is in
 // the final map, and no address is acknowledged twice.
 func TestEtcdRerangeConcurrentWriters(t *testing.T) {
+	t.Parallel()
 	ctx := testContext(t)
 	etcd := etcdtest.New(t)
 	first := newEtcdAllocator(t, etcd.NewClient(t), "10.0.0.0/22", EtcdOptions{})

@@ -15,6 +15,7 @@ import (
 // allocator's address (to be handed out again) and put back three the
 // restore undid. With the revision compare alone it does.
 func TestStaleCacheAfterRestore(t *testing.T) {
+	t.Parallel()
 	ctx := testContext(t)
 	etcd := etcdtest.New(t)
 	r := bitmapRange(t, "10.0.0.0/24")
