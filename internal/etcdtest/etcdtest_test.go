@@ -23,6 +23,7 @@ func get(ctx context.Context, t *testing.T, c *clientv3.Client, key string) stri
 }
 
 func TestPutGet(t *testing.T) {
+	t.Parallel()
 	e := New(t)
 	for _, ep := range e.Endpoints() {
 		u, err := url.Parse(ep)
@@ -48,6 +49,7 @@ func TestPutGet(t *testing.T) {
 }
 
 func TestStopRestart(t *testing.T) {
+	t.Parallel()
 	e := New(t)
 	c := e.Client()
 	before := e.Endpoints()
@@ -80,6 +82,7 @@ func TestStopRestart(t *testing.T) {
 }
 
 func TestCluster(t *testing.T) {
+	t.Parallel()
 	c := NewCluster(t, 3)
 	if got := len(c.Endpoints()); got != 3 {
 		t.Fatalf("%d endpoints, want 3", got)
@@ -106,6 +109,7 @@ func TestCluster(t *testing.T) {
 }
 
 func TestClusterMemberRestart(t *testing.T) {
+	t.Parallel()
 	c := NewCluster(t, 3)
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()

@@ -625,6 +625,7 @@ func TestClose(t *testing.T) {
 // checks that the proxy's goroutines, and then all of the process's, settle.
 // It does not run in parallel, so that it can count every goroutine.
 func TestNoLeaks(t *testing.T) {
+	t.Parallel()
 	base := runtime.NumGoroutine()
 	s := newServer(t, "")
 	p, err := Start(s.addr())

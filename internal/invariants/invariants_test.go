@@ -120,6 +120,7 @@ func (s state) write(t *testing.T, ctx context.Context, e *etcdtest.Etcd, l etcd
 }
 
 func TestCheck(t *testing.T) {
+	t.Parallel()
 	e := etcdtest.New(t)
 	kubernetes := service("default", "kubernetes", []string{"10.0.0.1"})
 	kubernetesIPAddress := ipAddress("10.0.0.1", "default", "kubernetes")
@@ -283,6 +284,7 @@ func TestCheck(t *testing.T) {
 // revision of the first page: a Service written after the first page was
 // read is not seen.
 func TestCheckPages(t *testing.T) {
+	t.Parallel()
 	e := etcdtest.New(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()

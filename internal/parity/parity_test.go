@@ -12,6 +12,7 @@ import (
 // TestCorpus pins what the issue asks of the corpus: at least 500 requests,
 // every family configuration, unique case names, and the twelve items.
 func TestCorpus(t *testing.T) {
+	t.Parallel()
 	for _, f := range Families {
 		cs := Corpus(f)
 		if n := Requests(cs); n < 500 {
@@ -42,6 +43,7 @@ func TestCorpus(t *testing.T) {
 // TestNormalizer checks picked values become symbols, in objects and in
 // messages, while written values stay.
 func TestNormalizer(t *testing.T) {
+	t.Parallel()
 	c := Case{Name: "n", Steps: steps(create(svc("a", ips("10.0.0.5"), typ(corev1.ServiceTypeNodePort), ports(tcpPort("p", 80, 30001), tcpPort("q", 81, 0)))))}
 	n := newNormalizer(c)
 	body := []byte(`{"kind":"Service","metadata":{"name":"a","uid":"u","resourceVersion":"9"},
@@ -68,6 +70,7 @@ func TestNormalizer(t *testing.T) {
 // TestCompare checks a difference is reported, a stale record is told
 // apart, and a deliberate step compares our code and reason only.
 func TestCompare(t *testing.T) {
+	t.Parallel()
 	rec := []CaseRecord{{Name: "a", Results: []Result{{Request: "create x", Code: 201}, {Request: "get x", Code: 200, Deliberate: &Deliberate{Code: 422, Reason: "Invalid"}}}}}
 	same := []CaseRecord{{Name: "a", Results: []Result{{Request: "create x", Code: 201}, {Request: "get x", Code: 422, Reason: "Invalid", Message: "ours"}}}}
 	if d := Compare(rec, same); len(d) != 0 {

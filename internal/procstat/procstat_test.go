@@ -10,6 +10,7 @@ import (
 // TestMeterSelf reads this test process: CPU time grows with work, and the
 // resident memory is plausible.
 func TestMeterSelf(t *testing.T) {
+	t.Parallel()
 	m, err := ParsePIDs(" " + strconv.Itoa(os.Getpid()) + ", ")
 	if err != nil || len(m.PIDs) != 1 {
 		t.Fatalf("ParsePIDs = %v, %v", m, err)
@@ -38,6 +39,7 @@ func TestMeterSelf(t *testing.T) {
 }
 
 func TestParsePIDsRefuses(t *testing.T) {
+	t.Parallel()
 	for _, bad := range []string{"x", "0", "-3", "12,abc"} {
 		if _, err := ParsePIDs(bad); err == nil {
 			t.Errorf("ParsePIDs(%q) succeeded", bad)

@@ -10,6 +10,7 @@ import (
 )
 
 func TestFormatProgress(t *testing.T) {
+	t.Parallel()
 	tests := []struct {
 		done, total int64
 		elapsed     time.Duration
@@ -37,6 +38,7 @@ func TestFormatProgress(t *testing.T) {
 // TestProgressPlainLines: on a writer that is not a terminal, progress
 // prints whole lines, no carriage return or escape sequence, and a last line.
 func TestProgressPlainLines(t *testing.T) {
+	t.Parallel()
 	var out syncWriter
 	p := newProgress(&out, "IPAddresses", 10)
 	p.Add(4)

@@ -61,6 +61,7 @@ func scan(inf cache.SharedIndexInformer, prefixes []netip.Prefix) []string {
 }
 
 func TestIn(t *testing.T) {
+	t.Parallel()
 	stored := []string{
 		"10.96.0.1", "10.96.0.255", "10.96.1.0", "10.96.255.254", "10.97.0.1", "192.168.0.10",
 		"fd00::1", "fd00::ffff", "fd00::1:0", "fd00:0:0:1::5", "2001:db8::1",
@@ -117,6 +118,7 @@ func TestIn(t *testing.T) {
 // TestInFollowsChanges checks the index after deletes and updates: an
 // address deleted is no longer found, one added is.
 func TestInFollowsChanges(t *testing.T) {
+	t.Parallel()
 	inf := newInformer(t, true, "10.96.0.1", "10.96.0.2")
 	idx := inf.GetIndexer()
 	if err := idx.Delete(&networkingv1.IPAddress{ObjectMeta: metav1.ObjectMeta{Name: "10.96.0.1"}}); err != nil {
@@ -140,6 +142,7 @@ func TestInFollowsChanges(t *testing.T) {
 // TestAddToRunningIndexer checks that an index added after objects are
 // stored covers them (a consumer built after the shared informer started).
 func TestAddToRunningIndexer(t *testing.T) {
+	t.Parallel()
 	inf := newInformer(t, false, "10.96.0.1", "fd00::1")
 	if err := Add(inf); err != nil {
 		t.Fatal(err)
@@ -153,6 +156,7 @@ func TestAddToRunningIndexer(t *testing.T) {
 // TestInRandom compares In with a scan over random addresses and prefixes
 // of every length, both families.
 func TestInRandom(t *testing.T) {
+	t.Parallel()
 	r := rand.New(rand.NewPCG(1, 2))
 	var stored []string
 	for range 3000 {

@@ -16,6 +16,7 @@ import (
 )
 
 func TestMetrics(t *testing.T) {
+	t.Parallel()
 	ctx := context.Background()
 	registry := metrics.NewKubeRegistry()
 	m := New()
@@ -99,6 +100,7 @@ func (noRanges) Allocate(context.Context, netip.Addr, allocation.Owner) error {
 // yet is not counted under cidr="" (it once showed as
 // allocation_errors_total{cidr="",scope="static"} 1 on every fresh install).
 func TestNoEmptyCIDRLabel(t *testing.T) {
+	t.Parallel()
 	registry := metrics.NewKubeRegistry()
 	m := New()
 	m.Register(registry)

@@ -26,6 +26,7 @@ import (
 // etcd's history as kube-apiserver does (an old revision becomes
 // unreadable), and destroying the last store stops the compactor.
 func TestInProcessStores(t *testing.T) {
+	t.Parallel()
 	etcd := etcdtest.New(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
@@ -87,6 +88,7 @@ func TestInProcessStores(t *testing.T) {
 // inProcessEndpoint, and cannot through the bare in-process client, which
 // has no endpoint to ask.
 func TestInProcessEndpointFeatureCheck(t *testing.T) {
+	t.Parallel()
 	etcd := etcdtest.New(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()

@@ -33,6 +33,7 @@ func (f *fakeAlarms) AlarmList(context.Context) (*clientv3.AlarmResponse, error)
 }
 
 func TestEtcdAlarmCheck(t *testing.T) {
+	t.Parallel()
 	nospace := &etcdserverpb.AlarmMember{MemberID: 0xabc, Alarm: etcdserverpb.AlarmType_NOSPACE}
 	corrupt := &etcdserverpb.AlarmMember{MemberID: 0xdef, Alarm: etcdserverpb.AlarmType_CORRUPT}
 	for _, tc := range []struct {
@@ -73,6 +74,7 @@ func TestEtcdAlarmCheck(t *testing.T) {
 // TestEtcdAlarmCheckRate: at most one AlarmList per interval; calls in
 // between answer the last result, and a cleared alarm is seen after it.
 func TestEtcdAlarmCheckRate(t *testing.T) {
+	t.Parallel()
 	fake := &fakeAlarms{alarms: []*etcdserverpb.AlarmMember{{MemberID: 1, Alarm: etcdserverpb.AlarmType_NOSPACE}}}
 	c := newEtcdAlarmCheck(fake, ktesting.NewLogger(t, ktesting.NewConfig()))
 	now := time.Unix(1000, 0)
@@ -99,6 +101,7 @@ func TestEtcdAlarmCheckRate(t *testing.T) {
 // raises NOSPACE, then recovers it as an operator does (compact,
 // defragment, disarm): the check fails naming the alarm, then passes.
 func TestEtcdAlarmCheckRealEtcd(t *testing.T) {
+	t.Parallel()
 	etcd := etcdtest.NewWithQuota(t, 1<<20)
 	client := etcd.Client()
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)

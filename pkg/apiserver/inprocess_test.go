@@ -31,6 +31,7 @@ func managedService() *corev1.Service {
 // factory's transform then strips its managedFields, never the shared
 // object's) and the object of its own as it is.
 func TestOwnCopy(t *testing.T) {
+	t.Parallel()
 	cached := managedService()
 	e, ok := ownCopy(watch.Event{Type: watch.Added, Object: shared{obj: cached}})
 	got, isService := e.Object.(*corev1.Service)

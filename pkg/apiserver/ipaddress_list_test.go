@@ -39,6 +39,7 @@ func newIPAddressStore(t *testing.T, prefix string) (*etcdtest.Etcd, ipaddresses
 // moment before is in it (a consistent read, though the watch cache
 // serves it).
 func TestIPAddressInProcessList(t *testing.T) {
+	t.Parallel()
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	_, store := newIPAddressStore(t, "/registry")

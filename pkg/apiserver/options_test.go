@@ -13,6 +13,7 @@ import (
 )
 
 func TestParseServiceCIDRs(t *testing.T) {
+	t.Parallel()
 	tests := []struct {
 		in      string
 		want    string
@@ -46,6 +47,7 @@ func TestParseServiceCIDRs(t *testing.T) {
 }
 
 func TestOptionsValidate(t *testing.T) {
+	t.Parallel()
 	o := NewOptions()
 	if err := o.Validate(); err != nil {
 		t.Fatalf("defaults: %v", err)
@@ -61,6 +63,7 @@ func TestOptionsValidate(t *testing.T) {
 }
 
 func TestRangeForModel(t *testing.T) {
+	t.Parallel()
 	for _, tt := range []struct {
 		rng     string
 		model   model.Name
@@ -85,6 +88,7 @@ func TestRangeForModel(t *testing.T) {
 }
 
 func TestAdminKubeconfigReusesToken(t *testing.T) {
+	t.Parallel()
 	dir := t.TempDir()
 	ca := filepath.Join(dir, "ca.crt")
 	if err := os.WriteFile(ca, []byte("-----BEGIN CERTIFICATE-----\n-----END CERTIFICATE-----\n"), 0o600); err != nil {
@@ -115,6 +119,7 @@ func TestAdminKubeconfigReusesToken(t *testing.T) {
 // TestAuditLogWithoutPolicyWarns: an audit log without a policy records
 // nothing, as on kube-apiserver; serve says so in one line.
 func TestAuditLogWithoutPolicyWarns(t *testing.T) {
+	t.Parallel()
 	o := NewOptions()
 	if w := o.Security.Warnings(); len(w) != 0 {
 		t.Errorf("defaults warn: %v", w)

@@ -11,6 +11,7 @@ import (
 // that pass never comes (a repair failing for good), and not at all once
 // the server stops.
 func TestAfterFirstRepairPass(t *testing.T) {
+	t.Parallel()
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 

@@ -61,6 +61,7 @@ func (t *landThenFailTxn) Commit() (*clientv3.TxnResponse, error) {
 // 1 (reproduced with client timeouts of 50 µs: "this server's marker holds
 // 5, it wrote 4"). A marker really set back is still a restore.
 func TestRestoreMarkerAmbiguousWrite(t *testing.T) {
+	t.Parallel()
 	etcd := etcdtest.New(t)
 	client := etcd.NewClient(t)
 	kv := &landThenFailKV{KV: client.KV}

@@ -6,6 +6,7 @@ import (
 )
 
 func TestEtcdHistoryFollowedBy(t *testing.T) {
+	t.Parallel()
 	tests := []struct {
 		name      string
 		seen, now etcdHistory

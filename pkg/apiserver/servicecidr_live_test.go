@@ -30,6 +30,7 @@ func matches(texts []textPrefix, name string) bool {
 }
 
 func TestTextPrefixes(t *testing.T) {
+	t.Parallel()
 	cases := []struct {
 		prefix string
 		want   []textPrefix
@@ -67,6 +68,7 @@ func TestTextPrefixes(t *testing.T) {
 // TestTextPrefixes6: the texts of IPv6 prefixes, and every address of
 // some /112s (all 65,536) and wider prefixes (a sample) matching them.
 func TestTextPrefixes6(t *testing.T) {
+	t.Parallel()
 	cases := []struct {
 		prefix string
 		want   []textPrefix
@@ -201,6 +203,7 @@ func FuzzTextPrefixes(f *testing.F) {
 // family's list for wider prefixes; under kube-apiserver's default etcd prefix and another one
 // (--etcd-prefix), where the keys it reads must be the store's.
 func TestEtcdLiveNames(t *testing.T) {
+	t.Parallel()
 	for _, prefix := range []string{"/registry", "/clusters/a"} {
 		t.Run(prefix, func(t *testing.T) { testEtcdLiveNames(t, prefix) })
 	}

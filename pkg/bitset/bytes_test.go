@@ -12,6 +12,7 @@ import (
 )
 
 func TestBytesGolden(t *testing.T) {
+	t.Parallel()
 	// A full /24 (254 slots): bits 0..253 set is 31 bytes of 0xff for slots
 	// 0..247 and then 6 bits (slots 248..253) in the leading byte: 0x3f.
 	fullSlash24 := append([]byte{0x3f}, bytes.Repeat([]byte{0xff}, 31)...)
@@ -62,6 +63,7 @@ func TestBytesGolden(t *testing.T) {
 }
 
 func TestBytesDoesNotAlias(t *testing.T) {
+	t.Parallel()
 	b := mustNew(t, 64, 0)
 	b.Set(0)
 	out := b.Bytes()
@@ -72,6 +74,7 @@ func TestBytesDoesNotAlias(t *testing.T) {
 }
 
 func TestBytesRoundTrip(t *testing.T) {
+	t.Parallel()
 	r := seeded(5)
 	for _, s := range []struct{ size, staticSize int }{
 		{1, 0}, {14, 0}, {63, 16}, {64, 16}, {65, 16}, {254, 16}, {4094, 256}, {65534, 256}, {1048574, 256},
@@ -107,6 +110,7 @@ func TestBytesRoundTrip(t *testing.T) {
 }
 
 func TestSetBytesBeyondRange(t *testing.T) {
+	t.Parallel()
 	tests := []struct {
 		name string
 		size int
@@ -147,6 +151,7 @@ func TestSetBytesBeyondRange(t *testing.T) {
 }
 
 func TestSetBytesLeadingZeros(t *testing.T) {
+	t.Parallel()
 	for _, data := range [][]byte{
 		{0x02, 0x01},
 		{0x00, 0x02, 0x01},
@@ -179,6 +184,7 @@ func TestSetBytesLeadingZeros(t *testing.T) {
 // 1.32 wrote for 10.96.0.0/16 (testdata/, docs/design.md §5) and checks
 // we read the slots kubectl reported and write back the very same bytes.
 func TestKubeAPIServerFixture(t *testing.T) {
+	t.Parallel()
 	const key = "/registry/ranges/serviceips"
 	fx := fixtures.Load(t, fixtures.Bitmap132)
 	value, ok := fx.Value(key)

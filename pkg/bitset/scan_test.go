@@ -9,6 +9,7 @@ import (
 // NextDynamic+Set: every pick is new and in range, the whole upper band is
 // taken before the first lower-band slot, and in the end every slot is used.
 func TestNextDynamicFillsEverything(t *testing.T) {
+	t.Parallel()
 	sizes := []int{1, 2, 14, 30, 62, 63, 64, 65, 126, 127, 128, 254, 1000}
 	for _, size := range sizes {
 		// 0 and 16 are the band splits real ranges use (design.md §3); an
@@ -57,6 +58,7 @@ func TestNextDynamicFillsEverything(t *testing.T) {
 // TestNextDynamicSlash25 is the 128-slot, static-16 case spelled out: the
 // first 112 picks are distinct slots of [16, 128), the 113th is in [0, 16).
 func TestNextDynamicSlash25(t *testing.T) {
+	t.Parallel()
 	b := mustNew(t, 128, 16)
 	b.SetRand(seeded(25))
 	seen := map[int]bool{}
@@ -76,6 +78,7 @@ func TestNextDynamicSlash25(t *testing.T) {
 
 // TestNextDynamicDoesNotMark checks NextDynamic only reports its pick.
 func TestNextDynamicDoesNotMark(t *testing.T) {
+	t.Parallel()
 	b := mustNew(t, 254, 16)
 	for range 10 {
 		i, ok := b.NextDynamic()
@@ -94,6 +97,7 @@ func TestNextDynamicDoesNotMark(t *testing.T) {
 // source gives about 182 distinct values, a broken one (constant, or only a
 // few starts) far fewer.
 func TestNextDynamicSpread(t *testing.T) {
+	t.Parallel()
 	r := seeded(2024)
 	picks := map[int]bool{}
 	lowest, highest := 1000, -1
@@ -118,6 +122,7 @@ func TestNextDynamicSpread(t *testing.T) {
 // TestNextDynamicUpperBandOnly checks the random start never lands in the
 // lower band while the upper band has room, even with one free upper slot.
 func TestNextDynamicUpperBandOnly(t *testing.T) {
+	t.Parallel()
 	b := mustNew(t, 1000, 62)
 	b.SetRand(seeded(7))
 	for i := 62; i < 1000; i++ {
@@ -133,6 +138,7 @@ func TestNextDynamicUpperBandOnly(t *testing.T) {
 }
 
 func TestNextFreeIn(t *testing.T) {
+	t.Parallel()
 	b := mustNew(t, 300, 16)
 	for _, i := range []int{0, 1, 2, 100, 101, 299} {
 		b.Set(i)
@@ -184,6 +190,7 @@ func TestNextFreeIn(t *testing.T) {
 // TestNextFreeInMatchesLinearScan compares NextFreeIn with the obvious
 // bit-by-bit scan on random fills and random windows.
 func TestNextFreeInMatchesLinearScan(t *testing.T) {
+	t.Parallel()
 	r := seeded(99)
 	for _, size := range []int{1, 63, 64, 65, 200, 4097, 70000} {
 		for _, fill := range []float64{0, 0.5, 0.97, 0.9999, 1} {
@@ -213,6 +220,8 @@ func TestNextFreeInMatchesLinearScan(t *testing.T) {
 	}
 }
 
+// TestNextDynamicAllocs is not parallel: testing.AllocsPerRun refuses to run
+// in a parallel test.
 func TestNextDynamicAllocs(t *testing.T) {
 	b := mustNew(t, 1048574, 256)
 	r := seeded(1)

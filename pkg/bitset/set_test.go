@@ -75,6 +75,7 @@ func checkInvariants(t testing.TB, b *Set) {
 }
 
 func TestNewErrors(t *testing.T) {
+	t.Parallel()
 	tests := []struct {
 		name             string
 		size, staticSize int
@@ -115,6 +116,7 @@ func TestNewErrors(t *testing.T) {
 }
 
 func TestNewErrorText(t *testing.T) {
+	t.Parallel()
 	_, err := New(10, 11)
 	if want := "invalid bitmap size: static band size 11 is not within [0, 10]"; err == nil || err.Error() != want {
 		t.Errorf("New(10, 11) error = %v, want %q", err, want)
@@ -126,6 +128,7 @@ func TestNewErrorText(t *testing.T) {
 }
 
 func TestSetClearHasEdges(t *testing.T) {
+	t.Parallel()
 	const size = 100
 	tests := []struct {
 		slot    int
@@ -173,6 +176,7 @@ func TestSetClearHasEdges(t *testing.T) {
 }
 
 func TestEmptySet(t *testing.T) {
+	t.Parallel()
 	b := mustNew(t, 0, 0)
 	if b.Set(0) || b.Has(0) || b.Clear(0) {
 		t.Error("a zero-size bitmap accepted slot 0")
@@ -187,6 +191,7 @@ func TestEmptySet(t *testing.T) {
 }
 
 func TestCountersPerBand(t *testing.T) {
+	t.Parallel()
 	b := mustNew(t, 254, 16)
 	type counts struct{ Used, UsedStatic, Free int }
 	get := func() counts { return counts{b.Used(), b.UsedStatic(), b.Free()} }
@@ -220,6 +225,7 @@ func TestCountersPerBand(t *testing.T) {
 // TestSummaryAcrossLevels fills and drains a bitmap big enough for four
 // levels, so full-word propagation is exercised at every level.
 func TestSummaryAcrossLevels(t *testing.T) {
+	t.Parallel()
 	const size = 64*64*64 + 70 // four levels, partial last words everywhere
 	b := mustNew(t, size, 256)
 	if len(b.levels) != 4 {
@@ -251,6 +257,7 @@ func TestSummaryAcrossLevels(t *testing.T) {
 }
 
 func TestForEach(t *testing.T) {
+	t.Parallel()
 	b := mustNew(t, 200, 16)
 	want := []int{0, 1, 63, 64, 65, 127, 128, 199}
 	for _, i := range []int{199, 64, 0, 128, 1, 65, 127, 63} {
@@ -264,6 +271,7 @@ func TestForEach(t *testing.T) {
 }
 
 func TestCloneIsIndependent(t *testing.T) {
+	t.Parallel()
 	b := mustNew(t, 130, 16)
 	b.Set(3)
 	b.Set(100)
@@ -289,6 +297,7 @@ func TestCloneIsIndependent(t *testing.T) {
 }
 
 func TestReset(t *testing.T) {
+	t.Parallel()
 	b := mustNew(t, 4096, 64)
 	for i := range 4096 {
 		b.Set(i)
@@ -306,6 +315,7 @@ func TestReset(t *testing.T) {
 // TestModel runs long random operation sequences against a map model; the
 // same driver backs FuzzOps.
 func TestModel(t *testing.T) {
+	t.Parallel()
 	sizes := []struct{ size, staticSize int }{
 		{1, 0}, {2, 1}, {14, 0}, {30, 16}, {63, 16}, {64, 16}, {65, 16}, {127, 16}, {254, 16}, {1000, 62}, {4200, 64},
 	}

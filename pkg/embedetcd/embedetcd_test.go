@@ -12,6 +12,7 @@ import (
 )
 
 func TestStartPutGetClose(t *testing.T) {
+	t.Parallel()
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	s, err := Start(ctx, Config{DataDir: t.TempDir(), UnsafeNoFsync: true})
@@ -59,6 +60,7 @@ func TestStartPutGetClose(t *testing.T) {
 }
 
 func TestStartRejectsBadConfig(t *testing.T) {
+	t.Parallel()
 	tests := []struct {
 		name string
 		cfg  Config

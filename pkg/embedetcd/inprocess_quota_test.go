@@ -14,6 +14,7 @@ import (
 // TestInProcessClientQuota: the member's quota holds for writes in process
 // too (they pass the same NOSPACE check as over gRPC).
 func TestInProcessClientQuota(t *testing.T) {
+	t.Parallel()
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
 	etcd := etcdtest.NewWithQuota(t, 1<<20)

@@ -17,6 +17,7 @@ import (
 // data, revisions, watches and compare-and-swap as a gRPC client of the
 // member, in both directions; it ends with Close.
 func TestInProcessClient(t *testing.T) {
+	t.Parallel()
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	pki, err := EnsurePKI(filepath.Join(t.TempDir(), "pki"))

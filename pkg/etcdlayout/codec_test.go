@@ -76,6 +76,7 @@ func mustHex(t testing.TB, s string) []byte {
 }
 
 func TestHandBuiltMatchesREADME(t *testing.T) {
+	t.Parallel()
 	// The exact 67-byte empty value v1.32.13 wrote at startup, as quoted in
 	// the fixtures README, guards the hand-built helpers themselves.
 	readme := mustHex(t, "6b387300 0a15 0a027631 120f 52616e6765416c6c6f636174696f6e "+
@@ -90,6 +91,7 @@ func TestHandBuiltMatchesREADME(t *testing.T) {
 }
 
 func TestRangeAllocationGolden(t *testing.T) {
+	t.Parallel()
 	tests := []struct {
 		name      string
 		rangeSpec string
@@ -202,6 +204,7 @@ func TestRangeAllocationGolden(t *testing.T) {
 }
 
 func TestEncode(t *testing.T) {
+	t.Parallel()
 	svc := &corev1.Service{
 		ObjectMeta: metav1.ObjectMeta{Name: "a", Namespace: "ns", ResourceVersion: "42", SelfLink: "/x"},
 		Spec:       corev1.ServiceSpec{ClusterIP: "10.96.0.5", ClusterIPs: []string{"10.96.0.5"}},
@@ -254,6 +257,7 @@ func TestEncode(t *testing.T) {
 }
 
 func TestDecodeJSON(t *testing.T) {
+	t.Parallel()
 	tests := []struct {
 		name  string
 		value string
@@ -310,6 +314,7 @@ func TestDecodeJSON(t *testing.T) {
 }
 
 func TestDecodeErrors(t *testing.T) {
+	t.Parallel()
 	golden := rangeAllocationBytes("10.0.0.0/24", []byte{0x02, 0x01})
 	wrongMagic := append([]byte("k8t\x00"), golden[4:]...)
 	tests := []struct {
@@ -355,6 +360,7 @@ func TestDecodeErrors(t *testing.T) {
 }
 
 func TestKindMismatch(t *testing.T) {
+	t.Parallel()
 	svc, err := Encode(&corev1.Service{ObjectMeta: metav1.ObjectMeta{Name: "a", Namespace: "b"}})
 	if err != nil {
 		t.Fatal(err)

@@ -67,6 +67,7 @@ func addrAt(prefix netip.Prefix, index int) netip.Addr {
 // captured objects sets a field that k8s.io/api v0.37 does not know (unknown
 // fields would be dropped on decode and the bytes would differ).
 func TestFixtures(t *testing.T) {
+	t.Parallel()
 	for _, name := range []string{fixtures.Bitmap132, fixtures.IPAddress133, fixtures.IPAddress136} {
 		t.Run(name, func(t *testing.T) {
 			f := fixtures.Load(t, name)
@@ -225,6 +226,7 @@ func countKind(objects map[string]runtime.Object, kind string) int {
 // TestFixtureBitmapShape checks the facts the fixtures README states about
 // the captured bitmap.
 func TestFixtureBitmapShape(t *testing.T) {
+	t.Parallel()
 	f := fixtures.Load(t, fixtures.Bitmap132)
 	value, _ := f.Value(Layout{}.PrimaryServiceIPRange())
 	ra, err := DecodeRangeAllocation(value)
@@ -243,6 +245,7 @@ func TestFixtureBitmapShape(t *testing.T) {
 // TestFixtureNodePortRange pins the other RangeAllocation kube-apiserver
 // writes at startup to hand-built bytes.
 func TestFixtureNodePortRange(t *testing.T) {
+	t.Parallel()
 	for _, name := range []string{fixtures.Bitmap132, fixtures.IPAddress133, fixtures.IPAddress136} {
 		f := fixtures.Load(t, name)
 		got, ok := f.Value(Layout{Prefix: f.EtcdPrefix}.ServiceNodePortRange())

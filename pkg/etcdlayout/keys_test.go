@@ -7,6 +7,7 @@ import (
 )
 
 func TestLayoutKeys(t *testing.T) {
+	t.Parallel()
 	keys := func(l Layout) []string {
 		return []string{
 			l.Root(),
@@ -99,6 +100,7 @@ func TestLayoutKeys(t *testing.T) {
 // TestLayoutOfRange: a map's key names its cluster's prefix, so the Services
 // beside it are found from the key alone.
 func TestLayoutOfRange(t *testing.T) {
+	t.Parallel()
 	tests := []struct{ key, services string }{
 		{"/registry/ranges/serviceips", "/registry/services/specs/"},
 		{"/a/b/ranges/secondaryserviceips", "/a/b/services/specs/"},
@@ -116,6 +118,7 @@ func TestLayoutOfRange(t *testing.T) {
 // TestMapStamp: each map's stamp sits in this project's namespace of the
 // map's cluster, one per map.
 func TestMapStamp(t *testing.T) {
+	t.Parallel()
 	tests := []struct{ key, stamp string }{
 		{"/registry/ranges/serviceips", "/registry/clusterip-allocator/stamps/serviceips"},
 		{"/registry/ranges/secondaryserviceips", "/registry/clusterip-allocator/stamps/secondaryserviceips"},

@@ -32,6 +32,7 @@ func guardedClient(c *clientv3.Client) kubernetes.Interface {
 // when every answer came back, Close says the outcome from its record,
 // fences nothing, and the request may go on writing.
 func TestGuardedWrites(t *testing.T) {
+	t.Parallel()
 	etcd := etcdtest.New(t)
 	c := etcd.NewClient(t)
 	k := guardedClient(c)
@@ -114,6 +115,7 @@ func TestGuardedWrites(t *testing.T) {
 // TestCloseGivesUpWithItsContext: with etcd gone, Close retries until its
 // context ends and says so.
 func TestCloseGivesUpWithItsContext(t *testing.T) {
+	t.Parallel()
 	etcd := etcdtest.New(t)
 	c := etcd.NewClient(t)
 	etcd.Stop()
@@ -132,6 +134,7 @@ func TestCloseGivesUpWithItsContext(t *testing.T) {
 // says the outcome is lost). The writes go through a proxy that delays every
 // byte sent to etcd by 1.5 s; Close and the checks go direct.
 func TestLostWrites(t *testing.T) {
+	t.Parallel()
 	const delay = 1500 * time.Millisecond
 	etcd := etcdtest.New(t)
 	direct := etcd.NewClient(t)

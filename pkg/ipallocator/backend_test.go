@@ -27,6 +27,7 @@ func testContext(t *testing.T) context.Context {
 // created empty at open, and the Backend reports exactly those maps as its
 // stores: an allocation through the allocator is seen in the store.
 func TestOpenBitmapOnEtcd(t *testing.T) {
+	t.Parallel()
 	ctx := testContext(t)
 	etcd := etcdtest.New(t)
 	b, err := ipallocator.Open(ctx, ipallocator.Config{
@@ -87,6 +88,7 @@ func TestOpenBitmapOnEtcd(t *testing.T) {
 // TestOpenInMemory: without etcd the bitmaps are in memory: nothing stored,
 // so nothing to repair or carry over.
 func TestOpenInMemory(t *testing.T) {
+	t.Parallel()
 	ctx := testContext(t)
 	b, err := ipallocator.Open(ctx, ipallocator.Config{
 		Model: model.Bitmap, Prefixes: []netip.Prefix{netip.MustParsePrefix("10.0.0.0/28")},
@@ -111,6 +113,7 @@ func TestOpenInMemory(t *testing.T) {
 // TestOpenRefuses: the model's name and its needs are checked at open, with
 // an error naming what is wrong.
 func TestOpenRefuses(t *testing.T) {
+	t.Parallel()
 	ctx := testContext(t)
 	v4 := []netip.Prefix{netip.MustParsePrefix("10.0.0.0/24")}
 	tests := []struct {

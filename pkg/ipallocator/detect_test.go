@@ -14,6 +14,7 @@ import (
 // TestDetect runs on a real etcd: no map is the IPAddress model, either
 // family's map is the bitmap model, and a named model is kept as given.
 func TestDetect(t *testing.T) {
+	t.Parallel()
 	ctx := context.Background()
 	etcd := etcdtest.New(t)
 	kv := etcd.Client()

@@ -21,6 +21,7 @@ import (
 // is detected from etcd; the bitmap model needs etcd and its maps, and
 // creates none.
 func TestOpenRepair(t *testing.T) {
+	t.Parallel()
 	ctx := context.Background()
 	etcd := etcdtest.New(t).Client()
 	const prefix = "/registry"

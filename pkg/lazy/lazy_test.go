@@ -8,6 +8,7 @@ import (
 // TestValue: built on the first Get, kept until Invalidate, rebuilt after
 // it; a failed build is retried at the next Get and keeps the last value.
 func TestValue(t *testing.T) {
+	t.Parallel()
 	var v Value[int]
 	builds := 0
 	build := func() (int, error) { builds++; return builds * 10, nil }

@@ -3,6 +3,7 @@ package model
 import "testing"
 
 func TestParse(t *testing.T) {
+	t.Parallel()
 	for _, tt := range []struct {
 		in        string
 		allowAuto bool

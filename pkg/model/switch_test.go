@@ -44,6 +44,7 @@ var maySpell = []string{
 // decision into pkg/ipallocator, or, when the place is a new home for a
 // model's rules, add it to mayBranch with the reason.
 func TestModelChosenOnce(t *testing.T) {
+	t.Parallel()
 	root := moduleRoot(t)
 	fset := token.NewFileSet()
 	var problems []string
@@ -170,6 +171,7 @@ func moduleRoot(t *testing.T) string {
 // TestCheckFile shows what TestModelChosenOnce catches, and where it lets
 // the same code pass.
 func TestCheckFile(t *testing.T) {
+	t.Parallel()
 	for _, tt := range []struct {
 		name, rel, src string
 		want           int

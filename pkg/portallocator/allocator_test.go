@@ -35,6 +35,7 @@ func open(t *testing.T, etcd *etcdtest.Etcd, spec string) *EtcdAllocator {
 // TestOpenWritesKubeAPIServerBytes: the map created at start-up is the exact
 // value kube-apiserver writes (both fixtures captured it).
 func TestOpenWritesKubeAPIServerBytes(t *testing.T) {
+	t.Parallel()
 	etcd := etcdtest.New(t)
 	open(t, etcd, portrange.Default)
 	resp, err := etcd.Client().Get(context.Background(), key)
@@ -53,6 +54,7 @@ func TestOpenWritesKubeAPIServerBytes(t *testing.T) {
 }
 
 func TestAllocateErrorsAndBands(t *testing.T) {
+	t.Parallel()
 	etcd := etcdtest.New(t)
 	ctx := context.Background()
 	a := open(t, etcd, "30000-30099") // 100 ports, static band 16
@@ -112,6 +114,7 @@ func TestAllocateErrorsAndBands(t *testing.T) {
 // TestRerange: a changed --service-node-port-range keeps the ports of both
 // ranges and drops the others in the stored map.
 func TestRerange(t *testing.T) {
+	t.Parallel()
 	etcd := etcdtest.New(t)
 	ctx := context.Background()
 	a := open(t, etcd, portrange.Default)

@@ -7,6 +7,7 @@ import (
 )
 
 func TestParse(t *testing.T) {
+	t.Parallel()
 	for _, tc := range []struct {
 		in         string
 		base, size int
@@ -32,6 +33,7 @@ func TestParse(t *testing.T) {
 }
 
 func TestParseInvalid(t *testing.T) {
+	t.Parallel()
 	for _, tc := range []struct{ in, want string }{
 		{"30000", "single port"},
 		{"32767-30000", "end port cannot be less than start port"},
@@ -64,6 +66,7 @@ func TestParseInvalid(t *testing.T) {
 // TestStaticBandSize checks upstream's node-port band min(max(16, size/32), 128)
 // at the sizes the issue lists, and the default range's 86 ports.
 func TestStaticBandSize(t *testing.T) {
+	t.Parallel()
 	for _, tc := range []struct{ size, want int }{
 		{1, 0}, {2, 0}, {16, 0}, {17, 16}, {32, 16}, {512, 16}, {543, 16}, {544, 17},
 		{2768, 86}, {4096, 128}, {4127, 128}, {65535, 128},
@@ -78,6 +81,7 @@ func TestStaticBandSize(t *testing.T) {
 }
 
 func TestIndexPort(t *testing.T) {
+	t.Parallel()
 	r := MustParse("30000-32767")
 	for _, tc := range []struct {
 		port, slot int
@@ -102,6 +106,7 @@ func TestIndexPort(t *testing.T) {
 }
 
 func TestMatches(t *testing.T) {
+	t.Parallel()
 	r := MustParse("30000-32767")
 	for stored, want := range map[string]bool{
 		"30000-32767": true, "30000+2767": true, "30000-32766": false, "10.0.0.0/24": false, "": false,
@@ -113,6 +118,7 @@ func TestMatches(t *testing.T) {
 }
 
 func TestNew(t *testing.T) {
+	t.Parallel()
 	if _, err := New(0, 10); err == nil {
 		t.Error("New(0, 10) succeeded")
 	}

@@ -24,6 +24,7 @@ import (
 // on its time, nearly every write timed out after it may have landed and the
 // whole /24 leaked within seconds.
 func TestEtcdShortDeadlinesLeakNothing(t *testing.T) {
+	t.Parallel()
 	ctx := testContext(t)
 	etcd := etcdtest.New(t)
 	a := newTestStore(t, etcd.Client(), EtcdOptions{})
@@ -128,6 +129,7 @@ func first(slots []int) []int { return slots[:min(len(slots), 5)] }
 // etcd transaction that failed after it may have landed, through its three
 // cases on real etcd.
 func TestEtcdResolveAmbiguousWrite(t *testing.T) {
+	t.Parallel()
 	ctx := testContext(t)
 	etcd := etcdtest.New(t)
 	client := etcd.Client()

@@ -15,6 +15,7 @@ import (
 // not be resolved is not (sending it again could clear a bit another
 // Service took since).
 func TestReleaseErrorSaysIfRetriable(t *testing.T) {
+	t.Parallel()
 	ctx := testContext(t)
 	etcd := etcdtest.New(t)
 	loaded := newTestStore(t, etcd.NewClient(t), EtcdOptions{})

@@ -15,6 +15,7 @@ import (
 // store's slot (to be handed out again) and put back three the
 // restore undid. With the revision compare alone it does.
 func TestStaleCacheAfterRestore(t *testing.T) {
+	t.Parallel()
 	ctx := testContext(t)
 	etcd := etcdtest.New(t)
 	stale := newTestStore(t, etcd.NewClient(t), EtcdOptions{})

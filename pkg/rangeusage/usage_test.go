@@ -21,6 +21,7 @@ func addrs(ns string, ips ...string) []Address {
 // TestComputeBands: a /24 has a 16-address static band (.1–.16) and 238
 // dynamic addresses; .16 is the last static one, .17 the first dynamic.
 func TestComputeBands(t *testing.T) {
+	t.Parallel()
 	var in []Address
 	in = append(in, addrs("a", "10.0.0.1", "10.0.0.16", "10.0.0.17", "10.0.0.254")...)
 	in = append(in, addrs("b", "10.0.0.2", "10.0.0.200")...)
@@ -51,6 +52,7 @@ func TestComputeBands(t *testing.T) {
 // uint64) without iterating them, and a nested /120 is counted in its own
 // row but not twice in the family.
 func TestComputeLargeIPv6(t *testing.T) {
+	t.Parallel()
 	ranges := []Range{
 		{Prefix: netip.MustParsePrefix("fd00:1::/64"), Source: "ServiceCIDR/a", Ready: true},
 		{Prefix: netip.MustParsePrefix("fd00:2::/64"), Source: "ServiceCIDR/b", Ready: true},

@@ -10,6 +10,7 @@ import (
 // TestPassLoop: failed passes are retried with a growing backoff well below
 // the interval, a good pass waits the interval, and the loop ends with ctx.
 func TestPassLoop(t *testing.T) {
+	t.Parallel()
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	calls := 0

@@ -6,6 +6,7 @@ import (
 )
 
 func TestCompareJoined(t *testing.T) {
+	t.Parallel()
 	cases := [][4]string{
 		{"a", "b", "a", "b"},
 		{"a", "b", "a-x", "b"}, // '-' sorts before '/'

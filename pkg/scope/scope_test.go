@@ -11,6 +11,7 @@ import (
 )
 
 func TestParse(t *testing.T) {
+	t.Parallel()
 	ns := NamespaceSelectorAnnotation
 	cases := []struct {
 		name    string
@@ -110,6 +111,7 @@ func FuzzParse(f *testing.F) {
 }
 
 func TestVerdict(t *testing.T) {
+	t.Parallel()
 	fb, strict := &Scope{Fallback: true}, &Scope{}
 	type note struct {
 		s  *Scope
@@ -141,6 +143,7 @@ func TestVerdict(t *testing.T) {
 }
 
 func TestSameScope(t *testing.T) {
+	t.Parallel()
 	a := map[string]string{NamespaceSelectorAnnotation: "team=a", "example.com/x": "1"}
 	if !SameScope(a, map[string]string{NamespaceSelectorAnnotation: "team=a", "example.com/x": "2"}) {
 		t.Error("other annotations changed: same scope")

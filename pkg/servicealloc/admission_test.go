@@ -21,6 +21,7 @@ import (
 // address or a node port, dry runs included, with 503 and Retry-After, and
 // reserves nothing; releases go through; after Open everything proceeds.
 func TestStartClosed(t *testing.T) {
+	t.Parallel()
 	ctx := context.Background()
 	etcd := etcdtest.New(t)
 	ports, err := portallocator.NewEtcd(etcd.Client(), etcdlayout.Layout{}.ServiceNodePortRange(), portrange.MustParse("30000-30010"), rangealloc.EtcdOptions{})

@@ -51,6 +51,7 @@ func newAlloc(t *testing.T, ranges ...string) (*Allocator, []*memAllocator) {
 }
 
 func TestPrepareCreate(t *testing.T) {
+	t.Parallel()
 	single := []string{"10.0.0.0/24"}
 	dual := []string{"10.0.0.0/24", "fd00::/120"}
 	tests := []struct {
@@ -151,6 +152,7 @@ func TestPrepareCreate(t *testing.T) {
 }
 
 func TestAllocateCreateCommitRevert(t *testing.T) {
+	t.Parallel()
 	ctx := context.Background()
 	a, mems := newAlloc(t, "10.0.0.0/24", "fd00::/120")
 	s := svc(func(s *corev1.Service) { s.Spec.IPFamilyPolicy = ptr(corev1.IPFamilyPolicyRequireDualStack) })
@@ -191,6 +193,7 @@ func TestAllocateCreateCommitRevert(t *testing.T) {
 }
 
 func TestAllocateErrors(t *testing.T) {
+	t.Parallel()
 	ctx := context.Background()
 	a, _ := newAlloc(t, "10.0.0.0/30") // .1 and .2; .3 is the broadcast address
 	for i := 0; i < 2; i++ {
@@ -230,6 +233,7 @@ func TestAllocateErrors(t *testing.T) {
 }
 
 func TestDryRunReservesNothing(t *testing.T) {
+	t.Parallel()
 	ctx := context.Background()
 	a, mems := newAlloc(t, "10.0.0.0/24")
 	for _, ip := range []string{"", "10.0.0.7"} {
@@ -249,6 +253,7 @@ func TestDryRunReservesNothing(t *testing.T) {
 }
 
 func TestAllocateUpdate(t *testing.T) {
+	t.Parallel()
 	ctx := context.Background()
 	a, mems := newAlloc(t, "10.0.0.0/24", "fd00::/120")
 	create := func(mutate ...func(*corev1.Service)) *corev1.Service {

@@ -74,6 +74,7 @@ func (c cancelOnAllocate) Allocate(ctx context.Context, ip netip.Addr, owner all
 // cancelled (the client disconnected or the deadline hit). Before the fix
 // each case leaked its address: the bitmap queue refuses a dead context.
 func TestReleasesOutliveTheRequest(t *testing.T) {
+	t.Parallel()
 	allocs := newEtcdAllocators(t, "10.0.0.0/24", "fd00::/120")
 	v4, v6 := allocs[0], allocs[1]
 	a, err := New(Config{Allocators: []allocation.Interface{v4, v6}})

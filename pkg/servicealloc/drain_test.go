@@ -12,6 +12,7 @@ import (
 // 503 and a Retry-After, and a drain that cannot finish says how many are
 // left.
 func TestDrain(t *testing.T) {
+	t.Parallel()
 	a, _ := newAlloc(t, "10.0.0.0/24")
 	done, err := a.beginWrite()
 	if err != nil {

@@ -45,6 +45,7 @@ func at(svc *corev1.Service, rv string) *corev1.Service {
 // (unreadable, a read not final, deleted or re-created, changed by another
 // writer) is left to the repair.
 func TestSettleFailedWrite(t *testing.T) {
+	t.Parallel()
 	svcs := schema.GroupResource{Resource: "services"}
 	nospace := errors.New("etcdserver: mvcc: database space exceeded")
 	notFound := apierrors.NewNotFound(svcs, "web")
@@ -125,6 +126,7 @@ func TestSettleFailedWrite(t *testing.T) {
 // TestSettlementApply: keep and leave hold the reservation, release frees
 // it; each settles the transaction once.
 func TestSettlementApply(t *testing.T) {
+	t.Parallel()
 	ctx := context.Background()
 	for _, tt := range []struct {
 		s    settlement
@@ -154,6 +156,7 @@ func TestSettlementApply(t *testing.T) {
 // wrote, and undone when it holds what it replaced. Each attempt here makes
 // a single-stack Service dual-stack with another IPv6 address.
 func TestSettleUpdateAttempts(t *testing.T) {
+	t.Parallel()
 	ctx := context.Background()
 	nospace := errors.New("etcdserver: mvcc: database space exceeded")
 	for _, landed := range []bool{true, false} {

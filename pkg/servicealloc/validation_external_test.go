@@ -30,6 +30,7 @@ func lb(mutate ...func(*corev1.Service)) *corev1.Service {
 // TestValidateExternalFields pins upstream's texts for the fields of external
 // exposure, one case per rule.
 func TestValidateExternalFields(t *testing.T) {
+	t.Parallel()
 	tests := []struct {
 		name string
 		svc  *corev1.Service
@@ -121,6 +122,7 @@ func TestValidateExternalFields(t *testing.T) {
 // loopback external IP, stays editable),
 // new ones are; the class of a LoadBalancer is immutable.
 func TestValidateExternalFieldsUpdate(t *testing.T) {
+	t.Parallel()
 	legacy := lb(func(s *corev1.Service) {
 		s.Spec.ExternalIPs = []string{"127.0.0.1"}
 		s.Spec.LoadBalancerSourceRanges = []string{"192.0.2.1"}
@@ -175,6 +177,7 @@ func TestValidateExternalFieldsUpdate(t *testing.T) {
 // with a patch of the type alone is accepted, because the fields only a
 // LoadBalancer can have are dropped when the client did not change them.
 func TestDropTypeDependentFields(t *testing.T) {
+	t.Parallel()
 	old := lb(func(s *corev1.Service) { s.Spec.LoadBalancerClass = ptr("example.com/a") })
 	updated := old.DeepCopy()
 	updated.Spec.Type = corev1.ServiceTypeClusterIP

@@ -17,6 +17,7 @@ func withIngress(s *corev1.Service, ingress ...corev1.LoadBalancerIngress) *core
 // TestValidateServiceStatusUpdate pins upstream's texts for
 // status.loadBalancer, ipMode first.
 func TestValidateServiceStatusUpdate(t *testing.T) {
+	t.Parallel()
 	vip, proxy, weird := corev1.LoadBalancerIPModeVIP, corev1.LoadBalancerIPModeProxy, corev1.LoadBalancerIPMode("Weird")
 	old := lb()
 	tests := []struct {
@@ -75,6 +76,7 @@ func TestValidateServiceStatusUpdate(t *testing.T) {
 }
 
 func TestDefaultLoadBalancerIPMode(t *testing.T) {
+	t.Parallel()
 	proxy := corev1.LoadBalancerIPModeProxy
 	s := withIngress(lb(), corev1.LoadBalancerIngress{IP: "192.0.2.1"}, corev1.LoadBalancerIngress{IP: "192.0.2.2", IPMode: &proxy},
 		corev1.LoadBalancerIngress{Hostname: "lb.example.com"})
@@ -93,6 +95,7 @@ func TestDefaultLoadBalancerIPMode(t *testing.T) {
 }
 
 func TestWarnings(t *testing.T) {
+	t.Parallel()
 	s := lb(func(s *corev1.Service) {
 		s.Spec.ExternalIPs = []string{"010.0.0.1", "2001:DB8::1", "not-an-ip"}
 		s.Spec.LoadBalancerSourceRanges = []string{"192.0.2.1/24"}

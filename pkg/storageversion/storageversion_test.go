@@ -53,6 +53,7 @@ func sameShape(t *testing.T, path string, a, b reflect.Type) {
 // TestShapesMatch fails when k8s.io/api gives v1 or v1beta1 a field the
 // other lacks: the hand-written conversion would then drop it.
 func TestShapesMatch(t *testing.T) {
+	t.Parallel()
 	sameShape(t, "IPAddress", reflect.TypeFor[networkingv1beta1.IPAddress](), reflect.TypeFor[networkingv1.IPAddress]())
 	sameShape(t, "ServiceCIDR", reflect.TypeFor[networkingv1beta1.ServiceCIDR](), reflect.TypeFor[networkingv1.ServiceCIDR]())
 }
@@ -85,6 +86,7 @@ func full() (*networkingv1beta1.IPAddress, *networkingv1beta1.ServiceCIDR) {
 // TestRoundTrip converts a fully set v1beta1 object to v1 and back through a
 // scheme and expects it unchanged, and the v1 object to hold every value.
 func TestRoundTrip(t *testing.T) {
+	t.Parallel()
 	s := runtime.NewScheme()
 	if err := networkingv1.AddToScheme(s); err != nil {
 		t.Fatal(err)

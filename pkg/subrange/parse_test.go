@@ -7,6 +7,7 @@ import (
 )
 
 func TestParseAddr(t *testing.T) {
+	t.Parallel()
 	tests := []struct {
 		in      string
 		wantErr string // empty: accepted
@@ -50,6 +51,7 @@ func TestParseAddr(t *testing.T) {
 }
 
 func TestParsePrefix(t *testing.T) {
+	t.Parallel()
 	tests := []struct {
 		in      string
 		wantErr string

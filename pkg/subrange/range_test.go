@@ -11,6 +11,7 @@ import (
 )
 
 func TestStaticBandSize(t *testing.T) {
+	t.Parallel()
 	// design.md §3 examples, plus the edges of every clamp.
 	tests := []struct {
 		prefix string
@@ -34,6 +35,7 @@ func TestStaticBandSize(t *testing.T) {
 }
 
 func TestNewUsableRange(t *testing.T) {
+	t.Parallel()
 	tests := []struct {
 		prefix      string
 		model       model.Name
@@ -112,6 +114,7 @@ func TestNewUsableRange(t *testing.T) {
 }
 
 func TestNewRefuses(t *testing.T) {
+	t.Parallel()
 	tests := []struct {
 		prefix  netip.Prefix
 		model   model.Name
@@ -139,6 +142,7 @@ func TestNewRefuses(t *testing.T) {
 
 // TestIndexEdges128 checks 128-bit arithmetic at the edges of a /64.
 func TestIndexEdges128(t *testing.T) {
+	t.Parallel()
 	r := MustNew(netip.MustParsePrefix("fd00::/64"), model.IPAddress)
 	tests := []struct {
 		index uint64
@@ -182,6 +186,7 @@ func TestIndexEdges128(t *testing.T) {
 // TestSmallRangesExhaustive walks every index of small ranges in both models
 // and checks the round trip, containment and band boundaries.
 func TestSmallRangesExhaustive(t *testing.T) {
+	t.Parallel()
 	for _, p := range []string{"10.1.2.0/24", "10.1.2.128/25", "10.1.2.32/27", "10.1.2.16/28", "10.1.2.4/30",
 		"10.1.2.2/31", "10.1.2.3/32", "fd00::100/120", "fd00::10/124", "fd00::4/126", "fd00::2/127", "fd00::1/128"} {
 		prefix := netip.MustParsePrefix(p)
@@ -216,6 +221,7 @@ func TestSmallRangesExhaustive(t *testing.T) {
 }
 
 func TestZeroRange(t *testing.T) {
+	t.Parallel()
 	var r Range
 	if r.Contains(netip.MustParseAddr("10.0.0.1")) || r.Size() != 0 {
 		t.Fatalf("zero Range is not empty")

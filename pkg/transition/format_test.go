@@ -17,6 +17,7 @@ import (
 // before formats wrote (no field) is read; a newer format is refused with a
 // message naming both versions, never misread.
 func TestFormat(t *testing.T) {
+	t.Parallel()
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	etcd := etcdtest.New(t)

@@ -31,8 +31,7 @@ func join(t *testing.T, ctx context.Context, client *clientv3.Client, m, id stri
 }
 
 func TestInitialState(t *testing.T) {
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-	defer cancel()
+	t.Parallel()
 	for _, tc := range []struct {
 		name     string
 		bitmap   bool
@@ -44,6 +43,9 @@ func TestInitialState(t *testing.T) {
 		{"fresh bitmap cluster", false, string(model.Bitmap), true},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+			defer cancel()
 			client := etcdtest.New(t).Client()
 			if tc.bitmap {
 				if _, err := client.Put(ctx, etcdlayout.Layout{}.PrimaryServiceIPRange(), "x"); err != nil {
@@ -93,6 +95,7 @@ func waitFor(t *testing.T, what string, cond func() bool) {
 }
 
 func TestFinishRefusesWhileBitmapReplicaLive(t *testing.T) {
+	t.Parallel()
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	client := etcdtest.New(t).Client()
@@ -139,6 +142,7 @@ func TestFinishRefusesWhileBitmapReplicaLive(t *testing.T) {
 
 // A kill leaves the record until the lease expires; Finish succeeds after.
 func TestKilledBitmapReplicaExpires(t *testing.T) {
+	t.Parallel()
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	e := etcdtest.New(t)
@@ -165,6 +169,7 @@ func TestKilledBitmapReplicaExpires(t *testing.T) {
 // Begin holds off a switch until allocations in flight are done, and the
 // acknowledgement is written only after them.
 func TestSwitchWaitsForAllocationsInFlight(t *testing.T) {
+	t.Parallel()
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	client := etcdtest.New(t).Client()
@@ -200,6 +205,7 @@ func TestSwitchWaitsForAllocationsInFlight(t *testing.T) {
 // A replica frozen past its lease registers again before it allocates, and
 // a bitmap replica that finds the transition finished meanwhile stops.
 func TestStaleLeaseReRegisters(t *testing.T) {
+	t.Parallel()
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	client := etcdtest.New(t).Client()
@@ -275,6 +281,7 @@ func putIdentityLease(t *testing.T, ctx context.Context, client *clientv3.Client
 // record), unless forced; expired leases, other components' leases and
 // other Leases do not count; an unreadable identity lease does.
 func TestFinishRefusesWhileKubeAPIServerLive(t *testing.T) {
+	t.Parallel()
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	client := etcdtest.New(t).Client()
@@ -320,6 +327,7 @@ func TestFinishRefusesWhileKubeAPIServerLive(t *testing.T) {
 // not IPAddress-model replicas; it answers an empty list, not nil, when it
 // looked and found none.
 func TestWritersIgnoringScopes(t *testing.T) {
+	t.Parallel()
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	client := etcdtest.New(t).Client()

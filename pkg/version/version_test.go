@@ -11,6 +11,7 @@ import (
 )
 
 func TestFromBuildInfo(t *testing.T) {
+	t.Parallel()
 	const rev = "0123456789abcdef0123456789abcdef01234567"
 	deps := []*debug.Module{{Path: "k8s.io/api", Version: "v0.37.2"}, {Path: "k8s.io/apiserver", Version: "v0.37.2"}}
 	tests := []struct {
@@ -66,6 +67,7 @@ func TestFromBuildInfo(t *testing.T) {
 }
 
 func TestGetInThisBinary(t *testing.T) {
+	t.Parallel()
 	info := Get()
 	if !strings.HasPrefix(info.KubernetesVersion, "v1.37.") {
 		t.Errorf("KubernetesVersion = %q", info.KubernetesVersion)

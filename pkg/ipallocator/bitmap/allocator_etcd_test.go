@@ -74,6 +74,7 @@ func storedIPs(t testing.TB, client *clientv3.Client, r subrange.Range) ([]netip
 }
 
 func TestEtcdMissingKeyAndInitialize(t *testing.T) {
+	t.Parallel()
 	ctx := testContext(t)
 	etcd := etcdtest.New(t)
 	a := newEtcdAllocator(t, etcd.Client(), "10.0.0.0/24", rangealloc.EtcdOptions{})
@@ -106,6 +107,7 @@ func TestEtcdMissingKeyAndInitialize(t *testing.T) {
 }
 
 func TestEtcdInitializeRace(t *testing.T) {
+	t.Parallel()
 	ctx := testContext(t)
 	etcd := etcdtest.New(t)
 	const racers = 8
@@ -132,6 +134,7 @@ func TestEtcdInitializeRace(t *testing.T) {
 }
 
 func TestEtcdStoredRangeMismatch(t *testing.T) {
+	t.Parallel()
 	ctx := testContext(t)
 	etcd := etcdtest.New(t)
 	first := newEtcdAllocator(t, etcd.Client(), "10.0.0.0/24", rangealloc.EtcdOptions{})
@@ -152,6 +155,7 @@ func TestEtcdStoredRangeMismatch(t *testing.T) {
 }
 
 func TestEtcdCorruptValue(t *testing.T) {
+	t.Parallel()
 	ctx := testContext(t)
 	etcd := etcdtest.New(t)
 	if _, err := etcd.Client().Put(ctx, testKey, "k8s\x00garbage"); err != nil {
@@ -177,6 +181,7 @@ func TestEtcdCorruptValue(t *testing.T) {
 }
 
 func TestEtcdSecondInstanceSeesAllocations(t *testing.T) {
+	t.Parallel()
 	ctx := testContext(t)
 	etcd := etcdtest.New(t)
 	a := newEtcdAllocator(t, etcd.Client(), "10.0.0.0/24", rangealloc.EtcdOptions{})
@@ -215,6 +220,7 @@ func TestEtcdSecondInstanceSeesAllocations(t *testing.T) {
 }
 
 func TestEtcdDryRunNeverWrites(t *testing.T) {
+	t.Parallel()
 	ctx := testContext(t)
 	etcd := etcdtest.New(t)
 	a := newEtcdAllocator(t, etcd.Client(), "10.0.0.0/28", rangealloc.EtcdOptions{})
@@ -247,6 +253,7 @@ func TestEtcdDryRunNeverWrites(t *testing.T) {
 // TestEtcdKubeAPIServerFixture loads what kube-apiserver 1.32 wrote and checks
 // that the allocator reads exactly its bitmap and writes the same layout.
 func TestEtcdKubeAPIServerFixture(t *testing.T) {
+	t.Parallel()
 	ctx := testContext(t)
 	etcd := etcdtest.New(t)
 	fx := fixtures.Load(t, "kube-apiserver-1.32-bitmap.json")
@@ -391,8 +398,10 @@ func checkDrained(t *testing.T, client *clientv3.Client, r subrange.Range, got [
 
 // TestEtcdUniquenessRace: 4 independent instances × 16 goroutines drain a /22.
 func TestEtcdUniquenessRace(t *testing.T) {
+	t.Parallel()
 	for _, batching := range []bool{true, false} {
 		t.Run(fmt.Sprintf("batching=%v", batching), func(t *testing.T) {
+			t.Parallel()
 			ctx := testContext(t)
 			etcd := etcdtest.New(t)
 			var allocators []*EtcdAllocator
@@ -422,6 +431,7 @@ func TestEtcdUniquenessRace(t *testing.T) {
 // TestEtcdUniquenessRaceCluster repeats the race on a 3-member cluster with
 // the instances' clients spread over the members.
 func TestEtcdUniquenessRaceCluster(t *testing.T) {
+	t.Parallel()
 	ctx := testContext(t)
 	cluster := etcdtest.NewCluster(t, 3)
 	var allocators []*EtcdAllocator
@@ -440,6 +450,7 @@ func TestEtcdUniquenessRaceCluster(t *testing.T) {
 // clear errors within their deadline, nothing is half-written, and after a
 // restart allocation goes on without duplicates.
 func TestEtcdStoppedMidRun(t *testing.T) {
+	t.Parallel()
 	ctx := testContext(t)
 	etcd := etcdtest.New(t)
 	a := newEtcdAllocator(t, etcd.NewClient(t), "10.0.0.0/22", rangealloc.EtcdOptions{})

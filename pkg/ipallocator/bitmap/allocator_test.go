@@ -28,6 +28,7 @@ func newTestAllocator(t testing.TB, cidr string) *Allocator {
 // TestAllocatorExhaustive drains small ranges with AllocateNext and checks the
 // band order, then allocates every lower-band address statically.
 func TestAllocatorExhaustive(t *testing.T) {
+	t.Parallel()
 	ctx := context.Background()
 	for _, cidr := range []string{"10.0.0.0/24", "10.0.0.128/25", "10.0.0.32/27", "10.0.0.16/28", "10.0.0.4/30",
 		"10.0.0.2/31", "10.0.0.1/32", "fd00::/120", "fd00::10/124", "fd00::4/126", "fd00::2/127", "fd00::1/128"} {
@@ -85,6 +86,7 @@ func TestAllocatorExhaustive(t *testing.T) {
 }
 
 func TestAllocatorErrors(t *testing.T) {
+	t.Parallel()
 	ctx := context.Background()
 	a := newTestAllocator(t, "10.0.0.0/24")
 	for _, ip := range []string{"10.0.0.0", "10.0.0.255", "10.0.1.1", "fd00::1", "::ffff:10.0.0.5"} {
@@ -120,6 +122,7 @@ func TestAllocatorErrors(t *testing.T) {
 }
 
 func TestAllocatorDryRun(t *testing.T) {
+	t.Parallel()
 	ctx := context.Background()
 	a := newTestAllocator(t, "10.0.0.0/28")
 	taken := netip.MustParseAddr("10.0.0.3")
@@ -155,6 +158,7 @@ func TestAllocatorDryRun(t *testing.T) {
 }
 
 func TestAllocatorSnapshot(t *testing.T) {
+	t.Parallel()
 	ctx := context.Background()
 	// design.md §5: 10.0.0.0/24 with .1 and .10 allocated → data 02 01.
 	a := newTestAllocator(t, "10.0.0.0/24")
@@ -213,6 +217,7 @@ func TestAllocatorSnapshot(t *testing.T) {
 // has 126 usable addresses and a 16-address static band, so the first 110
 // dynamic allocations come from the upper band.
 func TestAllocatorUpperBandFirst(t *testing.T) {
+	t.Parallel()
 	ctx := context.Background()
 	a := newTestAllocator(t, "10.0.0.0/25")
 	for i := 0; i < 110; i++ {
@@ -228,6 +233,7 @@ func TestAllocatorUpperBandFirst(t *testing.T) {
 }
 
 func TestNewAllocatorTooLarge(t *testing.T) {
+	t.Parallel()
 	r := subrange.MustNew(netip.MustParsePrefix("10.0.0.0/7"), model.IPAddress)
 	if _, err := NewAllocator(r); err == nil || !strings.Contains(err.Error(), "more than") {
 		t.Fatalf("NewAllocator(/7) = %v, want a size error", err)

@@ -86,6 +86,7 @@ func wantValue(t *testing.T, cidr string, ips []netip.Addr) []byte {
 }
 
 func TestEtcdRerange(t *testing.T) {
+	t.Parallel()
 	tests := []struct {
 		name          string
 		from, to      string
@@ -144,6 +145,7 @@ func TestEtcdRerange(t *testing.T) {
 	}}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
 			ctx := testContext(t)
 			etcd := etcdtest.New(t)
 			storeMap(t, etcd, tc.from, tc.stored)
@@ -206,6 +208,7 @@ func TestEtcdRerange(t *testing.T) {
 // TestEtcdRerangeOtherFamilyRefused: a stored map of the other family is a
 // changed family order, which would drop every allocation: refused, untouched.
 func TestEtcdRerangeOtherFamilyRefused(t *testing.T) {
+	t.Parallel()
 	ctx := testContext(t)
 	etcd := etcdtest.New(t)
 	storeMap(t, etcd, "fd00::/112", addrs("fd00::1"))
@@ -230,6 +233,7 @@ func TestEtcdRerangeOtherFamilyRefused(t *testing.T) {
 // re-range's read and its write: the CAS must lose, and the retry must keep
 // that allocation.
 func TestEtcdRerangeLosesCompare(t *testing.T) {
+	t.Parallel()
 	ctx := testContext(t)
 	etcd := etcdtest.New(t)
 	old := newEtcdAllocator(t, etcd.NewClient(t), "10.0.0.0/24", rangealloc.EtcdOptions{})
@@ -271,6 +275,7 @@ func TestEtcdRerangeLosesCompare(t *testing.T) {
 // allocate as fast as they can: every allocation acknowledged to them is in
 // the final map, and no address is acknowledged twice.
 func TestEtcdRerangeConcurrentWriters(t *testing.T) {
+	t.Parallel()
 	ctx := testContext(t)
 	etcd := etcdtest.New(t)
 	first := newEtcdAllocator(t, etcd.NewClient(t), "10.0.0.0/22", rangealloc.EtcdOptions{})

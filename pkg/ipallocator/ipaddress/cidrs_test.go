@@ -31,6 +31,7 @@ func withReady(sc *networkingv1.ServiceCIDR, status metav1.ConditionStatus) *net
 }
 
 func TestSelectRanges(t *testing.T) {
+	t.Parallel()
 	now := metav1.Now()
 	terminating := serviceCIDR("terminating", 5*time.Hour, "10.9.0.0/24")
 	terminating.DeletionTimestamp = &now
@@ -73,6 +74,7 @@ func TestSelectRanges(t *testing.T) {
 // does not parse (stored by a server that does not validate it) is refused,
 // never served unscoped.
 func TestSelectRangesScopes(t *testing.T) {
+	t.Parallel()
 	scopedCIDR := serviceCIDR("scoped", 2*time.Hour, "10.0.0.0/28")
 	scopedCIDR.Annotations = map[string]string{scope.NamespaceSelectorAnnotation: "team=a"}
 	bad := serviceCIDR("bad", time.Hour, "10.1.0.0/28", "fd00::/120")
@@ -92,6 +94,7 @@ func TestSelectRangesScopes(t *testing.T) {
 }
 
 func TestMaximalRanges(t *testing.T) {
+	t.Parallel()
 	mk := func(ps ...string) []activeRange {
 		var out []activeRange
 		for _, p := range ps {
@@ -106,6 +109,7 @@ func TestMaximalRanges(t *testing.T) {
 }
 
 func TestChangeConcerns(t *testing.T) {
+	t.Parallel()
 	sc := func(cidrs ...string) *networkingv1.ServiceCIDR {
 		return &networkingv1.ServiceCIDR{
 			ObjectMeta: metav1.ObjectMeta{Name: "extra", CreationTimestamp: metav1.NewTime(time.Unix(100, 0))},
@@ -163,6 +167,7 @@ func TestChangeConcerns(t *testing.T) {
 // look at every range whose prefix holds it, over overlapping prefixes of
 // several lengths, for addresses inside, at the edges and outside.
 func TestRangeLookup(t *testing.T) {
+	t.Parallel()
 	var ranges []*cidrRange
 	for _, text := range []string{"10.0.0.0/24", "10.0.0.0/16", "10.0.1.0/24", "10.0.0.0/28", "10.1.0.0/24", "fd00::/112", "fd00::/64"} {
 		ranges = append(ranges, &cidrRange{activeRange: activeRange{rng: subrange.MustNew(netip.MustParsePrefix(text), model.IPAddress)}})

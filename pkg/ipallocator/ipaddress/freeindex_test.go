@@ -55,6 +55,7 @@ func drain(t *testing.T, x *FreeIndex) []netip.Addr {
 }
 
 func TestFreeIndexDrainExhaustive(t *testing.T) {
+	t.Parallel()
 	for _, p := range []string{
 		"10.0.0.0/24", "10.0.0.0/23", "10.0.0.16/28", "10.0.0.32/27", "10.0.0.4/30",
 		"10.0.0.2/31", "10.0.0.1/32", "10.0.0.0/22",
@@ -81,6 +82,7 @@ func TestFreeIndexDrainExhaustive(t *testing.T) {
 // TestSparseDrain forces the hashed-set representation on a small range so
 // that the random-probe and forward-walk paths are exhausted too.
 func TestSparseDrain(t *testing.T) {
+	t.Parallel()
 	for _, tc := range []struct{ size, static uint64 }{{1000, 50}, {17, 0}, {300, 256}, {1, 0}} {
 		s := newSparseOffsets(tc.size, tc.static)
 		seen := map[uint64]bool{}
@@ -105,6 +107,7 @@ func TestSparseDrain(t *testing.T) {
 }
 
 func TestFreeIndexSlash64(t *testing.T) {
+	t.Parallel()
 	x := mustIndex(t, "2001:db8:1:2::/64")
 	prefix := x.Range().Prefix()
 	seen := map[netip.Addr]bool{}
@@ -135,6 +138,7 @@ func TestFreeIndexSlash64(t *testing.T) {
 }
 
 func TestFreeIndexSetClear(t *testing.T) {
+	t.Parallel()
 	x := mustIndex(t, "10.0.0.0/24")
 	ip := netip.MustParseAddr("10.0.0.5")
 	if !x.Set(ip) || x.Set(ip) || !x.Has(ip) || x.UsedStatic() != 1 {

@@ -16,6 +16,7 @@ import (
 // both the object and the owner carry one; an object kube-apiserver wrote
 // (no UID) or an owner whose UID is unknown is judged by namespace and name.
 func TestOwnedBy(t *testing.T) {
+	t.Parallel()
 	ip := netip.MustParseAddr("10.0.0.7")
 	web := func(uid string) allocation.Owner {
 		return allocation.Owner{Namespace: "default", Name: "web", UID: uid}

@@ -26,6 +26,7 @@ func (e excludedPrefix) ContainsPrefix(p netip.Prefix) bool {
 // many times, and their order changes now and then (a rebuild), which
 // must start the pick from the first range again.
 func TestPickSkipsFullRanges(t *testing.T) {
+	t.Parallel()
 	cidrs := []*networkingv1.ServiceCIDR{
 		serviceCIDR("a", 5*time.Hour, "10.0.0.0/28"),
 		serviceCIDR("b", 4*time.Hour, "10.0.1.0/29"),

@@ -17,6 +17,7 @@ import (
 )
 
 func TestIPAddressServiceCIDRsContains(t *testing.T) {
+	t.Parallel()
 	cidrs := newServiceCIDRs([]*networkingv1.ServiceCIDR{
 		{Spec: networkingv1.ServiceCIDRSpec{CIDRs: []string{"10.0.0.0/24", "fd00::/120"}}},
 		{Spec: networkingv1.ServiceCIDRSpec{CIDRs: []string{"fd01::/48", "10.1.0.0/32", "not-a-cidr"}}},
@@ -47,6 +48,7 @@ func TestIPAddressServiceCIDRsContains(t *testing.T) {
 }
 
 func TestIPAddressKeys(t *testing.T) {
+	t.Parallel()
 	svc := &corev1.Service{Spec: corev1.ServiceSpec{
 		Type:       corev1.ServiceTypeClusterIP,
 		ClusterIPs: []string{"::ffff:10.0.0.1", "FD00::0001", "bad", "10.0.0.1"},
@@ -70,6 +72,7 @@ func TestIPAddressKeys(t *testing.T) {
 // addresses finds, for prefixes inside one block, across blocks, and wider
 // than addrindex.MaxBlocks (a scan).
 func TestHeldInside(t *testing.T) {
+	t.Parallel()
 	indexer := cache.NewIndexer(cache.MetaNamespaceKeyFunc, serviceIndexers)
 	rng := rand.New(rand.NewPCG(7, 8))
 	for i := range 3000 {

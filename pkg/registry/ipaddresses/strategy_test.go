@@ -9,6 +9,7 @@ import (
 )
 
 func TestValidate(t *testing.T) {
+	t.Parallel()
 	ref := &networkingv1.ParentReference{Resource: "services", Namespace: "default", Name: "web"}
 	for name, ok := range map[string]bool{
 		"10.0.0.1": true, "fd00::1": true, "010.0.0.1": false, "::ffff:10.0.0.1": false,

@@ -10,6 +10,7 @@ import (
 )
 
 func TestValidateCIDRs(t *testing.T) {
+	t.Parallel()
 	tests := []struct {
 		cidrs   []string
 		wantErr string
@@ -41,6 +42,7 @@ func TestValidateCIDRs(t *testing.T) {
 }
 
 func TestUpdateOnlyGrows(t *testing.T) {
+	t.Parallel()
 	s := strategy{}
 	sc := func(cidrs ...string) *networkingv1.ServiceCIDR {
 		return &networkingv1.ServiceCIDR{ObjectMeta: metav1.ObjectMeta{Name: "x", ResourceVersion: "1"}, Spec: networkingv1.ServiceCIDRSpec{CIDRs: cidrs}}

@@ -10,6 +10,7 @@ import (
 )
 
 func TestTable(t *testing.T) {
+	t.Parallel()
 	proxy := corev1.LoadBalancerIPModeProxy
 	list := &corev1.ServiceList{Items: []corev1.Service{
 		{ObjectMeta: metav1.ObjectMeta{Name: "web"}, Spec: corev1.ServiceSpec{Type: corev1.ServiceTypeClusterIP,

@@ -10,6 +10,7 @@ import (
 )
 
 func TestConvertor(t *testing.T) {
+	t.Parallel()
 	c := Convertor[*corev1.Namespace]{Kind: "Namespace", Columns: []metav1.TableColumnDefinition{{Name: "Name", Type: "string"}},
 		Cells: func(ns *corev1.Namespace) []any { return []any{ns.Name} }}
 	one := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "a", ResourceVersion: "7"}}
