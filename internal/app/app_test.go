@@ -36,7 +36,11 @@ func TestVersion(t *testing.T) {
 	if code != 0 || !strings.HasPrefix(out, "v1.37.") || strings.Count(out, "\n") != 1 {
 		t.Fatalf("version -o jsonpath: code %d, output %q", code, out)
 	}
-	for _, bad := range []string{"xml", "jsonpath={.kubernetes"} {
+	out, _, code = runApp(t, "version", "-o", "go-template={{.kubernetes.gitVersion}}")
+	if code != 0 || !strings.HasPrefix(out, "v1.37.") || strings.Contains(out, "\n") {
+		t.Fatalf("version -o go-template: code %d, output %q", code, out)
+	}
+	for _, bad := range []string{"xml", "jsonpath={.kubernetes", "go-template={{.kubernetes"} {
 		if _, errOut, code := runApp(t, "version", "-o", bad); code == 0 || !strings.Contains(errOut, bad) {
 			t.Fatalf("version -o %s: code %d, stderr %q", bad, code, errOut)
 		}

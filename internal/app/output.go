@@ -6,19 +6,20 @@ import (
 	"fmt"
 	"io"
 	"strings"
+	"text/template"
 
 	"k8s.io/client-go/util/jsonpath"
 	"sigs.k8s.io/yaml"
 )
 
 // machineFormats is what every -o takes besides a command's own tables, as
-// kubectl spells them: the document as JSON, as YAML, or the values a
-// jsonpath template picks from it.
-const machineFormats = "json, yaml or jsonpath=TEMPLATE"
+// kubectl spells them: the document as JSON, as YAML, or what a jsonpath or
+// Go template makes of it.
+const machineFormats = "json, yaml, jsonpath=TEMPLATE or go-template=TEMPLATE"
 
 // isMachine reports whether format is one of machineFormats.
 func isMachine(format string) bool {
-	return format == "json" || format == "yaml" || strings.HasPrefix(format, "jsonpath=")
+	return format == "json" || format == "yaml" || strings.HasPrefix(format, "jsonpath=") || strings.HasPrefix(format, "go-template=")
 }
 
 // checkOutputFormat accepts a command's tables (the first is its default)
@@ -29,8 +30,14 @@ func checkOutputFormat(format string, tables ...string) error {
 			return nil
 		}
 	}
-	if template, ok := strings.CutPrefix(format, "jsonpath="); ok {
-		if err := jsonpath.New("output").Parse(template); err != nil {
+	if text, ok := strings.CutPrefix(format, "jsonpath="); ok {
+		if err := jsonpath.New("output").Parse(text); err != nil {
+			return fmt.Errorf("-o %s: %w", format, err)
+		}
+		return nil
+	}
+	if text, ok := strings.CutPrefix(format, "go-template="); ok {
+		if _, err := template.New("output").Parse(text); err != nil {
 			return fmt.Errorf("-o %s: %w", format, err)
 		}
 		return nil
@@ -50,24 +57,26 @@ func writeMachine(w io.Writer, format string, v any) error {
 	if err := enc.Encode(v); err != nil {
 		return fmt.Errorf("encode output: %w", err)
 	}
-	switch template, isPath := strings.CutPrefix(format, "jsonpath="); {
-	case format == "json":
+	if format == "json" {
 		_, err := w.Write(doc.Bytes())
 		return err
-	case format == "yaml":
+	}
+	if format == "yaml" {
 		out, err := yaml.JSONToYAML(doc.Bytes())
 		if err != nil {
 			return fmt.Errorf("encode output as YAML: %w", err)
 		}
 		_, err = w.Write(out)
 		return err
-	case isPath:
-		var data any
-		if err := json.Unmarshal(doc.Bytes(), &data); err != nil {
-			return fmt.Errorf("decode output for jsonpath: %w", err)
-		}
+	}
+	// Templates see the document as JSON decodes it, with its JSON names.
+	var data any
+	if err := json.Unmarshal(doc.Bytes(), &data); err != nil {
+		return fmt.Errorf("decode output for -o %s: %w", format, err)
+	}
+	if text, ok := strings.CutPrefix(format, "jsonpath="); ok {
 		jp := jsonpath.New("output")
-		if err := jp.Parse(template); err != nil {
+		if err := jp.Parse(text); err != nil {
 			return fmt.Errorf("-o %s: %w", format, err)
 		}
 		if err := jp.Execute(w, data); err != nil {
@@ -75,7 +84,16 @@ func writeMachine(w io.Writer, format string, v any) error {
 		}
 		_, err := fmt.Fprintln(w)
 		return err
-	default:
-		return fmt.Errorf("unknown output format %q: use %s", format, machineFormats)
 	}
+	if text, ok := strings.CutPrefix(format, "go-template="); ok {
+		tmpl, err := template.New("output").Parse(text)
+		if err != nil {
+			return fmt.Errorf("-o %s: %w", format, err)
+		}
+		if err := tmpl.Execute(w, data); err != nil {
+			return fmt.Errorf("-o %s: %w", format, err)
+		}
+		return nil
+	}
+	return fmt.Errorf("unknown output format %q: use %s", format, machineFormats)
 }
