@@ -396,6 +396,14 @@ func checkDrained(t *testing.T, client *clientv3.Client, r subrange.Range, got [
 	}
 }
 
+// raceAttempts is the racing instances' MaxAttempts: more conflicts than a
+// drain of a /22 can cause. A conflict means another instance's write
+// landed, and the drain takes at most 1,023 writes (Initialize and one per
+// address), so no instance gives up, however slowly the machine runs it.
+// The default, 100, is within reach without batching on a loaded machine,
+// where the scheduler keeps one instance waiting while the others write.
+const raceAttempts = 2048
+
 // TestEtcdUniquenessRace: 4 independent instances × 16 goroutines drain a /22.
 func TestEtcdUniquenessRace(t *testing.T) {
 	t.Parallel()
@@ -406,7 +414,7 @@ func TestEtcdUniquenessRace(t *testing.T) {
 			etcd := etcdtest.New(t)
 			var allocators []*EtcdAllocator
 			for range 4 {
-				allocators = append(allocators, newEtcdAllocator(t, etcd.NewClient(t), "10.0.0.0/22", rangealloc.EtcdOptions{DisableBatching: !batching}))
+				allocators = append(allocators, newEtcdAllocator(t, etcd.NewClient(t), "10.0.0.0/22", rangealloc.EtcdOptions{DisableBatching: !batching, MaxAttempts: raceAttempts}))
 			}
 			if _, err := allocators[0].Initialize(ctx); err != nil {
 				t.Fatal(err)
@@ -437,7 +445,7 @@ func TestEtcdUniquenessRaceCluster(t *testing.T) {
 	var allocators []*EtcdAllocator
 	for i := range 4 {
 		client := cluster.Member(i % cluster.Size()).NewClient(t)
-		allocators = append(allocators, newEtcdAllocator(t, client, "10.0.0.0/22", rangealloc.EtcdOptions{}))
+		allocators = append(allocators, newEtcdAllocator(t, client, "10.0.0.0/22", rangealloc.EtcdOptions{MaxAttempts: raceAttempts}))
 	}
 	if _, err := allocators[0].Initialize(ctx); err != nil {
 		t.Fatal(err)
