@@ -295,13 +295,9 @@ func (r *IPAddressRepair) fixFamilyLabel(ctx context.Context, ip netip.Addr, own
 // type's doc).
 func (r *IPAddressRepair) repoint(ctx context.Context, view ipView, ip netip.Addr, owner *corev1.Service, ipa *networkingv1.IPAddress, out *outcome) error {
 	family := familyName(ip.Is6())
-	parentExists := false
-	if isServiceRef(ipa) {
-		parent, err := view.service(ipa.Spec.ParentRef.Namespace, ipa.Spec.ParentRef.Name)
-		if err != nil {
-			return err
-		}
-		parentExists = parent != nil
+	parentExists, err := parentStored(view, ipa)
+	if err != nil {
+		return err
 	}
 	var p report.Problem
 	var on runtime.Object
@@ -408,13 +404,9 @@ func (r *IPAddressRepair) reconcileOrphan(ctx context.Context, view ipView, ip n
 		}
 		return p
 	}
-	parentExists := false
-	if isServiceRef(ipa) {
-		parent, err := view.service(ipa.Spec.ParentRef.Namespace, ipa.Spec.ParentRef.Name)
-		if err != nil {
-			return err
-		}
-		parentExists = parent != nil
+	parentExists, err := parentStored(view, ipa)
+	if err != nil {
+		return err
 	}
 	if r.cfg.DryRun {
 		out.note(ipa, orphanProblem(ipa, parentExists))
@@ -570,4 +562,14 @@ func parentString(ipa *networkingv1.IPAddress) string {
 	default:
 		return p.Group + "/" + p.Resource + "/" + p.Namespace + "/" + p.Name
 	}
+}
+
+// parentStored reports whether ipa references a Service and the view holds
+// that Service.
+func parentStored(view ipView, ipa *networkingv1.IPAddress) (bool, error) {
+	if !isServiceRef(ipa) {
+		return false, nil
+	}
+	parent, err := view.service(ipa.Spec.ParentRef.Namespace, ipa.Spec.ParentRef.Name)
+	return parent != nil, err
 }
