@@ -45,6 +45,9 @@ func checkOutputFormat(format string, tables ...string) error {
 	if isMachine(format) {
 		return nil
 	}
+	if len(tables) == 0 {
+		return fmt.Errorf("unknown output format %q: use %s", format, machineFormats)
+	}
 	return fmt.Errorf("unknown output format %q: use %s or %s", format, strings.Join(tables, ", "), machineFormats)
 }
 
