@@ -36,7 +36,7 @@ func TestPutGet(t *testing.T) {
 	if _, err := e.Client().Put(ctx, "/a", "1"); err != nil {
 		t.Fatal(err)
 	}
-	if e.Client() != e.Client() {
+	if first, second := e.Client(), e.Client(); first != second {
 		t.Error("Client() is not shared")
 	}
 	other := e.NewClient(t)

@@ -81,7 +81,7 @@ kube_apiserver_clusterip_allocator_allocated_ips{cidr="10.0.0.0/28"} 2
 `), "kube_apiserver_clusterip_allocator_allocated_ips"); err != nil {
 		t.Fatal(err)
 	}
-	count, err := testutil.GetHistogramMetricCount(m.duration.WithLabelValues("10.0.0.0/28").(metrics.ObserverMetric))
+	count, err := testutil.GetHistogramMetricCount(m.duration.WithLabelValues("10.0.0.0/28"))
 	if err != nil || count != 2 {
 		t.Fatalf("duration histogram count = %d, %v; want 2", count, err)
 	}

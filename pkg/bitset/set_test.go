@@ -46,9 +46,8 @@ func checkInvariants(t testing.TB, b *Set) {
 	if b.used != used || b.usedStatic != usedStatic {
 		t.Fatalf("counters used=%d usedStatic=%d, recount gives %d and %d", b.used, b.usedStatic, used, usedStatic)
 	}
-	n := b.size
 	for k := 1; k < len(b.levels); k++ {
-		n = len(b.levels[k-1])
+		n := len(b.levels[k-1])
 		parent := b.levels[k]
 		if want := (n + 63) / 64; len(parent) != want {
 			t.Fatalf("level %d has %d words, want %d", k, len(parent), want)

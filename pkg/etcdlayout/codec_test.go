@@ -43,7 +43,7 @@ func cat(parts ...[]byte) []byte { return bytes.Join(parts, nil) }
 var emptyObjectMeta = cat(
 	pbString(1, ""), pbString(2, ""), pbString(3, ""), pbString(4, ""),
 	pbString(5, ""), pbString(6, ""),
-	[]byte{7<<3 | 0, 0x00},
+	[]byte{7 << 3 /* wire type 0, varint */, 0x00},
 	pbBytes(8, nil),
 )
 
@@ -206,6 +206,7 @@ func TestRangeAllocationGolden(t *testing.T) {
 func TestEncode(t *testing.T) {
 	t.Parallel()
 	svc := &corev1.Service{
+		//lint:ignore SA1019 the test checks that Encode never stores selfLink
 		ObjectMeta: metav1.ObjectMeta{Name: "a", Namespace: "ns", ResourceVersion: "42", SelfLink: "/x"},
 		Spec:       corev1.ServiceSpec{ClusterIP: "10.96.0.5", ClusterIPs: []string{"10.96.0.5"}},
 	}
@@ -226,6 +227,7 @@ func TestEncode(t *testing.T) {
 	}
 	want := orig.DeepCopy()
 	want.TypeMeta = metav1.TypeMeta{APIVersion: "v1", Kind: "Service"}
+	//lint:ignore SA1019 the test checks that Encode never stores selfLink
 	want.ResourceVersion, want.SelfLink = "", "" // never stored
 	if diff := cmp.Diff(want, got); diff != "" {
 		t.Errorf("round trip (-want +got):\n%s", diff)

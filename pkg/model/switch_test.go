@@ -69,9 +69,7 @@ func TestModelChosenOnce(t *testing.T) {
 		if ast.IsGenerated(f) {
 			return nil
 		}
-		for _, p := range checkFile(fset, f, rel) {
-			problems = append(problems, p)
-		}
+		problems = append(problems, checkFile(fset, f, rel)...)
 		return nil
 	})
 	if err != nil {

@@ -28,7 +28,6 @@ import (
 
 var (
 	specPath           = field.NewPath("spec")
-	clusterIPPath      = specPath.Child("clusterIP")
 	clusterIPsPath     = specPath.Child("clusterIPs")
 	ipFamiliesPath     = specPath.Child("ipFamilies")
 	ipFamilyPolicyPath = specPath.Child("ipFamilyPolicy")

@@ -67,7 +67,7 @@ func full() (*networkingv1beta1.IPAddress, *networkingv1beta1.ServiceCIDR) {
 		ManagedFields: []metav1.ManagedFieldsEntry{{
 			Manager: "kube-apiserver", Operation: metav1.ManagedFieldsOperationUpdate,
 			APIVersion: "networking.k8s.io/v1beta1", FieldsType: "FieldsV1",
-			FieldsV1: &metav1.FieldsV1{Raw: []byte(`{"f:spec":{}}`)},
+			FieldsV1: metav1.NewFieldsV1(`{"f:spec":{}}`),
 		}},
 	}
 	ip := &networkingv1beta1.IPAddress{ObjectMeta: *meta.DeepCopy(), Spec: networkingv1beta1.IPAddressSpec{

@@ -234,10 +234,10 @@ func TestNodePorts(t *testing.T) {
 	})
 
 	t.Run("type changes both ways", func(t *testing.T) {
-		svc := mustCreate(t, ctx, c, nodePortService("morph", corev1.ServiceTypeClusterIP))
+		mustCreate(t, ctx, c, nodePortService("morph", corev1.ServiceTypeClusterIP))
 		expectHeld(t, ctx, s.etcd)
 
-		svc = update(t, ctx, c, "morph", func(s *corev1.Service) { s.Spec.Type = corev1.ServiceTypeNodePort })
+		svc := update(t, ctx, c, "morph", func(s *corev1.Service) { s.Spec.Type = corev1.ServiceTypeNodePort })
 		np := svc.Spec.Ports[0].NodePort
 		if np == 0 {
 			t.Fatal("ClusterIP → NodePort got no nodePort")
@@ -274,7 +274,7 @@ func TestNodePorts(t *testing.T) {
 		expectHeld(t, ctx, s.etcd, int(np))
 
 		// A changed nodePort takes the new one and releases the old one once stored.
-		svc = update(t, ctx, c, "morph", func(s *corev1.Service) { s.Spec.Ports[0].NodePort = 30200 })
+		update(t, ctx, c, "morph", func(s *corev1.Service) { s.Spec.Ports[0].NodePort = 30200 })
 		expectHeld(t, ctx, s.etcd, 30200)
 		// A replace that leaves nodePort out keeps it.
 		svc = update(t, ctx, c, "morph", func(s *corev1.Service) { s.Spec.Ports[0].NodePort = 0 })

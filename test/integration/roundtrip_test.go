@@ -28,7 +28,7 @@ import (
 func fieldsV1(manager, subresource string, set string) metav1.ManagedFieldsEntry {
 	return metav1.ManagedFieldsEntry{Manager: manager, Operation: metav1.ManagedFieldsOperationUpdate, APIVersion: "v1",
 		Time: &metav1.Time{Time: time.Date(2026, 11, 22, 9, 30, 0, 0, time.UTC)}, FieldsType: "FieldsV1",
-		FieldsV1: &metav1.FieldsV1{Raw: []byte(set)}, Subresource: subresource}
+		FieldsV1: metav1.NewFieldsV1(set), Subresource: subresource}
 }
 
 // upstreamServices are Services of every type with every field kube-apiserver
@@ -117,11 +117,7 @@ var ignoreServerFields = cmpopts.IgnoreFields(metav1.ObjectMeta{}, "ResourceVers
 func managersOf(s *corev1.Service) map[string]string {
 	out := map[string]string{}
 	for _, m := range s.ManagedFields {
-		set := ""
-		if m.FieldsV1 != nil {
-			set = string(m.FieldsV1.Raw)
-		}
-		out[m.Manager+"/"+string(m.Operation)+"/"+m.Subresource] = set
+		out[m.Manager+"/"+string(m.Operation)+"/"+m.Subresource] = m.FieldsV1.GetRawString() // "" when nil
 	}
 	return out
 }

@@ -76,7 +76,7 @@ func (p InProcess) Create(ctx context.Context, ip *networkingv1.IPAddress, opts 
 		ip.ManagedFields = []metav1.ManagedFieldsEntry{{
 			Manager: upstreamManager, Operation: metav1.ManagedFieldsOperationUpdate,
 			APIVersion: networkingv1.SchemeGroupVersion.String(), Time: &now,
-			FieldsType: "FieldsV1", FieldsV1: &metav1.FieldsV1{Raw: []byte(upstreamFields)},
+			FieldsType: "FieldsV1", FieldsV1: metav1.NewFieldsV1(upstreamFields),
 		}}
 	}
 	obj, err := p.r.Create(ctx, ip, rest.ValidateAllObjectFunc, &opts)
