@@ -3,6 +3,7 @@ package cli_test
 import (
 	"bytes"
 	"context"
+	"fmt"
 	"os"
 	"strings"
 	"testing"
@@ -12,10 +13,16 @@ import (
 	"github.com/allocator/allocator/internal/app"
 )
 
-// TestMain lets the in-process commands of these tests apply the same
-// logging configuration more than once (a process applies it once).
+// TestMain applies the commands' default logging configuration once, before
+// any server of these tests runs: applying it swaps klog's global logger,
+// which a running server's goroutines read. The in-process commands then
+// find it unchanged and leave it alone (a process applies it once).
 func TestMain(m *testing.M) {
 	logsapi.ReapplyHandling = logsapi.ReapplyHandlingIgnoreUnchanged
+	if err := logsapi.ValidateAndApply(logsapi.NewLoggingConfiguration(), nil); err != nil {
+		fmt.Fprintf(os.Stderr, "logging: %v\n", err)
+		os.Exit(1)
+	}
 	os.Exit(m.Run())
 }
 
