@@ -49,5 +49,6 @@
 //
 // Cost on the path of an answered write: one compare on a key that does not
 // exist and one put of an empty key, in the same transaction; for a claim,
-// the compare alone. The put is most of it (BenchmarkGuardedCreate).
+// the compare alone. The put is most of it, and etcd deletes the marker again
+// when the lease expires (BenchmarkGuardedCreate, docs/performance.md).
 package fence

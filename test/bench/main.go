@@ -39,9 +39,10 @@ func main() {
 	sidePids := flag.String("side-pids", "", "comma-separated pids of helper processes (e.g. kube-controller-manager beside a kube-apiserver) whose CPU per operation is reported in a column of its own, not in cpu-ms/op")
 	cpuProfile := flag.String("cpu-profile", "", "write a CPU profile of the server (its /debug/pprof/profile) taken during the first create phase to this file, and print the creates completed while it ran")
 	cpuProfileSeconds := flag.Int("cpu-profile-seconds", 5, "length of the --cpu-profile (the phase must last longer: raise --count)")
+	cpuProfileAfter := flag.Duration("cpu-profile-after", time.Second, "how long into the create phase the --cpu-profile starts")
 	flag.Parse()
 	var m meters
-	m.profile = profileRequest{file: *cpuProfile, seconds: *cpuProfileSeconds}
+	m.profile = profileRequest{file: *cpuProfile, seconds: *cpuProfileSeconds, after: *cpuProfileAfter}
 	var err error
 	if m.server, err = procstat.ParsePIDs(*pids); err != nil {
 		fmt.Fprintln(os.Stderr, "bench: --pids:", err)
@@ -243,11 +244,12 @@ func phase(ctx context.Context, meter meters, name string, conc, count int, op f
 type profileRequest struct {
 	file    string // "": none
 	seconds int
+	after   time.Duration // into the phase
 }
 
 // during returns the profiler of a phase (nil when no profile is asked for):
-// once the phase has warmed up (one op per client done, or a second), it
-// takes a profile of the server through req and writes it to p.file, and
+// p.after into the phase, it takes a profile of the server through req and
+// writes it to p.file, and
 // prints how many ops completed while the profile ran, so that the
 // profile's samples can be divided per op.
 func (p profileRequest) during(req *rest.Request) func(context.Context, *atomic.Int64, int) error {
@@ -256,7 +258,7 @@ func (p profileRequest) during(req *rest.Request) func(context.Context, *atomic.
 	}
 	return func(ctx context.Context, done *atomic.Int64, count int) error {
 		select {
-		case <-time.After(time.Second):
+		case <-time.After(p.after):
 		case <-ctx.Done():
 			return ctx.Err()
 		}
