@@ -11,6 +11,11 @@
 #   ALLOCATOR=ipaddress DUAL_WRITE=1 hack/bench.sh    IPAddress model with dual write on: the data dir
 #                                                     is first served by a bitmap-model server, as in an upgrade
 #   SCOPED=100 SCOPE_MATCH=1 ALLOCATOR=ipaddress hack/bench.sh   100 scoped ServiceCIDRs, the Services in one of them
+#   CPU_PROFILE=/tmp/create.pprof COUNT=8000 CONCURRENCY=32 hack/bench.sh
+#                                         also a CPU profile of the server (its /debug/pprof,
+#                                         CPU_PROFILE_SECONDS long, default 5, from CPU_PROFILE_AFTER
+#                                         into the phase, default 1s) taken during the creates, with
+#                                         the creates it covers: `go tool pprof` it
 #   KUBE=v1.37.2 hack/bench.sh            the same against a real kube-apiserver v1.37.2 on the etcd ours
 #                                         embeds (hack/lib/kube-apiserver-serve.sh; builds it the first
 #                                         time, ~40 min): cpu-ms/op is kube-apiserver's and etcd's,
@@ -76,4 +81,8 @@ IFS=, read -ra measured <<<"${pids[1]}"
 t0=$(cpu_ticks "${measured[@]}")
 sleep "$SETTLE"
 echo "idle for ${SETTLE}s before the benchmark: $(( ($(cpu_ticks "${measured[@]}") - t0) * 1000 / $(getconf CLK_TCK) / SETTLE )) ms CPU per second"
-"$work/bench" --kubeconfig "$kc" --count "$COUNT" --concurrency "$CONCURRENCY" --type "$TYPE" "${pids[@]}" "${ns_labels[@]}"
+profile=()
+if [ -n "${CPU_PROFILE:-}" ]; then
+  profile=(--cpu-profile "$CPU_PROFILE" --cpu-profile-seconds "${CPU_PROFILE_SECONDS:-5}" --cpu-profile-after "${CPU_PROFILE_AFTER:-1s}")
+fi
+"$work/bench" --kubeconfig "$kc" --count "$COUNT" --concurrency "$CONCURRENCY" --type "$TYPE" "${pids[@]}" "${ns_labels[@]}" "${profile[@]}"

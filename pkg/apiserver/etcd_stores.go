@@ -13,7 +13,6 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	networkingv1 "k8s.io/api/networking/v1"
 	"k8s.io/apimachinery/pkg/runtime"
-	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apiserver/pkg/registry/generic"
 	"k8s.io/apiserver/pkg/storage"
 	cacherstorage "k8s.io/apiserver/pkg/storage/cacher"
@@ -45,10 +44,10 @@ type InProcessEtcd interface {
 //     on both ends, their goroutines), for every request and watch event.
 //     What reaches etcd, and what it stores, is the same request as over
 //     gRPC;
-//   - the Services' and IPAddresses' stores write through fence.Guard, so
-//     that a Service write, or a claim made for it, whose outcome is unknown
-//     can be fenced before anything it reserved is released (pkg/fence,
-//     design.md §7).
+//   - the Services' store writes through fence.Guard, and the IPAddresses'
+//     through fence.GuardClaims, so that a Service write, or a claim made
+//     for it, whose outcome is unknown can be fenced before anything it
+//     reserved is released (pkg/fence, design.md §7).
 type etcdStores struct {
 	// newClient returns a new client of the etcd the stores use.
 	newClient func() (*clientv3.Client, error)
@@ -158,7 +157,7 @@ func (p *etcdStores) decorator() generic.StorageDecorator {
 
 // rawStorage is factory.Create's etcd3 store on a client of its own (as
 // factory.Create gives each resource a client of its own); the Services'
-// writes are guarded by their request's fence. The factory's
+// and IPAddresses' writes are guarded by their request's fence. The factory's
 // AllowUnsafeMalformedObjectDeletion wrappers are left out: the server has
 // no --feature-gates to turn that alpha gate on.
 func (p *etcdStores) rawStorage(config *storagebackend.ConfigForResource, newFunc, newListFunc func() runtime.Object, resourcePrefix string) (storage.Interface, factory.DestroyFunc, error) {
@@ -174,8 +173,13 @@ func (p *etcdStores) rawStorage(config *storagebackend.ConfigForResource, newFun
 	client.KV = etcd3.NewETCDLatencyTracker(client.KV)
 	kc := &kubernetes.Client{Client: client}
 	kc.Kubernetes = kc
-	if fenced(config.GroupResource) {
+	switch config.GroupResource {
+	case corev1.Resource("services"):
 		kc.Kubernetes = fence.Guard(kc)
+	case networkingv1.Resource("ipaddresses"):
+		// An IPAddress is the address's claim, and its create writes a
+		// UID of its own: a claim is known by its value, unmarked.
+		kc.Kubernetes = fence.GuardClaims(kc)
 	}
 	transformer := config.Transformer
 	if transformer == nil {
@@ -250,10 +254,4 @@ func (p *etcdStores) releaseCompactor() {
 		_ = p.compactor.client.Close()
 		p.compactor = nil
 	}
-}
-
-// fenced reports whether the writes of resource honour their request's
-// fence: the Services, and the IPAddresses claimed while serving them.
-func fenced(resource schema.GroupResource) bool {
-	return resource == corev1.Resource("services") || resource == networkingv1.Resource("ipaddresses")
 }

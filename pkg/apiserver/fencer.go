@@ -76,7 +76,8 @@ func decodeService(kv *mvccpb.KeyValue) (*corev1.Service, error) {
 }
 
 // ipAddressCreated is the ipaddresses.CreateOutcome of the server's claims,
-// made under the Service request's fence.
+// made under the Service request's fence (fence.GuardClaims: a claim is
+// known by the IPAddress it wrote, which must still be there).
 func (f serviceFencer) ipAddressCreated(ctx context.Context, name string) (bool, error) {
 	fc := fence.FromContext(ctx)
 	if fc == nil {

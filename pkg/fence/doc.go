@@ -23,6 +23,11 @@
 //     which another request may have changed since.
 //   - A write that meets its closed fence is answered ErrFenced, never a
 //     lost compare-and-swap, so a store's retry loop cannot spin on it.
+//   - GuardClaims guards a store whose objects are claims (IPAddresses):
+//     a create there has the compare but no marker. Its value carries a
+//     UID generated for it, so the key Close reads says whether it holds
+//     what the create wrote; a claim is held only while its object is
+//     there, so one applied and since deleted or replaced is not held.
 //
 // The lease bounds the whole scheme. A write can be applied only while its
 // lease lives (etcd refuses a put to a lease it no longer has, and the
@@ -37,11 +42,13 @@
 // Close fences only when a write of the request lost its answer; when every
 // answer came back, the record says each outcome and the request may go on
 // writing. etcd answers "database space exceeded" once it has applied or
-// refused a write, so the guard reads the marker then; a delete refused for
-// space is sent again without a marker (a put costs space; deletes are how
-// an operator makes room), and its outcome, if that answer is lost, cannot
-// be learned.
+// refused a write, so the guard reads the marker (a claim's key) then; a
+// delete refused for space is sent again without a marker (a put costs
+// space; deletes are how an operator makes room), and its outcome, if that
+// answer is lost, cannot be learned.
 //
 // Cost on the path of an answered write: one compare on a key that does not
-// exist and one put of an empty key, in the same transaction.
+// exist and one put of an empty key, in the same transaction; for a claim,
+// the compare alone. The put is most of it, and etcd deletes the marker again
+// when the lease expires (BenchmarkGuardedCreate, docs/performance.md).
 package fence

@@ -64,10 +64,12 @@ type Fence struct {
 // write is what a Fence knows of one guarded write.
 type write struct {
 	outcome  outcome
-	marker   string           // the key the write creates when applied
-	lease    clientv3.LeaseID // the lease of its marker
+	marker   string           // the key the write creates when applied; "": none
+	lease    clientv3.LeaseID // the request's lease, its marker's
 	expected int64            // the ModRevision its compare expected (0: absent)
 	delete   bool             // a delete, not a put
+	claim    bool             // a claim (GuardClaims): known by its value, unmarked
+	value    string           // what a claim wrote
 }
 
 type outcome int
@@ -111,9 +113,10 @@ func FromContext(ctx context.Context) *Fence {
 	return f
 }
 
-// begin names the next write of key: its marker and lease. The request's
-// first write takes the guard's current lease; every later one uses it too.
-func (f *Fence) begin(ctx context.Context, l *leases) (write, error) {
+// begin names the next write of key: its lease and, when marked, its
+// marker. The request's first write takes the guard's current lease; every
+// later one uses it too.
+func (f *Fence) begin(ctx context.Context, l *leases, marked bool) (write, error) {
 	f.mu.Lock()
 	lease := f.lease
 	f.mu.Unlock()
@@ -130,8 +133,12 @@ func (f *Fence) begin(ctx context.Context, l *leases) (write, error) {
 	}
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	f.seq++
-	return write{marker: f.key + "/w" + strconv.Itoa(f.seq), lease: f.lease}, nil
+	w := write{lease: f.lease}
+	if marked {
+		f.seq++
+		w.marker = f.key + "/w" + strconv.Itoa(f.seq)
+	}
+	return w, nil
 }
 
 // record notes the outcome of w, a write of key.
@@ -165,7 +172,9 @@ func (f *Fence) lastWrite(key string) (write, bool) {
 
 // Outcome is the fate of a request's last write of a key, known for good.
 type Outcome struct {
-	// Landed reports whether the write was applied.
+	// Landed reports whether the write was applied; for a claim whose
+	// answer was lost (GuardClaims), whether it was applied and key still
+	// holds what it wrote.
 	Landed bool
 	// Delete reports whether that write was a delete (else a put, or no
 	// write at all): a caller settling a delete must not take an applied
@@ -179,13 +188,14 @@ type Outcome struct {
 // Close makes the outcome of the request's last write of key known. When a
 // write of the request lost its answer, it creates the fence key, after
 // which no write of the request can be applied, and in the same transaction
-// reads key and, when that write was key's last, its marker. When every
-// answer came back there is nothing to fence (the request may go on
-// writing): the record says the outcome, and key is read. A transaction
-// whose own answer is lost is sent again (creating the fence twice is
-// harmless) until ctx ends; etcd out of space fails it at once.
-// ErrOutcomeLost says the outcome can no longer be learned: the request's
-// lease expired first, or the write carried no marker.
+// reads key and, when that write was key's last, its marker (a claim is
+// known by key's value instead). When every answer came back there is
+// nothing to fence (the request may go on writing): the record says the
+// outcome, and key is read. A transaction whose own answer is lost is sent
+// again (creating the fence twice is harmless) until ctx ends; etcd out of
+// space fails it at once. ErrOutcomeLost says the outcome can no longer be
+// learned: the request's lease expired first, or the write (not a claim)
+// carried no marker.
 func (f *Fence) Close(ctx context.Context, c *clientv3.Client, key string) (Outcome, error) {
 	var last error
 	for delay := 50 * time.Millisecond; ; delay = min(2*delay, time.Second) {
@@ -222,6 +232,7 @@ func (f *Fence) closeOnce(ctx context.Context, c *clientv3.Client, key string) (
 	if pending && w.marker != "" {
 		ops = append(ops, clientv3.OpGet(w.marker, clientv3.WithCountOnly())) // whether it was applied before
 	}
+	// A claim has no marker: whether key holds what it wrote says it.
 	resp, err := c.Txn(ctx).Then(ops...).Commit()
 	if err != nil {
 		if leaseGone(err) {
@@ -234,6 +245,8 @@ func (f *Fence) closeOnce(ctx context.Context, c *clientv3.Client, key string) (
 	}
 	o := Outcome{Delete: wrote && w.delete, Current: first(resp.Responses[1].GetResponseRange().GetKvs())}
 	switch {
+	case pending && w.claim:
+		o.Landed = o.Current != nil && string(o.Current.Value) == w.value
 	case pending && w.marker == "":
 		return Outcome{}, fmt.Errorf("close fence %s of %s: the write carried no marker: %w", f.key, key, ErrOutcomeLost)
 	case pending:

@@ -26,6 +26,14 @@ func guardedClient(c *clientv3.Client) kubernetes.Interface {
 	return Guard(kc)
 }
 
+// claimsClient is a store's storage client on c, guarded as the
+// IPAddresses' store is.
+func claimsClient(c *clientv3.Client) kubernetes.Interface {
+	kc := &kubernetes.Client{Client: c}
+	kc.Kubernetes = kc
+	return GuardClaims(kc)
+}
+
 // TestGuardedWrites: writes without a fence are the client's own; writes
 // under an open fence succeed and lose compares as the store expects (the
 // fresh state returned on request), and each applied one leaves a marker;
@@ -101,6 +109,37 @@ func TestGuardedWrites(t *testing.T) {
 		t.Errorf("the marker of the write that lost its compare: %v, %v; want none", got, err)
 	}
 
+	// A claim is known by its value: it leaves no marker, and Close says
+	// its outcome from the record, as for any write whose answer came back.
+	// A claim's other writes are marked.
+	claims := claimsClient(c)
+	cf := New(layout)
+	cctx := NewContext(ctx, cf)
+	claimKey := "/registry/ipaddresses/10.0.0.9"
+	if put, err := claims.OptimisticPut(cctx, claimKey, []byte("uid-9"), 0, kubernetes.PutOptions{}); err != nil || !put.Succeeded {
+		t.Fatalf("claim under an open fence: %+v, %v", put, err)
+	}
+	if o, err := cf.Close(ctx, c, claimKey); err != nil || !o.Landed || o.Current == nil || string(o.Current.Value) != "uid-9" {
+		t.Fatalf("Close of an answered claim: %+v, %v", o, err)
+	}
+	if got, err := c.Get(ctx, cf.Key()+"/", clientv3.WithPrefix(), clientv3.WithCountOnly()); err != nil || got.Count != 0 {
+		t.Fatalf("markers of a claim: %v, %v; want none", got, err)
+	}
+	put, err = claims.OptimisticPut(cctx, claimKey, []byte("uid-9, changed"), 1, kubernetes.PutOptions{})
+	if err != nil || put.Succeeded {
+		t.Fatalf("an update with a stale revision: %+v, %v", put, err)
+	}
+	stored, err := c.Get(ctx, claimKey)
+	if err != nil || len(stored.Kvs) != 1 {
+		t.Fatal(stored, err)
+	}
+	if put, err := claims.OptimisticPut(cctx, claimKey, []byte("uid-9, changed"), stored.Kvs[0].ModRevision, kubernetes.PutOptions{}); err != nil || !put.Succeeded {
+		t.Fatalf("an update of a claim under an open fence: %+v, %v", put, err)
+	}
+	if got, err := c.Get(ctx, cf.Key()+"/", clientv3.WithPrefix(), clientv3.WithCountOnly()); err != nil || got.Count != 1 {
+		t.Fatalf("markers after a claim and its update: %v, %v; want the update's", got, err)
+	}
+
 	// A request that wrote nothing has nothing to fence: Close reads.
 	none := New(layout)
 	o, err = none.Close(ctx, c, "/registry/services/specs/default/never")
@@ -109,6 +148,40 @@ func TestGuardedWrites(t *testing.T) {
 	}
 	if fk, err := c.Get(ctx, none.Key()); err != nil || len(fk.Kvs) != 0 {
 		t.Fatalf("fence key %s of a request that wrote nothing: %v, %v", none.Key(), fk, err)
+	}
+}
+
+// TestStoredDespiteQuota: after etcd's "database space exceeded", which it
+// answers once it has applied or refused the write, a marked write is known
+// by its marker and a claim by its key holding the value it wrote.
+func TestStoredDespiteQuota(t *testing.T) {
+	etcd := etcdtest.New(t)
+	c := etcd.NewClient(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	g := guarded{kv: c.KV}
+	key, marker := "/registry/ipaddresses/10.0.0.7", "/registry/clusterip-allocator/fences/f/w1"
+	put, err := c.Put(ctx, key, "uid-7")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.Put(ctx, marker, ""); err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		name   string
+		w      write
+		landed bool
+	}{
+		{"a claim whose value is stored", write{claim: true, value: "uid-7"}, true},
+		{"a claim whose key holds another value", write{claim: true, value: "uid-8"}, false},
+		{"a marked write whose marker is stored", write{marker: marker}, true},
+		{"a marked write without its marker", write{marker: marker + "0"}, false},
+	} {
+		rev, landed, err := g.storedDespite(ctx, key, tc.w)
+		if err != nil || landed != tc.landed || (landed && rev < put.Header.Revision) {
+			t.Errorf("%s: revision %d, landed %v, %v; want landed %v", tc.name, rev, landed, err, tc.landed)
+		}
 	}
 }
 
@@ -149,10 +222,14 @@ func TestLostWrites(t *testing.T) {
 	}
 	t.Cleanup(func() { _ = slow.Close() })
 	k := guardedClient(slow)
+	claims := claimsClient(slow)
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
-	// Connected, and the guard's lease granted, before the fault.
+	// Connected, and the guards' leases granted, before the fault.
 	if _, err := k.OptimisticPut(NewContext(ctx, New(etcdlayout.Layout{})), "/warm", []byte("1"), 0, kubernetes.PutOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := claims.OptimisticPut(NewContext(ctx, New(etcdlayout.Layout{})), "/warm-claims", []byte("1"), 0, kubernetes.PutOptions{}); err != nil {
 		t.Fatal(err)
 	}
 	proxy.Set(faultproxy.Fault{Delay: delay, Direction: faultproxy.ToTarget})
@@ -250,6 +327,68 @@ func TestLostWrites(t *testing.T) {
 		old, err := f.Replaced(ctx, direct, key)
 		if err != nil || old == nil || string(old.Value) != "v1" {
 			t.Fatalf("Replaced: %v, %v; want v1", old, err)
+		}
+	})
+
+	claim := func(key, value string) func(ctx context.Context) error {
+		return func(ctx context.Context) error {
+			_, err := claims.OptimisticPut(ctx, key, []byte(value), 0, kubernetes.PutOptions{})
+			return err
+		}
+	}
+	// markers counts the markers under f.
+	markers := func(f *Fence) int64 {
+		t.Helper()
+		got, err := direct.Get(ctx, f.Key()+"/", clientv3.WithPrefix(), clientv3.WithCountOnly())
+		if err != nil {
+			t.Fatal(err)
+		}
+		return got.Count
+	}
+
+	t.Run("a claim that landed", func(t *testing.T) {
+		key := "/registry/ipaddresses/10.0.0.1"
+		f := New(etcdlayout.Layout{})
+		arrived(lose(f, claim(key, "uid-1")))
+		o, err := f.Close(ctx, direct, key)
+		if err != nil || !o.Landed || o.Current == nil || string(o.Current.Value) != "uid-1" {
+			t.Fatalf("Close: %+v, %v; want landed, stored", o, err)
+		}
+		if n := markers(f); n != 0 {
+			t.Errorf("a claim left %d markers, want none", n)
+		}
+	})
+
+	t.Run("a claim that landed and was replaced by another request's", func(t *testing.T) {
+		key := "/registry/ipaddresses/10.0.0.2"
+		f := New(etcdlayout.Layout{})
+		arrived(lose(f, claim(key, "uid-2")))
+		if stored(key) == nil {
+			t.Fatal("control: the claim the caller gave up on never landed; the case checks nothing")
+		}
+		if _, err := direct.Delete(ctx, key); err != nil { // a release
+			t.Fatal(err)
+		}
+		if _, err := direct.Put(ctx, key, "uid-3"); err != nil { // another request's claim
+			t.Fatal(err)
+		}
+		o, err := f.Close(ctx, direct, key)
+		if err != nil || o.Landed || o.Current == nil || string(o.Current.Value) != "uid-3" {
+			t.Fatalf("Close: %+v, %v; want not landed (the key is no longer its claim), the other claim stored", o, err)
+		}
+	})
+
+	t.Run("a claim fenced before it could land", func(t *testing.T) {
+		key := "/registry/ipaddresses/10.0.0.4"
+		f := New(etcdlayout.Layout{})
+		sent := lose(f, claim(key, "uid-4"))
+		o, err := f.Close(ctx, direct, key)
+		if err != nil || o.Landed || o.Current != nil {
+			t.Fatalf("Close right after the timeout: %+v, %v; want not landed, absent", o, err)
+		}
+		arrived(sent)
+		if kv := stored(key); kv != nil {
+			t.Errorf("the claim landed %v after its fence was closed", time.Since(sent).Round(time.Millisecond))
 		}
 	})
 

@@ -20,10 +20,25 @@ func Guard(c *kubernetes.Client) kubernetes.Interface {
 	return guarded{Interface: c, kv: c.KV, leases: newLeases(c.Lease)}
 }
 
+// GuardClaims is Guard for a store whose objects are claims: each object is
+// the reservation it stands for, and each create writes a value no other
+// write makes (the object's metadata.uid is generated for that create). A
+// create under a fence is conditional on the fence's absence as any guarded
+// write, but carries no marker: the value Close reads tells whether it was
+// stored, and a claim is held only while its object is there. Close answers
+// such a create Landed only when the key still holds what it wrote; one
+// applied and since changed or deleted reads as not landed, which a claim
+// may take as failed (its object is not, or no longer, its reservation).
+// Its other writes are marked as Guard's.
+func GuardClaims(c *kubernetes.Client) kubernetes.Interface {
+	return guarded{Interface: c, kv: c.KV, leases: newLeases(c.Lease), claims: true}
+}
+
 type guarded struct {
 	kubernetes.Interface
 	kv     clientv3.KV
 	leases *leases
+	claims bool // creates are claims, known by their value (GuardClaims)
 }
 
 func (g guarded) OptimisticPut(ctx context.Context, key string, value []byte, expectedRevision int64, opts kubernetes.PutOptions) (kubernetes.PutResponse, error) {
@@ -32,8 +47,13 @@ func (g guarded) OptimisticPut(ctx context.Context, key string, value []byte, ex
 		return g.Interface.OptimisticPut(ctx, key, value, expectedRevision, opts)
 	}
 	var resp kubernetes.PutResponse
-	txn, err := g.commit(ctx, f, key, expectedRevision, opts.GetOnFailure,
-		clientv3.OpPut(key, string(value), clientv3.WithLease(opts.LeaseID)))
+	v := string(value)
+	var claim *string // the value a claim is known by
+	if g.claims && expectedRevision == 0 {
+		claim = &v
+	}
+	txn, err := g.commit(ctx, f, key, expectedRevision, opts.GetOnFailure, claim,
+		clientv3.OpPut(key, v, clientv3.WithLease(opts.LeaseID)))
 	if err != nil {
 		return resp, err
 	}
@@ -47,7 +67,7 @@ func (g guarded) OptimisticDelete(ctx context.Context, key string, expectedRevis
 		return g.Interface.OptimisticDelete(ctx, key, expectedRevision, opts)
 	}
 	var resp kubernetes.DeleteResponse
-	txn, err := g.commit(ctx, f, key, expectedRevision, opts.GetOnFailure, clientv3.OpDelete(key))
+	txn, err := g.commit(ctx, f, key, expectedRevision, opts.GetOnFailure, nil, clientv3.OpDelete(key))
 	if err != nil {
 		return resp, err
 	}
@@ -65,32 +85,35 @@ type txnResult struct {
 // commit runs op on key if key's ModRevision is expectedRevision (0: absent)
 // and f is open, creating the write's marker with it: the transaction of
 // kubernetes.Client's optimistic writes with one compare and one put more.
+// A claim (not nil: the value it writes, GuardClaims) has the compare and no
+// marker.
 //   - A write refused because the request's lease is gone was not applied;
 //     it is sent once more with a new lease when no earlier write of the
 //     request is still unknown.
 //   - etcd answers "database space exceeded" once it has applied or refused
-//     the write, so the marker, read then, tells which: a write applied is
-//     answered as such. A delete refused that way is sent once more without
-//     a marker: a put makes a transaction cost space, and etcd out of space
-//     still applies deletes, which is how an operator makes room. Such a
-//     write, if its answer is lost, cannot be told apart later (Close).
-func (g guarded) commit(ctx context.Context, f *Fence, key string, expectedRevision int64, getOnFailure bool, op clientv3.Op) (txnResult, error) {
+//     the write, so the marker (a claim's key), read then, tells which: a
+//     write applied is answered as such. A delete refused that way is sent
+//     once more without a marker: a put makes a transaction cost space, and
+//     etcd out of space still applies deletes, which is how an operator
+//     makes room. Such a write, if its answer is lost, cannot be told apart
+//     later (Close).
+func (g guarded) commit(ctx context.Context, f *Fence, key string, expectedRevision int64, getOnFailure bool, claim *string, op clientv3.Op) (txnResult, error) {
 	marked := true
 	for retried := false; ; retried = true {
-		w, err := f.begin(ctx, g.leases)
+		w, err := f.begin(ctx, g.leases, marked && claim == nil)
 		if err != nil {
 			return txnResult{}, fmt.Errorf("write of %s: %w", key, err)
 		}
 		w.expected, w.delete = expectedRevision, op.IsDelete()
-		if !marked {
-			w.marker = ""
+		if claim != nil {
+			w.claim, w.value = true, *claim
 		}
 		r, err := g.commitOnce(ctx, f, key, w, getOnFailure, op)
 		switch {
 		case err == nil:
 			return r, nil
 		case quotaExceeded(err) && marked:
-			rev, landed, rerr := g.markerStored(ctx, w.marker)
+			rev, landed, rerr := g.storedDespite(ctx, key, w)
 			if rerr != nil {
 				return r, err // still unknown
 			}
@@ -116,10 +139,21 @@ func (g guarded) commit(ctx context.Context, f *Fence, key string, expectedRevis
 	}
 }
 
-// markerStored reads marker: whether it exists, and the revision that
-// created it.
-func (g guarded) markerStored(ctx context.Context, marker string) (int64, bool, error) {
-	resp, err := g.kv.Get(ctx, marker)
+// storedDespite reads whether w, a write of key that etcd answered with an
+// error once it had applied or refused it, was applied, and at which
+// revision: from its marker, or, for a claim, from key holding its value.
+func (g guarded) storedDespite(ctx context.Context, key string, w write) (int64, bool, error) {
+	if w.claim {
+		resp, err := g.kv.Get(ctx, key)
+		if err != nil {
+			return 0, false, err
+		}
+		if kv := first(resp.Kvs); kv != nil && string(kv.Value) == w.value {
+			return kv.ModRevision, true, nil
+		}
+		return 0, false, nil
+	}
+	resp, err := g.kv.Get(ctx, w.marker)
 	if err != nil {
 		return 0, false, err
 	}

@@ -14,6 +14,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -21,6 +22,7 @@ import (
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/util/intstr"
 	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
 
 	"github.com/allocator/allocator/internal/procstat"
@@ -35,8 +37,12 @@ func main() {
 	pids := flag.String("pids", "", "comma-separated pids of the server's processes (etcd included) whose CPU per operation is reported")
 	nsLabels := flag.String("namespace-labels", "", "labels of the namespaces the benchmark creates, as k=v,k=v (to put its Services in a ServiceCIDR scope)")
 	sidePids := flag.String("side-pids", "", "comma-separated pids of helper processes (e.g. kube-controller-manager beside a kube-apiserver) whose CPU per operation is reported in a column of its own, not in cpu-ms/op")
+	cpuProfile := flag.String("cpu-profile", "", "write a CPU profile of the server (its /debug/pprof/profile) taken during the first create phase to this file, and print the creates completed while it ran")
+	cpuProfileSeconds := flag.Int("cpu-profile-seconds", 5, "length of the --cpu-profile (the phase must last longer: raise --count)")
+	cpuProfileAfter := flag.Duration("cpu-profile-after", time.Second, "how long into the create phase the --cpu-profile starts")
 	flag.Parse()
 	var m meters
+	m.profile = profileRequest{file: *cpuProfile, seconds: *cpuProfileSeconds, after: *cpuProfileAfter}
 	var err error
 	if m.server, err = procstat.ParsePIDs(*pids); err != nil {
 		fmt.Fprintln(os.Stderr, "bench: --pids:", err)
@@ -60,8 +66,12 @@ func main() {
 }
 
 // meters are the processes whose CPU a phase reports: the server's, and
-// helpers' apart (side), so that cpu-ms/op means the same for every server.
-type meters struct{ server, side procstat.Meter }
+// helpers' apart (side), so that cpu-ms/op means the same for every server;
+// and the server's CPU profile, when one is asked for.
+type meters struct {
+	server, side procstat.Meter
+	profile      profileRequest
+}
 
 func run(ctx context.Context, meter meters, kubeconfig string, count int, levels string, svcType corev1.ServiceType, nsLabels map[string]string) error {
 	if svcType != corev1.ServiceTypeClusterIP && svcType != corev1.ServiceTypeNodePort {
@@ -111,7 +121,9 @@ func run(ctx context.Context, meter meters, kubeconfig string, count int, levels
 			nodePorts[i] = out.Spec.Ports[0].NodePort
 			return nil
 		}
-		if err := phase(ctx, meter, "create", conc, count, create); err != nil {
+		profiler := meter.profile.during(client.CoreV1().RESTClient().Get().AbsPath("/debug/pprof/profile"))
+		meter.profile = profileRequest{} // the first create phase only
+		if err := phase(ctx, meter, "create", conc, count, create, profiler); err != nil {
 			return err
 		}
 		seen := make(map[string]int, count)
@@ -133,7 +145,7 @@ func run(ctx context.Context, meter meters, kubeconfig string, count int, levels
 		del := func(ctx context.Context, i int) error {
 			return client.CoreV1().Services(ns).Delete(ctx, fmt.Sprintf("svc-%05d", i), metav1.DeleteOptions{})
 		}
-		if err := phase(ctx, meter, "delete", conc, count, del); err != nil {
+		if err := phase(ctx, meter, "delete", conc, count, del, nil); err != nil {
 			return err
 		}
 		_ = client.CoreV1().Namespaces().Delete(ctx, ns, metav1.DeleteOptions{})
@@ -146,9 +158,11 @@ func run(ctx context.Context, meter meters, kubeconfig string, count int, levels
 	return nil
 }
 
-// phase runs op for 0..count-1 with conc workers and prints its figures.
-func phase(ctx context.Context, meter meters, name string, conc, count int, op func(context.Context, int) error) error {
+// phase runs op for 0..count-1 with conc workers and prints its figures;
+// profiler, when not nil, runs beside it with the count of ops completed.
+func phase(ctx context.Context, meter meters, name string, conc, count int, op func(context.Context, int) error, profiler func(ctx context.Context, done *atomic.Int64, count int) error) error {
 	lat := make([]time.Duration, count)
+	var done atomic.Int64
 	next := make(chan int)
 	var (
 		wg      sync.WaitGroup
@@ -164,6 +178,12 @@ func phase(ctx context.Context, meter meters, name string, conc, count int, op f
 		return err
 	}
 	start := time.Now()
+	profiled := make(chan error, 1)
+	if profiler != nil {
+		go func() { profiled <- profiler(ctx, &done, count) }()
+	} else {
+		profiled <- nil
+	}
 	for range conc {
 		wg.Add(1)
 		go func() {
@@ -175,6 +195,7 @@ func phase(ctx context.Context, meter meters, name string, conc, count int, op f
 					continue
 				}
 				lat[i] = time.Since(t0)
+				done.Add(1)
 			}
 		}()
 	}
@@ -186,6 +207,9 @@ func phase(ctx context.Context, meter meters, name string, conc, count int, op f
 	elapsed := time.Since(start)
 	if first != nil {
 		return first
+	}
+	if err := <-profiled; err != nil {
+		return err
 	}
 	if ctx.Err() != nil {
 		return errors.Join(errors.New(name+": out of time"), ctx.Err())
@@ -214,4 +238,43 @@ func phase(ctx context.Context, meter meters, name string, conc, count int, op f
 	}
 	fmt.Println()
 	return nil
+}
+
+// profileRequest asks for a CPU profile of the server during a create phase.
+type profileRequest struct {
+	file    string // "": none
+	seconds int
+	after   time.Duration // into the phase
+}
+
+// during returns the profiler of a phase (nil when no profile is asked for):
+// p.after into the phase, it takes a profile of the server through req and
+// writes it to p.file, and
+// prints how many ops completed while the profile ran, so that the
+// profile's samples can be divided per op.
+func (p profileRequest) during(req *rest.Request) func(context.Context, *atomic.Int64, int) error {
+	if p.file == "" {
+		return nil
+	}
+	return func(ctx context.Context, done *atomic.Int64, count int) error {
+		select {
+		case <-time.After(p.after):
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+		n0 := done.Load()
+		raw, err := req.Param("seconds", strconv.Itoa(p.seconds)).DoRaw(ctx)
+		n1 := done.Load()
+		if err != nil {
+			return fmt.Errorf("cpu profile: %w", err)
+		}
+		if err := os.WriteFile(p.file, raw, 0o644); err != nil {
+			return fmt.Errorf("cpu profile: %w", err)
+		}
+		if n1 == int64(count) {
+			return fmt.Errorf("cpu profile: the phase ended before its %d s: raise --count", p.seconds)
+		}
+		fmt.Printf("cpu profile %s: %d ops completed in its %d s\n", p.file, n1-n0, p.seconds)
+		return nil
+	}
 }

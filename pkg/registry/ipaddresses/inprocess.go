@@ -47,8 +47,9 @@ type InProcess struct {
 }
 
 // CreateOutcome tells whether the request's create of the IPAddress name,
-// whose answer was lost, was applied; from its answer on it can no longer
-// be. An error says the outcome could not be learned.
+// whose answer was lost, was applied and the IPAddress is still the one it
+// created (the server's: fence.GuardClaims); from its answer on it can no
+// longer be applied. An error says the outcome could not be learned.
 type CreateOutcome func(ctx context.Context, name string) (landed bool, err error)
 
 // InProcess returns r as the allocator's Objects. outcome may be nil (no
