@@ -51,8 +51,11 @@ hack/verify-size.sh
 
 echo "== go test -race"
 log=$(mktemp)
-trap 'rm -f "$log"' EXIT
-go test -race -count=1 -timeout 30m ./... 2>&1 | tee "$log"
+trap 'rm -f "$log" "$log.testtimes"' EXIT
+# -json through hack/tools/testtimes: go test's own output, then the slowest
+# packages and tests, so the log says where the run's time went.
+go build -o "$log.testtimes" ./hack/tools/testtimes
+go test -race -count=1 -timeout 30m -json ./... 2>&1 | "$log.testtimes" -top 20 | tee "$log"
 passed=$(grep -c '^ok ' "$log" || true)
 
 echo "== fuzz (short runs of every fuzz target)"

@@ -1,0 +1,106 @@
+// Command testtimes reads `go test -json` on stdin, prints the test output
+// as plain go test would, and ends with the slowest packages and top-level
+// tests, so that a CI log says where the time of a run went.
+//
+//	go test -json ./... | go run ./hack/tools/testtimes -top 15
+//
+// Its exit code is go test's verdict as the stream tells it: 1 when a
+// package or test failed, or when a line is not test2json's.
+package main
+
+import (
+	"bufio"
+	"encoding/json"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"sort"
+	"strings"
+)
+
+// event is one line of test2json's output (go doc test2json).
+type event struct {
+	Action  string
+	Package string
+	Test    string
+	Elapsed float64 // seconds
+	Output  string
+}
+
+// timing is how long one package or test took.
+type timing struct {
+	name    string
+	seconds float64
+	failed  bool
+}
+
+func main() {
+	top := flag.Int("top", 15, "how many of the slowest packages and tests to list")
+	flag.Parse()
+	failed, err := summarize(os.Stdin, os.Stdout, *top)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "testtimes:", err)
+		os.Exit(1)
+	}
+	if failed {
+		os.Exit(1)
+	}
+}
+
+// summarize copies the output of the events in r to w and then lists the
+// top slowest packages and top-level tests; it reports whether anything
+// failed.
+func summarize(r io.Reader, w io.Writer, top int) (bool, error) {
+	var packages, tests []timing
+	failed := false
+	sc := bufio.NewScanner(r)
+	sc.Buffer(make([]byte, 0, 64*1024), 16*1024*1024)
+	for sc.Scan() {
+		var e event
+		if err := json.Unmarshal(sc.Bytes(), &e); err != nil {
+			// go test prints build failures as plain text ahead of the
+			// package's events: pass it through, and fail.
+			fmt.Fprintln(w, sc.Text())
+			failed = true
+			continue
+		}
+		switch e.Action {
+		case "output":
+			fmt.Fprint(w, e.Output)
+		case "pass", "fail":
+			t := timing{seconds: e.Elapsed, failed: e.Action == "fail"}
+			failed = failed || t.failed
+			switch {
+			case e.Test == "":
+				t.name = e.Package
+				packages = append(packages, t)
+			case !strings.Contains(e.Test, "/"):
+				t.name = e.Package + " " + e.Test
+				tests = append(tests, t)
+			}
+		}
+	}
+	if err := sc.Err(); err != nil {
+		return true, fmt.Errorf("read go test -json: %w", err)
+	}
+	list(w, "slowest packages", packages, top)
+	list(w, "slowest tests", tests, top)
+	return failed, nil
+}
+
+// list prints the n slowest of ts under title.
+func list(w io.Writer, title string, ts []timing, n int) {
+	if n <= 0 || len(ts) == 0 {
+		return
+	}
+	sort.SliceStable(ts, func(i, j int) bool { return ts[i].seconds > ts[j].seconds })
+	fmt.Fprintf(w, "\n%s:\n", title)
+	for _, t := range ts[:min(n, len(ts))] {
+		mark := ""
+		if t.failed {
+			mark = " (failed)"
+		}
+		fmt.Fprintf(w, "%8.1fs  %s%s\n", t.seconds, t.name, mark)
+	}
+}
