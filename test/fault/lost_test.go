@@ -2,7 +2,10 @@ package fault
 
 import (
 	"context"
+	"fmt"
+	"math/bits"
 	"slices"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -176,7 +179,47 @@ func lostDelete(t *testing.T, m model.Name) {
 	again.Spec.ClusterIP, again.Spec.ClusterIPs = created.Spec.ClusterIP, created.Spec.ClusterIPs
 	again.Spec.Ports[0].NodePort = created.Spec.Ports[0].NodePort
 	if _, err := fast.CoreV1().Services(namespace).Create(ctx, again, metav1.CreateOptions{}); err != nil {
+		l.logHistory(ctx, t, created.ResourceVersion)
 		t.Fatalf("create with the deleted Service's ClusterIP and node port: %v", err)
+	}
+}
+
+// logHistory logs every change etcd made under /registry/ since revision
+// rv (a resourceVersion): which key, and for a range map how many of its
+// slots were set, so that a failure shows who wrote what and when.
+func (l lostSetup) logHistory(ctx context.Context, t *testing.T, rv string) {
+	t.Helper()
+	from, err := strconv.ParseInt(rv, 10, 64)
+	if err != nil {
+		t.Logf("history: resourceVersion %q: %v", rv, err)
+		return
+	}
+	now, err := l.direct.Get(ctx, "/registry/", clientv3.WithPrefix(), clientv3.WithCountOnly())
+	if err != nil {
+		t.Logf("history: %v", err)
+		return
+	}
+	wctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	for resp := range l.direct.Watch(wctx, "/registry/", clientv3.WithPrefix(), clientv3.WithRev(from)) {
+		for _, ev := range resp.Events {
+			detail := ""
+			if ra, err := etcdlayout.DecodeRangeAllocation(ev.Kv.Value); err == nil {
+				set := 0
+				for _, b := range ra.Data {
+					set += bits.OnesCount8(b)
+				}
+				detail = fmt.Sprintf(" (%s: %d set)", ra.Range, set)
+			}
+			t.Logf("history: revision %d %s %s%s", ev.Kv.ModRevision, ev.Type, ev.Kv.Key, detail)
+		}
+		if resp.Err() != nil {
+			t.Logf("history: %v", resp.Err())
+			return
+		}
+		if n := len(resp.Events); n > 0 && resp.Events[n-1].Kv.ModRevision >= now.Header.Revision {
+			return
+		}
 	}
 }
 
