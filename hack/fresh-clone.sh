@@ -1,29 +1,39 @@
 #!/usr/bin/env bash
-# Clones the repository's current HEAD into an empty temporary directory and
-# runs the unit tests there, to prove the repository is self-contained: a
-# newcomer's `git clone` has nothing beside it (the fixtures once lived in a
-# directory outside the repository and every fixture test failed on a clone).
-# Only committed work is tested. Set KEEP=1 to keep the clone for a look.
+# Copies the working tree into an empty temporary directory, as a clone of
+# HEAD with the uncommitted changes (tracked and untracked, not ignored)
+# laid over it, and runs a command there (default: the unit tier), to prove
+# the repository is self-contained: a newcomer's `git clone` has nothing
+# beside it. hack/test.sh runs its tests this way.
+#
+#   hack/fresh-clone.sh                     the unit tier in the copy
+#   hack/fresh-clone.sh go test ./pkg/...   any command, run in the copy
+#
+# Set KEEP=1 to keep the copy for a look.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+src=$(pwd)
 
 tmp=$(mktemp -d)
-cleanup() { if [ "${KEEP:-}" = 1 ]; then echo "clone kept in $tmp"; else rm -rf "$tmp"; fi; }
+cleanup() { if [ "${KEEP:-}" = 1 ]; then echo "copy kept in $tmp"; else rm -rf "$tmp"; fi; }
 trap cleanup EXIT
 
 rev=$(git rev-parse HEAD)
-git clone --quiet --no-hardlinks "$(git rev-parse --show-toplevel)" "$tmp/allocator"
+git clone --quiet --no-hardlinks "$src" "$tmp/allocator"
 cd "$tmp/allocator"
 git checkout --quiet --detach "$rev"
-[ "$(ls -A "$tmp")" = allocator ] || { echo "fresh-clone: $tmp is not empty beside the clone" >&2; exit 1; }
-echo "fresh clone of $rev in $tmp/allocator"
-# A binary built from the clone names its revision (Go stamps it from git).
+# The working tree's changes: tracked files as a patch, untracked ones
+# copied.
+git -C "$src" diff --binary HEAD >"$tmp/changes.patch"
+if [ -s "$tmp/changes.patch" ]; then git apply --binary "$tmp/changes.patch"; fi
+rm -f "$tmp/changes.patch"
+git -C "$src" ls-files -z --others --exclude-standard | (cd "$src" && tar --null -T - -cf -) | tar -xf -
+[ "$(ls -A "$tmp")" = allocator ] || { echo "fresh-clone: $tmp is not empty beside the copy" >&2; exit 1; }
+echo "fresh copy of $rev (with the working tree's changes) in $tmp/allocator"
+# A binary built from the copy names its revision (Go stamps it from git).
 go build -buildvcs=true -o "$tmp/allocator-bin" ./cmd/allocator
 version=$("$tmp/allocator-bin" version)
 echo "$version"
 grep -q "revision $rev" <<<"$version" || { echo "fresh-clone: 'allocator version' does not name revision $rev" >&2; exit 1; }
 rm -f "$tmp/allocator-bin"
-# The unit tier: every package whose tests need nothing but the clone and a
-# real etcd (the fixtures, the parity record, the codecs); the integration
-# tier already ran in the checkout.
-hack/test.sh unit
+if [ $# -eq 0 ]; then set -- hack/test.sh unit; fi
+"$@"

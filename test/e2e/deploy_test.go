@@ -21,6 +21,7 @@ import (
 // manifest directory, deploy/static-pod/), and every document an object.
 // hack/deploy-check.sh sends the same directory to a real kube-apiserver.
 func TestDeployApplyCreatesNoPod(t *testing.T) {
+	t.Parallel()
 	dir := filepath.Join("..", "..", "deploy")
 	entries, err := os.ReadDir(dir)
 	if err != nil {

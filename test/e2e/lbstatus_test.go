@@ -82,6 +82,7 @@ func getRows(t *testing.T, kubeconfig string) map[string][]string {
 // shows them, and `kubectl patch --subresource=status` writes the
 // load-balancer status with ipMode, or is refused with upstream's texts.
 func TestLoadBalancerStatusKubectl(t *testing.T) {
+	t.Parallel()
 	bin := buildBinary(t)
 	etcd := etcdtest.New(t)
 	kubeconfig, _ := startServe(t, bin, etcd, "--service-cluster-ip-range", "10.96.0.0/16")

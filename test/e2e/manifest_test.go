@@ -41,6 +41,7 @@ const (
 // imagePullPolicy IfNotPresent. ":latest" without a policy means Always: a
 // node pulls on every start and never uses an image built and loaded on it.
 func TestManifestImages(t *testing.T) {
+	t.Parallel()
 	img := readImageConfig(t, dockerfile)
 	images := map[string][]string{}
 	for _, file := range workloadManifests(t) {
@@ -75,6 +76,7 @@ func TestManifestImages(t *testing.T) {
 // error. The processes run as the manifests say, so the test needs root
 // (and Linux); otherwise it skips.
 func TestManifestsStartOnANode(t *testing.T) {
+	t.Parallel()
 	if runtime.GOOS != "linux" {
 		t.Skip("imitates a Linux node: chroot, credentials and capabilities of Linux")
 	}

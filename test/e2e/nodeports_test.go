@@ -31,6 +31,7 @@ func (s *embeddedServer) kubectl(t *testing.T, args ...string) (string, bool) {
 // TestKubectlNodePorts: kubectl creates NodePort and LoadBalancer Services,
 // sees upstream's error texts, and `get svc` shows 80:3xxxx/TCP.
 func TestKubectlNodePorts(t *testing.T) {
+	t.Parallel()
 	if _, err := exec.LookPath("kubectl"); err != nil {
 		t.Skip("kubectl not found")
 	}
@@ -83,6 +84,7 @@ func TestKubectlNodePorts(t *testing.T) {
 // TestRepairCLINodePorts: the standalone job repairs the node-port map too,
 // with the same report, exit codes and three-pass rule as for IPs.
 func TestRepairCLINodePorts(t *testing.T) {
+	t.Parallel()
 	bin := buildBinary(t)
 	etcd := etcdtest.New(t)
 	kubeconfig, _ := startServe(t, bin, etcd, "--service-cluster-ip-range", "10.0.0.0/24")

@@ -59,6 +59,7 @@ func kubectlPlugin(t *testing.T, bin string) func(args ...string) (stdout, stder
 // kubectl finds the binary as kubectl-allocator on PATH, and the plugin
 // reads kubectl's --kubeconfig, --context and -n.
 func TestKubectlPlugin(t *testing.T) {
+	t.Parallel()
 	bin := buildBinary(t)
 	kubectl := kubectlPlugin(t, bin)
 	srv := testserver.Start(t, testserver.Options{ServiceRange: "10.0.0.0/24", Model: "ipaddress"})

@@ -163,6 +163,7 @@ var plainProgressLine = regexp.MustCompile(`(?m)^IPAddresses: (\d+)/(\d+) \(\d+\
 // the progress is whole lines, no carriage return or escape sequence, ending
 // with the done line; without --progress a pipe gets none.
 func TestMigrateProgressOnPipe(t *testing.T) {
+	t.Parallel()
 	bin := buildBinary(t)
 	srv := migrationServer(t, 300)
 	p := startJob(t, bin, nil, "migrate", "--to", "ipaddress", "--kubeconfig", srv.KubeconfigPath, "--dry-run=false", "--progress")
@@ -184,6 +185,7 @@ func TestMigrateProgressOnPipe(t *testing.T) {
 // redrawn in place (carriage return, the line, erase to its end), and
 // finishes the line when done.
 func TestMigrateProgressOnTerminal(t *testing.T) {
+	t.Parallel()
 	bin := buildBinary(t)
 	master, slave, err := openPTY()
 	if err != nil {
@@ -227,6 +229,7 @@ func TestMigrateProgressOnTerminal(t *testing.T) {
 // which command resumes; every IPAddress it made is whole and references
 // its Service; the resumed run finds them present and creates the rest.
 func TestMigrateSIGINT(t *testing.T) {
+	t.Parallel()
 	bin := buildBinary(t)
 	const n = 4000
 	srv := migrationServer(t, n)

@@ -192,6 +192,7 @@ func plantService(t *testing.T, etcd *etcdtest.Etcd, name, ip string) {
 // TestRepairCLIBitmap plants problems under a running bitmap-model server and
 // repairs them with the standalone job.
 func TestRepairCLIBitmap(t *testing.T) {
+	t.Parallel()
 	bin := buildBinary(t)
 	etcd := etcdtest.New(t)
 	kubeconfig, client := startServe(t, bin, etcd, "--allocator", "bitmap", "--service-cluster-ip-range", "10.0.0.0/24")
@@ -275,6 +276,7 @@ func TestRepairCLIBitmap(t *testing.T) {
 // TestMigrateCLI migrates a bitmap-model cluster to IPAddresses and back with
 // the standalone job.
 func TestMigrateCLI(t *testing.T) {
+	t.Parallel()
 	bin := buildBinary(t)
 	etcd := etcdtest.New(t)
 	kubeconfig, client := startServe(t, bin, etcd, "--allocator", "bitmap", "--service-cluster-ip-range", "10.0.0.0/24")

@@ -31,6 +31,7 @@ import (
 // message; after the namespace is relabelled, `allocator repair --dry-run`
 // reports the Service as outOfScope and its address stays.
 func TestKubectlScopes(t *testing.T) {
+	t.Parallel()
 	if _, err := exec.LookPath("kubectl"); err != nil {
 		t.Skip("kubectl not found")
 	}

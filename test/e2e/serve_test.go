@@ -146,6 +146,7 @@ func (s *embeddedServer) flag(name string) string {
 // the generated client certificate cannot read a key, while the server and
 // the repair/migrate jobs (with the flags serve prints) work.
 func TestEmbeddedEtcdRequiresClientCertificate(t *testing.T) {
+	t.Parallel()
 	bin := buildBinary(t)
 	s := startEmbedded(t, bin, "", "--allocator", "bitmap", "--service-cluster-ip-range", "10.0.0.0/24")
 	ctx := context.Background()
@@ -209,6 +210,7 @@ func newService(name string) *corev1.Service {
 // TestSecondServeOnSameDataDir: a second serve on a data dir in use once
 // printed nothing and waited forever on etcd's file lock, deaf to signals.
 func TestSecondServeOnSameDataDir(t *testing.T) {
+	t.Parallel()
 	bin := buildBinary(t)
 	s := startEmbedded(t, bin, "")
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
@@ -241,6 +243,7 @@ func TestSecondServeOnSameDataDir(t *testing.T) {
 // grace period. A watch is opened with client-go, then the server must exit
 // cleanly within 10 s.
 func TestShutdownWithOpenWatch(t *testing.T) {
+	t.Parallel()
 	bin := buildBinary(t)
 	s := startEmbedded(t, bin, "")
 	ctx, cancel := context.WithCancel(context.Background())
@@ -276,6 +279,7 @@ func TestShutdownWithOpenWatch(t *testing.T) {
 // /readyz, /healthz and /version without credentials (they once got 401);
 // every other path must still refuse anonymous requests with 401.
 func TestAnonymousProbesOnly(t *testing.T) {
+	t.Parallel()
 	bin := buildBinary(t)
 	s := startEmbedded(t, bin, "")
 	cfg, err := clientcmd.BuildConfigFromFlags("", s.kubeconfig)
@@ -325,6 +329,7 @@ func TestAnonymousProbesOnly(t *testing.T) {
 // answer once retried for 10+ minutes; they must fail within seconds with
 // one line naming the endpoint.
 func TestUnreachableEtcdFailsFast(t *testing.T) {
+	t.Parallel()
 	bin := buildBinary(t)
 	port, err := embedetcd.FreePort(netip.MustParseAddr("127.0.0.1"))
 	if err != nil {
@@ -366,6 +371,7 @@ func TestUnreachableEtcdFailsFast(t *testing.T) {
 // zap JSON lines from etcd between klog's text lines, no "resyncPeriod is
 // invalid" warning, and no error-level line.
 func TestStartupLogs(t *testing.T) {
+	t.Parallel()
 	bin := buildBinary(t)
 	s := startEmbedded(t, bin, "", "-v", "2")
 	if _, err := s.client.CoreV1().Services("default").Create(context.Background(), newService("logged"), metav1.CreateOptions{}); err != nil {

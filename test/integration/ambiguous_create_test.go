@@ -25,6 +25,7 @@ import (
 // a duplicate). Large Services created by concurrent clients fill etcd; the
 // test fails if no create met the quota (it would check nothing).
 func TestCreateStoredDespiteError(t *testing.T) {
+	t.Parallel()
 	createsStoredDespiteError(t)
 }
 
@@ -107,6 +108,7 @@ func createsStoredDespiteError(t *testing.T) int {
 // stored, or, stored anyway, keeps the address it claimed. Concurrent
 // updates adding large annotations fill etcd.
 func TestUpdateStoredDespiteError(t *testing.T) {
+	t.Parallel()
 	updatesStoredDespiteError(t)
 }
 

@@ -32,6 +32,7 @@ func hasEvent(ctx context.Context, c kubernetes.Interface, reason, objName strin
 // Service then must not fail with a misleading "range is full": the error
 // and an event on the ServiceCIDR say what is wrong and what to do.
 func TestDeletedDefaultServiceCIDR(t *testing.T) {
+	t.Parallel()
 	ctx := testContext(t)
 	s := startServer(t, serverOptions{model: string(model.IPAddress), serviceRange: "10.96.0.0/24"})
 	c := s.client
@@ -65,6 +66,7 @@ func TestDeletedDefaultServiceCIDR(t *testing.T) {
 // ServiceCIDR cannot follow raises upstream's
 // KubernetesDefaultServiceCIDRInconsistent event.
 func TestChangedRangeIsNotSilent(t *testing.T) {
+	t.Parallel()
 	s := startServer(t, serverOptions{model: string(model.IPAddress), serviceRange: "10.96.0.0/24"})
 	s.stop()
 	s = startServer(t, serverOptions{model: string(model.IPAddress), serviceRange: "10.97.0.0/24", etcd: s.etcd})

@@ -37,6 +37,7 @@ import (
 // SubjectAccessReview); a user without the grant gets 403; an unknown token
 // 401.
 func TestDelegatedAuthThroughKubeAPIServer(t *testing.T) {
+	t.Parallel()
 	bin := os.Getenv("KUBE_APISERVER_BIN")
 	if bin == "" {
 		t.Skip("KUBE_APISERVER_BIN is not set (a kube-apiserver binary, e.g. from hack/lib/kube-apiserver-build.sh v1.33.13)")

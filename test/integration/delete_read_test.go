@@ -21,6 +21,7 @@ import (
 // checks that what it deletes is what it read, and otherwise decides again
 // from etcd. Each Service is then deleted for good and its address freed.
 func TestDeleteRightAfterFinalizer(t *testing.T) {
+	t.Parallel()
 	a := startServer(t, serverOptions{model: "ipaddress", serviceRange: "10.96.0.0/16"})
 	b := startServer(t, serverOptions{model: "ipaddress", serviceRange: "10.96.0.0/16", etcd: a.etcd})
 	ctx := testContext(t)

@@ -14,7 +14,10 @@ import (
 
 func insecureTLS() *tls.Config { return &tls.Config{InsecureSkipVerify: true} } //nolint:gosec // only probes the 401
 
-func TestDualStack(t *testing.T) { forEachModel(t, testDualStack) }
+func TestDualStack(t *testing.T) {
+	t.Parallel()
+	forEachModel(t, testDualStack)
+}
 
 func testDualStack(t *testing.T, model string) {
 	s := startServer(t, serverOptions{model: model, serviceRange: "10.96.0.0/16,fd00:10:96::/112"})
@@ -94,7 +97,10 @@ func testDualStack(t *testing.T, model string) {
 // TestGrowToDualStack restarts a single-stack server with a dual-stack range:
 // the default ServiceCIDR grows, old Services keep their IPs and new ones may
 // be dual-stack.
-func TestGrowToDualStack(t *testing.T) { forEachModel(t, testGrowToDualStack) }
+func TestGrowToDualStack(t *testing.T) {
+	t.Parallel()
+	forEachModel(t, testGrowToDualStack)
+}
 
 func testGrowToDualStack(t *testing.T, model string) {
 	s := startServer(t, serverOptions{model: model, serviceRange: "10.96.0.0/16"})

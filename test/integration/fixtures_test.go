@@ -28,6 +28,7 @@ import (
 // kube-apiserver and checks it serves those objects and never hands out an
 // address that upstream allocated.
 func TestServesUpstreamData(t *testing.T) {
+	t.Parallel()
 	for _, tc := range []struct {
 		fixture string
 		model   string
@@ -191,6 +192,7 @@ func bitSet(t *testing.T, ra *corev1.RangeAllocation, ip string) bool {
 // stores its own: same labels, parentRef and field ownership (manager,
 // operation, API version, field set), read from etcd.
 func TestIPAddressWrittenAsUpstream(t *testing.T) {
+	t.Parallel()
 	f := fixtures.Load(t, fixtures.IPAddress136)
 	raw, ok := f.Value("/registry/ipaddresses/10.96.123.34")
 	if !ok {

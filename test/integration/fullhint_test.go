@@ -28,6 +28,7 @@ func (w *warnings) HandleWarningHeader(_ int, _ string, text string) {
 // kube-apiserver's error text, and the client gets a warning beside it that
 // names the full range and what makes room. Both models.
 func TestFullRangeHint(t *testing.T) {
+	t.Parallel()
 	for _, tc := range []struct {
 		model model.Name
 		want  string

@@ -15,6 +15,7 @@ import (
 // served from it). Objects made before the server starts reach the
 // informers as initial events, those made after as watch events.
 func TestWatchCacheKeepsManagedFields(t *testing.T) {
+	t.Parallel()
 	forEachModel(t, testWatchCacheKeepsManagedFields)
 }
 

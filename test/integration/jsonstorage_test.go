@@ -21,6 +21,7 @@ import (
 // never handed out again, rather than failing with "object not decodable"
 // and getting no IPAddress.
 func TestJSONStoredService(t *testing.T) {
+	t.Parallel()
 	forEachModel(t, func(t *testing.T, model string) {
 		ctx := testContext(t)
 		etcd := etcdtest.New(t)

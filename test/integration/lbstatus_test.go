@@ -70,6 +70,7 @@ func mergePatchStatus(ctx context.Context, c kubernetes.Interface, name string, 
 // (ipMode Proxy and VIP, hostname, ports) is stored, upstream's refusals come
 // back with upstream's texts, and a status write never changes the spec.
 func TestLoadBalancerStatus(t *testing.T) {
+	t.Parallel()
 	forEachModel(t, func(t *testing.T, model string) {
 		s := startLBServer(t, model, nil)
 		ctx := testContext(t)
@@ -174,6 +175,7 @@ func TestLoadBalancerStatus(t *testing.T) {
 // through the API: upstream's texts, class immutability, and the warnings
 // upstream sends for accepted but non-canonical values.
 func TestExternalFieldsValidation(t *testing.T) {
+	t.Parallel()
 	s := startLBServer(t, string(model.IPAddress), nil)
 	ctx := testContext(t)
 	warnings := &warningCollector{}

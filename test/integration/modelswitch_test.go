@@ -52,6 +52,7 @@ func claimsMatch(t *testing.T, ctx context.Context, c kubernetes.Interface) int 
 // IPAddress model and back: each switch carries the allocations over at
 // start, so no address is ever handed out twice.
 func TestModelSwitch(t *testing.T) {
+	t.Parallel()
 	ctx := testContext(t)
 	etcd := etcdtest.New(t)
 	const cidr = "10.0.0.0/26"
@@ -103,6 +104,7 @@ func TestModelSwitch(t *testing.T) {
 // kube-apiserver 1.32 wrote with the bitmap model: one IPAddress per Service
 // IP appears, with the right parentRef.
 func TestModelSwitchKubeAPIServer132(t *testing.T) {
+	t.Parallel()
 	ctx := testContext(t)
 	f := fixtures.Load(t, fixtures.Bitmap132)
 	etcd := etcdtest.New(t)
@@ -129,7 +131,10 @@ func TestModelSwitchKubeAPIServer132(t *testing.T) {
 
 // TestMetricsEndpoint checks /metrics carries the allocator gauges from the
 // start and counts allocations, with upstream's names.
-func TestMetricsEndpoint(t *testing.T) { forEachModel(t, testMetricsEndpoint) }
+func TestMetricsEndpoint(t *testing.T) {
+	t.Parallel()
+	forEachModel(t, testMetricsEndpoint)
+}
 
 func testMetricsEndpoint(t *testing.T, model string) {
 	ctx := testContext(t)
@@ -171,6 +176,7 @@ func testMetricsEndpoint(t *testing.T, model string) {
 // TestRefusedServiceCIDRIsVisible: an IPv6 ServiceCIDR shorter than /64 is
 // stored (as upstream does) but not served, and says so in an event.
 func TestRefusedServiceCIDRIsVisible(t *testing.T) {
+	t.Parallel()
 	ctx := testContext(t)
 	s := startServer(t, serverOptions{model: "ipaddress", serviceRange: "10.0.0.0/24,fd00::/112"})
 	wide := &networkingv1.ServiceCIDR{ObjectMeta: metav1.ObjectMeta{Name: "wide"}, Spec: networkingv1.ServiceCIDRSpec{CIDRs: []string{"fd01::/48"}}}

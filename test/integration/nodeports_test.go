@@ -80,7 +80,10 @@ func updateErr(ctx context.Context, c kubernetes.Interface, name string, mutate 
 
 // TestNodePortMapAtStartup: in both IP models the server creates the
 // node-port map at start-up, byte for byte what kube-apiserver writes.
-func TestNodePortMapAtStartup(t *testing.T) { forEachModel(t, testNodePortMapAtStartup) }
+func TestNodePortMapAtStartup(t *testing.T) {
+	t.Parallel()
+	forEachModel(t, testNodePortMapAtStartup)
+}
 
 func testNodePortMapAtStartup(t *testing.T, model string) {
 	s := startServer(t, serverOptions{model: model, serviceRange: "10.96.0.0/16"})
@@ -98,6 +101,7 @@ func testNodePortMapAtStartup(t *testing.T, model string) {
 }
 
 func TestNodePorts(t *testing.T) {
+	t.Parallel()
 	s := startServer(t, serverOptions{serviceRange: "10.96.0.0/16"})
 	ctx := testContext(t)
 	c := s.client
@@ -316,6 +320,7 @@ func TestNodePorts(t *testing.T) {
 // TestNodePortMetrics: upstream's node-port metric names, gauges from the
 // first scrape, counters per scope.
 func TestNodePortMetrics(t *testing.T) {
+	t.Parallel()
 	s := startServer(t, serverOptions{serviceRange: "10.96.0.0/16"})
 	ctx := testContext(t)
 	scrape := func() string { return scrapeMetrics(t, ctx, s.client) }
@@ -349,6 +354,7 @@ func TestNodePortMetrics(t *testing.T) {
 // TestNodePortsReplicas: four servers on one etcd create NodePort Services
 // at once; no two Services share a nodePort and the map holds exactly theirs.
 func TestNodePortsReplicas(t *testing.T) {
+	t.Parallel()
 	etcd := etcdtest.New(t)
 	const replicas, perReplica = 4, 30
 	var servers []*server
@@ -401,6 +407,7 @@ func TestNodePortsReplicas(t *testing.T) {
 // node-port map decodes, stays kube-apiserver's, and new ports never collide
 // with what it holds.
 func TestNodePortsOnUpstreamData(t *testing.T) {
+	t.Parallel()
 	f := fixtures.Load(t, fixtures.Bitmap132)
 	etcd := etcdtest.New(t)
 	ctx := testContext(t)

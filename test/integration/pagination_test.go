@@ -17,6 +17,7 @@ import (
 // first page's resourceVersion, without one created or deleted between the
 // pages; and the exact LIST shows the state at its resourceVersion.
 func TestPagedListAtOneResourceVersion(t *testing.T) {
+	t.Parallel()
 	ctx := testContext(t)
 	srv := startServer(t, serverOptions{serviceRange: "10.0.0.0/24", model: "ipaddress"})
 	if utilfeature.DefaultFeatureGate.Enabled(features.ListFromCacheSnapshot) {

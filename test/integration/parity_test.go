@@ -18,6 +18,7 @@ import (
 // hack/capture-parity.sh). PARITY_WRITE=DIR writes our answers there
 // instead of failing, to study a difference.
 func TestParity(t *testing.T) {
+	t.Parallel()
 	for _, fam := range parity.Families {
 		t.Run(fam.Name, func(t *testing.T) {
 			want, err := parity.Load(filepath.Join("..", "..", "testdata", "parity", fam.Name+".json"))

@@ -99,6 +99,7 @@ func storedMap(t *testing.T, ctx context.Context, etcd *etcdtest.Etcd, cidr stri
 // re-range would show up as a duplicate here, the range being nearly full),
 // and the map holds exactly the Service IPs.
 func TestRangeGrowBitmap(t *testing.T) {
+	t.Parallel()
 	ctx := testContext(t)
 	etcd := etcdtest.New(t)
 	s := startServer(t, serverOptions{model: string(model.Bitmap), serviceRange: "10.0.0.0/24", etcd: etcd})
@@ -141,6 +142,7 @@ func TestRangeGrowBitmap(t *testing.T) {
 // with its IP, repair reports it with ClusterIPOutOfRange, and its address is
 // no longer in the map while the in-range ones are.
 func TestRangeShrinkBitmap(t *testing.T) {
+	t.Parallel()
 	ctx := testContext(t)
 	etcd := etcdtest.New(t)
 	s := startServer(t, serverOptions{model: string(model.Bitmap), serviceRange: "10.0.0.0/23", etcd: etcd})

@@ -43,6 +43,7 @@ func (u unreadyAllocator) DryRun() allocation.Interface {
 // cannot create the kubernetes Service, /readyz fails, and creates get 503
 // with Retry-After; once it is ready, everything proceeds.
 func TestNotReadyUntilBootstrapped(t *testing.T) {
+	t.Parallel()
 	var notReady atomic.Bool
 	notReady.Store(true)
 	wrap := func(a allocation.Interface) allocation.Interface {

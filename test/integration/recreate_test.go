@@ -23,6 +23,7 @@ import (
 // Service what it holds nor leaves behind what the refused create picked,
 // with refused creates racing each other. Checked in etcd, in both models.
 func TestCreateExistingKeepsItsAllocations(t *testing.T) {
+	t.Parallel()
 	forEachModel(t, testCreateExistingKeepsItsAllocations)
 }
 

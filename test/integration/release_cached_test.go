@@ -19,6 +19,7 @@ import (
 // (ipaddresses.InProcess.DeleteExact: no read before the delete); the
 // scenario is internal/releasetest's.
 func TestReleaseThroughCachedObject(t *testing.T) {
+	t.Parallel()
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	var mu sync.Mutex

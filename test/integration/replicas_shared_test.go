@@ -21,6 +21,7 @@ import (
 // the token) works against each of them, so a load balancer may send a
 // client to either, and what one replica stored the other serves.
 func TestReplicasShareCredentials(t *testing.T) {
+	t.Parallel()
 	ctx := testContext(t)
 	ca := testpki.NewCA(t, "serving CA")
 	serving := ca.Server(t, "allocator")

@@ -8,7 +8,10 @@ import (
 	"k8s.io/client-go/kubernetes"
 )
 
-func TestReplicasShareEtcd(t *testing.T) { forEachModel(t, testReplicasShareEtcd) }
+func TestReplicasShareEtcd(t *testing.T) {
+	t.Parallel()
+	forEachModel(t, testReplicasShareEtcd)
+}
 
 // testReplicasShareEtcd runs two servers on one etcd and creates Services
 // through both at once: no address may be handed out twice.

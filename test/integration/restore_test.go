@@ -27,7 +27,10 @@ import (
 // with ErrEtcdRestored; started again on the restored etcd it serves what
 // etcd holds: the Services made after the backup are gone, new creates get
 // distinct addresses, and one repair pass finds nothing to fix.
-func TestEtcdRestoredUnderServer(t *testing.T) { forEachModel(t, testEtcdRestoredUnderServer) }
+func TestEtcdRestoredUnderServer(t *testing.T) {
+	t.Parallel()
+	forEachModel(t, testEtcdRestoredUnderServer)
+}
 
 func testEtcdRestoredUnderServer(t *testing.T, m string) {
 	etcd := etcdtest.New(t)

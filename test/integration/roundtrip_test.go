@@ -148,6 +148,7 @@ func storedService(t *testing.T, ctx context.Context, etcd *etcdtest.Etcd, key s
 // stored, and keep the managed fields of the other managers (a label
 // added to a Service written by kube-apiserver is accepted).
 func TestKubeAPIServerServicesRoundTrip(t *testing.T) {
+	t.Parallel()
 	for _, tc := range []struct {
 		fixture, model, template string
 	}{

@@ -136,6 +136,7 @@ func expectIPAddressOf(t *testing.T, ctx context.Context, c kubernetes.Interface
 // scope allows, no address is handed out twice, and the IPAddress of each
 // address references its Service, with no other IPAddress left behind.
 func TestScopesConcurrentCreates(t *testing.T) {
+	t.Parallel()
 	c := scopeServer(t, "10.0.0.0/24")
 	ctx := testContext(t)
 	allowed := map[string]string{"team-a": "10.1.0.0/26", "team-b": "10.2.0.0/26", "plain": "10.0.0.0/24"}
@@ -216,6 +217,7 @@ func TestScopesConcurrentCreates(t *testing.T) {
 // labels; a static address outside what the Service's scope allows is
 // refused with 422 naming what it may use.
 func TestScopesFullFallbackPriority(t *testing.T) {
+	t.Parallel()
 	c := scopeServer(t, "10.0.0.0/24")
 	ctx := testContext(t)
 	for ns, team := range map[string]string{"team-a": "a", "team-b": "b", "team-c": "c"} {
@@ -377,6 +379,7 @@ func mustDeleteIn(t *testing.T, ctx context.Context, c kubernetes.Interface, ns,
 // outOfScope, with a ClusterIPOutOfScope event, and changes nothing; the
 // namespace's next Service follows its new labels.
 func TestScopesNamespaceRelabelled(t *testing.T) {
+	t.Parallel()
 	c := scopeServer(t, "10.0.0.0/24")
 	ctx := testContext(t)
 	mustCreateNamespace(t, ctx, c, "team-a", map[string]string{"team": "a"})
@@ -439,6 +442,7 @@ func TestScopesNamespaceRelabelled(t *testing.T) {
 // family. Once no unscoped ServiceCIDR serves IPv6, a Service in no scope is
 // told which scoped ones exist.
 func TestScopesIPv6(t *testing.T) {
+	t.Parallel()
 	c := scopeServer(t, "10.0.0.0/24,fd00::/108")
 	ctx := testContext(t)
 	mustCreateNamespace(t, ctx, c, "team-a", map[string]string{"team": "a"})
@@ -496,6 +500,7 @@ func TestScopesIPv6(t *testing.T) {
 // annotation, on create and on update, and nothing is stored; the default
 // ServiceCIDR cannot be scoped.
 func TestScopeAnnotationsValidated(t *testing.T) {
+	t.Parallel()
 	c := scopeServer(t, "10.0.0.0/24")
 	ctx := testContext(t)
 	field := func(key string) string { return "metadata.annotations[" + key + "]" }

@@ -51,6 +51,7 @@ func clusterIPService(name string) *corev1.Service {
 // a request without credentials. With --token-auth-file, its tokens are
 // users and an unknown token is 401. The admin kubeconfig keeps working.
 func TestClientCertificatesAndTokenFile(t *testing.T) {
+	t.Parallel()
 	ctx := testContext(t)
 	trusted := testpki.NewCA(t, "trusted client CA")
 	stranger := testpki.NewCA(t, "other CA")
@@ -101,6 +102,7 @@ func TestClientCertificatesAndTokenFile(t *testing.T) {
 // replace the self-signed certificate; a client trusting only the issuing
 // CA connects, and the admin kubeconfig trusts the served bundle.
 func TestServingCertificateFromFiles(t *testing.T) {
+	t.Parallel()
 	ctx := testContext(t)
 	ca := testpki.NewCA(t, "serving CA")
 	pair := ca.Server(t, "allocator")
@@ -131,6 +133,7 @@ func TestServingCertificateFromFiles(t *testing.T) {
 // --audit-log-path, creating a Service writes a JSON audit event naming
 // the user, the verb and the object.
 func TestAuditLogRecordsServiceCreate(t *testing.T) {
+	t.Parallel()
 	ctx := testContext(t)
 	dir := t.TempDir()
 	policy := filepath.Join(dir, "policy.yaml")
@@ -207,6 +210,7 @@ rules:
 // --etcd-cafile/--etcd-certfile/--etcd-keyfile; a certificate from another
 // CA is refused at start with one line naming the endpoint.
 func TestEtcdWithClientCertificates(t *testing.T) {
+	t.Parallel()
 	ctx := testContext(t)
 	pki, err := embedetcd.EnsurePKI(filepath.Join(t.TempDir(), "pki"))
 	if err != nil {

@@ -51,7 +51,10 @@ func waitReadyCIDR(t *testing.T, c kubernetes.Interface, name string) {
 	})
 }
 
-func TestServiceCIDRController(t *testing.T) { forEachModel(t, testServiceCIDRController) }
+func TestServiceCIDRController(t *testing.T) {
+	t.Parallel()
+	forEachModel(t, testServiceCIDRController)
+}
 
 func testServiceCIDRController(t *testing.T, model string) {
 	s := startServer(t, serverOptions{model: model, serviceRange: "10.96.0.0/16"})

@@ -103,7 +103,10 @@ func expectTaken(t *testing.T, ctx context.Context, c kubernetes.Interface, ip s
 	expectStatus(t, err, 422, "provided IP is already allocated")
 }
 
-func TestSingleStack(t *testing.T) { forEachModel(t, testSingleStack) }
+func TestSingleStack(t *testing.T) {
+	t.Parallel()
+	forEachModel(t, testSingleStack)
+}
 
 func testSingleStack(t *testing.T, model string) {
 	s := startServer(t, serverOptions{model: model, serviceRange: "10.96.0.0/16"})
@@ -501,7 +504,10 @@ func testSingleStack(t *testing.T, model string) {
 	})
 }
 
-func TestRangeFull(t *testing.T) { forEachModel(t, testRangeFull) }
+func TestRangeFull(t *testing.T) {
+	t.Parallel()
+	forEachModel(t, testRangeFull)
+}
 
 func testRangeFull(t *testing.T, model string) {
 	s := startServer(t, serverOptions{model: model, serviceRange: "10.0.0.0/27"})
@@ -524,7 +530,10 @@ func testRangeFull(t *testing.T, model string) {
 	expectStatus(t, err, 500, "range is full")
 }
 
-func TestRestartKeepsAllocations(t *testing.T) { forEachModel(t, testRestartKeepsAllocations) }
+func TestRestartKeepsAllocations(t *testing.T) {
+	t.Parallel()
+	forEachModel(t, testRestartKeepsAllocations)
+}
 
 func testRestartKeepsAllocations(t *testing.T, model string) {
 	s := startServer(t, serverOptions{model: model, serviceRange: "10.0.0.0/27"})
@@ -563,6 +572,7 @@ func testRestartKeepsAllocations(t *testing.T, model string) {
 // every stored Service's IP before it opens, so a restart hands out no IP
 // twice.
 func TestMemoryAllocatorRebuilt(t *testing.T) {
+	t.Parallel()
 	opts := serverOptions{serviceRange: "10.0.0.0/28", model: "bitmap", inMemory: true, rebuild: true}
 	s := startServer(t, opts)
 	ctx := testContext(t)

@@ -159,6 +159,7 @@ func checkConsistent(t *testing.T, ctx context.Context, c kubernetes.Interface, 
 // Services through both at once. Without dual write this gave 159 pairs of
 // Services one address in 700 creates.
 func TestMixedModels(t *testing.T) {
+	t.Parallel()
 	ctx := testContext(t)
 	const cidr = "10.0.0.0/23" // 510 usable, 32 in the static band
 	bm := startServer(t, serverOptions{model: string(model.Bitmap), serviceRange: cidr})
@@ -206,6 +207,7 @@ func TestMixedModels(t *testing.T) {
 // objects (created by the repair, deleted on release) follow the Services,
 // so an address re-used by another Service never shows the old one.
 func TestBitmapModelKeepsIPAddressesTrue(t *testing.T) {
+	t.Parallel()
 	ctx := testContext(t)
 	s := startServer(t, serverOptions{model: string(model.Bitmap), serviceRange: "10.0.0.0/24"})
 	owner := func(ctx context.Context, ip string) (string, error) {
@@ -237,6 +239,7 @@ func TestBitmapModelKeepsIPAddressesTrue(t *testing.T) {
 // "range is full" (kubernetes#129797), and an address freed in the window
 // is used again before the other ServiceCIDRs.
 func TestDualWriteFullWindowSpills(t *testing.T) {
+	t.Parallel()
 	ctx := testContext(t)
 	const window = "10.0.0.0/28" // 14 usable; the kubernetes Service holds 10.0.0.1
 	etcd := etcdtest.New(t)

@@ -23,6 +23,7 @@ import (
 // server's own bitmap model and a live kube-apiserver identity lease are
 // named, and an IPAddress-model server alone is not.
 func TestScopeWarning(t *testing.T) {
+	t.Parallel()
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	srv := testserver.Start(t, testserver.Options{ServiceRange: "10.0.0.0/24", Model: "ipaddress"})
@@ -71,6 +72,7 @@ func TestScopeWarning(t *testing.T) {
 // the unscoped default range; the API server's own Service is never scoped,
 // so it is re-created there after a delete.
 func TestKubernetesServiceIgnoresScopes(t *testing.T) {
+	t.Parallel()
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	srv := testserver.Start(t, testserver.Options{ServiceRange: "10.0.0.0/24", Model: "ipaddress", WithRepair: true})

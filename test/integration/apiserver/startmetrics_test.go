@@ -60,6 +60,7 @@ func (l *informerLag) Allocate(ctx context.Context, ip netip.Addr, owner allocat
 // Service before the IPAddress model's informer had seen the default
 // ServiceCIDR. The "informer lag" case makes that window certain.
 func TestFreshServerMetricsHaveNoErrors(t *testing.T) {
+	t.Parallel()
 	tests := []struct {
 		name  string
 		model string

@@ -170,6 +170,7 @@ var (
 )
 
 func TestDualWrite(t *testing.T) {
+	t.Parallel()
 	e := startEnv(t, "10.0.0.0/24")
 	etcd := e.srv.Etcd.Client()
 
@@ -375,6 +376,7 @@ func TestDualWrite(t *testing.T) {
 // outside the bitmap's window are handed out, as IPAddresses only, only once
 // the window is full.
 func TestDualWriteOutsideWindowOnlyWhenFull(t *testing.T) {
+	t.Parallel()
 	e := startEnv(t, "10.0.0.0/27")
 	ctx := testContext(t)
 	b := e.bits(t, "10.0.0.0/28") // .1–.14; the ServiceCIDR has .15–.30 besides

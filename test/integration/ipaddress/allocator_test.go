@@ -74,6 +74,7 @@ func drainAndCheck(t *testing.T, ctx context.Context, a *ipaddress.Allocator, pr
 }
 
 func TestDrainIPv4AndIPv6(t *testing.T) {
+	t.Parallel()
 	cfg := startServer(t, "10.0.0.0/24,fd00::/120")
 	ctx := testContext(t)
 	client := newClient(t, cfg)
@@ -149,6 +150,7 @@ func TestDrainIPv4AndIPv6(t *testing.T) {
 // server: all inside the prefix and distinct, and the last address of the
 // /64 is allocatable statically.
 func TestSlash64(t *testing.T) {
+	t.Parallel()
 	cfg := startServer(t, "10.0.0.0/24")
 	ctx := testContext(t)
 	a := newAllocator(t, cfg, true)
@@ -212,6 +214,7 @@ func TestSlash64(t *testing.T) {
 // ServiceCIDR covers, and once they are released it goes and only the small
 // one serves.
 func TestShrink(t *testing.T) {
+	t.Parallel()
 	cfg := startServer(t, "10.0.0.0/28")
 	ctx := testContext(t)
 	client := newClient(t, cfg)
@@ -296,6 +299,7 @@ func findOwner(t *testing.T, ctx context.Context, client kubernetes.Interface, i
 }
 
 func TestMultiCIDR(t *testing.T) {
+	t.Parallel()
 	cfg := startServer(t, "10.0.0.0/28")
 	ctx := testContext(t)
 	client := newClient(t, cfg)
@@ -383,6 +387,7 @@ func TestMultiCIDR(t *testing.T) {
 // TestRaces drains a /22 with 3 allocators (own clients and informers) × 16
 // goroutines: every address is handed out exactly once.
 func TestRaces(t *testing.T) {
+	t.Parallel()
 	cfg := startServer(t, "10.0.0.0/22")
 	ctx := testContext(t)
 	var allocators []*ipaddress.Allocator
@@ -468,6 +473,7 @@ func TestRaces(t *testing.T) {
 // TestFaults: a server error aborts AllocateNext after one create; before the
 // informers sync the allocator answers ErrNotReady.
 func TestFaults(t *testing.T) {
+	t.Parallel()
 	cfg := startServer(t, "10.0.0.0/24")
 	ctx := testContext(t)
 
@@ -548,6 +554,7 @@ func TestFaults(t *testing.T) {
 // internal/releasetest's (the server's own storage runs it too, in
 // test/integration).
 func TestReleaseStaleCache(t *testing.T) {
+	t.Parallel()
 	cfg := startServer(t, "10.0.0.0/24")
 	releasetest.Run(t, testContext(t), newAllocator(t, cfg, false), newClient(t, cfg), netip.MustParseAddr("10.0.0.10"), 21)
 }

@@ -49,6 +49,7 @@ func in(prefix string, ip netip.Addr) bool { return netip.MustParsePrefix(prefix
 // fallback, static addresses outside the scope, re-marks that ignore scopes,
 // and an IPv6 /64 scope.
 func TestScopes(t *testing.T) {
+	t.Parallel()
 	cfg := startServer(t, "10.0.0.0/24")
 	ctx := testContext(t)
 	client := newClient(t, cfg)

@@ -37,6 +37,7 @@ func (s *racingStore) CompareAndWrite(ctx context.Context, data []byte, base ran
 // ClusterIPNotAllocated; a Service that still exists gets its bit. Seen in
 // the rolling-switch e2e test: a false event and a stale bit.
 func TestBitmapRepairServiceDeletedDuringPass(t *testing.T) {
+	t.Parallel()
 	ctx := repairtest.Context(t)
 	srv := testserver.Start(t, testserver.Options{ServiceRange: "10.0.0.0/24", Model: "bitmap"})
 	etcd := srv.Etcd.Client()

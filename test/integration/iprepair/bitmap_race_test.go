@@ -49,6 +49,7 @@ func slowBitmapServer(t *testing.T, cidr string, hold time.Duration) *testserver
 // never an address a Service holds or is about to hold: every Service's
 // address is allocated at the end and no two Services share one.
 func TestBitmapRepairRaceWithCreates(t *testing.T) {
+	t.Parallel()
 	const grace = 2 * time.Second
 	ctx := repairtest.Context(t)
 	srv := slowBitmapServer(t, "10.0.0.0/22", 400*time.Millisecond)
@@ -137,6 +138,7 @@ func TestBitmapRepairRaceWithCreates(t *testing.T) {
 // gave up after 10 ("gave up after 10 writes lost to concurrent
 // allocations"), so a replica started under load stayed unready.
 func TestBitmapRepairProgressUnderSustainedAllocations(t *testing.T) {
+	t.Parallel()
 	ctx := repairtest.Context(t)
 	srv := testserver.Start(t, testserver.Options{ServiceRange: "10.0.0.0/22", Model: "bitmap"})
 	store := bitmapStore(t, srv.Etcd.Client(), "10.0.0.0/22")

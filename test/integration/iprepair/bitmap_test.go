@@ -63,6 +63,7 @@ func createService(ctx context.Context, srv *testserver.Server, name, clusterIP 
 }
 
 func TestBitmapRepairPlantedFaults(t *testing.T) {
+	t.Parallel()
 	ctx := repairtest.Context(t)
 	srv := testserver.Start(t, testserver.Options{ServiceRange: "10.0.0.0/24", Model: "bitmap"})
 	etcd := srv.Etcd.Client()
@@ -170,6 +171,7 @@ func TestBitmapRepairPlantedFaults(t *testing.T) {
 // TestBitmapRepairLeakCountForgotten checks that a leak count restarts when
 // the address is in use again in between.
 func TestBitmapRepairLeakCountForgotten(t *testing.T) {
+	t.Parallel()
 	ctx := repairtest.Context(t)
 	srv := testserver.Start(t, testserver.Options{ServiceRange: "10.0.0.0/24", Model: "bitmap"})
 	etcd := srv.Etcd.Client()
@@ -210,6 +212,7 @@ func TestBitmapRepairLeakCountForgotten(t *testing.T) {
 }
 
 func TestBitmapRepairGrace(t *testing.T) {
+	t.Parallel()
 	ctx := repairtest.Context(t)
 	srv := testserver.Start(t, testserver.Options{ServiceRange: "10.0.0.0/24", Model: "bitmap"})
 	store := bitmapStore(t, srv.Etcd.Client(), "10.0.0.0/24")
@@ -245,6 +248,7 @@ func TestBitmapRepairGrace(t *testing.T) {
 // stored) plus a margin has passed since the first pass saw it. The old
 // default (1 min) freed it 61 s in, the one-shot job's (10 s) sooner still.
 func TestBitmapRepairDefaultGraceOutlastsRequestTimeout(t *testing.T) {
+	t.Parallel()
 	ctx := repairtest.Context(t)
 	srv := testserver.Start(t, testserver.Options{ServiceRange: "10.0.0.0/24", Model: "bitmap"})
 	store := bitmapStore(t, srv.Etcd.Client(), "10.0.0.0/24")
@@ -280,6 +284,7 @@ func TestBitmapRepairDefaultGraceOutlastsRequestTimeout(t *testing.T) {
 }
 
 func TestBitmapRepairCreatesMissingMapAndIsQuietWhenConsistent(t *testing.T) {
+	t.Parallel()
 	ctx := repairtest.Context(t)
 	srv := testserver.Start(t, testserver.Options{ServiceRange: "10.0.0.0/24", Model: "bitmap"})
 	etcd := srv.Etcd.Client()
@@ -315,6 +320,7 @@ func TestBitmapRepairCreatesMissingMapAndIsQuietWhenConsistent(t *testing.T) {
 // TestBitmapRepairKubeAPIServer132 serves what kube-apiserver 1.32 wrote and
 // checks that a repair pass finds it consistent.
 func TestBitmapRepairKubeAPIServer132(t *testing.T) {
+	t.Parallel()
 	ctx, etcd, fx, srv := fixtureServer(t, fixtures.Bitmap132, "bitmap")
 	store := bitmapStore(t, etcd.Client(), "10.96.0.0/16")
 	ctrl, err := iprepair.NewBitmapRepair(iprepair.BitmapConfig{Client: srv.Client, Stores: []iprepair.BitmapStore{store}})

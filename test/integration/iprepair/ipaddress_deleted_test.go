@@ -55,6 +55,7 @@ func (r racingIPAddresses) Create(ctx context.Context, obj *networkingv1.IPAddre
 // (seen in TestSingleStack under load: "provided IP is already allocated"
 // right after a delete).
 func TestIPAddressRepairServiceDeletedDuringCreate(t *testing.T) {
+	t.Parallel()
 	ctx := repairtest.Context(t)
 	srv := testserver.Start(t, testserver.Options{ServiceRange: "10.0.0.0/24", Model: "ipaddress"})
 	svc, err := createService(ctx, srv, "gone", "10.0.0.30")

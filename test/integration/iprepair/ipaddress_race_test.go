@@ -28,6 +28,7 @@ import (
 // orphans must go, and no IPAddress of a Service may: at the end every
 // Service's address is claimed by it and no two Services share one.
 func TestIPAddressRepairRaceWithCreates(t *testing.T) {
+	t.Parallel()
 	const grace = 2 * time.Second
 	ctx := repairtest.Context(t)
 	srv := testserver.Start(t, testserver.Options{ServiceRange: "10.0.0.0/22", Model: "ipaddress",

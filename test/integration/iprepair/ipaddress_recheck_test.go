@@ -95,6 +95,7 @@ func (r changingIPAddresses) Get(ctx context.Context, name string, opts metav1.G
 // before the delete must keep it. It also checks that the delete is
 // conditional on the object not having changed since that fresh read.
 func TestIPAddressRepairOrphanRecheck(t *testing.T) {
+	t.Parallel()
 	ctx := repairtest.Context(t)
 	srv := ipaddressServer(t, "10.0.0.0/24")
 	svc, err := createService(ctx, srv, "late", "10.0.0.77")

@@ -168,6 +168,7 @@ func ipaddressServer(t *testing.T, cidr string) *testserver.Server {
 }
 
 func TestIPAddressRepairOrphanGrace(t *testing.T) {
+	t.Parallel()
 	ctx := repairtest.Context(t)
 	srv := ipaddressServer(t, "10.0.0.0/24")
 	created := time.Now().Truncate(time.Second)
@@ -206,6 +207,7 @@ func TestIPAddressRepairOrphanGrace(t *testing.T) {
 }
 
 func TestIPAddressRepairPlantedFaults(t *testing.T) {
+	t.Parallel()
 	ctx := repairtest.Context(t)
 	srv := ipaddressServer(t, "10.0.0.0/24")
 	etcd := srv.Etcd.Client()
@@ -325,6 +327,7 @@ func TestIPAddressRepairPlantedFaults(t *testing.T) {
 // TestIPAddressRepairKubeAPIServer136 checks that the IPAddresses
 // kube-apiserver 1.36 wrote (including the extra ServiceCIDR) are consistent.
 func TestIPAddressRepairKubeAPIServer136(t *testing.T) {
+	t.Parallel()
 	ctx, _, fx, srv := fixtureServer(t, fixtures.IPAddress136, "ipaddress")
 	ctrl, err := iprepair.NewIPAddressRepair(iprepair.IPAddressConfig{Client: srv.Client})
 	if err != nil {
@@ -340,6 +343,7 @@ func TestIPAddressRepairKubeAPIServer136(t *testing.T) {
 // kube-apiserver 1.32 wrote with the IPAddress model: one pass creates
 // exactly one IPAddress per Service IP.
 func TestIPAddressRepairMigratesKubeAPIServer132(t *testing.T) {
+	t.Parallel()
 	ctx, _, fx, srv := fixtureServer(t, fixtures.Bitmap132, "ipaddress")
 	ctrl, err := iprepair.NewIPAddressRepair(iprepair.IPAddressConfig{Client: srv.Client, Recorder: report.NewEventRecorder(ctx, srv.Client)})
 	if err != nil {
@@ -386,6 +390,7 @@ func TestIPAddressRepairMigratesKubeAPIServer132(t *testing.T) {
 // planted without an IPAddress gets one, an orphan goes after its grace
 // period, both without waiting for the periodic pass.
 func TestIPAddressRepairRun(t *testing.T) {
+	t.Parallel()
 	ctx := repairtest.Context(t)
 	srv := ipaddressServer(t, "10.0.0.0/24")
 	ctrl, err := iprepair.NewIPAddressRepair(iprepair.IPAddressConfig{Client: srv.Client, Recorder: report.NewEventRecorder(ctx, srv.Client),
@@ -414,6 +419,7 @@ func TestIPAddressRepairRun(t *testing.T) {
 // here) and claims it. The parsed ServiceCIDRs are cached between
 // reconciles; this checks the cache follows the change.
 func TestIPAddressRepairRunServiceCIDRAdded(t *testing.T) {
+	t.Parallel()
 	ctx := repairtest.Context(t)
 	srv := ipaddressServer(t, "10.0.0.0/24")
 	ctrl, err := iprepair.NewIPAddressRepair(iprepair.IPAddressConfig{Client: srv.Client, Recorder: report.NewEventRecorder(ctx, srv.Client),

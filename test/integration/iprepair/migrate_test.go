@@ -143,6 +143,7 @@ func checkIPAddressesMatch(t *testing.T, client kubernetes.Interface, services m
 // TestMigrateKubeAPIServer132 migrates what kube-apiserver 1.32 wrote
 // (bitmap model, no IPAddresses) to the IPAddress model.
 func TestMigrateKubeAPIServer132(t *testing.T) {
+	t.Parallel()
 	ctx, _, fx, srv := fixtureServer(t, fixtures.Bitmap132, "bitmap")
 	rep, err := iprepair.MigrateToIPAddress(ctx, iprepair.MigrateConfig{Client: srv.Client, DryRun: true})
 	if err != nil || rep.Created != 23 || rep.Present != 0 {
@@ -171,6 +172,7 @@ func TestMigrateKubeAPIServer132(t *testing.T) {
 // the same counts as from lists; a rerun right after, whose cache may not
 // hold every IPAddress just created yet, still creates nothing twice.
 func TestMigrateFromInformerSnapshot(t *testing.T) {
+	t.Parallel()
 	ctx, _, fx, srv := fixtureServer(t, fixtures.Bitmap132, "bitmap")
 	factory := informers.NewSharedInformerFactory(srv.Client, 0)
 	cfg := iprepair.MigrateConfig{Client: srv.Client, Snapshot: iprepair.InformerSnapshot(factory), DryRun: true}
@@ -199,6 +201,7 @@ func TestMigrateFromInformerSnapshot(t *testing.T) {
 // TestMigrateBothWaysWithKill migrates a dual-stack cluster of many Services
 // to the IPAddress model and back, each time killed half-way and rerun.
 func TestMigrateBothWaysWithKill(t *testing.T) {
+	t.Parallel()
 	count := 5000
 	if testing.Short() {
 		count = 500
@@ -291,6 +294,7 @@ func TestMigrateBothWaysWithKill(t *testing.T) {
 // TestMigrateToBitmapRefusesUnrepresentable: an IPAddress in an extra
 // ServiceCIDR cannot go into the bitmap; nothing is written.
 func TestMigrateToBitmapRefusesUnrepresentable(t *testing.T) {
+	t.Parallel()
 	ctx := repairtest.Context(t)
 	srv := testserver.Start(t, testserver.Options{ServiceRange: "10.0.0.0/24", Model: "bitmap"})
 	stores := familyStores(t, srv.Etcd, "10.0.0.0/24")
@@ -341,6 +345,7 @@ func createMany(t *testing.T, client kubernetes.Interface, n int) {
 // TestMigrationLeavesNodePortMap: migrating between the IP models both ways
 // never writes the node-port map (same ModRevision, same ports).
 func TestMigrationLeavesNodePortMap(t *testing.T) {
+	t.Parallel()
 	ctx := repairtest.Context(t)
 	srv := testserver.Start(t, testserver.Options{ServiceRange: "10.0.0.0/24", Model: "bitmap"})
 	for _, name := range []string{"np-1", "np-2"} {

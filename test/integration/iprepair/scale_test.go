@@ -18,6 +18,7 @@ import (
 //
 //	ALLOCATOR_SCALE=50000 go test -run TestScaleTimings -v -timeout 60m ./test/integration/iprepair/
 func TestScaleTimings(t *testing.T) {
+	t.Parallel()
 	n, err := strconv.Atoi(os.Getenv("ALLOCATOR_SCALE"))
 	if err != nil || n <= 0 {
 		t.Skip("set ALLOCATOR_SCALE=N to measure repair and migration on N Services")

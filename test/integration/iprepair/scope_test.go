@@ -26,6 +26,7 @@ import (
 // again when a ServiceCIDR added changes what one may use; the one-shot pass
 // (lists) reports them too; neither moves or frees anything.
 func TestIPAddressRepairOutOfScope(t *testing.T) {
+	t.Parallel()
 	ctx := repairtest.Context(t)
 	srv := ipaddressServer(t, "10.0.0.0/24")
 	c := srv.Client

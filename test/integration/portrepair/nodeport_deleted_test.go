@@ -37,6 +37,7 @@ func (s *racingPortStore) CompareAndWrite(ctx context.Context, data []byte, base
 // gets no bit and no PortNotAllocated; a Service that still exists gets its
 // bit.
 func TestNodePortRepairServiceDeletedDuringPass(t *testing.T) {
+	t.Parallel()
 	ctx := repairtest.Context(t)
 	srv := testserver.Start(t, testserver.Options{ServiceRange: "10.0.0.0/24"})
 	etcd := srv.Etcd.Client()

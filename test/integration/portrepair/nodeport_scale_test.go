@@ -30,6 +30,7 @@ import (
 //
 //	NODEPORT_SCALE=20000 go test -run TestNodePortScaleTiming -v -timeout 30m ./test/integration/portrepair/
 func TestNodePortScaleTiming(t *testing.T) {
+	t.Parallel()
 	n, err := strconv.Atoi(os.Getenv("NODEPORT_SCALE"))
 	if err != nil || n <= 0 {
 		t.Skip("set NODEPORT_SCALE=N to measure the node-port repair on N NodePort Services")

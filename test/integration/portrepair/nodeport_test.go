@@ -53,6 +53,7 @@ func plantNodePortService(t *testing.T, client *clientv3.Client, name string, no
 }
 
 func TestNodePortRepairPlantedFaults(t *testing.T) {
+	t.Parallel()
 	ctx := repairtest.Context(t)
 	srv := testserver.Start(t, testserver.Options{ServiceRange: "10.0.0.0/24"})
 	etcd := srv.Etcd.Client()

@@ -156,6 +156,7 @@ func svc(name string) *corev1.Service {
 }
 
 func TestRepairer(t *testing.T) {
+	t.Parallel()
 	srv := testserver.Start(t, testserver.Options{ServiceRange: "10.0.0.0/24"})
 
 	t.Run("HoldOutcomes", func(t *testing.T) {
@@ -387,6 +388,7 @@ func TestRepairer(t *testing.T) {
 
 // Commit before Leaked would write a map without the leaks still counted.
 func TestCommitNeedsLeaked(t *testing.T) {
+	t.Parallel()
 	srv := testserver.Start(t, testserver.Options{ServiceRange: "10.0.0.0/24"})
 	h := newHarness(t, srv, "map", true)
 	h.allocate(30010)

@@ -56,6 +56,7 @@ func poll(ctx context.Context, t *testing.T, timeout time.Duration, what string,
 // it stays, Terminating, because that CIDR would never hand the address out;
 // before, covered() counted it and let the ServiceCIDR go.
 func TestDeletionGraceAndNetworkAddress(t *testing.T) {
+	t.Parallel()
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	srv := testserver.Start(t, testserver.Options{ServiceRange: "10.96.0.0/24", Model: "ipaddress"})
@@ -114,6 +115,7 @@ func TestDeletionGraceAndNetworkAddress(t *testing.T) {
 // periodically with no event at all. Before, the period was a handler resync
 // that such a factory ignores ("resyncPeriod is invalid"), so it never ran.
 func TestPeriodicResync(t *testing.T) {
+	t.Parallel()
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	srv := testserver.Start(t, testserver.Options{ServiceRange: "10.96.0.0/24", Model: "ipaddress"})
@@ -184,6 +186,7 @@ func ownerOf(namespace, name string) allocation.Owner {
 // polling (each check lists every IPAddress of the cluster): with the
 // periodic re-check an hour away, it is gone within seconds of the delete.
 func TestBlockedDeletionEndsOnLastIPAddress(t *testing.T) {
+	t.Parallel()
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	srv := testserver.Start(t, testserver.Options{ServiceRange: "10.96.0.0/24", Model: "ipaddress"})

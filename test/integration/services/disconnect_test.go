@@ -39,6 +39,7 @@ func (s slowAfterReserve) Allocate(ctx context.Context, ip netip.Addr, owner all
 // releases were detached from the request's context, the rollback ran on the
 // dead context, the bitmap queue refused it, and every address leaked.
 func TestClientDisconnectsMidAllocation(t *testing.T) {
+	t.Parallel()
 	var (
 		mu    sync.Mutex
 		inner allocation.Interface

@@ -91,6 +91,7 @@ const holdFinalizer = "example.com/hold"
 // losers released again, the second Service lost its address, and the next
 // create got it too.
 func TestConcurrentFinalizerRemovalReleasesOnce(t *testing.T) {
+	t.Parallel()
 	for _, model := range []string{"bitmap", "ipaddress"} {
 		t.Run(model, func(t *testing.T) { testFinalizerRemovalReleasesOnce(t, model) })
 	}
