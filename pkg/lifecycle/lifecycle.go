@@ -152,3 +152,21 @@ func Annotated(annotations map[string]string) bool {
 	}
 	return false
 }
+
+// Same reports whether two annotation sets carry the same lifecycle
+// annotations.
+func Same(a, b map[string]string) bool {
+	for k, v := range a {
+		if strings.HasPrefix(k, Prefix) {
+			if w, ok := b[k]; !ok || w != v {
+				return false
+			}
+		}
+	}
+	for k := range b {
+		if _, ok := a[k]; strings.HasPrefix(k, Prefix) && !ok {
+			return false
+		}
+	}
+	return true
+}
