@@ -174,15 +174,7 @@ func Compute(m model.Name, ranges []Range, addrs []Address) (*Usage, error) {
 		}
 		cidrs = append(cidrs, m)
 	}
-	slices.SortStableFunc(cidrs, func(a, b *measured) int {
-		if c := cmp.Compare(a.out.Family, b.out.Family); c != 0 {
-			return c
-		}
-		if c := a.out.Prefix.Addr().Compare(b.out.Prefix.Addr()); c != 0 {
-			return c
-		}
-		return cmp.Compare(a.out.Prefix.Bits(), b.out.Prefix.Bits())
-	})
+	slices.SortStableFunc(cidrs, func(a, b *measured) int { return compareCIDRs(&a.out, &b.out) })
 
 	families := map[string]*Family{}
 	family := func(name string) *Family {
@@ -252,6 +244,17 @@ func Compute(m model.Name, ranges []Range, addrs []Address) (*Usage, error) {
 		}
 	}
 	return usage, nil
+}
+
+// compareCIDRs orders CIDRs by family (IPv4 first), then prefix.
+func compareCIDRs(a, b *CIDR) int {
+	if c := cmp.Compare(a.Family, b.Family); c != 0 {
+		return c
+	}
+	if c := a.Prefix.Addr().Compare(b.Prefix.Addr()); c != 0 {
+		return c
+	}
+	return cmp.Compare(a.Prefix.Bits(), b.Prefix.Bits())
 }
 
 func familyOf(ip netip.Addr) string {
