@@ -143,11 +143,12 @@ type cidrJSON struct {
 	Ready  bool   `json:"ready"`
 	Scope  string `json:"scope,omitempty"`
 	// Lifecycle is "draining" or "manual-only" (pkg/lifecycle); Services
-	// counts the Services holding an address in the CIDR (absent: none).
-	Lifecycle string `json:"lifecycle,omitempty"`
-	Services  uint64 `json:"services,omitempty"`
-	First     string `json:"first,omitempty"`
-	Last      string `json:"last,omitempty"`
+	// counts the Services holding an address in the CIDR, given with a
+	// lifecycle (a draining ServiceCIDR can go once it is 0).
+	Lifecycle string  `json:"lifecycle,omitempty"`
+	Services  *uint64 `json:"services,omitempty"`
+	First     string  `json:"first,omitempty"`
+	Last      string  `json:"last,omitempty"`
 	bandJSON
 	Static     bandJSON                    `json:"static"`
 	Dynamic    bandJSON                    `json:"dynamic"`
@@ -180,11 +181,14 @@ func newStatusJSON(u *rangeusage.Usage) statusJSON {
 	}
 	for _, c := range u.CIDRs {
 		j := cidrJSON{Family: c.Family, CIDR: c.Prefix.String(), Source: c.Source, Ready: c.Ready, Scope: c.Scope,
-			Lifecycle: c.Lifecycle, Services: c.Services,
-			bandJSON: newBandJSON(c.Total()), Static: newBandJSON(c.Static), Dynamic: newBandJSON(c.Dynamic),
+			Lifecycle: c.Lifecycle,
+			bandJSON:  newBandJSON(c.Total()), Static: newBandJSON(c.Static), Dynamic: newBandJSON(c.Dynamic),
 			Namespaces: c.Namespaces}
 		if c.First.IsValid() {
 			j.First, j.Last = c.First.String(), c.Last.String()
+		}
+		if c.Lifecycle != "" {
+			j.Services = &c.Services
 		}
 		if j.Namespaces == nil {
 			j.Namespaces = []rangeusage.NamespaceCount{}
