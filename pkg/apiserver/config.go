@@ -71,6 +71,8 @@ type Config struct {
 	// ServiceCIDRGuardrails refuse ServiceCIDRs outside the operator's
 	// rules (the --service-cidr-* flags); the zero value refuses none.
 	ServiceCIDRGuardrails servicecidrs.Guardrails
+	// ServiceCIDROverlapWarnings: --service-cidr-overlap-warnings.
+	ServiceCIDROverlapWarnings bool
 	// ManualRepair keeps the repair controller and the start-up carry-over
 	// from the other model from running, for tests that drive them.
 	ManualRepair bool
@@ -136,18 +138,19 @@ func (o *Options) Config(etcdServers []string) (*Config, error) {
 	gc.LoopbackClientConfig.DisableCompression = true
 
 	cfg := &Config{
-		Generic:               gc,
-		ServiceCIDRs:          cidrs,
-		NodePortRange:         nodePorts,
-		EtcdServers:           etcdServers,
-		EtcdPrefix:            o.EtcdPrefix,
-		EtcdTLS:               o.etcdTLS(),
-		Model:                 allocatorModel,
-		RepairInterval:        o.RepairInterval,
-		ServiceCIDRGuardrails: guardrails,
-		ServerURL:             serverURL,
-		KubeconfigPath:        kubeconfig,
-		KubernetesServicePort: port,
+		Generic:                    gc,
+		ServiceCIDRs:               cidrs,
+		NodePortRange:              nodePorts,
+		EtcdServers:                etcdServers,
+		EtcdPrefix:                 o.EtcdPrefix,
+		EtcdTLS:                    o.etcdTLS(),
+		Model:                      allocatorModel,
+		RepairInterval:             o.RepairInterval,
+		ServiceCIDRGuardrails:      guardrails,
+		ServiceCIDROverlapWarnings: o.Guardrails.OverlapWarnings,
+		ServerURL:                  serverURL,
+		KubeconfigPath:             kubeconfig,
+		KubernetesServicePort:      port,
 	}
 	return cfg, nil
 }

@@ -17,6 +17,8 @@ type GuardrailOptions struct {
 	AllowedPrefixes   []string
 	ForbiddenPrefixes []string
 	IPv4, IPv6        servicecidrs.PrefixLengths
+	// OverlapWarnings: servicecidrs.Policy.WarnOverlaps.
+	OverlapWarnings bool
 }
 
 // addFlags registers the guardrail flags in their own section, after the
@@ -35,6 +37,8 @@ func (o *GuardrailOptions) addFlags(fss *cliflag.NamedFlagSets) {
 		"The shortest prefix length (widest range) an IPv6 CIDR of a ServiceCIDR may have. 0: no bound (the ipaddress model serves /64 or longer).")
 	fs.IntVar(&o.IPv6.Max, servicecidrs.FlagMaxPrefixLengthIPv6, o.IPv6.Max,
 		"The longest prefix length (narrowest range) an IPv6 CIDR of a ServiceCIDR may have. 0: no bound.")
+	fs.BoolVar(&o.OverlapWarnings, servicecidrs.FlagOverlapWarnings, o.OverlapWarnings,
+		"Warn the client that creates a ServiceCIDR, or adds a CIDR to one, of each ServiceCIDR it overlaps (overlaps stay allowed, as in Kubernetes; kube-apiserver sends no such warning).")
 }
 
 // Guardrails parses the flags strictly and refuses guardrails that

@@ -241,6 +241,7 @@ func (c CompletedConfig) newStores(s *Server, getter *restOptionsGetter, ipREST 
 	}
 	cidrREST, cidrStatus, err := servicecidrs.NewREST(Scheme, getter, servicecidrs.Policy{
 		Guardrails:       c.ServiceCIDRGuardrails,
+		WarnOverlaps:     c.ServiceCIDROverlapWarnings,
 		LifecycleIgnored: !ipallocator.HonoursLifecycles(c.Model),
 	})
 	if err != nil {

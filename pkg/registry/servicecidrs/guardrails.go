@@ -21,6 +21,7 @@ const (
 	FlagMaxPrefixLengthIPv4 = "service-cidr-max-prefix-length-ipv4"
 	FlagMinPrefixLengthIPv6 = "service-cidr-min-prefix-length-ipv6"
 	FlagMaxPrefixLengthIPv6 = "service-cidr-max-prefix-length-ipv6"
+	FlagOverlapWarnings     = "service-cidr-overlap-warnings"
 )
 
 // Guardrails are the server's rules on which CIDRs a ServiceCIDR may hold,

@@ -267,3 +267,22 @@ func TestLifecycleIgnoredWarning(t *testing.T) {
 		t.Errorf("the ipaddress model warns %q", w)
 	}
 }
+
+// TestOverlapWarningsOptIn: the strategy lists ServiceCIDRs for overlap
+// warnings only when the policy asks for them (kube-apiserver sends none).
+func TestOverlapWarningsOptIn(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	listed := 0
+	list := func(context.Context) ([]*networkingv1.ServiceCIDR, error) {
+		listed++
+		return []*networkingv1.ServiceCIDR{{ObjectMeta: metav1.ObjectMeta{Name: "a"}, Spec: networkingv1.ServiceCIDRSpec{CIDRs: []string{"10.0.0.0/16"}}}}, nil
+	}
+	sc := &networkingv1.ServiceCIDR{ObjectMeta: metav1.ObjectMeta{Name: "b"}, Spec: networkingv1.ServiceCIDRSpec{CIDRs: []string{"10.0.1.0/24"}}}
+	if w := (strategy{extra: &extras{list: list}}).WarningsOnCreate(ctx, sc); len(w) != 0 || listed != 0 {
+		t.Errorf("without WarnOverlaps: warnings %q, %d lists", w, listed)
+	}
+	if w := (strategy{extra: &extras{list: list, policy: Policy{WarnOverlaps: true}}}).WarningsOnCreate(ctx, sc); len(w) != 1 || listed != 1 {
+		t.Errorf("with WarnOverlaps: warnings %q, %d lists", w, listed)
+	}
+}

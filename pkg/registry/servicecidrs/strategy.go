@@ -208,7 +208,7 @@ func (s strategy) warnings(ctx context.Context, sc *networkingv1.ServiceCIDR, ke
 	if w := s.extra.policy.lifecycleIgnoredWarning(sc); w != "" && !sameLifecycle {
 		out = append(out, w)
 	}
-	if s.extra.list == nil || len(kept) == len(sc.Spec.CIDRs) {
+	if !s.extra.policy.WarnOverlaps || s.extra.list == nil || len(kept) == len(sc.Spec.CIDRs) {
 		return out
 	}
 	others, err := s.extra.list(ctx)

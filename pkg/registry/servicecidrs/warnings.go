@@ -16,6 +16,10 @@ import (
 type Policy struct {
 	// Guardrails refuse CIDRs outside the operator's rules (422).
 	Guardrails Guardrails
+	// WarnOverlaps makes a create, or an update that adds a CIDR, warn of
+	// each ServiceCIDR it overlaps. Off by default: kube-apiserver sends
+	// no such warning, and the parity record holds its answers.
+	WarnOverlaps bool
 	// LifecycleIgnored says this server allocates in a model that ignores
 	// the lifecycle annotations (the bitmap model serves one range per
 	// family from its flag): a write that sets them gets a warning saying
