@@ -14,6 +14,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 
 	"github.com/allocator/allocator/pkg/ipallocator"
+	"github.com/allocator/allocator/pkg/lifecycle"
 	"github.com/allocator/allocator/pkg/model"
 	"github.com/allocator/allocator/pkg/rangeusage"
 	"github.com/allocator/allocator/pkg/transition"
@@ -46,7 +47,11 @@ never iterated.
 
 --model auto (the default) measures the bitmap model when --etcd-servers is
 given and its maps exist, else the IPAddress model. -n NAMESPACE shows that
-namespace's share only (the totals stay the cluster's).`,
+namespace's share only (the totals stay the cluster's).
+
+A STATE column shows ServiceCIDRs that are draining or manual-only
+(lifecycle.allocator.github.io/ annotations), and a line under the table
+says how many Services still hold addresses in each draining one.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			return runStatus(cmd.Context(), o, streams)
@@ -137,8 +142,13 @@ type cidrJSON struct {
 	Source string `json:"source"`
 	Ready  bool   `json:"ready"`
 	Scope  string `json:"scope,omitempty"`
-	First  string `json:"first,omitempty"`
-	Last   string `json:"last,omitempty"`
+	// Lifecycle is "draining" or "manual-only" (pkg/lifecycle); Services
+	// counts the Services holding an address in the CIDR, given with a
+	// lifecycle (a draining ServiceCIDR can go once it is 0).
+	Lifecycle string  `json:"lifecycle,omitempty"`
+	Services  *uint64 `json:"services,omitempty"`
+	First     string  `json:"first,omitempty"`
+	Last      string  `json:"last,omitempty"`
 	bandJSON
 	Static     bandJSON                    `json:"static"`
 	Dynamic    bandJSON                    `json:"dynamic"`
@@ -171,10 +181,14 @@ func newStatusJSON(u *rangeusage.Usage) statusJSON {
 	}
 	for _, c := range u.CIDRs {
 		j := cidrJSON{Family: c.Family, CIDR: c.Prefix.String(), Source: c.Source, Ready: c.Ready, Scope: c.Scope,
-			bandJSON: newBandJSON(c.Total()), Static: newBandJSON(c.Static), Dynamic: newBandJSON(c.Dynamic),
+			Lifecycle: c.Lifecycle,
+			bandJSON:  newBandJSON(c.Total()), Static: newBandJSON(c.Static), Dynamic: newBandJSON(c.Dynamic),
 			Namespaces: c.Namespaces}
 		if c.First.IsValid() {
 			j.First, j.Last = c.First.String(), c.Last.String()
+		}
+		if c.Lifecycle != "" {
+			j.Services = &c.Services
 		}
 		if j.Namespaces == nil {
 			j.Namespaces = []rangeusage.NamespaceCount{}
@@ -210,11 +224,15 @@ func formatNamespaces(counts []rangeusage.NamespaceCount, top int) string {
 func writeStatusTable(w io.Writer, u *rangeusage.Usage, wide bool, top int) error {
 	var table bytes.Buffer
 	tw := tabwriter.NewWriter(&table, 0, 4, 2, ' ', 0)
-	// The SCOPE column appears only when some ServiceCIDR is scoped.
-	scoped := u.Scoped()
+	// The SCOPE and STATE columns appear only when some ServiceCIDR is
+	// scoped, or draining or manual-only.
+	scoped, stated := u.Scoped(), u.HasLifecycle()
 	scopeHeader := ""
 	if scoped {
 		scopeHeader = "\tSCOPE"
+	}
+	if stated {
+		scopeHeader += "\tSTATE"
 	}
 	if wide {
 		fmt.Fprintln(tw, "FAMILY\tCIDR\tSOURCE\tREADY\tFIRST\tLAST\tBAND\tSIZE\tUSED\tFREE\tUSED%\tTOP NAMESPACES"+scopeHeader)
@@ -227,11 +245,10 @@ func writeStatusTable(w io.Writer, u *rangeusage.Usage, wide bool, top int) erro
 	}
 	row := func(c rangeusage.CIDR, band string, b rangeusage.Band, namespaces string) {
 		if scoped {
-			scopeText := c.Scope
-			if scopeText == "" {
-				scopeText = "-"
-			}
-			namespaces += "\t" + scopeText
+			namespaces += "\t" + orDash(c.Scope)
+		}
+		if stated {
+			namespaces += "\t" + orDash(c.Lifecycle)
 		}
 		if wide {
 			first, last := "-", "-"
@@ -283,8 +300,42 @@ func writeStatusTable(w io.Writer, u *rangeusage.Usage, wide bool, top int) erro
 	if _, err := fmt.Fprintln(w, summary); err != nil {
 		return err
 	}
+	if err := writeDrainingNote(w, u); err != nil {
+		return err
+	}
 	if scoped {
 		return writeScopeNote(w, u)
+	}
+	return nil
+}
+
+func orDash(s string) string {
+	if s == "" {
+		return "-"
+	}
+	return s
+}
+
+// writeDrainingNote says, for each draining CIDR, how many Services still
+// hold addresses in it: the ServiceCIDR can be deleted once none does.
+func writeDrainingNote(w io.Writer, u *rangeusage.Usage) error {
+	for _, c := range u.CIDRs {
+		if !strings.HasPrefix(c.Lifecycle, lifecycle.Draining.String()) {
+			continue
+		}
+		var err error
+		if c.Services == 0 {
+			_, err = fmt.Fprintf(w, "%s %s is draining: no Service holds an address in it\n", c.Source, c.Prefix)
+		} else {
+			verb := "hold"
+			if c.Services == 1 {
+				verb = "holds"
+			}
+			_, err = fmt.Fprintf(w, "%s %s is draining: %s still %s addresses in it\n", c.Source, c.Prefix, plural(int(c.Services), "Service", "Services"), verb)
+		}
+		if err != nil {
+			return err
+		}
 	}
 	return nil
 }

@@ -64,6 +64,25 @@ func (e *OutOfScopeError) Error() string {
 	return fmt.Sprintf("%s is in a ServiceCIDR scoped to other Services; this Service may use ServiceCIDR %s", e.IP, QuoteNames(e.Allowed))
 }
 
+// DrainingError is returned by a new static allocation (Owner.Scoped) when
+// every ServiceCIDR holding the address is draining (pkg/lifecycle): it
+// takes no new allocation while the Services it holds keep theirs. The API
+// answers 422 with its text.
+type DrainingError struct {
+	IP netip.Addr
+	// ServiceCIDRs name the draining ServiceCIDRs that hold IP, sorted.
+	ServiceCIDRs []string
+}
+
+func (e *DrainingError) Error() string {
+	verb := "is"
+	if len(e.ServiceCIDRs) > 1 {
+		verb = "are"
+	}
+	return fmt.Sprintf("%s is in ServiceCIDR %s, which %s draining and takes no new allocation; "+
+		"choose an address of another ServiceCIDR, or leave spec.clusterIP empty", e.IP, QuoteNames(e.ServiceCIDRs), verb)
+}
+
 // ScopeFullError is returned by a scoped dynamic allocation when every
 // ServiceCIDR of the Service's scope is full and the scope does not fall
 // back to unscoped ones. errors.Is(err, ErrFull) matches it.

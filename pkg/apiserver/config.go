@@ -18,6 +18,7 @@ import (
 	generatedopenapi "github.com/allocator/allocator/pkg/generated/openapi"
 	"github.com/allocator/allocator/pkg/model"
 	"github.com/allocator/allocator/pkg/portrange"
+	"github.com/allocator/allocator/pkg/registry/servicecidrs"
 	"github.com/allocator/allocator/pkg/report"
 )
 
@@ -67,6 +68,11 @@ type Config struct {
 	KubeconfigPath string
 	// RepairInterval is the period of the repair controller's full pass.
 	RepairInterval time.Duration
+	// ServiceCIDRGuardrails refuse ServiceCIDRs outside the operator's
+	// rules (the --service-cidr-* flags); the zero value refuses none.
+	ServiceCIDRGuardrails servicecidrs.Guardrails
+	// ServiceCIDROverlapWarnings: --service-cidr-overlap-warnings.
+	ServiceCIDROverlapWarnings bool
 	// ManualRepair keeps the repair controller and the start-up carry-over
 	// from the other model from running, for tests that drive them.
 	ManualRepair bool
@@ -92,6 +98,7 @@ func (o *Options) Config(etcdServers []string) (*Config, error) {
 	cidrs, _ := ParseServiceCIDRs(o.ServiceClusterIPRange)
 	nodePorts, _ := portrange.Parse(o.ServiceNodePortRange)
 	allocatorModel, _ := model.Parse(o.Allocator, false)
+	guardrails, _ := o.Guardrails.Guardrails()
 	if len(etcdServers) == 0 {
 		etcdServers = o.EtcdServers
 	}
@@ -131,17 +138,19 @@ func (o *Options) Config(etcdServers []string) (*Config, error) {
 	gc.LoopbackClientConfig.DisableCompression = true
 
 	cfg := &Config{
-		Generic:               gc,
-		ServiceCIDRs:          cidrs,
-		NodePortRange:         nodePorts,
-		EtcdServers:           etcdServers,
-		EtcdPrefix:            o.EtcdPrefix,
-		EtcdTLS:               o.etcdTLS(),
-		Model:                 allocatorModel,
-		RepairInterval:        o.RepairInterval,
-		ServerURL:             serverURL,
-		KubeconfigPath:        kubeconfig,
-		KubernetesServicePort: port,
+		Generic:                    gc,
+		ServiceCIDRs:               cidrs,
+		NodePortRange:              nodePorts,
+		EtcdServers:                etcdServers,
+		EtcdPrefix:                 o.EtcdPrefix,
+		EtcdTLS:                    o.etcdTLS(),
+		Model:                      allocatorModel,
+		RepairInterval:             o.RepairInterval,
+		ServiceCIDRGuardrails:      guardrails,
+		ServiceCIDROverlapWarnings: o.Guardrails.OverlapWarnings,
+		ServerURL:                  serverURL,
+		KubeconfigPath:             kubeconfig,
+		KubernetesServicePort:      port,
 	}
 	return cfg, nil
 }

@@ -46,6 +46,9 @@ type Options struct {
 	Allocator string
 	// RepairInterval is the period of the repair controller's full pass.
 	RepairInterval time.Duration
+	// Guardrails are the --service-cidr-* rules on what ServiceCIDRs may
+	// hold (options_guardrails.go).
+	Guardrails GuardrailOptions
 	// Security are the serving certificate, authentication, authorization,
 	// audit and profiling options (options_security.go).
 	Security *SecurityOptions
@@ -86,6 +89,7 @@ func (o *Options) Flags() cliflag.NamedFlagSets {
 		"A port range to reserve for services with NodePort visibility, e.g. '30000-32767' or '30000+2767'. Inclusive at both ends of the range.")
 	fs.StringVar(&o.Allocator, "allocator", o.Allocator, "ClusterIP allocator model: ipaddress (IPAddress objects over ServiceCIDRs) or bitmap (one RangeAllocation per family). Data written under the other model is carried over at start.")
 	fs.DurationVar(&o.RepairInterval, "repair-interval", o.RepairInterval, "Period of the ClusterIP repair controller's full pass; must be positive.")
+	o.Guardrails.addFlags(&fss)
 
 	fs = fss.FlagSet("serving")
 	fs.IntVar(&o.SecurePort, "secure-port", o.SecurePort, "The port on which to serve HTTPS (0 picks a free port).")
@@ -112,10 +116,17 @@ func (o *Options) Validate() error {
 	// The ranges are checked against the model's rules once the model is
 	// known; an unknown --allocator is refused below.
 	name, nameErr := model.Parse(o.Allocator, false)
+	guardrails, guardrailsErr := o.Guardrails.Guardrails()
+	errs = append(errs, guardrailsErr)
 	if cidrs, err := ParseServiceCIDRs(o.ServiceClusterIPRange); err != nil {
 		errs = append(errs, err)
-	} else if nameErr == nil {
-		errs = append(errs, checkRangeForModel(cidrs, name)...)
+	} else {
+		if nameErr == nil {
+			errs = append(errs, checkRangeForModel(cidrs, name)...)
+		}
+		if guardrailsErr == nil {
+			errs = append(errs, checkDefaultRange(guardrails, cidrs)...)
+		}
 	}
 	if _, err := portrange.Parse(o.ServiceNodePortRange); err != nil {
 		errs = append(errs, fmt.Errorf("--service-node-port-range: %w", err))

@@ -239,7 +239,11 @@ func (c CompletedConfig) newStores(s *Server, getter *restOptionsGetter, ipREST 
 	if err != nil {
 		return nil, nil, err
 	}
-	cidrREST, cidrStatus, err := servicecidrs.NewREST(Scheme, getter)
+	cidrREST, cidrStatus, err := servicecidrs.NewREST(Scheme, getter, servicecidrs.Policy{
+		Guardrails:       c.ServiceCIDRGuardrails,
+		WarnOverlaps:     c.ServiceCIDROverlapWarnings,
+		LifecycleIgnored: !ipallocator.HonoursLifecycles(c.Model),
+	})
 	if err != nil {
 		return nil, nil, err
 	}

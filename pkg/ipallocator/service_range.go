@@ -37,3 +37,8 @@ func (e *FlagRangeError) Error() string { return fmt.Sprintf("%s: %s", e.Prefix,
 // its scoped ServiceCIDRs (pkg/scope): the IPAddress model does; the bitmap
 // model serves one range per family and ignores scopes.
 func HonoursScopes(m model.Name) bool { return m == model.IPAddress }
+
+// HonoursLifecycles reports whether the model's allocators apply the
+// ServiceCIDR lifecycle annotations (pkg/lifecycle): the IPAddress model
+// does; the bitmap model serves one range per family and ignores them.
+func HonoursLifecycles(m model.Name) bool { return m == model.IPAddress }

@@ -14,6 +14,7 @@ import (
 	"github.com/allocator/allocator/pkg/etcdlayout"
 	"github.com/allocator/allocator/pkg/holding"
 	"github.com/allocator/allocator/pkg/ipallocator/bitmap"
+	"github.com/allocator/allocator/pkg/lifecycle"
 	"github.com/allocator/allocator/pkg/model"
 	"github.com/allocator/allocator/pkg/scope"
 	"github.com/allocator/allocator/pkg/subrange"
@@ -82,13 +83,18 @@ func serviceCIDRRanges(c *networkingv1.ServiceCIDR) []Range {
 	case sco != nil:
 		scopeText = sco.String()
 	}
+	mode, err := lifecycle.Parse(c.Annotations)
+	lifecycleText := mode.String()
+	if err != nil {
+		lifecycleText += " (" + err.Error() + ")"
+	}
 	var out []Range
 	for _, text := range c.Spec.CIDRs {
 		prefix, err := subrange.ParsePrefix(text)
 		if err != nil {
 			continue // the API validates CIDRs; a bad one serves nothing
 		}
-		out = append(out, Range{Prefix: prefix, Source: "ServiceCIDR/" + c.Name, Ready: ready, Scope: scopeText})
+		out = append(out, Range{Prefix: prefix, Source: "ServiceCIDR/" + c.Name, Ready: ready, Scope: scopeText, Lifecycle: lifecycleText})
 	}
 	return out
 }

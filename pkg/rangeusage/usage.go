@@ -60,6 +60,13 @@ type CIDR struct {
 	// Scope is the ServiceCIDR's scope as text (design.md §11), "" when
 	// unscoped.
 	Scope string
+	// Lifecycle is the ServiceCIDR's lifecycle as text (pkg/lifecycle:
+	// "draining", "manual-only"), "" when it takes every allocation.
+	Lifecycle string
+	// Services counts the addresses a Service holds (an IPAddress with a
+	// parentRef, a bit with its Service): one per Service, as a CIDR is of
+	// one family. Draining ends when it is 0.
+	Services uint64
 	// First and Last are the usable window; invalid when it is empty.
 	First, Last netip.Addr
 	Static      Band
@@ -106,6 +113,16 @@ type Usage struct {
 	ScopesIgnoredBy []string
 }
 
+// HasLifecycle reports whether some CIDR is draining or manual-only.
+func (u *Usage) HasLifecycle() bool {
+	for _, c := range u.CIDRs {
+		if c.Lifecycle != "" {
+			return true
+		}
+	}
+	return false
+}
+
 // Scoped reports whether some CIDR is scoped.
 func (u *Usage) Scoped() bool {
 	for _, c := range u.CIDRs {
@@ -118,10 +135,11 @@ func (u *Usage) Scoped() bool {
 
 // Range is one CIDR to measure.
 type Range struct {
-	Prefix netip.Prefix
-	Source string
-	Ready  bool
-	Scope  string
+	Prefix    netip.Prefix
+	Source    string
+	Ready     bool
+	Scope     string
+	Lifecycle string
 }
 
 // Address is one allocated address and the namespace holding it
@@ -147,7 +165,7 @@ func Compute(m model.Name, ranges []Range, addrs []Address) (*Usage, error) {
 			return nil, fmt.Errorf("%s: %w", r.Source, err)
 		}
 		m := &measured{rng: rng, ns: map[string]uint64{}, out: CIDR{
-			Family: familyOf(r.Prefix.Addr()), Prefix: r.Prefix, Source: r.Source, Ready: r.Ready, Scope: r.Scope,
+			Family: familyOf(r.Prefix.Addr()), Prefix: r.Prefix, Source: r.Source, Ready: r.Ready, Scope: r.Scope, Lifecycle: r.Lifecycle,
 			Static:  Band{Size: rng.StaticSize()},
 			Dynamic: Band{Size: rng.Size() - rng.StaticSize()},
 		}}
@@ -156,15 +174,7 @@ func Compute(m model.Name, ranges []Range, addrs []Address) (*Usage, error) {
 		}
 		cidrs = append(cidrs, m)
 	}
-	slices.SortStableFunc(cidrs, func(a, b *measured) int {
-		if c := cmp.Compare(a.out.Family, b.out.Family); c != 0 {
-			return c
-		}
-		if c := a.out.Prefix.Addr().Compare(b.out.Prefix.Addr()); c != 0 {
-			return c
-		}
-		return cmp.Compare(a.out.Prefix.Bits(), b.out.Prefix.Bits())
-	})
+	slices.SortStableFunc(cidrs, func(a, b *measured) int { return compareCIDRs(&a.out, &b.out) })
 
 	families := map[string]*Family{}
 	family := func(name string) *Family {
@@ -204,6 +214,9 @@ func Compute(m model.Name, ranges []Range, addrs []Address) (*Usage, error) {
 				m.out.Dynamic.Used++
 			}
 			m.ns[ns]++
+			if ns != NoNamespace {
+				m.out.Services++
+			}
 		}
 		if inside {
 			f.Used++
@@ -231,6 +244,17 @@ func Compute(m model.Name, ranges []Range, addrs []Address) (*Usage, error) {
 		}
 	}
 	return usage, nil
+}
+
+// compareCIDRs orders CIDRs by family (IPv4 first), then prefix.
+func compareCIDRs(a, b *CIDR) int {
+	if c := cmp.Compare(a.Family, b.Family); c != 0 {
+		return c
+	}
+	if c := a.Prefix.Addr().Compare(b.Prefix.Addr()); c != 0 {
+		return c
+	}
+	return cmp.Compare(a.Prefix.Bits(), b.Prefix.Bits())
 }
 
 func familyOf(ip netip.Addr) string {

@@ -27,12 +27,13 @@ func TestComputeBands(t *testing.T) {
 	in = append(in, addrs("b", "10.0.0.2", "10.0.0.200")...)
 	in = append(in, addrs("", "10.0.0.100")...)
 	in = append(in, addrs("c", "10.9.9.9")...) // outside every CIDR
-	u, err := Compute(model.IPAddress, []Range{{Prefix: netip.MustParsePrefix("10.0.0.0/24"), Source: "ServiceCIDR/kubernetes", Ready: true}}, in)
+	u, err := Compute(model.IPAddress, []Range{{Prefix: netip.MustParsePrefix("10.0.0.0/24"), Source: "ServiceCIDR/kubernetes", Ready: true, Lifecycle: "draining"}}, in)
 	if err != nil {
 		t.Fatal(err)
 	}
 	want := CIDR{
 		Family: IPv4, Prefix: netip.MustParsePrefix("10.0.0.0/24"), Source: "ServiceCIDR/kubernetes", Ready: true,
+		Lifecycle: "draining", Services: 6, // the address of no namespace is held by no Service
 		First: netip.MustParseAddr("10.0.0.1"), Last: netip.MustParseAddr("10.0.0.254"),
 		Static: Band{Size: 16, Used: 3}, Dynamic: Band{Size: 238, Used: 4},
 		Namespaces: []NamespaceCount{{"a", 4}, {"b", 2}, {NoNamespace, 1}},

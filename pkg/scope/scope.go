@@ -134,7 +134,7 @@ func Validate(annotations map[string]string, path *field.Path) field.ErrorList {
 	for k := range annotations {
 		if strings.HasPrefix(k, Prefix) {
 			keys = append(keys, k)
-		} else if err := nearMiss(k, path); err != nil {
+		} else if err := MisspelledPrefix(k, Prefix, "scope", path); err != nil {
 			errs = append(errs, err)
 		}
 	}
@@ -174,19 +174,23 @@ func Validate(annotations map[string]string, path *field.Path) field.ErrorList {
 	return errs
 }
 
-// maxPrefixTypos is how many single-character edits away from Prefix's
+// maxPrefixTypos is how many single-character edits away from a prefix's
 // domain an annotation's prefix is taken for a misspelling of it.
 const maxPrefixTypos = 3
 
-// nearMiss refuses annotation key k when its prefix is within
-// maxPrefixTypos edits of Prefix but is not Prefix.
-func nearMiss(k string, path *field.Path) *field.Error {
+// MisspelledPrefix refuses annotation key k when its prefix is within
+// maxPrefixTypos edits of prefix (an annotation prefix ending in "/") but
+// is not prefix; what names the family in the message ("scope"). The
+// annotation families of a ServiceCIDR (this package's, pkg/lifecycle's)
+// change what it serves, so a misspelled one must not be stored silently
+// as an annotation nobody reads.
+func MisspelledPrefix(k, prefix, what string, path *field.Path) *field.Error {
 	domain, name, ok := strings.Cut(k, "/")
-	want := strings.TrimSuffix(Prefix, "/")
+	want := strings.TrimSuffix(prefix, "/")
 	if !ok || domain == want || editDistance(domain, want) > maxPrefixTypos {
 		return nil
 	}
-	return field.Invalid(path.Key(k), k, fmt.Sprintf("annotation prefix %q is not the scope prefix %q: did you mean %s?", domain+"/", Prefix, Prefix+name))
+	return field.Invalid(path.Key(k), k, fmt.Sprintf("annotation prefix %q is not the %s prefix %q: did you mean %s?", domain+"/", what, prefix, prefix+name))
 }
 
 // editDistance is the Levenshtein distance between a and b, in bytes.

@@ -364,7 +364,8 @@ func (a *Allocator) staticError(svc *corev1.Service, families int, addr netip.Ad
 			err = allocation.ErrMismatchedNetwork
 		}
 		fallthrough
-	case errors.Is(err, allocation.ErrAllocated), errors.As(err, new(*allocation.OutOfScopeError)):
+	case errors.Is(err, allocation.ErrAllocated), errors.As(err, new(*allocation.OutOfScopeError)),
+		errors.As(err, new(*allocation.DrainingError)):
 		return apierrors.NewInvalid(serviceKind, svc.Name, field.ErrorList{
 			field.Invalid(clusterIPsPath, shown,
 				fmt.Sprintf("failed to allocate IP %s: %v", addr, err))})

@@ -158,6 +158,13 @@ func (a *Allocator) AllocateNext(ctx context.Context, owner allocation.Owner) (n
 		case err != nil:
 			return netip.Addr{}, err
 		}
+		if !a.ip.TakesDynamic(ip) {
+			// The window's ServiceCIDR is manual-only or draining
+			// (pkg/lifecycle), which the bitmap does not know: the
+			// address comes from the ServiceCIDRs outside it.
+			a.undoBit(ctx, ip)
+			return a.ip.AllocateNextOutside(ctx, owner, a.window)
+		}
 		err = a.ip.Allocate(ctx, ip, owner)
 		switch {
 		case err == nil:
@@ -169,9 +176,10 @@ func (a *Allocator) AllocateNext(ctx context.Context, owner allocation.Owner) (n
 			// being deleted): allocate from the ServiceCIDRs that are.
 			a.undoBit(ctx, ip)
 			return a.ip.AllocateNextOutside(ctx, owner, a.window)
-		case errors.As(err, new(*allocation.OutOfScopeError)):
-			// The Service's scope keeps it out of the window's ServiceCIDR:
-			// its address comes from the scoped ServiceCIDRs outside it.
+		case errors.As(err, new(*allocation.OutOfScopeError)), errors.As(err, new(*allocation.DrainingError)):
+			// The Service's scope keeps it out of the window's ServiceCIDR,
+			// or the ServiceCIDR began draining since TakesDynamic: the
+			// address comes from the ServiceCIDRs outside it.
 			a.undoBit(ctx, ip)
 			return a.ip.AllocateNextOutside(ctx, owner, a.window)
 		default:

@@ -100,7 +100,8 @@ type Allocator struct {
 	ranges []*cidrRange
 	lookup rangeLookup
 	// fullBefore is a position in ranges before which every range is
-	// full: a pick over all of them starts there. Ranges fill in order, and
+	// full or takes no dynamic pick (its lifecycle): a pick over all of
+	// them starts there. Ranges fill in order, and
 	// at 90% fill of a thousand ServiceCIDRs asking each full one in turn
 	// was the one cost of a create that grew with the fill. markLocked
 	// lowers it when it frees an address of an earlier range;

@@ -10,6 +10,7 @@ import (
 	networkingv1 "k8s.io/api/networking/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
+	"github.com/allocator/allocator/pkg/lifecycle"
 	"github.com/allocator/allocator/pkg/model"
 	"github.com/allocator/allocator/pkg/scope"
 	"github.com/allocator/allocator/pkg/subrange"
@@ -42,10 +43,12 @@ type activeRange struct {
 }
 
 // carrier is a ready ServiceCIDR carrying a range; scope is nil when the
-// ServiceCIDR is unscoped.
+// ServiceCIDR is unscoped; mode is its lifecycle (pkg/lifecycle), which
+// new allocations it takes.
 type carrier struct {
 	name  string
 	scope *scope.Scope
+	mode  lifecycle.Mode
 }
 
 // IsReady reports whether cidr may serve new allocations: it is not being
@@ -108,7 +111,10 @@ func changeConcerns(old, obj any, ipv6 bool) bool {
 // position of the first of them and appears once, with each of them as a
 // carrier. A ServiceCIDR whose scope annotations do not parse (written by a
 // server that does not validate them) is refused whole: serving it unscoped
-// would hand its addresses to Services it was meant to keep out.
+// would hand its addresses to Services it was meant to keep out. One whose
+// lifecycle annotations do not parse is served as draining
+// (lifecycle.Parse): its Services keep their addresses, and it hands out no
+// new one.
 func selectRanges(cidrs []*networkingv1.ServiceCIDR, ipv6 bool) ([]activeRange, []RefusedCIDR) {
 	sorted := slices.Clone(cidrs)
 	slices.SortFunc(sorted, func(a, b *networkingv1.ServiceCIDR) int {
@@ -125,6 +131,7 @@ func selectRanges(cidrs []*networkingv1.ServiceCIDR, ipv6 bool) ([]activeRange, 
 			continue
 		}
 		sco, scopeErr := scope.Parse(sc.Annotations)
+		mode, _ := lifecycle.Parse(sc.Annotations) // an invalid value reads as Draining
 		for _, s := range sc.Spec.CIDRs {
 			prefix, err := subrange.ParsePrefix(s)
 			if err != nil {
@@ -139,7 +146,7 @@ func selectRanges(cidrs []*networkingv1.ServiceCIDR, ipv6 bool) ([]activeRange, 
 				continue
 			}
 			if i, ok := seen[prefix]; ok {
-				out[i].carriers = append(out[i].carriers, carrier{name: sc.Name, scope: sco})
+				out[i].carriers = append(out[i].carriers, carrier{name: sc.Name, scope: sco, mode: mode})
 				continue
 			}
 			rng, err := subrange.New(prefix, model.IPAddress)
@@ -149,7 +156,7 @@ func selectRanges(cidrs []*networkingv1.ServiceCIDR, ipv6 bool) ([]activeRange, 
 			}
 			seen[prefix] = len(out)
 			out = append(out, activeRange{rng: rng, created: sc.CreationTimestamp, name: sc.Name,
-				carriers: []carrier{{name: sc.Name, scope: sco}}})
+				carriers: []carrier{{name: sc.Name, scope: sco, mode: mode}}})
 		}
 	}
 	return out, refused

@@ -49,7 +49,7 @@ func (a *Allocator) Allocate(ctx context.Context, ip netip.Addr, owner allocatio
 		a.mu.Unlock()
 		return allocation.ErrMismatchedNetwork
 	}
-	if err := a.checkScopeLocked(ip, routed, nsLabels, svcLabels); err != nil {
+	if err := a.checkNewLocked(ip, owner, routed, nsLabels, svcLabels); err != nil {
 		a.mu.Unlock()
 		return err
 	}
@@ -106,7 +106,7 @@ func (a *Allocator) allocateNext(ctx context.Context, owner allocation.Owner, ex
 	}
 	for collisions := 0; ; {
 		a.mu.Lock()
-		candidates, rt := a.candidatesLocked(routed, nsLabels, svcLabels)
+		candidates, rt := a.candidatesLocked(routed, nsLabels, svcLabels, useDynamic)
 		ip, ok := a.pickLocked(candidates, rt == nil, excluded)
 		if ok && excluded != nil && excluded.Contains(ip) {
 			a.mu.Unlock()
@@ -121,7 +121,7 @@ func (a *Allocator) allocateNext(ctx context.Context, owner allocation.Owner, ex
 		}
 		a.mu.Unlock()
 		if !ok {
-			return netip.Addr{}, a.nothingFree(rt)
+			return netip.Addr{}, a.nothingFree(rt, nsLabels, svcLabels)
 		}
 		err := a.create(ctx, ip, owner)
 		a.finish(ip, err)
@@ -146,10 +146,10 @@ func (a *Allocator) create(ctx context.Context, ip netip.Addr, owner allocation.
 	return err
 }
 
-// pickLocked returns the first candidate of the first of ranges that has a
-// free address. all says ranges are all the served ones (a.ranges), not a
-// scope's: the pick then starts at fullBefore, and moves it past the full
-// ranges it finds before any excluded one.
+// pickLocked returns the first candidate of the first of ranges that takes
+// dynamic picks and has a free address. all says ranges are all the served
+// ones (a.ranges), not a scope's: the pick then starts at fullBefore, and
+// moves it past the full or closed ranges it finds before any excluded one.
 func (a *Allocator) pickLocked(ranges []*cidrRange, all bool, excluded Excluded) (netip.Addr, bool) {
 	start := 0
 	if all {
@@ -157,6 +157,12 @@ func (a *Allocator) pickLocked(ranges []*cidrRange, all bool, excluded Excluded)
 	}
 	for i := start; i < len(ranges); i++ {
 		r := ranges[i]
+		if !r.dynamic {
+			if all {
+				a.fullBefore = i + 1
+			}
+			continue
+		}
 		if excluded != nil && excluded.ContainsPrefix(r.rng.Prefix()) {
 			all = false // not full, perhaps: the hint stops here
 			continue

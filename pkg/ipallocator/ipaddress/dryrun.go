@@ -29,7 +29,7 @@ func (d dryRun) Allocate(ctx context.Context, ip netip.Addr, owner allocation.Ow
 	inRange := ip.IsValid() && ip.Is6() == a.ipv6 && a.containsLocked(ip)
 	var scopeErr error
 	if inRange {
-		scopeErr = a.checkScopeLocked(ip, routed, nsLabels, svcLabels)
+		scopeErr = a.checkNewLocked(ip, owner, routed, nsLabels, svcLabels)
 	}
 	busy := a.inflight[ip] != nil
 	var first string
@@ -72,7 +72,7 @@ func (d dryRun) AllocateNext(ctx context.Context, owner allocation.Owner) (netip
 		return netip.Addr{}, fmt.Errorf("dry-run allocate next: %w", err)
 	}
 	a.mu.Lock()
-	candidates, rt := a.candidatesLocked(routed, nsLabels, svcLabels)
+	candidates, rt := a.candidatesLocked(routed, nsLabels, svcLabels, useDynamic)
 	ip, ok := a.pickLocked(candidates, rt == nil, nil)
 	a.mu.Unlock()
 	switch {
@@ -81,7 +81,7 @@ func (d dryRun) AllocateNext(ctx context.Context, owner allocation.Owner) (netip
 	case rt == nil:
 		return netip.Addr{}, a.fullError()
 	default:
-		return netip.Addr{}, a.nothingFree(rt)
+		return netip.Addr{}, a.nothingFree(rt, nsLabels, svcLabels)
 	}
 }
 

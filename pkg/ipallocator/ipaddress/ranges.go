@@ -14,6 +14,9 @@ import (
 type cidrRange struct {
 	activeRange
 	index *FreeIndex
+	// dynamic: some carrier takes dynamic picks (its lifecycle is
+	// automatic); every pick passes over a range without one.
+	dynamic bool
 }
 
 // rangeLookup finds the served ranges whose prefix holds an address by the

@@ -38,7 +38,8 @@ type route struct {
 	// fallback: matched is not empty and every one of them falls back to
 	// the unscoped ranges, which follow in ranges.
 	fallback bool
-	// allowed names every ServiceCIDR behind ranges, for messages.
+	// allowed names every ServiceCIDR behind ranges that takes the use,
+	// for messages.
 	allowed []string
 }
 
@@ -63,11 +64,14 @@ func (a *Allocator) scopeLabels(ctx context.Context, owner allocation.Owner) (ns
 }
 
 // routeLocked computes the route of a Service in a namespace with nsLabels
-// and its own svcLabels: the ranges of the scoped ServiceCIDRs it is in,
-// highest priority first (then in allocation order); after them the
+// and its own svcLabels for use u: the ranges of the scoped ServiceCIDRs it
+// is in, highest priority first (then in allocation order); after them the
 // unscoped ranges, when it is in no scope or every scope it is in falls
-// back. A Service in no scope never takes a scoped range's address.
-func (a *Allocator) routeLocked(nsLabels, svcLabels labels.Set) route {
+// back. A Service in no scope never takes a scoped range's address. A
+// ServiceCIDR whose lifecycle refuses u (lifecycle.go) brings no range to
+// the route; it still counts for the scopes the Service is in, so closing a
+// scope's ServiceCIDRs never lets its Services spill elsewhere.
+func (a *Allocator) routeLocked(nsLabels, svcLabels labels.Set, u use) route {
 	type hit struct {
 		r        *cidrRange
 		priority int
@@ -87,6 +91,10 @@ func (a *Allocator) routeLocked(nsLabels, svcLabels labels.Set) route {
 				continue
 			}
 			rt.matched = append(rt.matched, c.name)
+			if !c.takes(u) {
+				continue
+			}
+			rt.allowed = append(rt.allowed, c.name)
 			if !in || c.scope.Priority > best {
 				best, in = c.scope.Priority, true
 			}
@@ -101,18 +109,18 @@ func (a *Allocator) routeLocked(nsLabels, svcLabels labels.Set) route {
 		rt.ranges = append(rt.ranges, h.r)
 		taken[h.r] = true
 	}
-	rt.allowed = slices.Clone(rt.matched)
 	if verdict.Unscoped() {
 		rt.fallback = verdict.In
 		for _, r := range a.unscoped {
-			if taken[r] {
-				continue
-			}
-			rt.ranges = append(rt.ranges, r)
+			open := false
 			for _, c := range r.carriers {
-				if c.scope == nil {
+				if c.scope == nil && c.takes(u) {
 					rt.allowed = append(rt.allowed, c.name)
+					open = true
 				}
+			}
+			if open && !taken[r] {
+				rt.ranges = append(rt.ranges, r)
 			}
 		}
 	}
@@ -128,11 +136,13 @@ func sortedUnique(names []string) []string {
 
 // splitScopesLocked sorts the served ranges into the unscoped ones (some
 // carrier is unscoped) and the scoped ones (some carrier is scoped), in
-// allocation order; a range carried both ways is in both.
+// allocation order; a range carried both ways is in both. It marks the
+// ranges that take dynamic picks.
 func (a *Allocator) splitScopesLocked() {
 	a.unscoped, a.scopedRanges = a.unscoped[:0], a.scopedRanges[:0]
 	for _, r := range a.ranges {
 		scoped, unscoped := false, false
+		r.dynamic = slices.ContainsFunc(r.carriers, func(c carrier) bool { return c.mode.Dynamic() })
 		for _, c := range r.carriers {
 			if c.scope == nil {
 				unscoped = true
@@ -150,18 +160,26 @@ func (a *Allocator) splitScopesLocked() {
 	a.hasScopes.Store(len(a.scopedRanges) > 0)
 }
 
-// candidatesLocked returns the ranges a request may take addresses from:
-// its route when routed, every served range otherwise.
-func (a *Allocator) candidatesLocked(routed bool, nsLabels, svcLabels labels.Set) ([]*cidrRange, *route) {
+// candidatesLocked returns the ranges a request for use u may take
+// addresses from: its route when routed, every served range otherwise
+// (which pickLocked narrows to those that take dynamic picks).
+func (a *Allocator) candidatesLocked(routed bool, nsLabels, svcLabels labels.Set, u use) ([]*cidrRange, *route) {
 	if !routed || len(a.scopedRanges) == 0 {
 		return a.ranges, nil
 	}
-	rt := a.routeLocked(nsLabels, svcLabels)
+	rt := a.routeLocked(nsLabels, svcLabels, u)
 	return rt.ranges, &rt
 }
 
-// nothingFree is the error of a dynamic request that found no candidate.
-func (a *Allocator) nothingFree(rt *route) error {
+// nothingFree is the error of a dynamic request that found no candidate;
+// rt is its route (nil when not routed), nsLabels and svcLabels what it
+// was routed on.
+func (a *Allocator) nothingFree(rt *route, nsLabels, svcLabels labels.Set) error {
+	if rt != nil {
+		if err := a.closedError(nsLabels, svcLabels); err != nil {
+			return err
+		}
+	}
 	a.mu.Lock()
 	served := len(a.ranges)
 	var scoped []string
@@ -187,33 +205,43 @@ func (a *Allocator) nothingFree(rt *route) error {
 	}
 }
 
-// fullError is ErrFull when every unscoped range of the family is full, with
-// a hint naming their ServiceCIDRs and what makes room (none when no
+// fullError is ErrFull when no unscoped range of the family has an address
+// for a dynamic pick, with a hint naming their ServiceCIDRs, which are full
+// and which are closed by their lifecycle, and what makes room (none when no
 // unscoped range is served).
 func (a *Allocator) fullError() error {
 	a.mu.Lock()
-	var full []string
-	for _, r := range a.ranges {
-		for _, c := range r.carriers {
-			if c.scope == nil {
-				full = append(full, fmt.Sprintf("%q (%s)", c.name, r.rng.Prefix()))
-			}
-		}
-	}
+	full, closed := a.notesLocked(a.ranges, func(c carrier) bool { return c.scope == nil })
 	a.mu.Unlock()
+	if len(closed) > 0 {
+		return a.closedHint(full, closed)
+	}
 	if len(full) == 0 {
 		return allocation.ErrFull
 	}
-	slices.Sort(full)
 	return allocation.NewFullError(fmt.Sprintf("the %s ServiceCIDRs that serve this Service have no free address: %s; "+
 		"add a ServiceCIDR for more addresses, or delete Services no longer needed; `kubectl allocator status` shows how full each range is",
 		familyOf(a.ipv6), strings.Join(slices.Compact(full), ", ")))
 }
 
+// checkNewLocked checks a static request for ip (inside a served range)
+// against the lifecycles and then the scopes of its ServiceCIDRs, when it
+// is a new allocation (owner.Scoped): a re-mark of a stored address is never
+// refused.
+func (a *Allocator) checkNewLocked(ip netip.Addr, owner allocation.Owner, routed bool, nsLabels, svcLabels labels.Set) error {
+	if owner.Scoped == nil {
+		return nil
+	}
+	if err := a.checkDrainingLocked(ip); err != nil {
+		return err
+	}
+	return a.checkScopeLocked(ip, routed, nsLabels, svcLabels)
+}
+
 // checkScopeLocked returns an *allocation.OutOfScopeError when a routed
 // static request asks for ip (inside a served range) outside its route.
 func (a *Allocator) checkScopeLocked(ip netip.Addr, routed bool, nsLabels, svcLabels labels.Set) error {
-	ranges, rt := a.candidatesLocked(routed, nsLabels, svcLabels)
+	ranges, rt := a.candidatesLocked(routed, nsLabels, svcLabels, useStatic)
 	if rt == nil {
 		return nil
 	}

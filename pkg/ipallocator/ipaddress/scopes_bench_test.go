@@ -42,7 +42,7 @@ func BenchmarkRoute(b *testing.B) {
 			b.Run(fmt.Sprintf("scoped=%d/%s", scoped, who.name), func(b *testing.B) {
 				b.ReportAllocs()
 				for b.Loop() {
-					ranges, rt := a.candidatesLocked(true, who.ns, nil)
+					ranges, rt := a.candidatesLocked(true, who.ns, nil, useDynamic)
 					if _, ok := a.pickLocked(ranges, rt == nil, nil); !ok {
 						b.Fatal("no candidate")
 					}

@@ -1,17 +1,20 @@
 package servicecidrs
 
 import (
+	"context"
 	"fmt"
-	statusrest "github.com/allocator/allocator/pkg/registry/status"
-	"github.com/allocator/allocator/pkg/registry/table"
 	"strings"
 
 	networkingv1 "k8s.io/api/networking/v1"
+	metainternalversion "k8s.io/apimachinery/pkg/apis/meta/internalversion"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apiserver/pkg/registry/generic"
 	genericregistry "k8s.io/apiserver/pkg/registry/generic/registry"
 	"k8s.io/apiserver/pkg/storage/names"
+
+	statusrest "github.com/allocator/allocator/pkg/registry/status"
+	"github.com/allocator/allocator/pkg/registry/table"
 )
 
 // REST is the ServiceCIDR storage served as "servicecidrs".
@@ -19,9 +22,11 @@ type REST struct {
 	*genericregistry.Store
 }
 
-// NewREST builds the ServiceCIDR storages.
-func NewREST(scheme *runtime.Scheme, optsGetter generic.RESTOptionsGetter) (*REST, *statusrest.REST, error) {
-	s := strategy{ObjectTyper: scheme, NameGenerator: names.SimpleNameGenerator}
+// NewREST builds the ServiceCIDR storages, with policy added to
+// upstream's rules.
+func NewREST(scheme *runtime.Scheme, optsGetter generic.RESTOptionsGetter, policy Policy) (*REST, *statusrest.REST, error) {
+	extra := &extras{policy: policy}
+	s := strategy{ObjectTyper: scheme, NameGenerator: names.SimpleNameGenerator, extra: extra}
 	store := &genericregistry.Store{
 		NewFunc:                   func() runtime.Object { return &networkingv1.ServiceCIDR{} },
 		NewListFunc:               func() runtime.Object { return &networkingv1.ServiceCIDRList{} },
@@ -37,6 +42,18 @@ func NewREST(scheme *runtime.Scheme, optsGetter generic.RESTOptionsGetter) (*RES
 	}
 	if err := store.CompleteWithOptions(&generic.StoreOptions{RESTOptions: optsGetter, AttrFunc: GetAttrs}); err != nil {
 		return nil, nil, fmt.Errorf("complete servicecidrs store: %w", err)
+	}
+	extra.list = func(ctx context.Context) ([]*networkingv1.ServiceCIDR, error) {
+		obj, err := store.List(ctx, &metainternalversion.ListOptions{})
+		if err != nil {
+			return nil, fmt.Errorf("list servicecidrs: %w", err)
+		}
+		list := obj.(*networkingv1.ServiceCIDRList)
+		out := make([]*networkingv1.ServiceCIDR, len(list.Items))
+		for i := range list.Items {
+			out[i] = &list.Items[i]
+		}
+		return out, nil
 	}
 	statusStore := *store
 	statusStore.UpdateStrategy = statusStrategy{s}

@@ -17,9 +17,11 @@ import (
 	"k8s.io/apimachinery/pkg/util/validation/field"
 	"k8s.io/apiserver/pkg/registry/generic"
 	"k8s.io/apiserver/pkg/storage/names"
+	"k8s.io/klog/v2"
 	netutils "k8s.io/utils/net"
 	"sigs.k8s.io/structured-merge-diff/v6/fieldpath"
 
+	"github.com/allocator/allocator/pkg/lifecycle"
 	"github.com/allocator/allocator/pkg/scope"
 	"github.com/allocator/allocator/pkg/servicecidr"
 )
@@ -27,6 +29,15 @@ import (
 type strategy struct {
 	runtime.ObjectTyper
 	names.NameGenerator
+	// extra is this server's policy and the lister of the overlap
+	// warnings; nil applies upstream's rules alone.
+	extra *extras
+}
+
+// extras is what a strategy adds to upstream's rules.
+type extras struct {
+	policy Policy
+	list   lister
 }
 
 type statusStrategy struct{ strategy }
@@ -94,11 +105,21 @@ func familyOfCIDR(text string) string {
 	}
 }
 
-func (strategy) Validate(ctx context.Context, obj runtime.Object) field.ErrorList {
+func (s strategy) Validate(ctx context.Context, obj runtime.Object) field.ErrorList {
 	sc := obj.(*networkingv1.ServiceCIDR)
 	errs := apimachineryvalidation.ValidateObjectMeta(&sc.ObjectMeta, false, apimachineryvalidation.NameIsDNSSubdomain, field.NewPath("metadata"))
 	errs = append(errs, ValidateCIDRs(sc.Spec.CIDRs)...)
-	return append(errs, validateScope(sc)...)
+	errs = append(errs, s.guardrails().check(sc.Spec.CIDRs, nil)...)
+	errs = append(errs, validateScope(sc)...)
+	return append(errs, lifecycle.Validate(sc.Annotations, annotationsPath)...)
+}
+
+// guardrails returns the server's guardrails (none without a policy).
+func (s strategy) guardrails() Guardrails {
+	if s.extra == nil {
+		return Guardrails{}
+	}
+	return s.extra.policy.Guardrails
 }
 
 var annotationsPath = field.NewPath("metadata", "annotations")
@@ -135,7 +156,9 @@ func (s strategy) ValidateUpdate(ctx context.Context, obj, old runtime.Object) f
 	default:
 		errs = append(errs, field.Invalid(cidrsPath, sc.Spec.CIDRs, apimachineryvalidation.FieldImmutableErrorMsg))
 	}
-	return append(errs, unchangedAllowed(validateScope(sc), sc.Annotations, oldSC.Annotations)...)
+	errs = append(errs, s.guardrails().check(sc.Spec.CIDRs, oldSC.Spec.CIDRs)...)
+	annotationErrs := append(validateScope(sc), lifecycle.Validate(sc.Annotations, annotationsPath)...)
+	return append(errs, unchangedAllowed(annotationErrs, sc.Annotations, oldSC.Annotations)...)
 }
 
 // unchangedAllowed drops the errors on annotations an update keeps as they
@@ -163,11 +186,42 @@ func keptAsItWas(fieldPath string, annotations, old map[string]string) bool {
 	return false
 }
 
-func (strategy) WarningsOnCreate(ctx context.Context, obj runtime.Object) []string      { return nil }
-func (strategy) WarningsOnUpdate(ctx context.Context, obj, old runtime.Object) []string { return nil }
-func (strategy) Canonicalize(obj runtime.Object)                                        {}
-func (strategy) AllowCreateOnUpdate(context.Context) bool                               { return true }
-func (strategy) AllowUnconditionalUpdate(context.Context) bool                          { return true }
+// WarningsOnCreate names the ServiceCIDRs the new one overlaps, and says
+// when its lifecycle annotations have no effect on this server.
+func (s strategy) WarningsOnCreate(ctx context.Context, obj runtime.Object) []string {
+	return s.warnings(ctx, obj.(*networkingv1.ServiceCIDR), nil, false)
+}
+
+// WarningsOnUpdate is WarningsOnCreate for the CIDRs and the lifecycle
+// annotations an update adds or changes: the controllers' updates (the
+// finalizer) warn of nothing.
+func (s strategy) WarningsOnUpdate(ctx context.Context, obj, old runtime.Object) []string {
+	sc, oldSC := obj.(*networkingv1.ServiceCIDR), old.(*networkingv1.ServiceCIDR)
+	return s.warnings(ctx, sc, oldSC.Spec.CIDRs, lifecycle.Same(sc.Annotations, oldSC.Annotations))
+}
+
+func (s strategy) warnings(ctx context.Context, sc *networkingv1.ServiceCIDR, kept []string, sameLifecycle bool) []string {
+	if s.extra == nil {
+		return nil
+	}
+	var out []string
+	if w := s.extra.policy.lifecycleIgnoredWarning(sc); w != "" && !sameLifecycle {
+		out = append(out, w)
+	}
+	if !s.extra.policy.WarnOverlaps || s.extra.list == nil || len(kept) == len(sc.Spec.CIDRs) {
+		return out
+	}
+	others, err := s.extra.list(ctx)
+	if err != nil {
+		klog.FromContext(ctx).V(2).Info("Cannot list ServiceCIDRs for the overlap warning", "err", err)
+		return out
+	}
+	return append(out, overlapWarnings(sc, kept, others)...)
+}
+
+func (strategy) Canonicalize(obj runtime.Object)               {}
+func (strategy) AllowCreateOnUpdate(context.Context) bool      { return true }
+func (strategy) AllowUnconditionalUpdate(context.Context) bool { return true }
 
 func (strategy) GetResetFields() map[fieldpath.APIVersion]*fieldpath.Set {
 	return map[fieldpath.APIVersion]*fieldpath.Set{
@@ -177,6 +231,11 @@ func (strategy) GetResetFields() map[fieldpath.APIVersion]*fieldpath.Set {
 
 func (statusStrategy) PrepareForUpdate(ctx context.Context, obj, old runtime.Object) {
 	obj.(*networkingv1.ServiceCIDR).Spec = old.(*networkingv1.ServiceCIDR).Spec
+}
+
+// WarningsOnUpdate: a status write changes neither CIDRs nor annotations.
+func (statusStrategy) WarningsOnUpdate(ctx context.Context, obj, old runtime.Object) []string {
+	return nil
 }
 
 func (statusStrategy) ValidateUpdate(ctx context.Context, obj, old runtime.Object) field.ErrorList {
