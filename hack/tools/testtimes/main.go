@@ -1,6 +1,7 @@
-// Command testtimes reads `go test -json` on stdin, prints the test output
-// as plain go test would, and ends with the slowest packages and top-level
-// tests, so that a CI log says where the time of a run went.
+// Command testtimes reads `go test -json` on stdin, prints what plain (not
+// -v) go test would: a line per package, and the output of every test and
+// package that failed; then it ends with the slowest packages and
+// top-level tests, so that a CI log says where the time of a run went.
 //
 //	go test -json ./... | go run ./hack/tools/testtimes -top 15
 //
@@ -54,6 +55,9 @@ func main() {
 func summarize(r io.Reader, w io.Writer, top int) (bool, error) {
 	var packages, tests []timing
 	failed := false
+	// held is the output of each test, and of each package outside its
+	// tests (key: package and ""), until it ends: printed if it failed.
+	held := map[[2]string][]string{}
 	sc := bufio.NewScanner(r)
 	sc.Buffer(make([]byte, 0, 64*1024), 16*1024*1024)
 	for sc.Scan() {
@@ -65,10 +69,30 @@ func summarize(r io.Reader, w io.Writer, top int) (bool, error) {
 			failed = true
 			continue
 		}
+		key := [2]string{e.Package, e.Test}
 		switch e.Action {
 		case "output":
-			fmt.Fprint(w, e.Output)
-		case "pass", "fail":
+			held[key] = append(held[key], e.Output)
+		case "pass", "fail", "skip":
+			out := held[key]
+			delete(held, key)
+			switch {
+			case e.Action == "fail":
+				for _, line := range out {
+					fmt.Fprint(w, line)
+				}
+			case e.Test == "":
+				// A package that passed or has no tests: its summary
+				// line, as plain go test prints it.
+				for _, line := range out {
+					if strings.HasPrefix(line, "ok ") || strings.HasPrefix(line, "?   ") {
+						fmt.Fprint(w, line)
+					}
+				}
+			}
+			if e.Action == "skip" {
+				continue
+			}
 			t := timing{seconds: e.Elapsed, failed: e.Action == "fail"}
 			failed = failed || t.failed
 			switch {
@@ -79,6 +103,13 @@ func summarize(r io.Reader, w io.Writer, top int) (bool, error) {
 				t.name = e.Package + " " + e.Test
 				tests = append(tests, t)
 			}
+		}
+	}
+	// Output of a test binary that died (a panic, a timeout) before it
+	// reported an end.
+	for _, out := range held {
+		for _, line := range out {
+			fmt.Fprint(w, line)
 		}
 	}
 	if err := sc.Err(); err != nil {

@@ -15,7 +15,7 @@ func TestSummarize(t *testing.T) {
 		wantFailed bool
 		want       string
 	}{{
-		name: "passing run: output kept, slowest first, subtests left out",
+		name: "passing run: the package lines only, slowest first, subtests left out",
 		in: `{"Action":"run","Package":"p","Test":"TestA"}
 {"Action":"output","Package":"p","Test":"TestA","Output":"=== RUN   TestA\n"}
 {"Action":"pass","Package":"p","Test":"TestA/sub","Elapsed":9}
@@ -23,18 +23,26 @@ func TestSummarize(t *testing.T) {
 {"Action":"pass","Package":"p","Test":"TestB","Elapsed":3}
 {"Action":"output","Package":"p","Output":"ok  \tp\t4.6s\n"}
 {"Action":"pass","Package":"p","Elapsed":4.6}
+{"Action":"output","Package":"q","Output":"?   \tq\t[no test files]\n"}
+{"Action":"skip","Package":"q"}
 `,
-		want: "=== RUN   TestA\nok  \tp\t4.6s\n" +
+		want: "ok  \tp\t4.6s\n?   \tq\t[no test files]\n" +
 			"\nslowest packages:\n     4.6s  p\n" +
 			"\nslowest tests:\n     3.0s  p TestB\n     1.5s  p TestA\n",
 	}, {
-		name: "a failed test fails the run and is marked",
-		in: `{"Action":"fail","Package":"p","Test":"TestA","Elapsed":2}
+		name: "a failed test fails the run, is marked, and its output and its package's are printed",
+		in: `{"Action":"output","Package":"p","Test":"TestA","Output":"=== RUN   TestA\n"}
+{"Action":"output","Package":"p","Test":"TestA","Output":"    a_test.go:9: boom\n"}
+{"Action":"output","Package":"p","Test":"TestB","Output":"=== RUN   TestB\n"}
+{"Action":"pass","Package":"p","Test":"TestB","Elapsed":0}
+{"Action":"fail","Package":"p","Test":"TestA","Elapsed":2}
+{"Action":"output","Package":"p","Output":"FAIL\tp\t2.1s\n"}
 {"Action":"fail","Package":"p","Elapsed":2.1}
 `,
 		wantFailed: true,
-		want: "\nslowest packages:\n     2.1s  p (failed)\n" +
-			"\nslowest tests:\n     2.0s  p TestA (failed)\n",
+		want: "=== RUN   TestA\n    a_test.go:9: boom\nFAIL\tp\t2.1s\n" +
+			"\nslowest packages:\n     2.1s  p (failed)\n" +
+			"\nslowest tests:\n     2.0s  p TestA (failed)\n     0.0s  p TestB\n",
 	}, {
 		name:       "a build failure printed as text fails the run",
 		in:         "# p\n./x.go:1: syntax error\n",
