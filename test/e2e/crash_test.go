@@ -35,6 +35,7 @@ import (
 // stored Service holds reserved for it, and every acknowledged create stored
 // with what it was acknowledged with.
 func TestKillMidWriteEmbeddedEtcd(t *testing.T) {
+	t.Parallel()
 	bin := buildBinary(t)
 	for _, m := range []model.Name{model.Bitmap, model.IPAddress} {
 		t.Run(string(m), func(t *testing.T) {

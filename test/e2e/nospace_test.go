@@ -16,7 +16,7 @@ import (
 	"github.com/allocator/allocator/pkg/report"
 )
 
-// Issue 20, "what operators live through": etcd runs out of space.
+// What operators live through: etcd runs out of space.
 //
 // An etcd whose database reaches its quota raises the NOSPACE alarm and
 // refuses every write that adds data ("mvcc: database space exceeded")
@@ -50,6 +50,9 @@ const (
 	spaceExceeded = "database space exceeded"
 )
 
+// TestEtcdOutOfSpace runs alone, not in parallel with the other e2e tests:
+// it must fill etcd's quota within 90 s, a write rate their load would take
+// from it.
 func TestEtcdOutOfSpace(t *testing.T) {
 	if testing.Short() {
 		t.Skip("starts server processes and fills an etcd")

@@ -12,7 +12,7 @@ import (
 	"github.com/allocator/allocator/internal/etcdtest"
 )
 
-// Issue 20, "what operators live through": etcd restored from a snapshot
+// What operators live through: etcd restored from a snapshot
 // under load.
 //
 // TestEtcdRestoredUnderLoad runs three replicas of one model on one etcd
@@ -51,6 +51,7 @@ type restoreScenario struct {
 }
 
 func TestEtcdRestoredUnderLoad(t *testing.T) {
+	t.Parallel()
 	if testing.Short() {
 		t.Skip("starts server processes and restores an etcd under them")
 	}

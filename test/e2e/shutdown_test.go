@@ -31,6 +31,7 @@ import (
 // Service: the releases of deletes in flight went through the server's own
 // API after it had stopped serving.
 func TestSIGTERMDuringDeletes(t *testing.T) {
+	t.Parallel()
 	bin := buildBinary(t)
 	for _, model := range []string{"bitmap", "ipaddress"} {
 		t.Run(model, func(t *testing.T) {

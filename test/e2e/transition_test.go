@@ -54,6 +54,7 @@ const transitionRange = "10.0.0.0/21"
 var transitionServeArgs = []string{"--service-cluster-ip-range", transitionRange}
 
 func TestTransition(t *testing.T) {
+	t.Parallel()
 	if testing.Short() {
 		t.Skip("starts many server processes")
 	}

@@ -23,7 +23,7 @@ import (
 	"github.com/allocator/allocator/pkg/transition"
 )
 
-// Issue 20, "what operators live through": a rolling upgrade of our own
+// What operators live through: a rolling upgrade of our own
 // replicas, and its rollback.
 //
 // TestRollingUpgrade builds the previous version of this server from git
@@ -57,6 +57,7 @@ import (
 const upgradeRange = "10.0.0.0/21"
 
 func TestRollingUpgrade(t *testing.T) {
+	t.Parallel()
 	if testing.Short() {
 		t.Skip("builds the previous version and starts many server processes")
 	}

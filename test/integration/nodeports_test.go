@@ -207,7 +207,7 @@ func TestNodePorts(t *testing.T) {
 		expectHeld(t, ctx, s.etcd)
 	})
 
-	// Issue 17 item 1: a node port is never given twice within one Service.
+	// A node port is never given twice within one Service.
 	// The health-check port is held by the Service but is not one of its
 	// ports' node ports, so a port asking for it must be refused as taken.
 	t.Run("a port asking for the health check port is refused", func(t *testing.T) {
