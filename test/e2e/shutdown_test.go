@@ -27,9 +27,8 @@ import (
 // TestSIGTERMDuringDeletes stops a replica with SIGTERM while deletes are
 // in flight and reads etcd right after it exits, before any repair: every
 // cluster IP (bit or IPAddress) and node port still held belongs to a
-// Service still stored. Issue 20 saw 7 IPAddresses left without their
-// Service: the releases of deletes in flight went through the server's own
-// API after it had stopped serving.
+// Service still stored: the releases of deletes in flight must not depend
+// on the server's own API, which has stopped serving by then.
 func TestSIGTERMDuringDeletes(t *testing.T) {
 	t.Parallel()
 	bin := buildBinary(t)
