@@ -14,6 +14,26 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 . hack/lib/unit-packages.sh
 
+# phase NAME: prints the wall and CPU time (this script's children, user +
+# system) the previous phase took, then NAME, so the log says where a run's
+# time went.
+phase_start=$SECONDS
+phase_cpu=0
+ticks=$(getconf CLK_TCK)
+phase() {
+  local stat cpu
+  # This shell's waited-for children's user and system time (fields 16 and
+  # 17 of /proc/PID/stat, after the command name), read without a subshell.
+  read -r stat </proc/$$/stat
+  read -ra stat <<<"${stat##*) }"
+  cpu=$(( (stat[13] + stat[14]) / ticks ))
+  if [ -n "${phase_name:-}" ]; then
+    echo "-- ${phase_name}: $((SECONDS - phase_start)) s, $((cpu - phase_cpu)) CPU-s"
+  fi
+  phase_name=$1 phase_start=$SECONDS phase_cpu=$cpu
+  [ "$1" = end ] || echo "== $1"
+}
+
 case "${1:-}" in
 unit)
   packages=$(unit_packages)
@@ -39,34 +59,35 @@ go)
   # runs under the detector in every run, the integration tier when asked.
   race=()
   if [ "${RACE:-0}" = 1 ]; then race=(-race); fi
-  echo "== go test -race: the unit tier"
+  phase "go test -race: the unit tier"
   # shellcheck disable=SC2086 # one argument per package
   go test -race -count=1 -parallel 8 -timeout 20m -json $unit 2>&1 | "$tmp/testtimes" -top 10
-  echo "== go test${race[*]:+ ${race[*]}}: the integration tier"
-  # The integration tests mostly wait on servers, timers and etcd: four of
-  # a package's parallel tests at once.
+  phase "go test${race[*]:+ ${race[*]}}: the integration tier"
+  # The integration tests mostly wait on servers, timers and etcd: three
+  # packages, and four of a package's parallel tests, at once.
   # shellcheck disable=SC2086 # one argument per package
-  go test "${race[@]}" -count=1 -parallel 4 -timeout 30m -json $integration 2>&1 | "$tmp/testtimes" -top 20
+  go test "${race[@]}" -count=1 -p 3 -parallel 4 -timeout 30m -json $integration 2>&1 | "$tmp/testtimes" -top 20
+  phase end
   exit
   ;;
 esac
 
-echo "== gofmt"
+phase "gofmt"
 unformatted=$(gofmt -l $(git ls-files '*.go' 2>/dev/null || find . -name '*.go'))
 if [ -n "$unformatted" ]; then
   echo "gofmt would change:"; echo "$unformatted"; exit 1
 fi
 
-echo "== tracked files under 1 MB (build outputs belong in .gitignore)"
+phase "tracked files under 1 MB (build outputs belong in .gitignore)"
 big=$(git ls-files -z 2>/dev/null | xargs -0 -r stat -c '%s %n' 2>/dev/null | awk '$1 > 1048576 {print $2 " (" $1 " bytes)"}')
 if [ -n "$big" ]; then
   echo "tracked files over 1 MB:"; echo "$big"; exit 1
 fi
 
-echo "== go vet"
+phase "go vet"
 go vet ./...
 
-echo "== staticcheck"
+phase "staticcheck"
 # hack/tools.mod pins staticcheck (a tool directive), so `go tool` builds
 # it from the module proxy: nothing is installed by hand. It is a modfile of
 # its own because staticcheck's requirements would otherwise raise the
@@ -77,23 +98,24 @@ checked=$(go list ./... | grep -v '/pkg/generated/')
 # shellcheck disable=SC2086 # one argument per package
 go tool -modfile=hack/tools.mod staticcheck $checked
 
-echo "== file and function sizes"
+phase "file and function sizes"
 hack/verify-size.sh
 
-echo "== go test, in a fresh copy of the working tree (nothing beside it)"
+phase "go test, in a fresh copy of the working tree (nothing beside it)"
 log=$(mktemp)
 trap 'rm -f "$log"' EXIT
 hack/fresh-clone.sh hack/test.sh go 2>&1 | tee "$log"
 passed=$(grep -c '^ok ' "$log" || true)
 
-echo "== fuzz (short runs of every fuzz target)"
+phase "fuzz (short runs of every fuzz target)"
 # Each target's seed corpus already ran in go test; this is a short search.
 hack/fuzz.sh "${FUZZTIME:-5s}"
 
-echo "== verify generated code"
+phase "verify generated code"
 hack/verify-codegen.sh
 
-echo "== e2e (allocator serve + kubectl)"
+phase "e2e (allocator serve + kubectl)"
 hack/e2e.sh
 
+phase end
 echo "packages: ${passed} passed, 0 failed"
