@@ -5,6 +5,8 @@ import (
 	"errors"
 	"fmt"
 	"net/netip"
+	"slices"
+	"strings"
 	"sync"
 	"time"
 
@@ -134,7 +136,10 @@ func Run(ctx context.Context, cfg Config) (*Result, error) {
 	}
 	r := &runner{cfg: cfg, client: cfg.Client, recs: map[string]*corev1.Service{},
 		res: &Result{From: cfg.From, To: cfg.To, DryRun: cfg.DryRun, Moves: []Move{}, Problems: []string{}}}
-	defer func() { r.res.Duration = time.Since(start) }()
+	defer func() {
+		r.res.Duration = time.Since(start)
+		slices.SortStableFunc(r.res.Moves, func(a, b Move) int { return strings.Compare(a.Key(), b.Key()) })
+	}()
 	from, err := r.readFrom(ctx)
 	if err != nil {
 		return nil, err
