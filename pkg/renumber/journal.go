@@ -83,6 +83,7 @@ type Journal struct {
 	mu      sync.Mutex
 	f       *os.File
 	pending map[string]Entry // by Key
+	cut     bool             // the file ends in a line cut short
 }
 
 // OpenJournal opens (creating it when absent) the journal at path and reads
@@ -96,6 +97,13 @@ func OpenJournal(path string) (*Journal, error) {
 	if err := j.read(); err != nil {
 		f.Close()
 		return nil, err
+	}
+	if j.cut {
+		// Start the next record on a line of its own.
+		if _, err := f.Write([]byte("\n")); err != nil {
+			f.Close()
+			return nil, fmt.Errorf("write journal %s: %w", path, err)
+		}
 	}
 	return j, nil
 }
@@ -137,12 +145,7 @@ func (j *Journal) read() error {
 		}
 		j.apply(e)
 	}
-	if len(data) > 0 && data[len(data)-1] != '\n' {
-		// Start the next record on a line of its own.
-		if _, err := j.f.Write([]byte("\n")); err != nil {
-			return fmt.Errorf("write journal %s: %w", j.path, err)
-		}
-	}
+	j.cut = len(data) > 0 && data[len(data)-1] != '\n'
 	return nil
 }
 
