@@ -2,6 +2,7 @@ package renumber_test
 
 import (
 	"context"
+	"fmt"
 	"net/netip"
 	"os"
 	"path/filepath"
@@ -16,6 +17,7 @@ import (
 
 	"github.com/allocator/allocator/internal/testserver"
 	"github.com/allocator/allocator/pkg/lifecycle"
+	"github.com/allocator/allocator/pkg/renumber"
 )
 
 var (
@@ -128,5 +130,70 @@ func TestRenumberServices(t *testing.T) {
 	other := listServices(ctx, t, c)["b/other"]
 	if ip := netip.MustParseAddr(other.Spec.ClusterIP); !netip.MustParsePrefix("10.2.0.0/24").Contains(ip) {
 		t.Errorf("b/other got %s, want an address of --to new (10.2.0.0/24)", ip)
+	}
+}
+
+// TestRenumberResumesJournal: a journal as a kill leaves it, with one
+// Service deleted and not re-created and one journalled and never deleted.
+// A dry run names the deleted one (exit 2); the real run re-creates it from
+// the journal with a new address, moves the other one as usual, verifies,
+// and removes the journal.
+func TestRenumberResumesJournal(t *testing.T) {
+	t.Parallel()
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	s := testserver.Start(t, testserver.Options{ServiceRange: "10.96.0.0/24", Model: "ipaddress"})
+	c := s.Client
+	createServiceCIDR(ctx, t, c, "old", "10.1.0.0/24")
+	waitServed(ctx, t, c, "10.1.0.200")
+	for i, name := range []string{"deleted", "journalled"} {
+		svc := service(metav1.NamespaceDefault, name, corev1.ServiceTypeNodePort, []string{fmt.Sprintf("10.1.0.%d", 20+i)})
+		if _, err := c.CoreV1().Services(svc.Namespace).Create(ctx, svc, metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	drain(ctx, t, c, "old", "10.1.0.201")
+	before := listServices(ctx, t, c)
+	delete(before, "default/kubernetes")
+
+	path := filepath.Join(t.TempDir(), "renumber.journal")
+	j, err := renumber.OpenJournal(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var list []corev1.Service
+	for _, svc := range before {
+		list = append(list, svc)
+	}
+	for _, cand := range renumber.Select(list, []netip.Prefix{netip.MustParsePrefix("10.1.0.0/24")}) {
+		rec, err := renumber.Recreate(cand, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := j.Record(renumber.Entry{Op: renumber.OpDeleting, Namespace: rec.Namespace, Name: rec.Name, OldUID: cand.Service.UID,
+			Service: rec, ClusterIPs: cand.Service.Spec.ClusterIPs, Moved: []string{cand.Service.Spec.ClusterIP}}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, err := j.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.CoreV1().Services(metav1.NamespaceDefault).Delete(ctx, "deleted", metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+
+	kube := "--kubeconfig=" + s.KubeconfigPath
+	out, errOut, code := runCLI(ctx, "renumber", kube, "--from=old", "--journal="+path)
+	if want := "default/deleted deleted, not re-created: a killed run deleted it; run without --dry-run"; code != 2 || !strings.Contains(out, want) {
+		t.Fatalf("dry run over the journal: exit %d, want 2 and %q:\n%s%s", code, want, out, errOut)
+	}
+	out, errOut, code = runCLI(ctx, "renumber", kube, "--from=old", "--journal="+path, "--dry-run=false")
+	if want := "1 Service moved out of ServiceCIDR old (10.1.0.0/24)"; code != 0 || !strings.Contains(out, want) ||
+		!strings.Contains(out, "1 re-created from the journal") || !strings.Contains(out, "verified") {
+		t.Fatalf("renumber over the journal: exit %d, want 0, %q, 1 re-created and verified:\n%s%s", code, want, out, errOut)
+	}
+	checkMoved(t, before, listServices(ctx, t, c), netip.MustParsePrefix("10.1.0.0/24"))
+	if _, err := os.Stat(path); !os.IsNotExist(err) {
+		t.Errorf("the journal is still there (%v)", err)
 	}
 }
