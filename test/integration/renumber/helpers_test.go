@@ -229,3 +229,7 @@ func equalMaps(a, b map[string]string) bool {
 	}
 	return true
 }
+
+func itoa(i int) string { return fmt.Sprint(i) }
+
+func mustPrefix(s string) netip.Prefix { return netip.MustParsePrefix(s) }
