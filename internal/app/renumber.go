@@ -53,8 +53,9 @@ ranges the Service may use, or, with --to, a free address of that
 ServiceCIDR. Clients see a new ClusterIP: DNS follows, connections to the
 old address break.
 
-By default it is a dry run that lists the Services and their addresses:
-pass --dry-run=false to move them. Like kubectl it works in the context's
+By default it is a dry run that lists the Services and their addresses,
+each re-create checked by a server-side dry run: pass --dry-run=false to
+move them. Like kubectl it works in the context's
 namespace; -n picks another, -A every namespace, -l narrows by label.
 It works through the Kubernetes API, against our server or a kube-apiserver
 in the IPAddress model; the bitmap model is refused.

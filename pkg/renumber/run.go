@@ -149,8 +149,12 @@ func Run(ctx context.Context, cfg Config) (*Result, error) {
 		return r.res, err
 	}
 	movable, err := r.plan(ctx)
-	if err != nil || cfg.DryRun {
+	if err != nil {
 		return r.res, err
+	}
+	if cfg.DryRun {
+		r.check(ctx, movable)
+		return r.res, ctx.Err()
 	}
 	if err := r.moveAll(ctx, movable); err != nil {
 		return r.res, err
@@ -262,16 +266,12 @@ func (r *runner) plan(ctx context.Context) ([]Candidate, error) {
 			continue
 		}
 		m := Move{Namespace: c.Service.Namespace, Name: c.Service.Name, OldIPs: ipStrings(holding.IPs(c.Service))}
-		switch reason := Refusal(c.Service); {
-		case reason != "":
+		if reason := Refusal(c.Service); reason != "" {
 			m.Outcome, m.Reason = Left, reason
-		case r.cfg.DryRun:
-			m.Outcome = WouldMove
-		default:
-			movable = append(movable, c)
+			r.res.Moves = append(r.res.Moves, m)
 			continue
 		}
-		r.res.Moves = append(r.res.Moves, m)
+		movable = append(movable, c)
 	}
 	return movable, nil
 }
@@ -298,6 +298,25 @@ func ipStrings(ips []netip.Addr) []string {
 		out[i] = ip.String()
 	}
 	return out
+}
+
+// check is the dry run's look at the candidates: each re-create is planned
+// and checked by the server's dry run as a real run would, and recorded as
+// WouldMove (with the --to addresses it would ask for) or Left.
+func (r *runner) check(ctx context.Context, candidates []Candidate) {
+	r.parallel(ctx, len(candidates), func(i int) {
+		c := candidates[i]
+		p, err := r.planMove(ctx, c)
+		if err != nil {
+			r.record(leftMove(c, err.Error()), nil)
+			return
+		}
+		m := Move{Namespace: c.Service.Namespace, Name: c.Service.Name, OldIPs: ipStrings(holding.IPs(c.Service)), Outcome: WouldMove}
+		if r.picker != nil {
+			m.NewIPs = p.rec.Spec.ClusterIPs
+		}
+		r.record(m, nil)
+	})
 }
 
 // moveAll moves the candidates a batch at a time; an interrupt stops it

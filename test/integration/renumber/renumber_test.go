@@ -33,7 +33,8 @@ var (
 // IPv6-first one whose IPv4 secondary moves, a NodePort Service that keeps
 // its node port. A Service with a finalizer is left untouched and named
 // (exit 2); a Service in another namespace is counted outside the
-// selection, then moved with --to into a manual-only ServiceCIDR. A
+// selection, then moved with --to into a manual-only ServiceCIDR (a --to
+// scoped to other namespaces is refused by the dry run and leaves it). A
 // --from that is not draining is refused, naming the annotation.
 func TestRenumberServices(t *testing.T) {
 	t.Parallel()
@@ -123,6 +124,21 @@ func TestRenumberServices(t *testing.T) {
 		t.Fatal(err)
 	}
 	waitServed(ctx, t, c, "10.2.0.200")
+	// A ServiceCIDR scoped to another namespace: the dry run of the
+	// re-create is refused, and the Service is left where it is.
+	createServiceCIDR(ctx, t, c, "scoped", "10.3.0.0/24")
+	patch = []byte(`{"metadata":{"annotations":{"scope.allocator.github.io/namespace-selector":"kubernetes.io/metadata.name=nobody"}}}`)
+	if _, err := c.NetworkingV1().ServiceCIDRs().Patch(ctx, "scoped", types.MergePatchType, patch, metav1.PatchOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	poll(ctx, t, 10*time.Second, "the server applies the scope", func() (bool, error) {
+		out, _, _ := runCLI(ctx, "renumber", kube, "--from=old", "-n", "b", "--to=scoped", "--journal="+journal)
+		return strings.Contains(out, "b/other left: the API refuses its re-create") && strings.Contains(out, "scoped to other Services"), nil
+	})
+	out, _, code = runCLI(ctx, "renumber", kube, "--from=old", "-n", "b", "--to=new", "--journal="+journal)
+	if row := regexp.MustCompile(`(?m)^b\s+other\s+10\.1\.0\.15\s+10\.2\.0\.\d+\s+would move$`); code != 0 || !row.MatchString(out) {
+		t.Errorf("dry run --to new: exit %d, want 0 and %s:\n%s", code, row, out)
+	}
 	out, errOut, code = runCLI(ctx, "renumber", kube, "--from=old", "-n", "b", "--to=new", "--dry-run=false", "--journal="+journal, "-o", "json")
 	if code != 0 || !strings.Contains(out, `"verified": true`) {
 		t.Fatalf("renumber -n b --to new: exit %d:\n%s%s", code, out, errOut)
