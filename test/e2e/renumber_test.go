@@ -14,7 +14,7 @@ import (
 	"k8s.io/apimachinery/pkg/util/wait"
 )
 
-// TestKubectlRenumber: an operator empties a ServiceCIDR with kubectl and
+// TestRenumberKubectl: an operator empties a ServiceCIDR with kubectl and
 // the plugin, against `allocator serve` (IPAddress model, embedded etcd).
 // Services created with `kubectl create service` hold addresses of "old";
 // `kubectl annotate` drains it; `allocator status` counts its Services;
@@ -22,7 +22,7 @@ import (
 // moves them, each to an address of the default range with its name and
 // port; status then finds "old" empty, and `kubectl delete servicecidr`
 // removes it.
-func TestKubectlRenumber(t *testing.T) {
+func TestRenumberKubectl(t *testing.T) {
 	t.Parallel()
 	if _, err := exec.LookPath("kubectl"); err != nil {
 		t.Skip("kubectl not found")
