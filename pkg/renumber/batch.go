@@ -2,6 +2,7 @@ package renumber
 
 import (
 	"context"
+	"errors"
 	"fmt"
 
 	corev1 "k8s.io/api/core/v1"
@@ -82,7 +83,12 @@ func (r *runner) moveOne(ctx context.Context, p *plan) *Entry {
 	defer cancel()
 	svc := p.c.Service
 	settled := &Entry{Op: OpDone, Namespace: svc.Namespace, Name: svc.Name, OldUID: svc.UID}
-	if err := r.deleteService(ctx, p); err != nil {
+	if err := r.deleteService(ctx, p); errors.Is(err, errTerminating) {
+		m := leftMove(p.c, err.Error())
+		m.Outcome = Pending
+		r.record(m, nil)
+		return nil
+	} else if err != nil {
 		r.record(leftMove(p.c, err.Error()), nil)
 		return settled
 	}

@@ -106,6 +106,10 @@ const FieldManager = "allocator-renumber"
 // delete; nothing was deleted.
 var errChanged = errors.New("changed since it was read")
 
+// errTerminating: the delete was accepted and the Service waits for
+// finalizers; it stays pending in the journal.
+var errTerminating = errors.New("terminating: waiting for its finalizers; the journal re-creates it once it is gone")
+
 // deleteService deletes p's Service if it is still the one read.
 func (r *runner) deleteService(ctx context.Context, p *plan) error {
 	svc := p.c.Service
@@ -125,7 +129,9 @@ func (r *runner) deleteService(ctx context.Context, p *plan) error {
 		return nil
 	case getErr == nil && got.UID == uid && got.DeletionTimestamp == nil:
 		return fmt.Errorf("delete: %w; left untouched", err)
-	case getErr == nil && got.UID != uid:
+	case getErr == nil && got.UID == uid:
+		return errTerminating
+	case getErr == nil:
 		return fmt.Errorf("%w (deleted and created again by someone else); left untouched", errChanged)
 	}
 	return fmt.Errorf("delete: %w (and the read after it: %v)", err, getErr)
