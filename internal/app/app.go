@@ -69,7 +69,7 @@ func run(ctx context.Context, root *cobra.Command, args []string, streams Stream
 func NewRootCommand(streams Streams) *cobra.Command { return newRootCommand(streams, false) }
 
 // newRootCommand builds the command tree; as a kubectl plugin it holds the
-// commands that work on a cluster (status, repair, migrate) and version, with
+// commands that work on a cluster (status, repair, migrate, renumber) and version, with
 // kubectl's connection flags, and help names it `kubectl allocator`.
 func newRootCommand(streams Streams, plugin bool) *cobra.Command {
 	root := &cobra.Command{
@@ -111,6 +111,7 @@ func newRootCommand(streams Streams, plugin bool) *cobra.Command {
 	root.AddCommand(newStatusCommand(streams, plugin))
 	root.AddCommand(newRepairCommand(streams, plugin))
 	root.AddCommand(newMigrateCommand(streams, plugin))
+	root.AddCommand(newRenumberCommand(streams, plugin))
 	if !plugin {
 		root.AddCommand(newServeCommand(streams))
 		root.AddCommand(newTransitionCommand(streams))

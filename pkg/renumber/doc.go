@@ -1,0 +1,37 @@
+// Package renumber moves the Services that hold ClusterIPs inside a draining
+// ServiceCIDR to addresses outside it, through the Kubernetes API (design.md
+// §11). The API never changes a Service's primary ClusterIP in place, so each
+// Service is re-created: deleted (preconditioned on the UID and
+// resourceVersion that were read) and created again with its name, labels,
+// annotations, finalizers, owner references and spec, the moved families'
+// addresses cleared or replaced.
+//
+// What a Service's re-create asks for, per IP family:
+//
+//	family's address          --to given                    no --to
+//	inside --from (moved)     a free address of --to        the server's pick: left empty, or, when a
+//	                          (a static request)            later family keeps its address, a static
+//	                                                        request for what a dry run picked
+//	outside --from (kept)     the same address (static)     the same address (static)
+//
+// The API refuses an empty entry before a given one in spec.clusterIPs, so a
+// dual-stack Service that keeps its secondary address needs a concrete
+// primary one: a server-side dry run of a probe Service (same namespace and
+// labels, so scopes and lifecycles choose as for the real create) names it.
+//
+// Invariants, and why:
+//   - No Service is lost. Before a delete, the re-create object is written to
+//     the Journal and synced; a run killed between a delete and its create
+//     leaves it there, and the next run re-creates every Service the journal
+//     holds that no longer exists. A create that fails on an address or port
+//     taken meanwhile is retried with fresh addresses (bounded) rather than
+//     given up.
+//   - A Service that cannot be moved is left untouched: the dry run of its
+//     re-create must pass first (a type, a scope or a full range the API
+//     would refuse), a Service with finalizers is not deleted (its delete
+//     would wait for their controller), and a delete whose preconditions fail
+//     (the Service changed since it was read) deletes nothing.
+//   - default/kubernetes is the API server's own: it re-creates it at the
+//     first address of --service-cluster-ip-range, so it is never moved
+//     here (the README's "Replacing the default range" has the steps).
+package renumber
