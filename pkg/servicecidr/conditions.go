@@ -42,15 +42,15 @@ const (
 
 // The reasons of the conditions above.
 const (
-	ReasonAvailable  = "Available" // Capacity True: some address is free
-	ReasonFull       = "Full"      // Capacity False: no address is free
-	ReasonDraining   = "Draining"  // Draining True: Services still hold addresses in it
-	ReasonDrained    = "Drained"   // Draining True: no Service holds an address in it; it can be deleted
-	ReasonInvalid    = "InvalidLifecycle"
-	ReasonOpen       = "Open"       // Draining False, ManualOnly False
-	ReasonManualOnly = "ManualOnly" // ManualOnly True
-	ReasonOverlaps   = "Overlaps"   // Overlapping True
-	ReasonNoOverlap  = "NoOverlap"  // Overlapping False
+	ReasonAvailable  = "Available"        // Capacity True: some address is free
+	ReasonFull       = "Full"             // Capacity False: no address is free
+	ReasonDraining   = "Draining"         // Draining True: Services still hold addresses in it
+	ReasonDrained    = "Drained"          // Draining True: no Service holds an address in it; it can be deleted
+	ReasonInvalid    = "InvalidLifecycle" // Draining True: a lifecycle value that reads as draining
+	ReasonOpen       = "Open"             // Draining False, ManualOnly False
+	ReasonManualOnly = "ManualOnly"       // ManualOnly True
+	ReasonOverlaps   = "Overlaps"         // Overlapping True
+	ReasonNoOverlap  = "NoOverlap"        // Overlapping False
 )
 
 // maxOverlapNames is how many overlapping ServiceCIDRs a message names

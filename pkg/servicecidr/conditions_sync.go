@@ -131,7 +131,7 @@ func (c *Controller) noteConditionsChanged(old, cur *networkingv1.ServiceCIDR) {
 }
 
 // queueOverlapping queues, for their Overlapping condition, the
-// ServiceCIDRs other than sc whose prefixes overlap one of ps.
+// ServiceCIDRs other than name whose prefixes overlap one of ps.
 func (c *Controller) queueOverlapping(name string, ps []netip.Prefix) {
 	for _, o := range c.allCIDRs() {
 		if o.name != name && slices.ContainsFunc(o.prefixes, func(p netip.Prefix) bool { return slices.ContainsFunc(ps, p.Overlaps) }) {
