@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"net/netip"
 	"slices"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -117,6 +118,15 @@ type Controller struct {
 	// terminating ServiceCIDR on every IPAddress event, each sync listing
 	// every IPAddress, was most of the server's CPU (hack/scale.sh).
 	terminating lazy.Value[[]terminatingCIDR]
+	// Every ServiceCIDR with its prefixes parsed, rebuilt after a
+	// ServiceCIDR event: every IPAddress event looks for those containing
+	// its address, whose capacity it changes.
+	all lazy.Value[[]namedCIDR]
+
+	conditionInterval time.Duration
+	conditionWrites   atomic.Int64 // conditions writes made, for tests
+	writesMu          sync.Mutex
+	lastWrite         map[string]time.Time // guarded by writesMu: last conditions write seen per ServiceCIDR
 }
 
 // terminatingCIDR is a ServiceCIDR being deleted and its prefixes.
@@ -136,6 +146,9 @@ func New(client kubernetes.Interface, cidrs networkinginformers.ServiceCIDRInfor
 		now:           time.Now,
 		deletionGrace: DefaultDeletionGrace,
 		resyncPeriod:  DefaultResyncPeriod,
+
+		conditionInterval: DefaultConditionInterval,
+		lastWrite:         map[string]time.Time{},
 	}
 	for _, opt := range opts {
 		opt(c)
@@ -155,16 +168,15 @@ func New(client kubernetes.Interface, cidrs networkinginformers.ServiceCIDRInfor
 	// terminating one), an IPAddress deleted inside it may be the last
 	// (queue those that contain it). A status change, or a deletion, of
 	// another ServiceCIDR cannot unblock one.
+	//
+	// The conditions of ours change with a ServiceCIDR's own spec and
+	// annotations (queued on its event), with any ServiceCIDR overlapping
+	// it (queueOverlapping) and with the IPAddresses inside it
+	// (queueCapacity).
 	cidrReg, err := cidrs.Informer().AddEventHandler(cache.ResourceEventHandlerFuncs{
-		AddFunc: func(obj any) { c.terminating.Invalidate(); c.enqueueCIDR(obj); c.enqueueTerminating() },
-		UpdateFunc: func(old, obj any) {
-			c.terminating.Invalidate()
-			c.enqueueCIDR(obj)
-			if o, ok := old.(*networkingv1.ServiceCIDR); !ok || !slices.Equal(o.Spec.CIDRs, obj.(*networkingv1.ServiceCIDR).Spec.CIDRs) {
-				c.enqueueTerminating()
-			}
-		},
-		DeleteFunc: func(any) { c.terminating.Invalidate() },
+		AddFunc:    c.addServiceCIDR,
+		UpdateFunc: c.updateServiceCIDR,
+		DeleteFunc: c.deleteServiceCIDR,
 	})
 	if err != nil {
 		return nil, fmt.Errorf("servicecidr controller: watch ServiceCIDRs: %w", err)
@@ -173,14 +185,74 @@ func New(client kubernetes.Interface, cidrs networkinginformers.ServiceCIDRInfor
 		return nil, fmt.Errorf("servicecidr controller: %w", err)
 	}
 	ipReg, err := ips.Informer().AddEventHandler(cache.ResourceEventHandlerFuncs{
-		AddFunc:    c.enqueueContaining,
-		DeleteFunc: c.enqueueContaining,
+		AddFunc:    c.addIPAddress,
+		DeleteFunc: c.deleteIPAddress,
 	})
 	if err != nil {
 		return nil, fmt.Errorf("servicecidr controller: watch IPAddresses: %w", err)
 	}
 	c.synced = []cache.InformerSynced{cidrReg.HasSynced, ipReg.HasSynced}
 	return c, nil
+}
+
+// addServiceCIDR queues a new ServiceCIDR, the terminating ones it may
+// unblock and those it overlaps.
+func (c *Controller) addServiceCIDR(obj any) {
+	c.terminating.Invalidate()
+	c.all.Invalidate()
+	c.enqueueCIDR(obj)
+	c.enqueueTerminating()
+	if sc, ok := obj.(*networkingv1.ServiceCIDR); ok {
+		c.queueOverlapping(sc.Name, prefixes(sc))
+	}
+}
+
+// updateServiceCIDR queues a changed ServiceCIDR; a widened one may
+// unblock terminating ones and changes its overlaps.
+func (c *Controller) updateServiceCIDR(oldObj, obj any) {
+	c.terminating.Invalidate()
+	c.all.Invalidate()
+	c.enqueueCIDR(obj)
+	old, ok1 := oldObj.(*networkingv1.ServiceCIDR)
+	cur, ok2 := obj.(*networkingv1.ServiceCIDR)
+	if !ok1 || !ok2 {
+		c.enqueueTerminating()
+		return
+	}
+	c.noteConditionsChanged(old, cur)
+	if !slices.Equal(old.Spec.CIDRs, cur.Spec.CIDRs) {
+		c.enqueueTerminating()
+		c.queueOverlapping(cur.Name, append(prefixes(old), prefixes(cur)...))
+	}
+}
+
+// deleteServiceCIDR drops a deleted ServiceCIDR from the caches of parsed
+// prefixes and queues those it overlapped. Its deletion cannot unblock
+// another terminating one.
+func (c *Controller) deleteServiceCIDR(obj any) {
+	c.terminating.Invalidate()
+	c.all.Invalidate()
+	if tomb, ok := obj.(cache.DeletedFinalStateUnknown); ok {
+		obj = tomb.Obj
+	}
+	if sc, ok := obj.(*networkingv1.ServiceCIDR); ok {
+		c.forgetWrites(sc.Name)
+		c.queueOverlapping(sc.Name, prefixes(sc))
+	}
+}
+
+// addIPAddress queues the ServiceCIDRs whose capacity or deletion an
+// IPAddress added changes.
+func (c *Controller) addIPAddress(obj any) {
+	c.enqueueContaining(obj)
+	c.queueCapacity(obj)
+}
+
+// deleteIPAddress queues the ServiceCIDRs whose capacity or deletion an
+// IPAddress deleted changes.
+func (c *Controller) deleteIPAddress(obj any) {
+	c.enqueueContaining(obj)
+	c.queueCapacity(obj)
 }
 
 func (c *Controller) enqueueCIDR(obj any) {
@@ -217,15 +289,8 @@ func (c *Controller) enqueueTerminating() {
 // enqueueContaining queues the ServiceCIDRs being deleted that contain the
 // address of an IPAddress added or deleted.
 func (c *Controller) enqueueContaining(obj any) {
-	if tomb, ok := obj.(cache.DeletedFinalStateUnknown); ok {
-		obj = tomb.Obj
-	}
-	ipa, ok := obj.(*networkingv1.IPAddress)
+	addr, ok := ipAddressAddr(obj)
 	if !ok {
-		return
-	}
-	addr, err := netip.ParseAddr(ipa.Name)
-	if err != nil {
 		return
 	}
 	for _, t := range c.terminatingCIDRs() {
@@ -233,6 +298,19 @@ func (c *Controller) enqueueContaining(obj any) {
 			c.queue.Add(t.name)
 		}
 	}
+}
+
+// ipAddressAddr is the address an IPAddress (or its tombstone) names.
+func ipAddressAddr(obj any) (netip.Addr, bool) {
+	if tomb, ok := obj.(cache.DeletedFinalStateUnknown); ok {
+		obj = tomb.Obj
+	}
+	ipa, ok := obj.(*networkingv1.IPAddress)
+	if !ok {
+		return netip.Addr{}, false
+	}
+	addr, err := netip.ParseAddr(ipa.Name)
+	return addr, err == nil
 }
 
 // terminatingCIDRs returns the ServiceCIDRs being deleted, from the cache,
@@ -285,6 +363,13 @@ func (c *Controller) next(ctx context.Context) bool {
 	defer c.queue.Done(name)
 	c.syncs.Add(1)
 	requeue, err := c.sync(ctx, name)
+	if err == nil {
+		var again time.Duration
+		again, err = c.syncConditions(ctx, name)
+		if again > 0 && (requeue <= 0 || again < requeue) {
+			requeue = again
+		}
+	}
 	switch {
 	case err != nil:
 		klog.FromContext(ctx).Info("Sync failed, retrying", "servicecidr", name, "err", err)

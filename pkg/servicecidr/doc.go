@@ -1,7 +1,8 @@
 // Package servicecidr is the ServiceCIDR controller of the allocator API
 // server: it keeps the finalizer and the Ready condition of every
-// ServiceCIDR, and lets a ServiceCIDR go away only when no IPAddress depends
-// on it.
+// ServiceCIDR, lets a ServiceCIDR go away only when no IPAddress depends
+// on it, and keeps conditions of our own in its status (capacity per
+// family, draining, manual-only, overlapping; conditions.go).
 //
 // Invariants, each with the failure it prevents:
 //   - Every ServiceCIDR that is not being deleted carries the finalizer
@@ -31,6 +32,22 @@
 //   - A ServiceCIDR that is not being deleted is Ready=True. A ServiceCIDR
 //     without a Ready condition also counts as ready for allocation (design
 //     §5), so a slow controller never blocks allocation.
+//   - The conditions of our own have types under ConditionPrefix
+//     (allocator.github.io/); every other condition (upstream's Ready,
+//     whatever kube-apiserver or kube-controller-manager keep) is written
+//     back as read, never dropped.
+//   - They are computed from the informers' caches only (the IPAddresses
+//     inside the ServiceCIDR through addrindex, every ServiceCIDR's
+//     prefixes), so every replica computing them from the same state
+//     computes the same conditions and writes nothing when they are stored
+//     already; a write that conflicts is retried from the fresher cache.
+//   - At most one write of them per ServiceCIDR per conditionInterval
+//     (DefaultConditionInterval, 5 s), counted from the last change of them
+//     seen from any replica: the messages carry exact counts, which change
+//     with every allocation, and a status write per allocation would double
+//     the writes of a create. A change inside the interval is written when
+//     it ends, so the conditions lag at most an interval and a watch delay
+//     behind etcd, and an idle cluster writes none.
 //
 // In the bitmap model Services hold addresses without IPAddress objects; the
 // bitmap covers only --service-cluster-ip-range, whose default ServiceCIDR
