@@ -60,15 +60,17 @@ go)
   race=()
   if [ "${RACE:-0}" = 1 ]; then race=(-race); fi
   phase "go test -race: the unit tier"
+  # A failing tier does not stop the other: one run reports every failure.
+  failed=0
   # shellcheck disable=SC2086 # one argument per package
-  go test -race -count=1 -parallel 8 -timeout 20m -json $unit 2>&1 | "$tmp/testtimes" -top 10
+  go test -race -count=1 -parallel 8 -timeout 20m -json $unit 2>&1 | "$tmp/testtimes" -top 10 || failed=1
   phase "go test${race[*]:+ ${race[*]}}: the integration tier"
   # The integration tests mostly wait on servers, timers and etcd: three
   # packages, and four of a package's parallel tests, at once.
   # shellcheck disable=SC2086 # one argument per package
-  go test "${race[@]}" -count=1 -p 3 -parallel 4 -timeout 30m -json $integration 2>&1 | "$tmp/testtimes" -top 20
+  go test "${race[@]}" -count=1 -p 3 -parallel 4 -timeout 30m -json $integration 2>&1 | "$tmp/testtimes" -top 20 || failed=1
   phase end
-  exit
+  exit "$failed"
   ;;
 esac
 

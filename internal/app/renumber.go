@@ -207,7 +207,7 @@ func checkIPAddressModel(ctx context.Context, o *renumberOptions, client kuberne
 	if err != nil {
 		return explain(err)
 	}
-	if backend.Model() == model.Bitmap {
+	if !backend.AllocatesFromServiceCIDRs() {
 		return errors.New("renumber needs the IPAddress model: this cluster allocates ClusterIPs in the bitmap model, which serves --service-cluster-ip-range only and has no ServiceCIDR to drain")
 	}
 	return nil

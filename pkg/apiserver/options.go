@@ -66,6 +66,7 @@ func NewOptions() *Options {
 		Allocator:             string(model.IPAddress),
 		RepairInterval:        report.DefaultInterval,
 		Security:              NewSecurityOptions(),
+		Guardrails:            GuardrailOptions{OverlapWarnings: true},
 	}
 }
 

@@ -38,7 +38,7 @@ func (o *GuardrailOptions) addFlags(fss *cliflag.NamedFlagSets) {
 	fs.IntVar(&o.IPv6.Max, servicecidrs.FlagMaxPrefixLengthIPv6, o.IPv6.Max,
 		"The longest prefix length (narrowest range) an IPv6 CIDR of a ServiceCIDR may have. 0: no bound.")
 	fs.BoolVar(&o.OverlapWarnings, servicecidrs.FlagOverlapWarnings, o.OverlapWarnings,
-		"Warn the client that creates a ServiceCIDR, or adds a CIDR to one, of each ServiceCIDR it overlaps (overlaps stay allowed, as in Kubernetes; kube-apiserver sends no such warning).")
+		"Warn the client that creates a ServiceCIDR, or adds a CIDR to one, of each ServiceCIDR it overlaps (overlaps stay allowed, as in Kubernetes). false: kube-apiserver's answers exactly, which carry no such warning.")
 }
 
 // Guardrails parses the flags strictly and refuses guardrails that

@@ -101,6 +101,11 @@ func OpenRepair(ctx context.Context, c Cluster) (*Backend, error) {
 // IPAddress model's orphans have a grace in time instead.
 func (b *Backend) LeaksWaitForPasses() bool { return b.cfg.Model == model.Bitmap }
 
+// AllocatesFromServiceCIDRs reports whether the model hands out addresses
+// from the ServiceCIDRs, whose lifecycle can drain one (the IPAddress
+// model); the bitmap model serves --service-cluster-ip-range only.
+func (b *Backend) AllocatesFromServiceCIDRs() bool { return b.cfg.Model == model.IPAddress }
+
 // Etcd returns the etcd client the Backend reads, or nil.
 func (b *Backend) Etcd() *clientv3.Client { return b.cfg.Etcd }
 

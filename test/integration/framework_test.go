@@ -38,6 +38,9 @@ type serverOptions struct {
 	rebuild bool
 	// noWait returns before the server is ready.
 	noWait bool
+	// upstreamAnswers turns off what we add to kube-apiserver's answers
+	// (the ServiceCIDR overlap warnings), for the parity comparison.
+	upstreamAnswers bool
 }
 
 // models are the allocator models every allocation test runs with.
@@ -66,6 +69,9 @@ func startServer(t *testing.T, so serverOptions) *server {
 		Configure: func(cfg *apiserver.Config) {
 			cfg.InMemory = so.inMemory
 			cfg.RebuildAllocations = so.rebuild
+			if so.upstreamAnswers {
+				cfg.ServiceCIDROverlapWarnings = false
+			}
 		},
 	})
 	return &server{client: srv.Client, restConfig: srv.RESTConfig, etcd: srv.Etcd, dataDir: srv.DataDir, stop: srv.Stop}

@@ -15,7 +15,8 @@ import (
 // TestParity replays the parity corpus against our server, in every family
 // configuration and both allocator models, and compares every answer with
 // what a real kube-apiserver answered (testdata/parity, written by
-// hack/capture-parity.sh). PARITY_WRITE=DIR writes our answers there
+// hack/capture-parity.sh), with the warnings we add to its answers off
+// (--service-cidr-overlap-warnings=false). PARITY_WRITE=DIR writes our answers there
 // instead of failing, to study a difference.
 func TestParity(t *testing.T) {
 	t.Parallel()
@@ -27,7 +28,7 @@ func TestParity(t *testing.T) {
 			}
 			forEachModel(t, func(t *testing.T, m string) {
 				t.Parallel()
-				s := startServer(t, serverOptions{serviceRange: fam.ServiceRange, model: m})
+				s := startServer(t, serverOptions{serviceRange: fam.ServiceRange, model: m, upstreamAnswers: true})
 				target, err := parity.NewTarget(s.restConfig)
 				if err != nil {
 					t.Fatal(err)

@@ -113,15 +113,14 @@ func checkFieldError(t *testing.T, name string, err error, field, want string) {
 	t.Errorf("%s: causes %+v, want one on %s containing %q", name, status.ErrStatus.Details.Causes, field, want)
 }
 
-// TestOverlapWarning: with --service-cidr-overlap-warnings, a ServiceCIDR
+// TestOverlapWarning: by default (--service-cidr-overlap-warnings), a ServiceCIDR
 // that overlaps others is stored (as upstream allows) with a warning naming
 // each of them; one apart from all gets none.
 func TestOverlapWarning(t *testing.T) {
 	t.Parallel()
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	srv := testserver.Start(t, testserver.Options{ServiceRange: "10.96.0.0/24", Model: "ipaddress",
-		Flags: func(o *apiserver.Options) { o.Guardrails.OverlapWarnings = true }})
+	srv := testserver.Start(t, testserver.Options{ServiceRange: "10.96.0.0/24", Model: "ipaddress"})
 	c, seen := warningClient(t, srv)
 	if _, err := createServiceCIDR(ctx, c, "outer", []string{"10.60.0.0/16"}); err != nil {
 		t.Fatal(err)
