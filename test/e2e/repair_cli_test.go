@@ -14,7 +14,6 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -29,6 +28,7 @@ import (
 	"k8s.io/client-go/tools/clientcmd"
 
 	"github.com/allocator/allocator/internal/etcdtest"
+	"github.com/allocator/allocator/internal/testbin"
 	"github.com/allocator/allocator/pkg/allocation"
 	"github.com/allocator/allocator/pkg/etcdlayout"
 	"github.com/allocator/allocator/pkg/ipallocator/bitmap"
@@ -39,44 +39,13 @@ import (
 	"github.com/allocator/allocator/pkg/subrange"
 )
 
-// buildBinary builds cmd/allocator once per test binary run (TestMain
-// removes it), as the Dockerfile builds it: with cgo off, a static binary
-// that also runs in the manifest tests' container-like root directories.
-func buildBinary(t *testing.T) string {
-	t.Helper()
-	build.once.Do(func() {
-		dir, err := os.MkdirTemp("", "allocator-e2e-")
-		if err != nil {
-			build.err = err
-			return
-		}
-		build.dir = dir
-		bin := filepath.Join(dir, "allocator")
-		cmd := exec.Command("go", "build", "-o", bin, "github.com/allocator/allocator/cmd/allocator")
-		cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
-		if out, err := cmd.CombinedOutput(); err != nil {
-			build.err = fmt.Errorf("go build: %w\n%s", err, out)
-			return
-		}
-		build.bin = bin
-	})
-	if build.err != nil {
-		t.Fatal(build.err)
-	}
-	return build.bin
-}
-
-var build struct {
-	once     sync.Once
-	dir, bin string
-	err      error
-}
+// buildBinary is cmd/allocator, built once per test binary run as the
+// Dockerfile builds it (testbin.Allocator); TestMain removes it.
+func buildBinary(t *testing.T) string { return testbin.Allocator(t) }
 
 func TestMain(m *testing.M) {
 	code := m.Run()
-	if build.dir != "" {
-		os.RemoveAll(build.dir)
-	}
+	testbin.Cleanup()
 	os.Exit(code)
 }
 

@@ -8,19 +8,15 @@ import (
 	"strings"
 	"testing"
 
-	logsapi "k8s.io/component-base/logs/api/v1"
-
 	"github.com/allocator/allocator/internal/app"
+	"github.com/allocator/allocator/internal/testbin"
 )
 
-// TestMain applies the commands' default logging configuration once, before
-// any server of these tests runs: applying it swaps klog's global logger,
-// which a running server's goroutines read. The in-process commands then
-// find it unchanged and leave it alone (a process applies it once).
+// TestMain applies the commands' logging configuration before any server
+// of these tests runs (testbin.ApplyLogging).
 func TestMain(m *testing.M) {
-	logsapi.ReapplyHandling = logsapi.ReapplyHandlingIgnoreUnchanged
-	if err := logsapi.ValidateAndApply(logsapi.NewLoggingConfiguration(), nil); err != nil {
-		fmt.Fprintf(os.Stderr, "logging: %v\n", err)
+	if err := testbin.ApplyLogging(); err != nil {
+		fmt.Fprintln(os.Stderr, err)
 		os.Exit(1)
 	}
 	os.Exit(m.Run())

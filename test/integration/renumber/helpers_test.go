@@ -7,10 +7,7 @@ import (
 	"fmt"
 	"net/netip"
 	"os"
-	"os/exec"
-	"path/filepath"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -22,59 +19,26 @@ import (
 	"k8s.io/apimachinery/pkg/util/intstr"
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/kubernetes"
-	logsapi "k8s.io/component-base/logs/api/v1"
 
 	"github.com/allocator/allocator/internal/app"
+	"github.com/allocator/allocator/internal/testbin"
 	"github.com/allocator/allocator/pkg/holding"
 	"github.com/allocator/allocator/pkg/lifecycle"
 )
 
-// build is the allocator binary, built once per test binary for the tests
-// that kill it.
-var build struct {
-	once     sync.Once
-	dir, bin string
-	err      error
-}
+// buildBinary is the allocator binary, built once per test binary for the
+// tests that kill it.
+func buildBinary(t *testing.T) string { return testbin.Allocator(t) }
 
-func buildBinary(t *testing.T) string {
-	t.Helper()
-	build.once.Do(func() {
-		dir, err := os.MkdirTemp("", "allocator-renumber-")
-		if err != nil {
-			build.err = err
-			return
-		}
-		build.dir = dir
-		bin := filepath.Join(dir, "allocator")
-		cmd := exec.Command("go", "build", "-o", bin, "github.com/allocator/allocator/cmd/allocator")
-		cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
-		if out, err := cmd.CombinedOutput(); err != nil {
-			build.err = fmt.Errorf("go build: %w\n%s", err, out)
-			return
-		}
-		build.bin = bin
-	})
-	if build.err != nil {
-		t.Fatal(build.err)
-	}
-	return build.bin
-}
-
-// TestMain applies the commands' default logging configuration once, before
-// any server of these tests runs (applying it swaps klog's global logger,
-// which a running server's goroutines read); the in-process commands then
-// find it unchanged and leave it alone.
+// TestMain applies the commands' logging configuration before any server
+// of these tests runs, and removes the built binary at the end.
 func TestMain(m *testing.M) {
-	logsapi.ReapplyHandling = logsapi.ReapplyHandlingIgnoreUnchanged
-	if err := logsapi.ValidateAndApply(logsapi.NewLoggingConfiguration(), nil); err != nil {
-		fmt.Fprintf(os.Stderr, "logging: %v\n", err)
+	if err := testbin.ApplyLogging(); err != nil {
+		fmt.Fprintln(os.Stderr, err)
 		os.Exit(1)
 	}
 	code := m.Run()
-	if build.dir != "" {
-		os.RemoveAll(build.dir)
-	}
+	testbin.Cleanup()
 	os.Exit(code)
 }
 
