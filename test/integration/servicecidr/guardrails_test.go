@@ -9,6 +9,7 @@ import (
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/util/retry"
 
 	"github.com/allocator/allocator/internal/testserver"
 	"github.com/allocator/allocator/pkg/apiserver"
@@ -85,12 +86,17 @@ func TestGuardrailsThroughTheServer(t *testing.T) {
 	if _, err := createServiceCIDR(ctx, srv.Client, "grows", []string{"10.57.0.0/24"}); err != nil {
 		t.Fatal(err)
 	}
-	sc, err := srv.Client.NetworkingV1().ServiceCIDRs().Get(ctx, "grows", metav1.GetOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	sc.Spec.CIDRs = append(sc.Spec.CIDRs, "fd00:0:0:244::/112")
-	_, err = srv.Client.NetworkingV1().ServiceCIDRs().Update(ctx, sc, metav1.UpdateOptions{})
+	// The ServiceCIDR controller writes its status meanwhile: a conflict is
+	// sent again on a fresh read.
+	err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
+		sc, err := srv.Client.NetworkingV1().ServiceCIDRs().Get(ctx, "grows", metav1.GetOptions{})
+		if err != nil {
+			return err
+		}
+		sc.Spec.CIDRs = append(sc.Spec.CIDRs, "fd00:0:0:244::/112")
+		_, err = srv.Client.NetworkingV1().ServiceCIDRs().Update(ctx, sc, metav1.UpdateOptions{})
+		return err
+	})
 	checkFieldError(t, "grows", err, "spec.cidrs[1]", "--service-cidr-forbidden-prefixes")
 	// Annotating it (an update keeping its CIDRs) is not.
 	if _, err := annotate(ctx, srv.Client, "grows", lifecycle.ManualOnlyAnnotation, ptr("true")); err != nil {
