@@ -53,9 +53,8 @@ go)
   # slowest packages and tests, so the log says where the run's time went.
   go build -o "$tmp/testtimes" ./hack/tools/testtimes
   # The race detector costs about four times the CPU of a test that runs
-  # the API server in-process (test/integration/ipaddress: 75 CPU-seconds
-  # with it, 19 without), and the integration tier is most of the run's
-  # CPU; the unit tier exercises each package's concurrency directly, so it
+  # the API server in-process (docs/performance.md), and the integration
+  # tier is most of the run's CPU; the unit tier exercises each package's concurrency directly, so it
   # runs under the detector in every run, the integration tier when asked.
   race=()
   if [ "${RACE:-0}" = 1 ]; then race=(-race); fi
