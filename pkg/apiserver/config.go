@@ -22,6 +22,10 @@ import (
 	"github.com/allocator/allocator/pkg/report"
 )
 
+// defaultRestoreCheckInterval is how often the server advances its restore
+// marker: one compare-and-swap per interval.
+const defaultRestoreCheckInterval = time.Second
+
 // Config is the server's configuration; build it with Options.Config, adjust
 // it, then Complete it.
 type Config struct {
@@ -76,8 +80,10 @@ type Config struct {
 	// ManualRepair keeps the repair controller and the start-up carry-over
 	// from the other model from running, for tests that drive them.
 	ManualRepair bool
-	// RestoreCheckInterval is how often the server checks that etcd's
-	// history did not go backwards (a restore from a backup); default 1 s.
+	// RestoreCheckInterval is how often the server advances its restore
+	// marker (pkg/etcdhistory); default 1 s. A restore is found within one
+	// interval of etcd answering, and every write after a restore to a
+	// point before the last advance is refused.
 	RestoreCheckInterval time.Duration
 	// KubernetesServicePort is the target port of the default/kubernetes Service.
 	KubernetesServicePort int

@@ -54,6 +54,10 @@ type etcdStores struct {
 	// endpoints is what the storage layer's feature check asks a client's
 	// version through.
 	endpoints func(*clientv3.Client) etcdEndpoints
+	// guard wraps each store's KV, so that no write lands once etcd's
+	// history went back under the server (etcdhistory.Marker.Guard); nil:
+	// not wrapped.
+	guard func(clientv3.KV) clientv3.KV
 
 	mu        sync.Mutex
 	refs      int            // storages built and not destroyed; guarded by mu
@@ -171,6 +175,9 @@ func (p *etcdStores) rawStorage(config *storagebackend.ConfigForResource, newFun
 		return nil, nil, err
 	}
 	client.KV = etcd3.NewETCDLatencyTracker(client.KV)
+	if p.guard != nil {
+		client.KV = p.guard(client.KV)
+	}
 	kc := &kubernetes.Client{Client: client}
 	kc.Kubernetes = kc
 	switch config.GroupResource {

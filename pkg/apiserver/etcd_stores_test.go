@@ -30,7 +30,7 @@ func TestInProcessStores(t *testing.T) {
 	etcd := etcdtest.New(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	getter := newRESTOptionsGetter(etcd.Endpoints(), "/registry", EtcdTLS{}, etcd, nil)
+	getter := newRESTOptionsGetter(etcd.Endpoints(), "/registry", EtcdTLS{}, etcd, nil, nil)
 	// The compactor compacts, every interval, up to the revision the
 	// previous interval ended at.
 	getter.base.CompactionInterval = 100 * time.Millisecond

@@ -25,7 +25,7 @@ import (
 func newIPAddressStore(t *testing.T, prefix string) (*etcdtest.Etcd, ipaddresses.InProcess) {
 	t.Helper()
 	etcd := etcdtest.New(t)
-	r, err := ipaddresses.NewREST(Scheme, newRESTOptionsGetter(etcd.Endpoints(), prefix, EtcdTLS{}, etcd, nil))
+	r, err := ipaddresses.NewREST(Scheme, newRESTOptionsGetter(etcd.Endpoints(), prefix, EtcdTLS{}, etcd, nil, nil))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -18,6 +18,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/util/uuid"
 	"k8s.io/apiserver/pkg/endpoints/request"
 	"k8s.io/apiserver/pkg/registry/rest"
 	genericapiserver "k8s.io/apiserver/pkg/server"
@@ -34,6 +35,7 @@ import (
 	"github.com/allocator/allocator/pkg/allocation"
 	"github.com/allocator/allocator/pkg/allocmetrics"
 	"github.com/allocator/allocator/pkg/embedetcd"
+	"github.com/allocator/allocator/pkg/etcdhistory"
 	"github.com/allocator/allocator/pkg/etcdlayout"
 	"github.com/allocator/allocator/pkg/ipallocator"
 	"github.com/allocator/allocator/pkg/portallocator"
@@ -50,9 +52,15 @@ import (
 
 // Server is the allocator API server.
 type Server struct {
-	cfg       *Config
-	generic   *genericapiserver.GenericAPIServer
-	etcd      *clientv3.Client
+	cfg     *Config
+	generic *genericapiserver.GenericAPIServer
+	// etcd is the server's own client; every write through it is guarded
+	// by history.
+	etcd *clientv3.Client
+	// history is this process's restore marker: it ends Run when etcd's
+	// history goes back under the server, and its Guard refuses every
+	// write the server makes after that (pkg/etcdhistory).
+	history   *etcdhistory.Marker
 	alloc     *servicealloc.Allocator
 	nodePorts *portallocator.EtcdAllocator
 	backend   *ipallocator.Backend
@@ -114,7 +122,7 @@ func (c CompletedConfig) New(ctx context.Context) (*Server, error) {
 		return nil, err
 	}
 	getter := newRESTOptionsGetter(c.EtcdServers, c.EtcdPrefix, c.EtcdTLS, c.InProcessEtcd,
-		embedetcd.KlogLogger(logger(ctx).WithName("etcd-client")))
+		embedetcd.KlogLogger(logger(ctx).WithName("etcd-client")), s.history.Guard)
 	ipREST, err := ipaddresses.NewREST(Scheme, getter)
 	if err != nil {
 		return nil, err
@@ -151,8 +159,12 @@ func (c CompletedConfig) newServer(ctx context.Context) (*Server, error) {
 	if err != nil {
 		return nil, err
 	}
+	process := string(uuid.NewUUID())
+	history := etcdhistory.NewMarker(etcdClient.KV, etcdClient.Lease,
+		etcdlayout.Layout{Prefix: c.EtcdPrefix}.RestoreMarker(process), process)
+	etcdClient.KV = history.Guard(etcdClient.KV)
 	s := &Server{
-		cfg: c.Config, generic: generic, etcd: etcdClient,
+		cfg: c.Config, generic: generic, etcd: etcdClient, history: history,
 		registry: metrics.NewKubeRegistry(), allocMetrics: allocmetrics.New(), repairMetrics: report.NewMetrics(),
 		repairFirstPass: make(chan struct{}),
 	}
@@ -400,17 +412,27 @@ func (s *Server) startServiceCIDRController(hc genericapiserver.PostStartHookCon
 	return nil
 }
 
+// ErrEtcdRestored ends Run when etcd's history went back under the server:
+// etcd was restored from a backup, or replaced (pkg/etcdhistory).
+var ErrEtcdRestored = etcdhistory.ErrRestored
+
 // Run serves until ctx is cancelled, then shuts down cleanly. It also stops,
 // returning an error wrapping ErrEtcdRestored, when etcd's history goes
-// backwards under it (restore.go).
+// backwards under it (pkg/etcdhistory).
 func (s *Server) Run(ctx context.Context) (runErr error) {
 	defer s.etcd.Close()
 	ctx, stop := context.WithCancelCause(ctx)
 	defer stop(nil)
-	go watchForRestore(ctx, s.etcd, s.cfg.EtcdPrefix, s.cfg.RestoreCheckInterval, func(err error) {
-		logger(ctx).Error(err, "Stopping: every cache describes a state etcd no longer has; restart the server (a supervisor does) so it starts from what etcd holds now")
-		stop(err)
-	})
+	go s.history.Watch(ctx, s.cfg.RestoreCheckInterval)
+	go func() {
+		select {
+		case <-ctx.Done():
+		case <-s.history.Restored():
+			err := s.history.Err()
+			logger(ctx).Error(err, "Stopping: every cache describes a state etcd no longer has; restart the server (a supervisor does) so it starts from what etcd holds now")
+			stop(err)
+		}
+	}()
 	defer func() {
 		// Reached after the generic server stopped, on any path.
 		if cause := context.Cause(ctx); errors.Is(cause, ErrEtcdRestored) && runErr == nil {
@@ -471,7 +493,7 @@ func logger(ctx context.Context) klog.Logger { return klog.FromContext(ctx).With
 
 // reconnectParams make an etcd client reconnect within 2 s of etcd answering
 // again: gRPC's default backoff grows to two minutes while etcd is down,
-// which kept the allocators and the restore check (restore.go) blind long
+// which kept the allocators and the restore check (pkg/etcdhistory) blind long
 // after a restarted or restored etcd was back.
 var reconnectParams = grpc.ConnectParams{
 	Backoff:           backoff.Config{BaseDelay: 100 * time.Millisecond, Multiplier: 1.6, Jitter: 0.2, MaxDelay: 2 * time.Second},

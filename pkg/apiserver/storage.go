@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"time"
 
+	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.uber.org/zap"
 
 	networkingv1 "k8s.io/api/networking/v1"
@@ -41,8 +42,9 @@ type restOptionsGetter struct {
 
 // newRESTOptionsGetter reaches etcd at etcdServers over gRPC (logging
 // through log; nil logs nothing), or in process when inProcess is set
-// (etcd_stores.go).
-func newRESTOptionsGetter(etcdServers []string, etcdPrefix string, etcdTLS EtcdTLS, inProcess InProcessEtcd, log *zap.Logger) *restOptionsGetter {
+// (etcd_stores.go). Every store's etcd writes go through guard (nil: none),
+// the server's etcdhistory.Marker.Guard.
+func newRESTOptionsGetter(etcdServers []string, etcdPrefix string, etcdTLS EtcdTLS, inProcess InProcessEtcd, log *zap.Logger, guard func(clientv3.KV) clientv3.KV) *restOptionsGetter {
 	base := storagebackend.NewDefaultConfig(etcdPrefix, nil)
 	base.Transport.ServerList = etcdServers
 	base.Transport.TrustedCAFile = etcdTLS.CAFile
@@ -58,6 +60,7 @@ func newRESTOptionsGetter(etcdServers []string, etcdPrefix string, etcdTLS EtcdT
 		}
 		g.stores = grpcStores(base.Transport, log)
 	}
+	g.stores.guard = guard
 	return g
 }
 

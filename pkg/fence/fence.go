@@ -15,6 +15,7 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
+	"github.com/allocator/allocator/pkg/etcdhistory"
 	"github.com/allocator/allocator/pkg/etcdlayout"
 )
 
@@ -200,8 +201,10 @@ func (f *Fence) Close(ctx context.Context, c *clientv3.Client, key string) (Outc
 	var last error
 	for delay := 50 * time.Millisecond; ; delay = min(2*delay, time.Second) {
 		o, err := f.closeOnce(ctx, c, key)
-		if err == nil || errors.Is(err, ErrOutcomeLost) || quotaExceeded(err) {
-			return o, err // a fence etcd has no space for waits for an operator, not for a retry
+		if err == nil || errors.Is(err, ErrOutcomeLost) || quotaExceeded(err) || errors.Is(err, etcdhistory.ErrRestored) {
+			// A fence etcd has no space for waits for an operator, not for
+			// a retry; one refused after a restore, for a new process.
+			return o, err
 		}
 		last = err
 		select {

@@ -10,6 +10,8 @@ import (
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.etcd.io/etcd/client/v3/kubernetes"
+
+	"github.com/allocator/allocator/pkg/etcdhistory"
 )
 
 // Guard returns c's storage interface with every OptimisticPut and
@@ -182,7 +184,7 @@ func (g guarded) commitOnce(ctx context.Context, f *Fence, key string, w write, 
 		clientv3.Compare(clientv3.CreateRevision(f.key), "=", 0),     // the fence is open
 	).Then(then...).Else(orElse...).Commit()
 	if err != nil {
-		if leaseGone(err) {
+		if leaseGone(err) || errors.Is(err, etcdhistory.ErrRestored) {
 			w.outcome = refused // etcd refused the whole transaction
 		} else {
 			w.outcome = unknown

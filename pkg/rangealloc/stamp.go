@@ -19,8 +19,10 @@ import (
 // again with other contents; a compare-and-swap on that revision alone would
 // then succeed and write the stale map back: allocations made since the
 // restore dropped, lost ones put back, addresses handed out twice. The
-// server stops within a second of a restore (pkg/apiserver, restore.go), but
-// the first write after etcd is back may come sooner. A stamp written after
+// server refuses its own writes after a restore to a point before its
+// restore marker last moved, and stops (pkg/etcdhistory); a backup taken
+// after that, within its last second, leaves nothing the marker can tell,
+// and stores that are not the server's (the repair job) have no marker. A stamp written after
 // the backup was taken is random and exists in no other history, so the
 // compare fails and the store reloads; a stamp from before the backup pairs
 // with a map the restored etcd holds too.

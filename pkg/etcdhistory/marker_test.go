@@ -1,4 +1,4 @@
-package apiserver
+package etcdhistory
 
 import (
 	"context"
@@ -11,6 +11,29 @@ import (
 
 	"github.com/allocator/allocator/internal/etcdtest"
 )
+
+func TestPositionFollowedBy(t *testing.T) {
+	t.Parallel()
+	tests := []struct {
+		name      string
+		seen, now position
+		restored  bool
+	}{
+		{"first read", position{}, position{clusterID: 7, revision: 100}, false},
+		{"same position", position{7, 100}, position{7, 100}, false},
+		{"forward", position{7, 100}, position{7, 250}, false},
+		{"revision back (cold copy, snapshot restore)", position{7, 250}, position{7, 120}, true},
+		{"another cluster (snapshot restore)", position{7, 250}, position{9, 900}, true},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			err := tt.seen.followedBy(tt.now)
+			if got := errors.Is(err, ErrRestored); got != tt.restored {
+				t.Errorf("followedBy = %v, restored %v, want %v", err, got, tt.restored)
+			}
+		})
+	}
+}
 
 // landThenFailKV makes the next transaction commit and then report an
 // error, as etcd does for a write it applied while its database crossed the
@@ -54,21 +77,19 @@ func (t *landThenFailTxn) Commit() (*clientv3.TxnResponse, error) {
 	return resp, err
 }
 
-// TestRestoreMarkerAmbiguousWrite: a marker write that landed but failed
-// (etcd crossing its quota answers "database space exceeded" for a write it
-// applied) is no restore. The check after it took the marker one ahead of
-// what the process believed it wrote for a restore, and the server exited
-// 1 (reproduced with client timeouts of 50 µs: "this server's marker holds
-// 5, it wrote 4"). A marker really set back is still a restore.
-func TestRestoreMarkerAmbiguousWrite(t *testing.T) {
+// TestMarkerAmbiguousWrite: a marker write that landed but failed (etcd
+// crossing its quota answers "database space exceeded" for a write it
+// applied; a client timeout after the request reached etcd) is no restore:
+// the next check finds the marker one version ahead and takes it. A marker
+// really set back is a restore.
+func TestMarkerAmbiguousWrite(t *testing.T) {
 	t.Parallel()
 	etcd := etcdtest.New(t)
 	client := etcd.NewClient(t)
 	kv := &landThenFailKV{KV: client.KV}
-	client.KV = kv
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	m := &restoreMarker{client: client, process: "p", key: "/registry/test-marker/p"}
+	m := NewMarker(kv, client.Lease, "/registry/test-marker/p", "p")
 	if err := m.start(ctx); err != nil {
 		t.Fatal(err)
 	}
@@ -84,16 +105,21 @@ func TestRestoreMarkerAmbiguousWrite(t *testing.T) {
 			t.Fatalf("check %d after a write that landed and failed: %v", i+1, err)
 		}
 	}
-	// 1 at the start, 2, 3 (landed and failed, adopted by the next check), 4, 5.
-	if m.count != 5 {
-		t.Errorf("marker count %d, want 5", m.count)
+	// 1 at the start, 2, 3 (landed and failed, taken by the next check), 4, 5.
+	if got := m.confirmed.Load(); got != 5 {
+		t.Errorf("marker version %d, want 5", got)
 	}
 
-	// A restore sets the marker back: still caught.
-	if _, err := etcd.Client().Put(ctx, m.key, m.value(2)); err != nil {
+	// Set back (deleted and written twice: version 2): a restore.
+	if _, err := etcd.Client().Delete(ctx, m.key); err != nil {
 		t.Fatal(err)
 	}
-	if err := m.check(ctx); !errors.Is(err, ErrEtcdRestored) {
-		t.Fatalf("check after the marker was set back: %v, want %v", err, ErrEtcdRestored)
+	for range 2 {
+		if _, err := etcd.Client().Put(ctx, m.key, "p"); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := m.check(ctx); !errors.Is(err, ErrRestored) {
+		t.Fatalf("check after the marker was set back: %v, want %v", err, ErrRestored)
 	}
 }
