@@ -178,7 +178,11 @@ func (b *Backend) openBitmap(ctx context.Context, prefix netip.Prefix, primary b
 	if b.cfg.Transition == nil {
 		return bits, bits, nil
 	}
-	return dualwrite.NewBitmapReplica(bits, b.cfg.Transition, b.cfg.IPAddresses), bits, nil
+	var services ipaddress.Services
+	if b.cfg.Client != nil {
+		services = ipaddress.ServicesOf(b.cfg.Client)
+	}
+	return dualwrite.NewBitmapReplica(bits, b.cfg.Transition, b.cfg.IPAddresses, services), bits, nil
 }
 
 func (b *Backend) openIPAddress(ctx context.Context, prefix netip.Prefix, primary bool) (allocation.Interface, iprepair.BitmapStore, error) {

@@ -54,7 +54,7 @@ func TestParity(t *testing.T) {
 				if want == nil {
 					return
 				}
-				diffs := replayDiffering(ctx, t, target, fam, model.Name(m), want.Cases, parity.Compare(want.Cases, got))
+				diffs := parity.Compare(want.Cases, got)
 				for _, d := range diffs {
 					if d.Stale {
 						t.Errorf("%s: the record is stale (run hack/capture-parity.sh %s): %s", d.Case, fam.Name, d.Diff)
@@ -68,38 +68,4 @@ func TestParity(t *testing.T) {
 			})
 		})
 	}
-}
-
-// replayDiffering replays once more each case of diffs that is not stale
-// and returns the differences that remain. A difference the replay does not
-// repeat is logged, not failed: in the bitmap model a static ClusterIP asked
-// for right after the Service that held it was deleted is now and then
-// refused as already allocated on a loaded machine (a known intermittent
-// fault, not yet explained), and one such answer must not hide the rest of
-// the comparison or fail the run.
-func replayDiffering(ctx context.Context, t *testing.T, target *parity.Target, fam parity.Family, m model.Name,
-	want []parity.CaseRecord, diffs []parity.Difference) []parity.Difference {
-	t.Helper()
-	byName := map[string]parity.Case{}
-	for _, c := range parity.Corpus(fam) {
-		byName[c.Name] = c
-	}
-	var remain []parity.Difference
-	for _, d := range diffs {
-		c, ok := byName[d.Case]
-		if d.Stale || !ok {
-			remain = append(remain, d)
-			continue
-		}
-		again, err := parity.Run(ctx, target, []parity.Case{c}, m, nil)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if left := parity.Compare(want, again); len(left) > 0 {
-			remain = append(remain, left...)
-			continue
-		}
-		t.Logf("%s answered differently from kube-apiserver once and as it did when replayed; the first answer (-kube-apiserver +ours):\n%s", d.Case, d.Diff)
-	}
-	return remain
 }

@@ -22,14 +22,16 @@ import (
 // so the bitmap repair and migration see it as a stored map.
 type BitmapReplica struct {
 	*bitmap.EtcdAllocator
-	gate    Gate
-	objects ipaddress.Objects
+	gate     Gate
+	objects  ipaddress.Objects
+	services ipaddress.Services
 }
 
 // NewBitmapReplica wraps bits; objects (may be nil) deletes IPAddresses on
-// release.
-func NewBitmapReplica(bits *bitmap.EtcdAllocator, gate Gate, objects ipaddress.Objects) *BitmapReplica {
-	return &BitmapReplica{EtcdAllocator: bits, gate: gate, objects: objects}
+// release, and services reads the Service an IPAddress that is not the
+// releasing owner's names.
+func NewBitmapReplica(bits *bitmap.EtcdAllocator, gate Gate, objects ipaddress.Objects, services ipaddress.Services) *BitmapReplica {
+	return &BitmapReplica{EtcdAllocator: bits, gate: gate, objects: objects, services: services}
 }
 
 // Allocate claims ip in the bitmap.
@@ -55,10 +57,13 @@ func (b *BitmapReplica) AllocateNext(ctx context.Context, owner allocation.Owner
 // Release frees the bit and deletes the owner's IPAddress of ip, if any. The
 // IPAddress goes first: while it exists the address is not free for an
 // IPAddress-model replica anyway, and a failure leaves the bit set (a leak
-// for repair, never a duplicate).
+// for repair, never a duplicate). The bit stays when the IPAddress is
+// another Service's that holds the address; one naming a Service that does
+// not (NotHeld: the repair created it for a Service deleted meanwhile)
+// does not keep it, or the address would be refused until the repair ran.
 func (b *BitmapReplica) Release(ctx context.Context, ip netip.Addr, owner allocation.Owner) error {
 	if b.objects != nil && b.Range().Contains(ip) {
-		outcome, err := ipaddress.DeleteOwned(ctx, b.objects, ip, owner)
+		outcome, err := ipaddress.DeleteOwned(ctx, b.objects, b.services, ip, owner)
 		if err != nil {
 			return err
 		}

@@ -20,10 +20,12 @@
 //     ServiceCIDRs, or IPv6 beyond the bitmap's 65,535 slots) handed out,
 //     as IPAddresses only; never "range is full" while a ServiceCIDR has
 //     room (kubernetes#129797).
-//   - A release frees the bit only when the IPAddress was the owner's or
-//     absent (a Service allocated by a bitmap replica has none). An
-//     IPAddress held by another Service means the address is that
-//     Service's: its bit stays.
+//   - A release frees the bit unless the IPAddress belongs to another
+//     Service that holds the address: the address is then that Service's,
+//     and its bit stays. An IPAddress absent (a Service allocated by a
+//     bitmap replica has none), the owner's, or naming a Service that does
+//     not hold the address (the repair created it for a Service deleted
+//     meanwhile) frees it.
 //   - A failed claim frees what it took on a context detached from the
 //     request, so a cancelled request leaks nothing.
 package dualwrite
@@ -192,7 +194,7 @@ func (a *Allocator) AllocateNext(ctx context.Context, owner allocation.Owner) (n
 }
 
 // Release frees ip's IPAddress if it is owner's, and then its bit unless the
-// IPAddress belongs to someone else.
+// IPAddress belongs to another Service that holds the address.
 func (a *Allocator) Release(ctx context.Context, ip netip.Addr, owner allocation.Owner) error {
 	dual, done, err := a.gate.Begin(ctx)
 	if err != nil {

@@ -2,9 +2,12 @@ package ipaddress
 
 import (
 	"context"
+	"errors"
 	"net/netip"
 	"testing"
 
+	corev1 "k8s.io/api/core/v1"
+	networkingv1 "k8s.io/api/networking/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes/fake"
@@ -61,16 +64,75 @@ func TestDeleteOwnedComparesUID(t *testing.T) {
 		t.Fatal(err)
 	}
 	older := allocation.Owner{Namespace: "default", Name: "web", UID: "u1"}
-	if got, err := DeleteOwned(ctx, api, ip, older); err != nil || got != OtherOwner {
+	if got, err := DeleteOwned(ctx, api, nil, ip, older); err != nil || got != OtherOwner {
 		t.Fatalf("release for the older Service: %v, %v; want OtherOwner", got, err)
 	}
 	if _, err := api.Get(ctx, ip.String(), metav1.GetOptions{}); err != nil {
 		t.Fatalf("the newer Service's IPAddress is gone: %v", err)
 	}
-	if got, err := DeleteOwned(ctx, api, ip, newer); err != nil || got != Released {
+	if got, err := DeleteOwned(ctx, api, nil, ip, newer); err != nil || got != Released {
 		t.Fatalf("release for the newer Service: %v, %v; want Released", got, err)
 	}
 	if _, err := api.Get(ctx, ip.String(), metav1.GetOptions{}); !apierrors.IsNotFound(err) {
 		t.Fatalf("after its owner's release the IPAddress is still there: %v", err)
+	}
+}
+
+// TestDeleteOwnedTellsStaleFromHeld: an IPAddress naming another Service
+// is kept either way; the release reports whether that Service holds the
+// address now (OtherOwner) or not (NotHeld: the repair created it for a
+// Service deleted meanwhile, an earlier Service of the same name say), read
+// through services. A failed read is a retriable error, never a guess.
+func TestDeleteOwnedTellsStaleFromHeld(t *testing.T) {
+	t.Parallel()
+	ip := netip.MustParseAddr("10.0.0.7")
+	other := netip.MustParseAddr("10.0.0.8")
+	earlier := allocation.Owner{Namespace: "default", Name: "c", UID: "u1"} // the IPAddress names it
+	releasing := allocation.Owner{Namespace: "default", Name: "c", UID: "u2"}
+	service := func(ips ...netip.Addr) *corev1.Service {
+		svc := &corev1.Service{ObjectMeta: metav1.ObjectMeta{Namespace: "default", Name: "c", UID: "u3"}}
+		for _, a := range ips {
+			svc.Spec.ClusterIPs = append(svc.Spec.ClusterIPs, a.String())
+		}
+		if len(ips) > 0 {
+			svc.Spec.ClusterIP = svc.Spec.ClusterIPs[0]
+		}
+		return svc
+	}
+	reads := func(svc *corev1.Service, err error) Services {
+		return func(context.Context, string, string) (*corev1.Service, error) { return svc, err }
+	}
+	gateway := NewObject(ip, earlier)
+	gateway.Spec.ParentRef.Group, gateway.Spec.ParentRef.Resource = "gateway.networking.k8s.io", "gateways"
+	tests := []struct {
+		name      string
+		obj       *networkingv1.IPAddress
+		services  Services
+		want      ReleaseOutcome
+		retriable bool
+	}{
+		{"its Service is gone", NewObject(ip, earlier), reads(nil, nil), NotHeld, false},
+		{"its Service holds other addresses", NewObject(ip, earlier), reads(service(other), nil), NotHeld, false},
+		{"its Service holds the address", NewObject(ip, earlier), reads(service(other, ip), nil), OtherOwner, false},
+		{"a parent that is no Service", gateway, reads(nil, nil), OtherOwner, false},
+		{"no Services to ask", NewObject(ip, earlier), nil, OtherOwner, false},
+		{"the read fails", NewObject(ip, earlier), reads(nil, errors.New("etcd unavailable")), Absent, true},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			ctx := context.Background()
+			api := fake.NewClientset().NetworkingV1().IPAddresses()
+			if _, err := api.Create(ctx, tt.obj, metav1.CreateOptions{}); err != nil {
+				t.Fatal(err)
+			}
+			got, err := DeleteOwned(ctx, api, tt.services, ip, releasing)
+			if got != tt.want || (err != nil) != tt.retriable || allocation.IsRetriable(err) != tt.retriable {
+				t.Errorf("DeleteOwned = %v, %v; want %v, retriable error %v", got, err, tt.want, tt.retriable)
+			}
+			if _, err := api.Get(ctx, ip.String(), metav1.GetOptions{}); err != nil {
+				t.Errorf("the other Service's IPAddress was deleted: %v", err)
+			}
+		})
 	}
 }

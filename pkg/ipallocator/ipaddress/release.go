@@ -4,13 +4,17 @@ import (
 	"context"
 	"fmt"
 	"net/netip"
+	"slices"
 
+	corev1 "k8s.io/api/core/v1"
 	networkingv1 "k8s.io/api/networking/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
 	"k8s.io/klog/v2"
 
 	"github.com/allocator/allocator/pkg/allocation"
+	"github.com/allocator/allocator/pkg/holding"
 )
 
 // releaseAttempts bounds Release's get/conditional-delete loop when the
@@ -36,13 +40,19 @@ const (
 	// Absent: no IPAddress exists for the address (or it is of the other
 	// family).
 	Absent
-	// OtherOwner: the IPAddress belongs to someone else and was kept.
+	// OtherOwner: the IPAddress belongs to someone else, who holds the
+	// address, and was kept.
 	OtherOwner
+	// NotHeld: the IPAddress names another Service, which does not hold the
+	// address (gone, or holding others): a stale IPAddress. It was kept; the
+	// repair removes it once its grace has passed. A second record of the
+	// address (the dual-written bitmap) is the owner's to free.
+	NotHeld
 )
 
 // ReleaseOwned is Release reporting what it found, so that a caller keeping
 // a second record of the address (the dual-written bitmap) frees that one
-// only when the address was the owner's.
+// only when no other Service holds the address.
 func (a *Allocator) ReleaseOwned(ctx context.Context, ip netip.Addr, owner allocation.Owner) (ReleaseOutcome, error) {
 	if !ip.IsValid() || ip.Is6() != a.ipv6 {
 		return Absent, nil
@@ -51,7 +61,7 @@ func (a *Allocator) ReleaseOwned(ctx context.Context, ip netip.Addr, owner alloc
 	if a.ready.Load() {
 		cached, _ = a.ipLister.Get(ip.String()) // a miss is nil: read live
 	}
-	outcome, err := deleteOwned(ctx, a.objects, ip, owner, cached)
+	outcome, err := deleteOwned(ctx, a.objects, a.services, ip, owner, cached)
 	if err == nil && outcome == Released {
 		a.mu.Lock()
 		if a.inflight[ip] == nil {
@@ -84,11 +94,12 @@ func deleteExact(ctx context.Context, api Objects, seen *networkingv1.IPAddress)
 
 // DeleteOwned deletes ip's IPAddress if it belongs to owner. The delete is
 // conditional on the UID and resourceVersion just read, so an object that
-// was re-created or re-assigned in between is never removed. It needs no
-// allocator: the bitmap model uses it to keep IPAddresses true during a
-// transition.
-func DeleteOwned(ctx context.Context, api Objects, ip netip.Addr, owner allocation.Owner) (ReleaseOutcome, error) {
-	return deleteOwned(ctx, api, ip, owner, nil)
+// was re-created or re-assigned in between is never removed. An IPAddress
+// of another Service is told apart (OtherOwner, NotHeld) by reading that
+// Service through services. It needs no allocator: the bitmap model uses it
+// to keep IPAddresses true during a transition.
+func DeleteOwned(ctx context.Context, api Objects, services Services, ip netip.Addr, owner allocation.Owner) (ReleaseOutcome, error) {
+	return deleteOwned(ctx, api, services, ip, owner, nil)
 }
 
 // deleteOwned is DeleteOwned trying cached, an informer's copy, first: its
@@ -97,7 +108,7 @@ func DeleteOwned(ctx context.Context, api Objects, ip netip.Addr, owner allocati
 // settled by the reads that follow. Its errors are allocation.Retriable:
 // the delete is conditional on the owner's object, so sending it again can
 // never remove another Service's address.
-func deleteOwned(ctx context.Context, api Objects, ip netip.Addr, owner allocation.Owner, cached *networkingv1.IPAddress) (ReleaseOutcome, error) {
+func deleteOwned(ctx context.Context, api Objects, services Services, ip netip.Addr, owner allocation.Owner, cached *networkingv1.IPAddress) (ReleaseOutcome, error) {
 	if cached != nil && OwnedBy(cached, owner) && deleteExact(ctx, api, cached) == nil {
 		return Released, nil
 	}
@@ -110,7 +121,15 @@ func deleteOwned(ctx context.Context, api Objects, ip netip.Addr, owner allocati
 			return Absent, allocation.Retriable(fmt.Errorf("release %s of service %s: %w", ip, owner, err))
 		}
 		if !OwnedBy(obj, owner) {
-			klog.FromContext(ctx).V(2).Info("Not releasing an IPAddress owned by another parent", "ip", ip, "service", owner.String(), "parentRef", obj.Spec.ParentRef)
+			held, err := heldByParent(ctx, services, obj, ip)
+			if err != nil {
+				return Absent, allocation.Retriable(fmt.Errorf("release %s of service %s: %w", ip, owner, err))
+			}
+			klog.FromContext(ctx).V(2).Info("Not releasing an IPAddress owned by another parent", "ip", ip, "service", owner.String(),
+				"parentRef", obj.Spec.ParentRef, "parentHoldsIt", held)
+			if !held {
+				return NotHeld, nil
+			}
 			return OtherOwner, nil
 		}
 		err = deleteExact(ctx, api, obj)
@@ -124,4 +143,40 @@ func deleteOwned(ctx context.Context, api Objects, ip netip.Addr, owner allocati
 		}
 	}
 	return Absent, allocation.Retriable(fmt.Errorf("release %s of service %s: the IPAddress kept changing", ip, owner))
+}
+
+// Services reads a Service as stored now; nil, nil when there is none.
+type Services func(ctx context.Context, namespace, name string) (*corev1.Service, error)
+
+// ServicesOf reads Services through client, from storage (no resourceVersion:
+// not from a cache).
+func ServicesOf(client kubernetes.Interface) Services {
+	return func(ctx context.Context, namespace, name string) (*corev1.Service, error) {
+		svc, err := client.CoreV1().Services(namespace).Get(ctx, name, metav1.GetOptions{})
+		if apierrors.IsNotFound(err) {
+			return nil, nil
+		}
+		if err != nil {
+			return nil, fmt.Errorf("get service %s/%s: %w", namespace, name, err)
+		}
+		return svc, nil
+	}
+}
+
+// heldByParent reports whether what obj names holds ip now. An IPAddress of
+// another Service is the address's claim only while that Service holds it:
+// the repair creates the IPAddresses of Services that lack one, and one it
+// creates for a Service deleted meanwhile (an earlier Service of the same
+// name, say) stays until the repair takes it back. A parent that is not a
+// Service, or no services to ask, counts as holding it.
+func heldByParent(ctx context.Context, services Services, obj *networkingv1.IPAddress, ip netip.Addr) (bool, error) {
+	p := obj.Spec.ParentRef
+	if services == nil || p == nil || p.Group != "" || p.Resource != "services" {
+		return true, nil
+	}
+	svc, err := services(ctx, p.Namespace, p.Name)
+	if err != nil || svc == nil {
+		return false, err
+	}
+	return slices.Contains(holding.IPs(svc), ip), nil
 }
