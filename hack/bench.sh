@@ -11,6 +11,9 @@
 #   ALLOCATOR=ipaddress DUAL_WRITE=1 hack/bench.sh    IPAddress model with dual write on: the data dir
 #                                                     is first served by a bitmap-model server, as in an upgrade
 #   SCOPED=100 SCOPE_MATCH=1 ALLOCATOR=ipaddress hack/bench.sh   100 scoped ServiceCIDRs, the Services in one of them
+#   CIDRS=100 LIFECYCLE=draining ALLOCATOR=ipaddress hack/bench.sh
+#                                         100 more ServiceCIDRs, each draining (or manual-only), that
+#                                         no create may take from (design.md §11)
 #   CPU_PROFILE=/tmp/create.pprof COUNT=8000 CONCURRENCY=32 hack/bench.sh
 #                                         also a CPU profile of the server (its /debug/pprof,
 #                                         CPU_PROFILE_SECONDS long, default 5, from CPU_PROFILE_AFTER
@@ -76,6 +79,26 @@ YAML
   done | kubectl --kubeconfig "$kc" apply -f - >/dev/null
   if [ "${SCOPE_MATCH:-0}" = 1 ]; then ns_labels=(--namespace-labels "bench-scope=s$(( SCOPED / 2 ))"); fi
   echo "scoped ServiceCIDRs: $SCOPED, benchmark namespaces in one of them: ${SCOPE_MATCH:-0}"
+fi
+# CIDRS=N (our server only): N more ServiceCIDRs (/20s in 10.64.0.0/10),
+# annotated lifecycle.allocator.github.io/$LIFECYCLE=true when LIFECYCLE is
+# set (draining, manual-only), before the run.
+if [ "${CIDRS:-0}" -gt 0 ]; then
+  [ -z "$KUBE" ] || { echo "CIDRS is for our server only" >&2; exit 2; }
+  annotations="{}"
+  if [ -n "${LIFECYCLE:-}" ]; then annotations="{lifecycle.allocator.github.io/$LIFECYCLE: \"true\"}"; fi
+  for i in $(seq 0 $(( CIDRS - 1 ))); do
+    cat <<YAML
+apiVersion: networking.k8s.io/v1
+kind: ServiceCIDR
+metadata:
+  name: bench-extra-$i
+  annotations: $annotations
+spec: {cidrs: ["10.$(( 64 + i / 16 )).$(( (i % 16) * 16 )).0/20"]}
+---
+YAML
+  done | kubectl --kubeconfig "$kc" apply -f - >/dev/null
+  echo "more ServiceCIDRs: $CIDRS, lifecycle: ${LIFECYCLE:-none}"
 fi
 IFS=, read -ra measured <<<"${pids[1]}"
 t0=$(cpu_ticks "${measured[@]}")
