@@ -57,8 +57,9 @@ By default it is a dry run that lists the Services and their addresses,
 each re-create checked by a server-side dry run: pass --dry-run=false to
 move them. Like kubectl it works in the context's
 namespace; -n picks another, -A every namespace, -l narrows by label.
-It works through the Kubernetes API, against our server or a kube-apiserver
-in the IPAddress model; the bitmap model is refused.
+It works through the Kubernetes API; the bitmap model is refused. A
+kube-apiserver does not know the draining annotation and may pick an address
+in --from again: give it --to.
 
 Services are moved --batch at a time. Before a Service is deleted, what
 re-creates it is written and synced to --journal; a run killed between a

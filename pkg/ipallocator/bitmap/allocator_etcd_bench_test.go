@@ -14,8 +14,9 @@ import (
 // BenchmarkEtcdAllocateNext measures allocations per second against a real
 // embedded etcd on a /16, with 1, 8 and 32 concurrent callers, with and
 // without group commit. Every iteration is one AllocateNext; a /16 holds
-// 65,534 addresses, so run it with -benchtime=Nx, N ≤ 60000 (hack/bench-bitmap.sh
-// does). It reports allocs/s, the average batch size and the bytes written per
+// 65,534 addresses, so run it with -benchtime=Nx, N ≤ 60000 (go test -run '^$'
+// -bench EtcdAllocateNext -benchtime=50000x ./pkg/ipallocator/bitmap). It
+// reports allocs/s, the average batch size and the bytes written per
 // allocation.
 func BenchmarkEtcdAllocateNext(b *testing.B) {
 	etcd := etcdtest.New(b)
