@@ -59,6 +59,23 @@ else
   pids=(--pids "$server_pid")
   echo "allocator=$ALLOCATOR type=$TYPE dual-write=${DUAL_WRITE:-0} count=$COUNT concurrency=$CONCURRENCY ($(nproc) CPUs, load $(cut -d' ' -f1-3 /proc/loadavg))"
 fi
+# apply_servicecidrs NAME FIRST COUNT ANNOTATIONS applies COUNT /20
+# ServiceCIDRs NAME-0… in 10.FIRST.0.0 onwards, annotated with ANNOTATIONS
+# (a YAML flow map, in which each $i is the ServiceCIDR's index).
+apply_servicecidrs() {
+  local name=$1 first=$2 count=$3 annotations=$4 i
+  for i in $(seq 0 $(( count - 1 ))); do
+    cat <<YAML
+apiVersion: networking.k8s.io/v1
+kind: ServiceCIDR
+metadata:
+  name: $name-$i
+  annotations: ${annotations//\$i/$i}
+spec: {cidrs: ["10.$(( first + i / 16 )).$(( (i % 16) * 16 )).0/20"]}
+---
+YAML
+  done | kubectl --kubeconfig "$kc" apply -f - >/dev/null
+}
 # SCOPED=N (our server only): N scoped ServiceCIDRs (/20s in 10.128.0.0/9,
 # namespace-selector bench-scope=sI) before the run; with SCOPE_MATCH=1 the
 # benchmark's namespaces carry bench-scope=s$((N/2)), so its Services are
@@ -66,17 +83,7 @@ fi
 ns_labels=()
 if [ "${SCOPED:-0}" -gt 0 ]; then
   [ -z "$KUBE" ] || { echo "SCOPED is for our server only" >&2; exit 2; }
-  for i in $(seq 0 $(( SCOPED - 1 ))); do
-    cat <<YAML
-apiVersion: networking.k8s.io/v1
-kind: ServiceCIDR
-metadata:
-  name: bench-scope-$i
-  annotations: {scope.allocator.github.io/namespace-selector: "bench-scope=s$i"}
-spec: {cidrs: ["10.$(( 128 + i / 16 )).$(( (i % 16) * 16 )).0/20"]}
----
-YAML
-  done | kubectl --kubeconfig "$kc" apply -f - >/dev/null
+  apply_servicecidrs bench-scope 128 "$SCOPED" '{scope.allocator.github.io/namespace-selector: "bench-scope=s$i"}'
   if [ "${SCOPE_MATCH:-0}" = 1 ]; then ns_labels=(--namespace-labels "bench-scope=s$(( SCOPED / 2 ))"); fi
   echo "scoped ServiceCIDRs: $SCOPED, benchmark namespaces in one of them: ${SCOPE_MATCH:-0}"
 fi
@@ -87,17 +94,7 @@ if [ "${CIDRS:-0}" -gt 0 ]; then
   [ -z "$KUBE" ] || { echo "CIDRS is for our server only" >&2; exit 2; }
   annotations="{}"
   if [ -n "${LIFECYCLE:-}" ]; then annotations="{lifecycle.allocator.github.io/$LIFECYCLE: \"true\"}"; fi
-  for i in $(seq 0 $(( CIDRS - 1 ))); do
-    cat <<YAML
-apiVersion: networking.k8s.io/v1
-kind: ServiceCIDR
-metadata:
-  name: bench-extra-$i
-  annotations: $annotations
-spec: {cidrs: ["10.$(( 64 + i / 16 )).$(( (i % 16) * 16 )).0/20"]}
----
-YAML
-  done | kubectl --kubeconfig "$kc" apply -f - >/dev/null
+  apply_servicecidrs bench-extra 64 "$CIDRS" "$annotations"
   echo "more ServiceCIDRs: $CIDRS, lifecycle: ${LIFECYCLE:-none}"
 fi
 IFS=, read -ra measured <<<"${pids[1]}"
