@@ -12,6 +12,7 @@ import (
 	"time"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
+	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
@@ -322,24 +323,37 @@ func TestDualWrite(t *testing.T) {
 		}
 	})
 
-	// Release frees the bit only when the IPAddress was the owner's or
-	// absent; an IPAddress held by another Service keeps the bit.
-	t.Run("ReleaseFreesBitOnlyForOwnerOrAbsent", func(t *testing.T) {
+	// Release frees the bit unless the IPAddress belongs to another Service
+	// that holds the address: the owner's IPAddress, none, or one naming a
+	// Service that does not hold the address (gone) frees it.
+	t.Run("ReleaseFreesBitUnlessAnotherServiceHoldsIt", func(t *testing.T) {
 		ctx := testContext(t)
 		b := e.bits(t, "10.0.0.80/28")
 		a := e.dual(t, b, gate{dual: true})
-		owned, absent, others := netip.MustParseAddr("10.0.0.81"), netip.MustParseAddr("10.0.0.82"), netip.MustParseAddr("10.0.0.83")
-		mine := svc("mine")
+		owned, absent := netip.MustParseAddr("10.0.0.81"), netip.MustParseAddr("10.0.0.82")
+		others, stale := netip.MustParseAddr("10.0.0.83"), netip.MustParseAddr("10.0.0.84")
+		mine, holder, gone := svc("mine"), svc("holder"), svc("gone")
 		if err := a.Allocate(ctx, owned, mine); err != nil {
 			t.Fatal(err)
 		}
 		if err := b.Allocate(ctx, absent, bitmapOnly); err != nil {
 			t.Fatal(err)
 		}
-		if err := a.Allocate(ctx, others, other); err != nil {
+		if err := a.Allocate(ctx, others, holder); err != nil {
 			t.Fatal(err)
 		}
-		for _, ip := range []netip.Addr{owned, absent, others} {
+		if err := a.Allocate(ctx, stale, gone); err != nil {
+			t.Fatal(err)
+		}
+		// holder is a stored Service holding its address; gone is none.
+		holding := &corev1.Service{
+			ObjectMeta: metav1.ObjectMeta{Namespace: holder.Namespace, Name: holder.Name},
+			Spec:       corev1.ServiceSpec{ClusterIP: others.String(), Ports: []corev1.ServicePort{{Port: 80}}},
+		}
+		if _, err := e.srv.Client.CoreV1().Services(holder.Namespace).Create(ctx, holding, metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		for _, ip := range []netip.Addr{owned, absent, others, stale} {
 			if err := a.Release(ctx, ip, mine); err != nil {
 				t.Fatalf("release %s: %v", ip, err)
 			}
@@ -351,7 +365,8 @@ func TestDualWrite(t *testing.T) {
 		}{
 			{owned, false, ""},
 			{absent, false, ""},
-			{others, true, other.String()},
+			{others, true, holder.String()},
+			{stale, false, gone.String()}, // kept for the repair, which removes it after its grace
 		} {
 			if bit, owner := hasBit(t, b, want.ip), e.owner(t, want.ip); bit != want.bit || owner != want.owner {
 				t.Errorf("%s after release: bit %v, IPAddress of %q; want bit %v, IPAddress of %q", want.ip, bit, owner, want.bit, want.owner)
