@@ -37,11 +37,11 @@ phase() {
 case "${1:-}" in
 unit)
   packages=$(unit_packages)
-  # The unit tests mostly wait on etcd and timers, not the CPU: -parallel
-  # lets eight of a package's parallel tests run at once, where go test's
-  # default (GOMAXPROCS, two here) ran them two at a time.
+  # The unit tests mostly wait on etcd and timers, not the CPU: four
+  # packages, and eight of a package's parallel tests, run at once, where
+  # go test's default (GOMAXPROCS, two here) ran two of each.
   # shellcheck disable=SC2086 # one argument per package
-  go test -count=1 -parallel 8 $packages
+  go test -count=1 -p 4 -parallel 8 $packages
   exit
   ;;
 go)
@@ -62,7 +62,7 @@ go)
   # A failing tier does not stop the other: one run reports every failure.
   failed=0
   # shellcheck disable=SC2086 # one argument per package
-  go test -race -count=1 -parallel 8 -timeout 20m -json $unit 2>&1 | "$tmp/testtimes" -top 10 || failed=1
+  go test -race -count=1 -p 4 -parallel 8 -timeout 20m -json $unit 2>&1 | "$tmp/testtimes" -top 10 || failed=1
   phase "go test${race[*]:+ ${race[*]}}: the integration tier"
   # The integration tests mostly wait on servers, timers and etcd: three
   # packages, and four of a package's parallel tests, at once.
