@@ -57,7 +57,7 @@ func (s *Server) runBootstrap(ctx context.Context, loopback *restclient.Config) 
 	}
 	s.bootstrap.Store(true)
 	log.Info("Bootstrap done")
-	go s.keepDefaultServiceCIDR(ctx, client)
+	s.controllers.run(ctx, func(ctx context.Context) { s.keepDefaultServiceCIDR(ctx, client) })
 	return nil
 }
 

@@ -43,11 +43,11 @@ func (s *Server) startRepairController(hc genericapiserver.PostStartHookContext)
 		close(s.repairFirstPass)
 		return nil
 	}
-	go func() {
+	s.controllers.run(ctx, func(ctx context.Context) {
 		if err := runner.Run(ctx, s.repairFirstPass); err != nil && ctx.Err() == nil {
 			logger(ctx).Error(err, "ClusterIP repair controller stopped")
 		}
-	}()
+	})
 	return s.startTransitionRepair(ctx, client)
 }
 
@@ -61,10 +61,12 @@ func (s *Server) startTransitionRepair(ctx context.Context, client kubernetes.In
 	if err != nil || runner == nil {
 		return err
 	}
-	go s.whileDualWrite(ctx, func(ctx context.Context) {
-		if err := runner.Run(ctx, nil); err != nil && ctx.Err() == nil {
-			logger(ctx).Error(err, "Transition repair controller stopped")
-		}
+	s.controllers.run(ctx, func(ctx context.Context) {
+		s.whileDualWrite(ctx, func(ctx context.Context) {
+			if err := runner.Run(ctx, nil); err != nil && ctx.Err() == nil {
+				logger(ctx).Error(err, "Transition repair controller stopped")
+			}
+		})
 	})
 	return nil
 }
@@ -134,14 +136,14 @@ func (s *Server) startNodePortRepair(ctx context.Context, client kubernetes.Inte
 	if err != nil {
 		return err
 	}
-	go func() {
+	s.controllers.run(ctx, func(ctx context.Context) {
 		if !s.afterFirstRepairPass(ctx, firstPassWait) {
 			return
 		}
 		if err := r.Run(ctx, nil); err != nil && ctx.Err() == nil {
 			logger(ctx).Error(err, "Node-port repair controller stopped")
 		}
-	}()
+	})
 	return nil
 }
 

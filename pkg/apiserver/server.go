@@ -60,10 +60,13 @@ type Server struct {
 	// history is this process's restore marker: it ends Run when etcd's
 	// history goes back under the server, and its Guard refuses every
 	// write the server makes after that (pkg/etcdhistory).
-	history   *etcdhistory.Marker
-	alloc     *servicealloc.Allocator
-	nodePorts *portallocator.EtcdAllocator
-	backend   *ipallocator.Backend
+	history *etcdhistory.Marker
+	// controllers are stopped, and their last requests waited for, before
+	// the server stops serving (shutdown.go).
+	controllers controllerGroup
+	alloc       *servicealloc.Allocator
+	nodePorts   *portallocator.EtcdAllocator
+	backend     *ipallocator.Backend
 	// informers is the server's one informer factory (allocators,
 	// repairs, ServiceCIDR controller); see openBackend. Its informers read
 	// the stores of sources in process.
@@ -401,14 +404,14 @@ func (s *Server) startServiceCIDRController(hc genericapiserver.PostStartHookCon
 		logger(ctx).Error(err, "ServiceCIDR controller not started")
 		return nil
 	}
-	go func() {
+	s.controllers.run(ctx, func(ctx context.Context) {
 		if !s.afterFirstRepairPass(ctx, firstPassWait) {
 			return
 		}
 		if err := ctrl.Run(ctx, 2); err != nil && ctx.Err() == nil {
 			logger(ctx).Error(err, "ServiceCIDR controller stopped")
 		}
-	}()
+	})
 	return nil
 }
 
@@ -449,11 +452,12 @@ func (s *Server) Run(ctx context.Context) (runErr error) {
 		}()
 	}
 	defer context.AfterFunc(ctx, s.watches.stop)()
-	// On shutdown, Service writes in progress finish first, with their
-	// releases, while the server still serves (the IPAddress model releases
-	// through its own API); new ones are refused with 503 meanwhile. Only
-	// then does the generic server stop: a SIGTERM during deletes would
-	// otherwise leave addresses held without a Service.
+	// On shutdown, the controllers stop first and their last requests
+	// finish; then Service writes in progress finish, with their releases,
+	// while the server still serves (the IPAddress model releases through
+	// its own API); new ones are refused with 503 meanwhile. Only then does
+	// the generic server stop: a SIGTERM during deletes would otherwise
+	// leave addresses held without a Service.
 	serving, stopServing := context.WithCancel(context.WithoutCancel(ctx))
 	defer stopServing()
 	go func() {
@@ -464,6 +468,11 @@ func (s *Server) Run(ctx context.Context) (runErr error) {
 		}
 		dctx, cancel := context.WithTimeout(serving, drainTimeout)
 		defer cancel()
+		cctx, cancelStop := context.WithTimeout(dctx, controllerStopTimeout)
+		if err := s.controllers.stop(cctx); err != nil {
+			logger(ctx).Info("Stopping with a controller's request in progress", "err", err)
+		}
+		cancelStop()
 		if err := s.alloc.Drain(dctx); err != nil {
 			logger(ctx).Info("Stopping with Service writes in progress; repair frees what they leave", "err", err)
 		}
@@ -471,6 +480,10 @@ func (s *Server) Run(ctx context.Context) (runErr error) {
 	}()
 	return s.generic.PrepareRun().RunWithContext(serving)
 }
+
+// controllerStopTimeout bounds how long a shutdown waits for the
+// controllers' last requests, out of drainTimeout.
+const controllerStopTimeout = 10 * time.Second
 
 // drainTimeout bounds how long a shutdown waits for Service writes in
 // progress (each release is bounded by 30 s on its own).

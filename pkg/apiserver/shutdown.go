@@ -60,3 +60,58 @@ func isWatch(r *http.Request) bool {
 	}
 	return strings.Contains(r.URL.Path, "/watch/")
 }
+
+// controllerGroup runs the server's controllers that write through its own
+// API (the ServiceCIDR controller, the repairs, the default ServiceCIDR's
+// keeper), so that shutdown stops them and waits for their last request
+// before the server stops serving. A request the stop cuts off is logged
+// at error level by the generic server's timeout filter ("Handler
+// timeout"), and its write's outcome is left unknown to the controller.
+type controllerGroup struct {
+	mu      sync.Mutex
+	stopped bool           // guarded by mu
+	cancels []func()       // of the running controllers; guarded by mu
+	wg      sync.WaitGroup // Add under mu while not stopped
+}
+
+// run runs f on a context that ends with ctx or at stop, unless the group
+// is stopped already.
+func (g *controllerGroup) run(ctx context.Context, f func(context.Context)) {
+	ctx, cancel := context.WithCancel(ctx)
+	g.mu.Lock()
+	if g.stopped {
+		g.mu.Unlock()
+		cancel()
+		return
+	}
+	g.cancels = append(g.cancels, cancel)
+	g.wg.Add(1)
+	g.mu.Unlock()
+	go func() {
+		defer g.wg.Done()
+		defer cancel()
+		f(ctx)
+	}()
+}
+
+// stop cancels every controller and waits until they have returned or ctx
+// ends, whichever is first.
+func (g *controllerGroup) stop(ctx context.Context) error {
+	g.mu.Lock()
+	g.stopped = true
+	for _, cancel := range g.cancels {
+		cancel()
+	}
+	g.mu.Unlock()
+	done := make(chan struct{})
+	go func() {
+		g.wg.Wait()
+		close(done)
+	}()
+	select {
+	case <-done:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
