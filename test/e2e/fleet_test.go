@@ -106,8 +106,7 @@ func (f *fleet) launch(r *replica, model string) *process {
 		"--etcd-servers", f.endpoints(), "--allocator", model}, f.args...)
 	cmd := exec.Command(f.bin, args...)
 	cmd.Stdout, cmd.Stderr = logFile, logFile
-	dieWithTest(cmd)
-	if err := cmd.Start(); err != nil {
+	if err := startDyingWithTest(cmd); err != nil {
 		logFile.Close()
 		f.t.Fatalf("start %s: %v", r.name, err)
 	}

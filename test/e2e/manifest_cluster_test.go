@@ -77,8 +77,7 @@ func startTestCluster(t *testing.T, bin string, serveArgs, users []string) *test
 		"--etcd-servers", etcd.Endpoints()[0], "--etcd-cafile", pki.CAFile, "--etcd-certfile", pki.ClientCertFile, "--etcd-keyfile", pki.ClientKeyFile,
 		"--tls-cert-file", c.apiserver.CertFile, "--tls-private-key-file", c.apiserver.KeyFile, "--token-auth-file", tokenPath}, serveArgs...)...)
 	cmd.Stdout, cmd.Stderr = log, log
-	dieWithTest(cmd)
-	if err := cmd.Start(); err != nil {
+	if err := startDyingWithTest(cmd); err != nil {
 		t.Fatal(err)
 	}
 	done := make(chan error, 1)

@@ -2,12 +2,45 @@ package e2e
 
 import (
 	"os/exec"
+	"runtime"
+	"sync"
 	"syscall"
 )
 
-// dieWithTest makes the kernel kill cmd when the test binary dies, so a
-// test that panics (e.g. on -timeout, which skips t.Cleanup) leaves no
-// server running.
-func dieWithTest(cmd *exec.Cmd) {
+// startDyingWithTest starts cmd so that the kernel kills it when the test
+// binary dies (Pdeathsig), so a test that panics (e.g. on -timeout, which
+// skips t.Cleanup) leaves no server running.
+//
+// Pdeathsig fires when the thread that forked the child ends, not the
+// process, and Go ends a thread when a goroutine locked to it returns
+// (manifest_contain_linux_test.go's does, on purpose, to drop the
+// capabilities it reduced). A child forked from a thread that such a
+// goroutine later took was killed with it (a fleet replica died "signal:
+// killed" while a manifest test ran beside it). So every child is forked
+// from one thread that stays locked to its goroutine for the binary's life.
+func startDyingWithTest(cmd *exec.Cmd) error {
 	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+	launcherOnce.Do(func() { go launcher() })
+	done := make(chan error, 1)
+	launches <- launch{cmd: cmd, done: done}
+	return <-done
+}
+
+type launch struct {
+	cmd  *exec.Cmd
+	done chan<- error
+}
+
+var (
+	launcherOnce sync.Once
+	launches     = make(chan launch)
+)
+
+// launcher starts the commands sent to it from a thread of its own, which
+// it never gives back: the thread ends only with the binary.
+func launcher() {
+	runtime.LockOSThread()
+	for l := range launches {
+		l.done <- l.cmd.Start()
+	}
 }

@@ -4,5 +4,6 @@ package e2e
 
 import "os/exec"
 
-// dieWithTest: only Linux can tie a child's life to its parent's.
-func dieWithTest(*exec.Cmd) {}
+// startDyingWithTest starts cmd: only Linux can tie a child's life to its
+// parent's.
+func startDyingWithTest(cmd *exec.Cmd) error { return cmd.Start() }

@@ -122,8 +122,7 @@ func startJob(t *testing.T, bin string, stderr io.Writer, args ...string) *jobPr
 	if stderr != nil {
 		p.cmd.Stderr = stderr
 	}
-	dieWithTest(p.cmd)
-	if err := p.cmd.Start(); err != nil {
+	if err := startDyingWithTest(p.cmd); err != nil {
 		t.Fatal(err)
 	}
 	go func() { p.done <- p.cmd.Wait() }()
