@@ -206,10 +206,14 @@ func (l lostSetup) logHistory(ctx context.Context, t *testing.T, rv string) {
 			detail := ""
 			if ra, err := etcdlayout.DecodeRangeAllocation(ev.Kv.Value); err == nil {
 				set := 0
-				for _, b := range ra.Data {
+				var nonzero []string // which bytes hold the set bits, as stored
+				for j, b := range ra.Data {
 					set += bits.OnesCount8(b)
+					if b != 0 && len(nonzero) < 16 {
+						nonzero = append(nonzero, fmt.Sprintf("%d:%02x", j, b))
+					}
 				}
-				detail = fmt.Sprintf(" (%s: %d set)", ra.Range, set)
+				detail = fmt.Sprintf(" (%s: %d set; bytes %v of %d)", ra.Range, set, nonzero, len(ra.Data))
 			}
 			t.Logf("history: revision %d %s %s%s", ev.Kv.ModRevision, ev.Type, ev.Kv.Key, detail)
 		}
