@@ -14,10 +14,9 @@ import (
 // Pdeathsig fires when the thread that forked the child ends, not the
 // process, and Go ends a thread when a goroutine locked to it returns
 // (manifest_contain_linux_test.go's does, on purpose, to drop the
-// capabilities it reduced). A child forked from a thread that such a
-// goroutine later took was killed with it (a fleet replica died "signal:
-// killed" while a manifest test ran beside it). So every child is forked
-// from one thread that stays locked to its goroutine for the binary's life.
+// capabilities it reduced): a child forked from a thread such a goroutine
+// later takes dies with it. So every child is forked from one thread that
+// stays locked to its goroutine for the binary's life.
 func startDyingWithTest(cmd *exec.Cmd) error {
 	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
 	launcherOnce.Do(func() { go launcher() })

@@ -54,9 +54,6 @@ type Config struct {
 	// Namespaces reads a namespace the cache does not hold yet, for scoped
 	// ServiceCIDRs; nil: Client's.
 	Namespaces NamespaceGetter
-	// Services reads the Service an IPAddress names when a release finds
-	// the IPAddress is not the owner's (ReleaseOwned); nil: Client's.
-	Services Services
 	// OnRefused, if set, is called (without any lock held) once for every
 	// ServiceCIDR CIDR that becomes refused, e.g. an IPv6 prefix shorter than
 	// /64, so the server can record a condition or an event.
@@ -147,14 +144,10 @@ func New(ctx context.Context, cfg Config) (*Allocator, error) {
 	if namespaces == nil {
 		namespaces = cfg.Client.CoreV1().Namespaces()
 	}
-	services := cfg.Services
-	if services == nil {
-		services = ServicesOf(cfg.Client)
-	}
 	a := &Allocator{
 		objects:       objects,
 		namespaces:    namespaces,
-		services:      services,
+		services:      ServicesOf(cfg.Client), // a release asks it of an IPAddress not the owner's
 		ipv6:          cfg.IPv6,
 		maxCollisions: cfg.MaxCollisions,
 		onRefused:     cfg.OnRefused,

@@ -493,14 +493,7 @@ func (r *IPAddressRepair) freshHolder(ctx context.Context, svc *corev1.Service, 
 
 // getService reads a Service from the API server, nil if there is none.
 func (r *IPAddressRepair) getService(ctx context.Context, namespace, name string) (*corev1.Service, error) {
-	svc, err := r.cfg.Client.CoreV1().Services(namespace).Get(ctx, name, metav1.GetOptions{})
-	if apierrors.IsNotFound(err) {
-		return nil, nil
-	}
-	if err != nil {
-		return nil, fmt.Errorf("get service %s/%s: %w", namespace, name, err)
-	}
-	return svc, nil
+	return ipaddress.ServicesOf(r.cfg.Client)(ctx, namespace, name)
 }
 
 // create claims ip for svc, as the allocator would.
