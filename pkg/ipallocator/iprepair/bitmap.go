@@ -45,7 +45,7 @@ type BitmapConfig struct {
 	// no event, no leak counting).
 	DryRun bool
 	// LeakGrace is the least time between the first pass that sees an
-	// address leaked and the pass that frees it (default DefaultLeakGrace),
+	// address leaked and the pass that frees it (default rangerepair.DefaultLeakGrace),
 	// on top of the rangerepair.LeakPasses rule: passes run back to back (a
 	// rerun, a one-shot job run three times) must not free the address of a
 	// Service whose create is merely slow.
@@ -77,12 +77,6 @@ func NewBitmapRepair(cfg BitmapConfig) (*BitmapRepair, error) {
 	}
 	if cfg.Interval <= 0 {
 		cfg.Interval = report.DefaultInterval
-	}
-	if cfg.LeakGrace <= 0 {
-		cfg.LeakGrace = rangerepair.DefaultLeakGrace
-	}
-	if cfg.Now == nil {
-		cfg.Now = time.Now
 	}
 	r := &BitmapRepair{cfg: cfg}
 	for _, store := range cfg.Stores {

@@ -44,7 +44,7 @@ type NodePortConfig struct {
 	Metrics  *report.Metrics      // nil counts nothing
 	Interval time.Duration        // default DefaultInterval
 	DryRun   bool
-	// LeakGrace: see BitmapConfig.LeakGrace (default DefaultLeakGrace).
+	// LeakGrace: see BitmapConfig.LeakGrace (default rangerepair.DefaultLeakGrace).
 	LeakGrace time.Duration
 	Now       func() time.Time
 }
@@ -64,12 +64,6 @@ func NewNodePortRepair(cfg NodePortConfig) (*NodePortRepair, error) {
 	}
 	if cfg.Interval <= 0 {
 		cfg.Interval = report.DefaultInterval
-	}
-	if cfg.LeakGrace <= 0 {
-		cfg.LeakGrace = rangerepair.DefaultLeakGrace
-	}
-	if cfg.Now == nil {
-		cfg.Now = time.Now
 	}
 	core, err := rangerepair.New(rangerepair.Config[int]{
 		Store: cfg.Store, Space: portSpace{cfg.Store.Range()}, Services: cfg.Client.CoreV1(),

@@ -60,7 +60,7 @@ type Config[K comparable] struct {
 	// Holds reports whether svc holds k; it is asked of a Service read again.
 	Holds func(svc *corev1.Service, k K) bool
 	// LeakGrace is the least time between the first pass that sees a key
-	// leaked and the pass that frees it (required, > 0).
+	// leaked and the pass that frees it (default DefaultLeakGrace).
 	LeakGrace time.Duration
 	// Now is the clock (default time.Now).
 	Now func() time.Time
@@ -87,7 +87,7 @@ func New[K comparable](cfg Config[K]) (*Repairer[K], error) {
 		return nil, errors.New("range repair: a store, a space, a Service client and Holds are required")
 	}
 	if cfg.LeakGrace <= 0 {
-		return nil, fmt.Errorf("range repair: leak grace %v is not positive", cfg.LeakGrace)
+		cfg.LeakGrace = DefaultLeakGrace
 	}
 	if cfg.Now == nil {
 		cfg.Now = time.Now
