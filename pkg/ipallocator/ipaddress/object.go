@@ -40,13 +40,23 @@ func NewObject(ip netip.Addr, owner allocation.Owner) *networkingv1.IPAddress {
 	}
 }
 
+// ParentIsService reports whether obj's parentRef names a core Service
+// (group "", resource services), the only parent a ClusterIP allocator
+// writes.
+func ParentIsService(obj *networkingv1.IPAddress) bool {
+	p := obj.Spec.ParentRef
+	return p != nil && p.Group == "" && p.Resource == "services"
+}
+
 // OwnedBy reports whether obj's parentRef is owner's Service and, when both
 // obj and owner carry a Service UID, whether it is the same Service: an
 // IPAddress kube-apiserver wrote (no UID recorded), or an owner whose UID is
 // not known, is judged by namespace and name alone.
 func OwnedBy(obj *networkingv1.IPAddress, owner allocation.Owner) bool {
-	p := obj.Spec.ParentRef
-	if p == nil || p.Group != "" || p.Resource != "services" || p.Namespace != owner.Namespace || p.Name != owner.Name {
+	if !ParentIsService(obj) {
+		return false
+	}
+	if p := obj.Spec.ParentRef; p.Namespace != owner.Namespace || p.Name != owner.Name {
 		return false
 	}
 	uid := obj.Annotations[AnnotationServiceUID]

@@ -51,6 +51,36 @@ func TestOwnedBy(t *testing.T) {
 	}
 }
 
+// TestParentIsService: only a parentRef to a core Service (group "",
+// resource services) is a Service's; another group or resource, or none,
+// is not, and OwnedBy is false for it whatever its namespace and name.
+func TestParentIsService(t *testing.T) {
+	t.Parallel()
+	tests := []struct {
+		name   string
+		parent *networkingv1.ParentReference
+		want   bool
+	}{
+		{"core Service", &networkingv1.ParentReference{Resource: "services", Namespace: "default", Name: "web"}, true},
+		{"no parent", nil, false},
+		{"other group", &networkingv1.ParentReference{Group: "example.com", Resource: "services", Namespace: "default", Name: "web"}, false},
+		{"other resource", &networkingv1.ParentReference{Resource: "pods", Namespace: "default", Name: "web"}, false},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			obj := NewObject(netip.MustParseAddr("10.0.0.7"), allocation.Owner{Namespace: "default", Name: "web"})
+			obj.Spec.ParentRef = tt.parent
+			if got := ParentIsService(obj); got != tt.want {
+				t.Errorf("ParentIsService = %v, want %v", got, tt.want)
+			}
+			if got := OwnedBy(obj, allocation.Owner{Namespace: "default", Name: "web"}); got != tt.want {
+				t.Errorf("OwnedBy = %v, want %v", got, tt.want)
+			}
+		})
+	}
+}
+
 // TestDeleteOwnedComparesUID: a release for a deleted Service "web" never
 // deletes the IPAddress a newer "web" (another UID) holds; the newer one's
 // own release does.

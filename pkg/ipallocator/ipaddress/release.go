@@ -170,10 +170,10 @@ func ServicesOf(client kubernetes.Interface) Services {
 // name, say) stays until the repair takes it back. A parent that is not a
 // Service, or no services to ask, counts as holding it.
 func heldByParent(ctx context.Context, services Services, obj *networkingv1.IPAddress, ip netip.Addr) (bool, error) {
-	p := obj.Spec.ParentRef
-	if services == nil || p == nil || p.Group != "" || p.Resource != "services" {
+	if services == nil || !ParentIsService(obj) {
 		return true, nil
 	}
+	p := obj.Spec.ParentRef
 	svc, err := services(ctx, p.Namespace, p.Name)
 	if err != nil || svc == nil {
 		return false, err

@@ -337,7 +337,7 @@ func (r *IPAddressRepair) repoint(ctx context.Context, view ipView, ip netip.Add
 	if err != nil || fresh == nil {
 		return err
 	}
-	if isServiceRef(cur) {
+	if ipaddress.ParentIsService(cur) {
 		parent, err := r.getService(ctx, cur.Spec.ParentRef.Namespace, cur.Spec.ParentRef.Name)
 		if err != nil {
 			return err
@@ -381,7 +381,7 @@ func (r *IPAddressRepair) reconcileOrphan(ctx context.Context, view ipView, ip n
 		return nil
 	}
 	if !ipaddress.IsManaged(ipa) {
-		if isServiceRef(ipa) {
+		if ipaddress.ParentIsService(ipa) {
 			// Reported because it blocks the address; written by someone
 			// else, so only they (or a person) may remove it.
 			out.note(nil, report.Problem{Type: report.TypeLeak, IP: ip.String(), Service: parentString(ipa),
@@ -392,7 +392,7 @@ func (r *IPAddressRepair) reconcileOrphan(ctx context.Context, view ipView, ip n
 	orphanProblem := func(ipa *networkingv1.IPAddress, parentExists bool) report.Problem {
 		p := report.Problem{Type: report.TypeLeak, Reason: report.ReasonIPNotAllocated, IP: ip.String()}
 		switch {
-		case !isServiceRef(ipa):
+		case !ipaddress.ParentIsService(ipa):
 			p.Message = fmt.Sprintf("IPAddress %s appears to have been modified, not referencing a Service %v: cleaning up", ip, ipa.Spec.ParentRef)
 		case parentExists:
 			p.Service = parentString(ipa)
@@ -428,7 +428,7 @@ func (r *IPAddressRepair) reconcileOrphan(ctx context.Context, view ipView, ip n
 		return nil
 	}
 	parentExists = false
-	if isServiceRef(cur) {
+	if ipaddress.ParentIsService(cur) {
 		parent, err := r.getService(ctx, cur.Spec.ParentRef.Namespace, cur.Spec.ParentRef.Name)
 		if err != nil {
 			return err
@@ -529,12 +529,6 @@ func (r *IPAddressRepair) create(ctx context.Context, ip netip.Addr, svc *corev1
 	return errHolderGone
 }
 
-// isServiceRef reports whether the IPAddress's parent is a core Service.
-func isServiceRef(ipa *networkingv1.IPAddress) bool {
-	p := ipa.Spec.ParentRef
-	return p != nil && p.Group == "" && p.Resource == "services"
-}
-
 // references reports whether the IPAddress's parent is svc, by namespace and
 // name: a UID recorded for an earlier Service of that name is not a wrong
 // reference to report (the address is svc's to hold, and releases compare
@@ -550,7 +544,7 @@ func parentString(ipa *networkingv1.IPAddress) string {
 	switch {
 	case p == nil:
 		return "no parent"
-	case isServiceRef(ipa):
+	case ipaddress.ParentIsService(ipa):
 		return p.Namespace + "/" + p.Name
 	default:
 		return p.Group + "/" + p.Resource + "/" + p.Namespace + "/" + p.Name
@@ -560,7 +554,7 @@ func parentString(ipa *networkingv1.IPAddress) string {
 // parentStored reports whether ipa references a Service and the view holds
 // that Service.
 func parentStored(view ipView, ipa *networkingv1.IPAddress) (bool, error) {
-	if !isServiceRef(ipa) {
+	if !ipaddress.ParentIsService(ipa) {
 		return false, nil
 	}
 	parent, err := view.service(ipa.Spec.ParentRef.Namespace, ipa.Spec.ParentRef.Name)
