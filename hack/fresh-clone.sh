@@ -9,11 +9,27 @@
 #   hack/fresh-clone.sh go test ./pkg/...   any command, run in the copy
 #
 # Set KEEP=1 to keep the copy for a look.
+#
+# The copy lives at one path, $TMPDIR/allocator-fresh-clone, whenever no
+# other run holds it (a lock beside it; otherwise a new temporary
+# directory): Go's build cache keys a package's compilation by its
+# directory, so at one path a package compiled by an earlier run with the
+# same sources is not compiled again, while a new path each run compiled
+# every package of the module afresh (race, plain and fuzzing builds).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 src=$(pwd)
 
-tmp=$(mktemp -d)
+base="${TMPDIR:-/tmp}/allocator-fresh-clone"
+tmp=""
+if command -v flock >/dev/null && exec 9>"$base.lock" && flock -n 9; then
+  # The lock is held until this script exits (fd 9 closes with it).
+  tmp=$base
+  rm -rf "$tmp"
+  mkdir -p "$tmp"
+else
+  tmp=$(mktemp -d)
+fi
 cleanup() { if [ "${KEEP:-}" = 1 ]; then echo "copy kept in $tmp"; else rm -rf "$tmp"; fi; }
 trap cleanup EXIT
 
@@ -36,4 +52,6 @@ echo "$version"
 grep -q "revision $rev" <<<"$version" || { echo "fresh-clone: 'allocator version' does not name revision $rev" >&2; exit 1; }
 rm -f "$tmp/allocator-bin"
 if [ $# -eq 0 ]; then set -- hack/test.sh unit; fi
-"$@"
+# Not the lock's descriptor: a process the command leaves behind must not
+# keep the path from the next run.
+"$@" 9>&-

@@ -1,6 +1,7 @@
 package e2e
 
 import (
+	"os"
 	"os/exec"
 	"runtime"
 	"sync"
@@ -42,4 +43,19 @@ func launcher() {
 	for l := range launches {
 		l.done <- l.cmd.Start()
 	}
+}
+
+// tryLock takes an exclusive lock on the file path (created if missing)
+// without waiting, and returns its release; false when another process
+// holds it or the file cannot be opened.
+func tryLock(path string) (unlock func(), ok bool) {
+	f, err := os.OpenFile(path, os.O_CREATE|os.O_RDWR, 0o600)
+	if err != nil {
+		return nil, false
+	}
+	if err := syscall.Flock(int(f.Fd()), syscall.LOCK_EX|syscall.LOCK_NB); err != nil {
+		_ = f.Close()
+		return nil, false
+	}
+	return func() { _ = f.Close() }, true // closing releases the lock
 }

@@ -49,9 +49,11 @@ import (
 // e.g. 57160f0), by default the newest commit of main's history that is
 // not HEAD itself: the merge base of HEAD and main (origin/main when there is
 // no local main), or HEAD's first parent when HEAD is on main. It is
-// extracted with `git archive` into the test's temporary directory and
-// built there once per run; nothing is written outside temporary
-// directories but Go's own build cache. Without the history (a shallow
+// extracted with `git archive` and built once per run, at one path under
+// the system's temporary directory (previousSourceDir: so Go's build cache
+// keeps what the last build there compiled), and the sources are removed
+// after the build; nothing is written outside temporary directories but
+// Go's own build cache and the path's lock file. Without the history (a shallow
 // clone, no git, not a checkout) the test skips, saying why.
 
 const upgradeRange = "10.0.0.0/21"
@@ -240,7 +242,8 @@ func buildPreviousVersion(t *testing.T) (bin, rev string) {
 	}
 	short := commit[:min(len(commit), 7)]
 	dir := t.TempDir()
-	src := filepath.Join(dir, "src")
+	src, release := previousSourceDir(t, dir)
+	defer release()
 	started := time.Now()
 	if err := extractRevision(root, commit, src); err != nil {
 		t.Fatalf("extract %s: %v", short, err)
@@ -254,12 +257,28 @@ func buildPreviousVersion(t *testing.T) (bin, rev string) {
 	if out, err := cmd.CombinedOutput(); err != nil {
 		t.Fatalf("build the previous version %s: %v\n%s", short, err, out)
 	}
-	// The sources are only needed for the build.
-	if err := os.RemoveAll(src); err != nil {
-		t.Fatal(err)
-	}
 	t.Logf("previous version: %s (%s), built in %s", short, why, time.Since(started).Round(time.Second))
 	return bin, short
+}
+
+// previousSourceDir is where the previous version's sources are extracted
+// and built: one path under the system's temporary directory whenever no
+// other test holds it (a lock beside it), else a directory under dir. Go's
+// build cache keys a package's compilation by its directory, so at one path
+// every package the previous version shares with the last one built there
+// is not compiled again; a new path each run compiled all of them. The
+// directory is empty when returned; release removes it and frees the path.
+func previousSourceDir(t *testing.T, dir string) (src string, release func()) {
+	t.Helper()
+	fixed := filepath.Join(os.TempDir(), "allocator-previous-version")
+	if unlock, ok := tryLock(fixed + ".lock"); ok {
+		if err := os.RemoveAll(fixed); err == nil {
+			return fixed, func() { _ = os.RemoveAll(fixed); unlock() }
+		}
+		unlock()
+	}
+	src = filepath.Join(dir, "src")
+	return src, func() { _ = os.RemoveAll(src) }
 }
 
 // previousRevision is the default previous version: the merge base of HEAD
