@@ -39,8 +39,9 @@ type repairOptions struct {
 	stores []iprepair.BitmapStore
 }
 
-// compareModels reports where the bitmap and the IPAddress objects disagree
-// while both are kept: dual write on (pkg/transition). Without a stored
+// compareModels reports where the bitmap and the IPAddress objects disagree,
+// for disagreementSettle at least, while both are kept: dual write on
+// (pkg/transition). Without a stored
 // state (a kube-apiserver cluster) or after `allocator transition finish`
 // one of the two is not kept, and drift is expected.
 func (o *repairOptions) compareModels(ctx context.Context, client kubernetes.Interface) ([]report.Problem, error) {
@@ -54,8 +55,14 @@ func (o *repairOptions) compareModels(ctx context.Context, client kubernetes.Int
 	if !stored || !state.DualWrite {
 		return nil, nil
 	}
-	return iprepair.CompareModels(ctx, client, o.stores)
+	return iprepair.CompareModelsSettled(ctx, client, o.stores, disagreementSettle)
 }
+
+// disagreementSettle is how long a disagreement between the two models must
+// last for the job to report it: the servers' own repair creates the
+// IPAddress of a new bitmap allocation within moments, so one seen only
+// once is an allocation or release in flight.
+const disagreementSettle = 3 * time.Second
 
 func newRepairCommand(streams Streams, plugin bool) *cobra.Command {
 	o := &repairOptions{cluster: clusterFlags{plugin: plugin}}
@@ -66,7 +73,11 @@ func newRepairCommand(streams Streams, plugin bool) *cobra.Command {
 allocator model and fixes what it safely can: addresses allocated with no
 Service are freed, addresses Services hold that are not allocated are marked.
 Duplicates, out-of-range and invalid addresses are reported (as events on the
-Service, too) and never changed.
+Service, too) and never changed. While dual write is on (a model transition,
+or any bitmap-model cluster of ours), it also compares the bitmap with the
+IPAddresses and reports an address on which they disagree for 3 s (the
+servers' repairs resolve those; one seen only once is an allocation in
+flight).
 
 It reads Services, IPAddresses and ServiceCIDRs through the Kubernetes API
 (--kubeconfig, else $KUBECONFIG, else ~/.kube/config, else the in-cluster

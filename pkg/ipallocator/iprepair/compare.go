@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"net/netip"
 	"slices"
+	"time"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
@@ -80,4 +81,33 @@ func CompareModels(ctx context.Context, client kubernetes.Interface, stores []Bi
 		return netip.MustParseAddr(a.IP).Compare(netip.MustParseAddr(b.IP))
 	})
 	return problems, nil
+}
+
+// CompareModelsSettled is CompareModels made twice, settle apart, and
+// reports only the disagreements both comparisons found. While dual write is
+// on, every bitmap-model allocation has no IPAddress until the servers'
+// repair creates it, moments later, and every release frees the bit and the
+// IPAddress one after the other: a single comparison of a serving cluster
+// reports those in-flight allocations and releases as disagreements. One that
+// lasts settle is not in flight. The second comparison is skipped when the
+// first finds nothing.
+func CompareModelsSettled(ctx context.Context, client kubernetes.Interface, stores []BitmapStore, settle time.Duration) ([]report.Problem, error) {
+	first, err := CompareModels(ctx, client, stores)
+	if err != nil || len(first) == 0 {
+		return first, err
+	}
+	select {
+	case <-ctx.Done():
+		return nil, fmt.Errorf("compare models: %w", ctx.Err())
+	case <-time.After(settle):
+	}
+	second, err := CompareModels(ctx, client, stores)
+	if err != nil {
+		return nil, err
+	}
+	return slices.DeleteFunc(second, func(p report.Problem) bool {
+		return !slices.ContainsFunc(first, func(q report.Problem) bool {
+			return q.Type == p.Type && q.IP == p.IP && q.Message == p.Message
+		})
+	}), nil
 }
