@@ -166,6 +166,11 @@ func finishTransition(ctx context.Context, o *transitionOptions, etcd *clientv3.
 		fmt.Fprintf(say, "Transition already finished: %s; nothing changed.\n", current)
 		return nil
 	}
+	// The live writers first: while they are, addresses keep arriving
+	// without IPAddresses, and they are what must change.
+	if err := transition.CheckNoBitmapWriters(ctx, etcd, prefix, o.force); err != nil {
+		return err
+	}
 	if !o.force {
 		client, err := o.cluster.kubeClient()
 		if err != nil {

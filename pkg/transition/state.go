@@ -8,6 +8,7 @@ import (
 	"strings"
 	"time"
 
+	"go.etcd.io/etcd/api/v3/mvccpb"
 	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/allocator/allocator/pkg/etcdlayout"
@@ -225,17 +226,8 @@ var ErrBitmapWritersLive = errors.New("bitmap-model writers may still be live")
 // (its model cannot be seen). It returns the new state.
 func Finish(ctx context.Context, client *clientv3.Client, prefix string, opts FinishOptions) (State, error) {
 	if !opts.Force {
-		servers, err := LiveAPIServers(ctx, client, prefix, time.Now())
-		if err != nil {
+		if err := apiServersLive(ctx, client, prefix); err != nil {
 			return State{}, err
-		}
-		if len(servers) > 0 {
-			names := make([]string, len(servers))
-			for i, s := range servers {
-				names[i] = s.Name
-			}
-			return State{}, fmt.Errorf("%w: kube-apiserver identity leases are live (%s); a kube-apiserver ≤ 1.33 writes the bitmap. "+
-				"Stop them first, or pass --force if they all run 1.34 or later", ErrBitmapWritersLive, strings.Join(names, ", "))
 		}
 	}
 	l := etcdlayout.Layout{Prefix: prefix}
@@ -254,15 +246,62 @@ func Finish(ctx context.Context, client *clientv3.Client, prefix string, opts Fi
 		return State{}, fmt.Errorf("finish transition: %w", err)
 	}
 	if !resp.Succeeded {
-		var ids []string
-		for _, kv := range resp.Responses[0].GetResponseRange().Kvs {
-			ids = append(ids, strings.TrimPrefix(string(kv.Key), bitmapReplicas))
-		}
-		return State{}, fmt.Errorf("%w: bitmap-model replicas are live (%s); switch them to --allocator=ipaddress first",
-			ErrBitmapWritersLive, strings.Join(ids, ", "))
+		return State{}, replicasLive(resp.Responses[0].GetResponseRange().Kvs, bitmapReplicas)
 	}
 	state.Revision = resp.Header.Revision
 	return state, nil
+}
+
+// CheckNoBitmapWriters returns ErrBitmapWritersLive, naming them, when a
+// bitmap-model replica's record is live or (unless force) a kube-apiserver
+// identity lease is: what Finish refuses for. Finish checks again, the
+// replicas in the transaction that writes the state; a caller with more to
+// check before it finishes asks this first, so that the refusal it reports
+// names the writers, which must stop before anything else can settle.
+func CheckNoBitmapWriters(ctx context.Context, client *clientv3.Client, prefix string, force bool) error {
+	if !force {
+		if err := apiServersLive(ctx, client, prefix); err != nil {
+			return err
+		}
+	}
+	bitmapReplicas := etcdlayout.Layout{Prefix: prefix}.AllocatorReplicasPrefix(string(model.Bitmap))
+	resp, err := client.Get(ctx, bitmapReplicas, clientv3.WithPrefix(), clientv3.WithKeysOnly())
+	if err != nil {
+		return fmt.Errorf("read the bitmap-model replicas: %w", err)
+	}
+	if len(resp.Kvs) > 0 {
+		return replicasLive(resp.Kvs, bitmapReplicas)
+	}
+	return nil
+}
+
+// apiServersLive is ErrBitmapWritersLive when kube-apiserver identity
+// leases are live.
+func apiServersLive(ctx context.Context, client *clientv3.Client, prefix string) error {
+	servers, err := LiveAPIServers(ctx, client, prefix, time.Now())
+	if err != nil {
+		return err
+	}
+	if len(servers) == 0 {
+		return nil
+	}
+	names := make([]string, len(servers))
+	for i, s := range servers {
+		names[i] = s.Name
+	}
+	return fmt.Errorf("%w: kube-apiserver identity leases are live (%s); a kube-apiserver ≤ 1.33 writes the bitmap. "+
+		"Stop them first, or pass --force if they all run 1.34 or later", ErrBitmapWritersLive, strings.Join(names, ", "))
+}
+
+// replicasLive is ErrBitmapWritersLive naming the replicas whose record
+// keys under prefix are kvs.
+func replicasLive(kvs []*mvccpb.KeyValue, prefix string) error {
+	ids := make([]string, len(kvs))
+	for i, kv := range kvs {
+		ids[i] = strings.TrimPrefix(string(kv.Key), prefix)
+	}
+	return fmt.Errorf("%w: bitmap-model replicas are live (%s); switch them to --allocator=ipaddress first",
+		ErrBitmapWritersLive, strings.Join(ids, ", "))
 }
 
 // Resume turns dual write on again. It returns the new state; callers then

@@ -109,8 +109,16 @@ func TestFinishRefusesWhileBitmapReplicaLive(t *testing.T) {
 	if _, err := Finish(ctx, client, prefix, FinishOptions{By: "test"}); !errors.Is(err, ErrBitmapWritersLive) {
 		t.Fatalf("Finish with a bitmap replica live: err = %v, want ErrBitmapWritersLive", err)
 	}
+	for _, force := range []bool{false, true} {
+		if err := CheckNoBitmapWriters(ctx, client, prefix, force); !errors.Is(err, ErrBitmapWritersLive) || !strings.Contains(err.Error(), "bm-1") {
+			t.Fatalf("CheckNoBitmapWriters(force %v) with bitmap replica bm-1 live: %v, want ErrBitmapWritersLive naming it", force, err)
+		}
+	}
 	if err := bm.Close(ctx); err != nil {
 		t.Fatal(err)
+	}
+	if err := CheckNoBitmapWriters(ctx, client, prefix, false); err != nil {
+		t.Fatalf("CheckNoBitmapWriters with no bitmap replica: %v", err)
 	}
 	st, err := Finish(ctx, client, prefix, FinishOptions{By: "test"})
 	if err != nil {
@@ -306,6 +314,12 @@ func TestFinishRefusesWhileKubeAPIServerLive(t *testing.T) {
 	}
 	if st, ok, err := ReadState(ctx, client, prefix); err != nil || (ok && !st.DualWrite) {
 		t.Fatalf("refused Finish changed the state: %+v %v %v", st, ok, err)
+	}
+	if err := CheckNoBitmapWriters(ctx, client, prefix, false); !errors.Is(err, ErrBitmapWritersLive) || !strings.Contains(err.Error(), "apiserver-live") {
+		t.Fatalf("CheckNoBitmapWriters with a live kube-apiserver: %v, want ErrBitmapWritersLive naming apiserver-live", err)
+	}
+	if err := CheckNoBitmapWriters(ctx, client, prefix, true); err != nil {
+		t.Fatalf("CheckNoBitmapWriters(force) with only a kube-apiserver live: %v", err)
 	}
 
 	// An unreadable identity lease is not proof of absence.
