@@ -9,13 +9,27 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-# Without ALLOCATOR, run once per allocator model.
+# Without ALLOCATOR, run once per allocator model, both at once (each has
+# its own directory, server and ports; the run mostly waits on kubectl and
+# the server), and print each one's output whole once both are done.
 if [ -z "${ALLOCATOR:-}" ]; then
-  for model in bitmap ipaddress; do
-    echo "===== e2e with --allocator=$model"
-    ALLOCATOR=$model "$0"
+  logs=$(mktemp -d)
+  trap 'rm -rf "$logs"' EXIT
+  models=(bitmap ipaddress)
+  pids=()
+  for model in "${models[@]}"; do
+    ALLOCATOR=$model "$0" >"$logs/$model" 2>&1 &
+    pids+=($!)
   done
-  exit 0
+  rc=0
+  for i in "${!models[@]}"; do
+    wait "${pids[$i]}" || rc=1
+  done
+  for model in "${models[@]}"; do
+    echo "===== e2e with --allocator=$model"
+    cat "$logs/$model"
+  done
+  exit "$rc"
 fi
 
 KUBECTL=${KUBECTL:-kubectl}
