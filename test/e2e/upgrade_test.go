@@ -267,7 +267,8 @@ func buildPreviousVersion(t *testing.T) (bin, rev string) {
 // build cache keys a package's compilation by its directory, so at one path
 // every package the previous version shares with the last one built there
 // is not compiled again; a new path each run compiled all of them. The
-// directory is empty when returned; release removes it and frees the path.
+// directory does not exist yet when returned (extractRevision makes it);
+// release removes it and frees the path.
 func previousSourceDir(t *testing.T, dir string) (src string, release func()) {
 	t.Helper()
 	fixed := filepath.Join(os.TempDir(), "allocator-previous-version")
