@@ -14,8 +14,8 @@
 # other run holds it (a lock beside it; otherwise a new temporary
 # directory): Go's build cache keys a package's compilation by its
 # directory, so at one path a package compiled by an earlier run with the
-# same sources is not compiled again, while a new path each run compiled
-# every package of the module afresh (race, plain and fuzzing builds).
+# same sources is not compiled again; at a new path every package of the
+# module would be compiled afresh in each build (race, plain and fuzzing).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 src=$(pwd)

@@ -266,7 +266,7 @@ func buildPreviousVersion(t *testing.T) (bin, rev string) {
 // other test holds it (a lock beside it), else a directory under dir. Go's
 // build cache keys a package's compilation by its directory, so at one path
 // every package the previous version shares with the last one built there
-// is not compiled again; a new path each run compiled all of them. The
+// is not compiled again; at a new path all of them would be. The
 // directory does not exist yet when returned (extractRevision makes it);
 // release removes it and frees the path.
 func previousSourceDir(t *testing.T, dir string) (src string, release func()) {
