@@ -38,7 +38,7 @@ const defaultServiceCIDRInterval = 10 * time.Second
 // the hook as not finished.
 func (s *Server) runBootstrap(ctx context.Context, loopback *restclient.Config) error {
 	log := logger(ctx)
-	client, err := kubernetes.NewForConfig(loopback)
+	client, err := controllerClient(loopback)
 	if err != nil {
 		log.Error(err, "Bootstrap cannot build a client")
 		return nil

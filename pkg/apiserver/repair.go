@@ -25,7 +25,7 @@ func (s *Server) startRepairController(hc genericapiserver.PostStartHookContext)
 		close(s.repairFirstPass)
 		return nil
 	}
-	client, err := kubernetes.NewForConfig(hc.LoopbackClientConfig)
+	client, err := controllerClient(hc.LoopbackClientConfig)
 	if err != nil {
 		return fmt.Errorf("repair controller client: %w", err)
 	}

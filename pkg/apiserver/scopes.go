@@ -24,7 +24,7 @@ import (
 func (s *Server) checkScopes(hc genericapiserver.PostStartHookContext) error {
 	ctx, cancel := context.WithTimeout(hc.Context, 30*time.Second)
 	defer cancel()
-	client, err := kubernetes.NewForConfig(hc.LoopbackClientConfig)
+	client, err := controllerClient(hc.LoopbackClientConfig)
 	if err != nil {
 		logger(ctx).Error(err, "Cannot check ServiceCIDR scopes")
 		return nil

@@ -25,7 +25,6 @@ import (
 	"k8s.io/apiserver/pkg/server/healthz"
 	storagefactory "k8s.io/apiserver/pkg/storage/storagebackend/factory"
 	"k8s.io/client-go/informers"
-	"k8s.io/client-go/kubernetes"
 	restclient "k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/record"
 	"k8s.io/component-base/metrics"
@@ -386,7 +385,7 @@ func (s *Server) addHealthChecks(ctx context.Context, getter *restOptionsGetter)
 // ServiceCIDR names.
 func (s *Server) startServiceCIDRController(hc genericapiserver.PostStartHookContext) error {
 	ctx := hc.Context
-	client, err := kubernetes.NewForConfig(hc.LoopbackClientConfig)
+	client, err := controllerClient(hc.LoopbackClientConfig)
 	if err != nil {
 		logger(ctx).Error(err, "ServiceCIDR controller cannot build a client")
 		return nil
