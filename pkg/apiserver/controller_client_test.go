@@ -29,7 +29,9 @@ func TestSeenThrough(t *testing.T) {
 		{name: "cancelled in flight", end: func(cancel context.CancelFunc) { cancel() }, cutoff: time.Minute, answered: true, sent: true},
 		{name: "cancelled in flight past the cutoff", end: func(cancel context.CancelFunc) { cancel() }, cutoff: 50 * time.Millisecond, sent: true},
 		{name: "cancelled before sending", cutoff: time.Minute},
-		{name: "deadline passes in flight", end: func(context.CancelFunc) {}, deadline: 50 * time.Millisecond, cutoff: time.Minute, sent: true},
+		// The deadline leaves the request time to reach the server on a
+		// loaded machine.
+		{name: "deadline passes in flight", end: func(context.CancelFunc) {}, deadline: 2 * time.Second, cutoff: time.Minute, sent: true},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -88,7 +90,13 @@ func TestSeenThrough(t *testing.T) {
 				}
 				return
 			}
-			<-held
+			select {
+			case <-held:
+			case r := <-done:
+				t.Fatalf("the request ended (%q, %v) before the server held it", r.body, r.err)
+			case <-time.After(30 * time.Second):
+				t.Fatal("the server never received the request")
+			}
 			tt.end(cancel)
 			if tt.answered {
 				time.Sleep(100 * time.Millisecond) // the cancellation has had its chance to cut the request
