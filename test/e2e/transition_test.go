@@ -104,10 +104,15 @@ func testRollingSwitch(t *testing.T, bin string, kill bool) {
 	f := newFleet(t, bin, etcd, 3, transitionServeArgs...)
 	f.startAll("bitmap")
 
+	// The load runs until the six switches are done (halt below). Its
+	// budget only keeps the range from filling: one operation in three
+	// deletes, so 3,000 creates store about 1,500 Services of the /21's
+	// 2,046 addresses; at the load's pace that is more than two minutes,
+	// longer than the switches take on a loaded 2-core machine.
 	seed := loadSeed(t)
 	l := startLoad(t, f, loadConfig{
-		workers: 12, maxCreates: 1600, maxDuration: 120 * time.Second, interval: 30 * time.Millisecond,
-		prefix: "svc", statics: lowerBand(cidr), staticEvery: 10, deleteEvery: 4, seed: seed,
+		workers: 12, maxCreates: 3000, maxDuration: 4 * time.Minute, interval: 30 * time.Millisecond,
+		prefix: "svc", statics: lowerBand(cidr), staticEvery: 10, deleteEvery: 3, seed: seed,
 	})
 	defer l.halt()
 	for _, r := range f.replicas {
