@@ -96,7 +96,7 @@ k -n kube-system create serviceaccount default >/dev/null 2>&1 || true
 
 # 1. Server-side dry run of every manifest.
 if out=$(k apply --dry-run=server -f deploy/ 2>&1); then
-  if echo "$out" | grep -q '^pod/'; then failed "kubectl apply -f deploy/ would create a Pod: $out"; fi
+  if grep -q '^pod/' <<<"$out"; then failed "kubectl apply -f deploy/ would create a Pod: $out"; fi
   pass "kubectl apply --dry-run=server -f deploy/ ($(echo "$out" | wc -l) objects, no Pod)"
 else
   failed "kubectl apply --dry-run=server -f deploy/: $out"
@@ -243,7 +243,7 @@ else
 fi
 if out=$(ours bob "$bob_token" create service clusterip not-bob --tcp 80 2>&1); then
   failed "bob (no grant) created a Service through allocator serve: $out"
-elif echo "$out" | grep -q 'forbidden: User "bob"'; then
+elif grep -q 'forbidden: User "bob"' <<<"$out"; then
   pass "bob (no grant) refused: $(echo "$out" | head -c 160)"
 else
   failed "bob refused for another reason: $out"

@@ -107,22 +107,22 @@ k create service clusterip web --tcp=80:8080 >/dev/null
 k create service clusterip dns --tcp=53 --clusterip=10.96.0.10 >/dev/null
 out=$(k get svc)
 echo "$out"
-echo "$out" | head -1 | grep -Eq '^NAME +TYPE +CLUSTER-IP +EXTERNAL-IP +PORT\(S\) +AGE$' || fail "service columns"
-echo "$out" | grep -Eq '^web +ClusterIP +10\.96\.[0-9]+\.[0-9]+ +<none> +80/TCP ' || fail "web row"
-echo "$out" | grep -Eq '^dns +ClusterIP +10\.96\.0\.10 +<none> +53/TCP ' || fail "dns row"
-echo "$out" | grep -Eq '^kubernetes +ClusterIP +10\.96\.0\.1 +<none> +443/TCP ' || fail "kubernetes row"
+head -1 <<<"$out" | grep -Eq '^NAME +TYPE +CLUSTER-IP +EXTERNAL-IP +PORT\(S\) +AGE$' || fail "service columns"
+grep -Eq '^web +ClusterIP +10\.96\.[0-9]+\.[0-9]+ +<none> +80/TCP ' <<<"$out" || fail "web row"
+grep -Eq '^dns +ClusterIP +10\.96\.0\.10 +<none> +53/TCP ' <<<"$out" || fail "dns row"
+grep -Eq '^kubernetes +ClusterIP +10\.96\.0\.1 +<none> +443/TCP ' <<<"$out" || fail "kubernetes row"
 pass "get svc columns and rows"
 
 grep -q '^default' <<<"$(k get services -A)" || fail "get services -A"
 out=$(k get ns)
-echo "$out" | head -1 | grep -Eq '^NAME +STATUS +AGE$' || fail "namespace columns"
-echo "$out" | grep -Eq '^kube-system +Active ' || fail "kube-system row"
+head -1 <<<"$out" | grep -Eq '^NAME +STATUS +AGE$' || fail "namespace columns"
+grep -Eq '^kube-system +Active ' <<<"$out" || fail "kube-system row"
 pass "get ns"
 
 out=$(k get servicecidrs)
 echo "$out"
-echo "$out" | head -1 | grep -Eq '^NAME +CIDRS +AGE$' || fail "servicecidr columns"
-echo "$out" | grep -Eq '^kubernetes +10\.96\.0\.0/16 ' || fail "default servicecidr row"
+head -1 <<<"$out" | grep -Eq '^NAME +CIDRS +AGE$' || fail "servicecidr columns"
+grep -Eq '^kubernetes +10\.96\.0\.0/16 ' <<<"$out" || fail "default servicecidr row"
 pass "get servicecidrs"
 
 cat > "$work/ip.yaml" <<'YAML'
@@ -140,8 +140,8 @@ YAML
 k apply -f "$work/ip.yaml" >/dev/null
 out=$(k get ip)
 echo "$out"
-echo "$out" | head -1 | grep -Eq '^NAME +PARENTREF$' || fail "ipaddress columns"
-echo "$out" | grep -Eq '^10\.96\.200\.200 +services/default/web$' || fail "ipaddress row"
+head -1 <<<"$out" | grep -Eq '^NAME +PARENTREF$' || fail "ipaddress columns"
+grep -Eq '^10\.96\.200\.200 +services/default/web$' <<<"$out" || fail "ipaddress row"
 k get ipaddresses 10.96.200.200 >/dev/null || fail "get ipaddresses by name"
 if [ "$ALLOCATOR" = ipaddress ]; then
   web_ip=$(k get svc web -o jsonpath='{.spec.clusterIP}')
