@@ -165,8 +165,16 @@ func TestStaleIPAddressKeepsNoBit(t *testing.T) {
 		t.Fatal(err)
 	}
 	// The IPAddress the repair created for the first "c" after its delete.
-	stale := ipaddress.NewObject(ip, allocation.Owner{Namespace: metav1.NamespaceDefault, Name: "c", UID: string(first.UID)})
-	if _, err := srv.client.NetworkingV1().IPAddresses().Create(ctx, stale, metav1.CreateOptions{}); err != nil {
+	// The server's own repair may have made it already, racing the delete
+	// as this test stages: then it is the same stale object.
+	owner := allocation.Owner{Namespace: metav1.NamespaceDefault, Name: "c"}
+	stale := ipaddress.NewObject(ip, allocation.Owner{Namespace: owner.Namespace, Name: owner.Name, UID: string(first.UID)})
+	if _, err := srv.client.NetworkingV1().IPAddresses().Create(ctx, stale, metav1.CreateOptions{}); apierrors.IsAlreadyExists(err) {
+		got, gerr := srv.client.NetworkingV1().IPAddresses().Get(ctx, ip.String(), metav1.GetOptions{})
+		if gerr != nil || !ipaddress.OwnedBy(got, owner) {
+			t.Fatalf("IPAddress %s exists and does not name the deleted c: %+v, %v", ip, got, gerr)
+		}
+	} else if err != nil {
 		t.Fatal(err)
 	}
 	if _, err := svcs.Create(ctx, newService("c", withStatic), metav1.CreateOptions{}); err != nil {
