@@ -11,6 +11,7 @@ import (
 
 	"github.com/allocator/allocator/pkg/allocation"
 	"github.com/allocator/allocator/pkg/bitset"
+	"github.com/allocator/allocator/pkg/etcdhistory"
 	"github.com/allocator/allocator/pkg/etcdlayout"
 )
 
@@ -128,10 +129,12 @@ func (e *outcomeUnknown) Unwrap() error { return e.err }
 
 // settledError is commit's error as the batch's requests get it: one after
 // which nothing of the batch was applied is allocation.Retriable (a release
-// may be sent again), one whose outcome is unknown is not.
+// may be sent again), one whose outcome is unknown is not. Nor is a refusal
+// because etcd was restored under the server (pkg/etcdhistory): no write of
+// this process can be applied any more, and it is stopping.
 func settledError(err error) error {
 	var unknown *outcomeUnknown
-	if err == nil || errors.As(err, &unknown) {
+	if err == nil || errors.As(err, &unknown) || errors.Is(err, etcdhistory.ErrRestored) {
 		return err
 	}
 	return allocation.Retriable(err)

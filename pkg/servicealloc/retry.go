@@ -2,24 +2,20 @@ package servicealloc
 
 import (
 	"context"
-	"errors"
 	"time"
 
 	"github.com/allocator/allocator/pkg/allocation"
-	"github.com/allocator/allocator/pkg/etcdhistory"
 )
 
 // retryRelease calls release until it succeeds, fails with an error that is
 // not allocation.Retriable (one whose outcome is unknown, or a refusal), or
 // ctx ends, and returns its last error. A release that failed on a broken
 // connection or a busy etcd without being applied would otherwise leak what
-// it held until the repair's next passes. A release refused because etcd
-// was restored under the server is not sent again: no write of this process
-// can land any more, and it is stopping (pkg/etcdhistory).
+// it held until the repair's next passes.
 func retryRelease(ctx context.Context, release func(context.Context) error) error {
 	for delay := 50 * time.Millisecond; ; delay = min(2*delay, 2*time.Second) {
 		err := release(ctx)
-		if err == nil || !allocation.IsRetriable(err) || errors.Is(err, etcdhistory.ErrRestored) {
+		if err == nil || !allocation.IsRetriable(err) {
 			return err
 		}
 		select {
