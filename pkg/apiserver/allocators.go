@@ -11,6 +11,7 @@ import (
 	"k8s.io/client-go/informers"
 	"k8s.io/client-go/kubernetes"
 	restclient "k8s.io/client-go/rest"
+	"k8s.io/client-go/transport"
 
 	"github.com/allocator/allocator/pkg/ipallocator"
 	"github.com/allocator/allocator/pkg/ipallocator/ipaddress"
@@ -98,12 +99,21 @@ func stripManagedFields(obj any) (any, error) {
 // dynamic allocation of the IPAddress model is one IPAddress create through
 // it, and its informers list and watch through it.
 func loopbackClient(loopback *restclient.Config) (kubernetes.Interface, error) {
+	return newLoopbackClient(loopback, nil)
+}
+
+// newLoopbackClient is a protobuf client on a copy of the loopback config,
+// its transport wrapped by wrap when wrap is not nil.
+func newLoopbackClient(loopback *restclient.Config, wrap transport.WrapperFunc) (kubernetes.Interface, error) {
 	if loopback == nil {
 		return nil, fmt.Errorf("no loopback client config")
 	}
 	cfg := restclient.CopyConfig(loopback)
 	cfg.ContentType = "application/vnd.kubernetes.protobuf"
 	cfg.AcceptContentTypes = "application/vnd.kubernetes.protobuf,application/json"
+	if wrap != nil {
+		cfg.Wrap(wrap)
+	}
 	client, err := kubernetes.NewForConfig(cfg)
 	if err != nil {
 		return nil, fmt.Errorf("loopback client: %w", err)

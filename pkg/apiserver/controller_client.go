@@ -3,7 +3,6 @@ package apiserver
 import (
 	"context"
 	"errors"
-	"fmt"
 	"io"
 	"net/http"
 	"time"
@@ -16,8 +15,8 @@ import (
 // caller's context was cancelled (controllerClient).
 const controllerCutoff = controllerStopTimeout
 
-// controllerClient is a client of the server's own API for the controllers
-// that run in it (controllerGroup). A request it has sent runs to its end
+// controllerClient is loopbackClient for the controllers that run in the
+// server (controllerGroup). A request it has sent runs to its end
 // when the controller's context is cancelled meanwhile, for controllerCutoff
 // at most: shutdown cancels the controllers' contexts so that they start
 // nothing new, and a request cut off half-way is logged by the server at
@@ -26,16 +25,9 @@ const controllerCutoff = controllerStopTimeout
 // ends is not sent, and one whose context's deadline passes ends then. It is
 // for requests only: an informer's watch must end with its context.
 func controllerClient(loopback *restclient.Config) (kubernetes.Interface, error) {
-	if loopback == nil {
-		return nil, fmt.Errorf("no loopback client config")
-	}
-	cfg := restclient.CopyConfig(loopback)
-	cfg.Wrap(func(rt http.RoundTripper) http.RoundTripper { return seenThrough{next: rt, cutoff: controllerCutoff} })
-	client, err := kubernetes.NewForConfig(cfg)
-	if err != nil {
-		return nil, fmt.Errorf("controller client: %w", err)
-	}
-	return client, nil
+	return newLoopbackClient(loopback, func(rt http.RoundTripper) http.RoundTripper {
+		return seenThrough{next: rt, cutoff: controllerCutoff}
+	})
 }
 
 // seenThrough sends each request on a context detached from its caller's
