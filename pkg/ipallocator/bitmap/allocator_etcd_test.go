@@ -396,13 +396,30 @@ func checkDrained(t *testing.T, client *clientv3.Client, r subrange.Range, got [
 	}
 }
 
-// raceAttempts is the racing instances' MaxAttempts: more conflicts than a
-// drain of a /22 can cause. A conflict means another instance's write
-// landed, and the drain takes at most 1,023 writes (Initialize and one per
-// address), so no instance gives up, however slowly the machine runs it.
-// The default, 100, is within reach without batching on a loaded machine,
-// where the scheduler keeps one instance waiting while the others write.
-const raceAttempts = 2048
+// raceOptions are the racing instances' options, for a machine that runs
+// them slowly (the race detector instruments the embedded etcd too, and a
+// full test run loads both cores):
+//   - MaxAttempts: more conflicts than a drain of a /22 can cause. A conflict
+//     means another instance's write landed, and the drain takes at most
+//     1,023 writes (Initialize and one per address), so no instance gives
+//     up, however slowly the machine runs it. The default, 100, is within
+//     reach without batching on a loaded machine, where the scheduler keeps
+//     one instance waiting while the others write.
+//   - RequestTimeout: a minute, not 15 s, for one batch: on a 3-member
+//     cluster starved of CPU, a write can wait longer than 15 s for a
+//     member that fell behind or for a new leader.
+func raceOptions(batching bool) rangealloc.EtcdOptions {
+	return rangealloc.EtcdOptions{DisableBatching: !batching, MaxAttempts: 2048, RequestTimeout: time.Minute}
+}
+
+// raceContext bounds a race: the drain itself is bounded (each worker
+// allocates at most the range's size), so this only ends a hang, far later
+// than a race ends on a machine starved of CPU.
+func raceContext(t *testing.T) context.Context {
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	t.Cleanup(cancel)
+	return ctx
+}
 
 // TestEtcdUniquenessRace: 4 independent instances × 16 goroutines drain a /22.
 func TestEtcdUniquenessRace(t *testing.T) {
@@ -410,11 +427,11 @@ func TestEtcdUniquenessRace(t *testing.T) {
 	for _, batching := range []bool{true, false} {
 		t.Run(fmt.Sprintf("batching=%v", batching), func(t *testing.T) {
 			t.Parallel()
-			ctx := testContext(t)
+			ctx := raceContext(t)
 			etcd := etcdtest.New(t)
 			var allocators []*EtcdAllocator
 			for range 4 {
-				allocators = append(allocators, newEtcdAllocator(t, etcd.NewClient(t), "10.0.0.0/22", rangealloc.EtcdOptions{DisableBatching: !batching, MaxAttempts: raceAttempts}))
+				allocators = append(allocators, newEtcdAllocator(t, etcd.NewClient(t), "10.0.0.0/22", raceOptions(batching)))
 			}
 			if _, err := allocators[0].Initialize(ctx); err != nil {
 				t.Fatal(err)
@@ -440,12 +457,12 @@ func TestEtcdUniquenessRace(t *testing.T) {
 // the instances' clients spread over the members.
 func TestEtcdUniquenessRaceCluster(t *testing.T) {
 	t.Parallel()
-	ctx := testContext(t)
+	ctx := raceContext(t)
 	cluster := etcdtest.NewCluster(t, 3)
 	var allocators []*EtcdAllocator
 	for i := range 4 {
 		client := cluster.Member(i % cluster.Size()).NewClient(t)
-		allocators = append(allocators, newEtcdAllocator(t, client, "10.0.0.0/22", rangealloc.EtcdOptions{MaxAttempts: raceAttempts}))
+		allocators = append(allocators, newEtcdAllocator(t, client, "10.0.0.0/22", raceOptions(true)))
 	}
 	if _, err := allocators[0].Initialize(ctx); err != nil {
 		t.Fatal(err)
