@@ -622,9 +622,9 @@ func TestClose(t *testing.T) {
 
 // TestNoLeaks opens and ends many connections every way they can end and
 // checks that the proxy's goroutines, and then all of the process's, settle.
-// It does not run in parallel, so that it can count every goroutine.
+// It does not run in parallel (go test starts the parallel tests after it),
+// so that it can count every goroutine of the process.
 func TestNoLeaks(t *testing.T) {
-	t.Parallel()
 	base := runtime.NumGoroutine()
 	s := newServer(t, "")
 	p, err := Start(s.addr())
