@@ -572,8 +572,10 @@ func verifyClaims(t *testing.T, f *fleet, cidr netip.Prefix, bits bool, timeout 
 }
 
 // verifyNoRepairEvents fails on events that say an address was found not
-// allocated, or allocated twice, by a repair controller.
-func verifyNoRepairEvents(t *testing.T, f *fleet) {
+// allocated, or allocated twice, by a repair controller. Each such event is
+// reported with where and when it was recorded, and what the loads know of
+// every address its message names.
+func verifyNoRepairEvents(t *testing.T, f *fleet, loads ...*load) {
 	t.Helper()
 	events, err := f.mustPick().client.CoreV1().Events(metav1.NamespaceAll).List(context.Background(), metav1.ListOptions{})
 	if err != nil {
@@ -583,9 +585,23 @@ func verifyNoRepairEvents(t *testing.T, f *fleet) {
 	reasons := map[string]int{}
 	for _, e := range events.Items {
 		reasons[e.Reason]++
-		if bad[e.Reason] {
-			t.Errorf("event %s on %s %s/%s: %s (count %d)", e.Reason, e.InvolvedObject.Kind, e.InvolvedObject.Namespace, e.InvolvedObject.Name, e.Message, e.Count)
+		if !bad[e.Reason] {
+			continue
 		}
+		var history []string
+		for _, word := range strings.Fields(e.Message) {
+			ip, err := netip.ParseAddr(strings.Trim(word, ":;,()[]"))
+			if err != nil {
+				continue
+			}
+			for _, l := range loads {
+				history = append(history, l.history(ip)...)
+			}
+		}
+		t.Errorf("event %s on %s %s/%s: %s (count %d, first %s, last %s, from %s %s %s); the loads' Services with its address: %v",
+			e.Reason, e.InvolvedObject.Kind, e.InvolvedObject.Namespace, e.InvolvedObject.Name, e.Message, e.Count,
+			e.FirstTimestamp.Format("15:04:05"), e.LastTimestamp.Format("15:04:05"),
+			e.Source.Component, e.Source.Host, e.ReportingInstance, history)
 	}
 	t.Logf("events by reason: %v", reasons)
 }

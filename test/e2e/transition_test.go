@@ -151,7 +151,7 @@ func testRollingSwitch(t *testing.T, bin string, kill bool) {
 		t.Fatalf("transition state after a rolling switch: %+v stored=%v err=%v; want dual write on", state, ok, err)
 	}
 	verifyClaims(t, f, cidr, true, 60*time.Second)
-	verifyNoRepairEvents(t, f)
+	verifyNoRepairEvents(t, f, l)
 	verifyRecords(t, f, 30*time.Second)
 	verifyRepairJob(t, f, l)
 	if t.Failed() {
@@ -357,7 +357,7 @@ func testFinish(t *testing.T, bin string) {
 		verifyStored(t, f, l)
 	}
 	verifyClaims(t, f, cidr, true, 60*time.Second)
-	verifyNoRepairEvents(t, f)
+	verifyNoRepairEvents(t, f, first, l, l2)
 	verifyRecords(t, f, 30*time.Second)
 	verifyRepairJob(t, f, first, l, l2)
 	if t.Failed() {

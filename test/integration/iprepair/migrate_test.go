@@ -209,7 +209,11 @@ func TestMigrateBothWaysWithKill(t *testing.T) {
 	if n, err := strconv.Atoi(os.Getenv("ALLOCATOR_MIGRATE_SERVICES")); err == nil && n > 0 {
 		count = n
 	}
-	ctx := repairtest.Context(t)
+	// A budget of its own, beyond repairtest.Context's: 5,000 Services carried
+	// over both ways, each way twice, take minutes on a machine starved of
+	// CPU. It only ends a hang.
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
+	defer cancel()
 	etcd := etcdtest.New(t)
 	srv := testserver.Start(t, testserver.Options{ServiceRange: "10.0.0.0/16,fd00::/112", Model: "bitmap", Etcd: etcd})
 	createMany(t, srv.Client, count)
