@@ -501,6 +501,9 @@ func (r *IPAddressRepair) getService(ctx context.Context, namespace, name string
 // let the address go) meanwhile; the IPAddress was taken back.
 var errHolderGone = errors.New("the Service let the address go while its IPAddress was created")
 
+// settleTimeout bounds the read and delete that finish a create (create).
+const settleTimeout = 10 * time.Second
+
 // create claims ip for svc, which freshHolder has just read. The read and
 // the create are two steps: a Service deleted between them has released
 // its address already (its release found no IPAddress), so the one created
@@ -509,13 +512,17 @@ var errHolderGone = errors.New("the Service let the address go while its IPAddre
 // another Service. So the Service is read once more after the create, and
 // if it no longer holds ip the IPAddress is deleted again (conditional on
 // the object created): whichever comes last, the Service's delete and its
-// release, or this read, sees the other.
+// release, or this read, sees the other. That read and delete finish the
+// create, so they run even when ctx ends after it (the server stopping),
+// for settleTimeout at most.
 func (r *IPAddressRepair) create(ctx context.Context, ip netip.Addr, svc *corev1.Service) error {
 	obj := ipaddress.NewObject(ip, allocation.Owner{Namespace: svc.Namespace, Name: svc.Name, UID: string(svc.UID)})
 	created, err := r.cfg.Client.NetworkingV1().IPAddresses().Create(ctx, obj, metav1.CreateOptions{})
 	if err != nil {
 		return err
 	}
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), settleTimeout)
+	defer cancel()
 	still, err := r.freshHolder(ctx, svc, ip)
 	if err != nil {
 		return err // the IPAddress stays; a later pass judges it with its grace
