@@ -148,8 +148,40 @@ func (a *Allocator) reserveNextPort(ctx context.Context, txn *Transaction, alloc
 	}
 	if !dryRun {
 		txn.ports.reserved = append(txn.ports.reserved, port)
+		return port, nil
 	}
+	if txn.ports.dryHeld[port] {
+		if port, err = nextDryPort(ctx, txn, alloc, port); err != nil {
+			return 0, err
+		}
+	}
+	if txn.ports.dryHeld == nil {
+		txn.ports.dryHeld = map[int]bool{}
+	}
+	txn.ports.dryHeld[port] = true
 	return port, nil
+}
+
+// nextDryPort is the first port after picked, wrapping around the range,
+// that is free and that the dry run has not picked already: the dry-run view
+// reserves nothing, so its picks for one request (the ports' nodePorts, the
+// healthCheckNodePort) could repeat, which the real request's never do.
+func nextDryPort(ctx context.Context, txn *Transaction, alloc portallocator.Interface, picked int) (int, error) {
+	rng := alloc.Range()
+	for i := 1; i < rng.Size(); i++ {
+		port := rng.Base() + (picked-rng.Base()+i)%rng.Size()
+		if txn.ports.dryHeld[port] {
+			continue
+		}
+		err := alloc.Allocate(ctx, port)
+		switch {
+		case err == nil:
+			return port, nil
+		case !errors.Is(err, portallocator.ErrAllocated):
+			return 0, err
+		}
+	}
+	return 0, allocation.ErrFull
 }
 
 // nodePortError maps an error of reserving a requested nodePort to the API
