@@ -9,12 +9,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 
-	"github.com/allocator/allocator/internal/etcdtest"
 	"github.com/allocator/allocator/pkg/allocation"
-	"github.com/allocator/allocator/pkg/etcdlayout"
-	"github.com/allocator/allocator/pkg/portallocator"
-	"github.com/allocator/allocator/pkg/portrange"
-	"github.com/allocator/allocator/pkg/rangealloc"
 )
 
 // TestStartClosed: a closed Allocator refuses every reservation, of an
@@ -23,14 +18,7 @@ import (
 func TestStartClosed(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	etcd := etcdtest.New(t)
-	ports, err := portallocator.NewEtcd(etcd.Client(), etcdlayout.Layout{}.ServiceNodePortRange(), portrange.MustParse("30000-30010"), rangealloc.EtcdOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, _, err := ports.Open(ctx); err != nil {
-		t.Fatal(err)
-	}
+	ports := newNodePorts(t, "30000-30010")
 	mem := newMem("10.0.0.0/24")
 	a, err := New(Config{Allocators: []allocation.Interface{mem}, NodePorts: ports, StartClosed: true})
 	if err != nil {

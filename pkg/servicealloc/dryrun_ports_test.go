@@ -23,14 +23,7 @@ import (
 func TestDryRunPicksDistinctPorts(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	etcd := etcdtest.New(t)
-	ports, err := portallocator.NewEtcd(etcd.Client(), etcdlayout.Layout{}.ServiceNodePortRange(), portrange.MustParse("30000-30002"), rangealloc.EtcdOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, _, err := ports.Open(ctx); err != nil {
-		t.Fatal(err)
-	}
+	ports := newNodePorts(t, "30000-30002")
 	if err := ports.Allocate(ctx, 30001); err != nil {
 		t.Fatal(err)
 	}
@@ -55,4 +48,18 @@ func TestDryRunPicksDistinctPorts(t *testing.T) {
 	if used, err := ports.Has(ctx, 30000); err != nil || used {
 		t.Errorf("a dry run reserved port 30000 (%v, %v)", used, err)
 	}
+}
+
+// newNodePorts returns the node-port map of spec on a real etcd of the
+// test's own, created.
+func newNodePorts(t *testing.T, spec string) *portallocator.EtcdAllocator {
+	t.Helper()
+	ports, err := portallocator.NewEtcd(etcdtest.New(t).Client(), etcdlayout.Layout{}.ServiceNodePortRange(), portrange.MustParse(spec), rangealloc.EtcdOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, _, err := ports.Open(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	return ports
 }
