@@ -151,7 +151,7 @@ func (a *Allocator) reserveNextPort(ctx context.Context, txn *Transaction, alloc
 		return port, nil
 	}
 	if txn.ports.dryHeld[port] {
-		if port, err = nextDryPort(ctx, txn, alloc, port); err != nil {
+		if port, err = nextDryPort(ctx, txn.ports.dryHeld, alloc, port); err != nil {
 			return 0, err
 		}
 	}
@@ -163,14 +163,15 @@ func (a *Allocator) reserveNextPort(ctx context.Context, txn *Transaction, alloc
 }
 
 // nextDryPort is the first port after picked, wrapping around the range,
-// that is free and that the dry run has not picked already: the dry-run view
-// reserves nothing, so its picks for one request (the ports' nodePorts, the
-// healthCheckNodePort) could repeat, which the real request's never do.
-func nextDryPort(ctx context.Context, txn *Transaction, alloc portallocator.Interface, picked int) (int, error) {
+// that is free and not in held (what the dry run reserved already): the
+// dry-run view reserves nothing, so its picks for one request (the ports'
+// nodePorts, the healthCheckNodePort) could repeat, which the real
+// request's never do.
+func nextDryPort(ctx context.Context, held map[int]bool, alloc portallocator.Interface, picked int) (int, error) {
 	rng := alloc.Range()
 	for i := 1; i < rng.Size(); i++ {
 		port := rng.Base() + (picked-rng.Base()+i)%rng.Size()
-		if txn.ports.dryHeld[port] {
+		if held[port] {
 			continue
 		}
 		err := alloc.Allocate(ctx, port)
