@@ -15,10 +15,10 @@ import (
 	"k8s.io/client-go/kubernetes"
 
 	"github.com/allocator/allocator/internal/etcdtest"
+	"github.com/allocator/allocator/pkg/bitmap"
+	"github.com/allocator/allocator/pkg/bitmap/clusterip"
 	"github.com/allocator/allocator/pkg/etcdlayout"
-	"github.com/allocator/allocator/pkg/ipallocator/bitmap"
 	"github.com/allocator/allocator/pkg/model"
-	"github.com/allocator/allocator/pkg/rangealloc"
 	"github.com/allocator/allocator/pkg/subrange"
 )
 
@@ -114,8 +114,8 @@ func TestEmbeddedServiceAllocation(t *testing.T) {
 }
 
 // TestUsesOnlyThePublicAPI keeps the example honest: it may use pkg/... but
-// neither our server's wiring (pkg/apiserver, pkg/registry) nor internal
-// packages, which another module could not import.
+// none of internal/ (our server's wiring, internal/apiserver and
+// internal/registry, among them), which another module could not import.
 func TestUsesOnlyThePublicAPI(t *testing.T) {
 	pkg, err := build.ImportDir(".", 0)
 	if err != nil {
@@ -123,7 +123,7 @@ func TestUsesOnlyThePublicAPI(t *testing.T) {
 	}
 	const module = "github.com/allocator/allocator/"
 	for _, imp := range pkg.Imports {
-		for _, banned := range []string{module + "pkg/apiserver", module + "pkg/registry", module + "internal"} {
+		for _, banned := range []string{module + "internal"} {
 			if imp == banned || strings.HasPrefix(imp, banned+"/") {
 				t.Errorf("the example imports %s: an embedding server cannot rely on it", imp)
 			}
@@ -181,7 +181,7 @@ func startServer(t *testing.T, opts options) kubernetes.Interface {
 }
 
 // etcdBitmap reads the RangeAllocation the server's allocator writes.
-type etcdBitmap struct{ a *bitmap.EtcdAllocator }
+type etcdBitmap struct{ a *clusterip.EtcdAllocator }
 
 func bitmapOf(t *testing.T, etcd *etcdtest.Etcd, key string, prefix netip.Prefix) etcdBitmap {
 	t.Helper()
@@ -189,7 +189,7 @@ func bitmapOf(t *testing.T, etcd *etcdtest.Etcd, key string, prefix netip.Prefix
 	if err != nil {
 		t.Fatal(err)
 	}
-	a, err := bitmap.NewEtcdAllocator(etcd.Client(), key, rng, rangealloc.EtcdOptions{})
+	a, err := clusterip.NewEtcdAllocator(etcd.Client(), key, rng, bitmap.EtcdOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -8,11 +8,11 @@
 // (services.go), a generic server config (TLS on a self-signed certificate,
 // a static admin token, OpenAPI), one bitmap allocator per IP family on
 // etcd, servicealloc.New over them, and the Service store wrapped by
-// servicealloc.NewREST. It deliberately does not use pkg/apiserver.
+// servicealloc.NewREST. It deliberately does not use internal/apiserver.
 //
 // Left out to stay small: namespaces (a Service may be created in any
 // namespace), node ports (servicealloc.Config.NodePorts with a
-// pkg/portallocator allocator), the status subresource, and a repair controller
+// pkg/bitmap/nodeport allocator), the status subresource, and a repair controller
 // (an address reserved by a server that died before storing its Service
 // stays taken until one runs).
 //
@@ -54,11 +54,11 @@ import (
 	"k8s.io/klog/v2"
 
 	"github.com/allocator/allocator/pkg/allocation"
+	"github.com/allocator/allocator/pkg/bitmap"
+	"github.com/allocator/allocator/pkg/bitmap/clusterip"
 	"github.com/allocator/allocator/pkg/etcdlayout"
 	generatedopenapi "github.com/allocator/allocator/pkg/generated/openapi"
-	"github.com/allocator/allocator/pkg/ipallocator/bitmap"
 	"github.com/allocator/allocator/pkg/model"
-	"github.com/allocator/allocator/pkg/rangealloc"
 	"github.com/allocator/allocator/pkg/servicealloc"
 	"github.com/allocator/allocator/pkg/subrange"
 )
@@ -180,7 +180,7 @@ func newServer(ctx context.Context, opts options) (_ *server, err error) {
 // newAllocator returns the Service allocator: one bitmap allocator per
 // family, each a RangeAllocation in etcd at kube-apiserver's key, shared by
 // every replica and kept across restarts. Any allocation.Interface will do:
-// bitmap.NewAllocator keeps the map in memory instead (then mark the stored
+// clusterip.NewAllocator keeps the map in memory instead (then mark the stored
 // Services' addresses in it before serving, or they are handed out again).
 func newAllocator(ctx context.Context, client *clientv3.Client, opts options) (*servicealloc.Allocator, error) {
 	layout := etcdlayout.Layout{Prefix: opts.EtcdPrefix}
@@ -194,7 +194,7 @@ func newAllocator(ctx context.Context, client *clientv3.Client, opts options) (*
 		if err != nil {
 			return nil, fmt.Errorf("service range %s: %w", prefix, err)
 		}
-		a, err := bitmap.NewEtcdAllocator(client, keys[i], rng, rangealloc.EtcdOptions{})
+		a, err := clusterip.NewEtcdAllocator(client, keys[i], rng, bitmap.EtcdOptions{})
 		if err != nil {
 			return nil, fmt.Errorf("service range %s: %w", prefix, err)
 		}

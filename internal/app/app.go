@@ -16,7 +16,7 @@ import (
 	logsapi "k8s.io/component-base/logs/api/v1"
 	_ "k8s.io/component-base/logs/json/register" // --logging-format=json
 
-	"github.com/allocator/allocator/pkg/version"
+	"github.com/allocator/allocator/internal/version"
 )
 
 // Streams are the standard streams a command reads and writes.

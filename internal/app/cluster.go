@@ -20,9 +20,9 @@ import (
 	"k8s.io/client-go/tools/clientcmd"
 	"k8s.io/client-go/util/homedir"
 
-	"github.com/allocator/allocator/pkg/apiserver"
+	"github.com/allocator/allocator/internal/apiserver"
+	"github.com/allocator/allocator/internal/ipallocator"
 	"github.com/allocator/allocator/pkg/etcdlayout"
-	"github.com/allocator/allocator/pkg/ipallocator"
 	"github.com/allocator/allocator/pkg/model"
 )
 
@@ -259,7 +259,7 @@ func (c *etcdConn) close() {
 	}
 }
 
-// ipCluster is the cluster as pkg/ipallocator's job entries take it, its
+// ipCluster is the cluster as internal/ipallocator's job entries take it, its
 // etcd (when --etcd-servers is given) opened through conn.
 func (f *clusterFlags) ipCluster(m model.Name, client kubernetes.Interface, conn *etcdConn) ipallocator.Cluster {
 	c := ipallocator.Cluster{Model: m, EtcdPrefix: f.etcdPrefix, Ranges: f.ranges(), Client: client}
@@ -278,7 +278,7 @@ func (f *clusterFlags) ranges() []string {
 	return strings.Split(f.serviceRange, ",")
 }
 
-// explain turns what pkg/ipallocator refuses into what to give on the
+// explain turns what internal/ipallocator refuses into what to give on the
 // command line.
 func explain(err error) error {
 	switch {

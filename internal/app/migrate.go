@@ -6,10 +6,10 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/allocator/allocator/internal/ipallocator"
 	"github.com/allocator/allocator/internal/progress"
-	"github.com/allocator/allocator/pkg/ipallocator"
-	"github.com/allocator/allocator/pkg/ipallocator/iprepair"
 	"github.com/allocator/allocator/pkg/model"
+	"github.com/allocator/allocator/pkg/repair/iprepair"
 )
 
 type migrateOptions struct {

@@ -17,11 +17,11 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/clientcmd"
 
+	"github.com/allocator/allocator/internal/ipallocator"
 	"github.com/allocator/allocator/internal/progress"
-	"github.com/allocator/allocator/pkg/ipallocator"
-	"github.com/allocator/allocator/pkg/lifecycle"
+	"github.com/allocator/allocator/internal/renumber"
+	"github.com/allocator/allocator/pkg/ipaddress/lifecycle"
 	"github.com/allocator/allocator/pkg/model"
-	"github.com/allocator/allocator/pkg/renumber"
 )
 
 type renumberOptions struct {
@@ -199,7 +199,7 @@ func runRenumber(ctx context.Context, o *renumberOptions, streams Streams) error
 
 // checkIPAddressModel refuses the bitmap model, detected as the other
 // commands detect it: its maps in etcd when --etcd-servers is given.
-// Without etcd, pkg/renumber refuses a range whose Services hold no
+// Without etcd, internal/renumber refuses a range whose Services hold no
 // IPAddress.
 func checkIPAddressModel(ctx context.Context, o *renumberOptions, client kubernetes.Interface) error {
 	var etcd etcdConn

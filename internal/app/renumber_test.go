@@ -8,7 +8,7 @@ import (
 
 	"github.com/google/go-cmp/cmp"
 
-	"github.com/allocator/allocator/pkg/renumber"
+	"github.com/allocator/allocator/internal/renumber"
 )
 
 // TestRenumberFlags: flags that cannot work are refused at once, before

@@ -11,14 +11,14 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/record"
 
+	"github.com/allocator/allocator/internal/ipallocator"
 	"github.com/allocator/allocator/internal/progress"
-	"github.com/allocator/allocator/pkg/ipallocator"
-	"github.com/allocator/allocator/pkg/ipallocator/iprepair"
 	"github.com/allocator/allocator/pkg/model"
-	"github.com/allocator/allocator/pkg/portallocator/portrepair"
-	"github.com/allocator/allocator/pkg/rangealloc/rangerepair"
-	"github.com/allocator/allocator/pkg/report"
-	"github.com/allocator/allocator/pkg/transition"
+	"github.com/allocator/allocator/pkg/repair"
+	"github.com/allocator/allocator/pkg/repair/iprepair"
+
+	"github.com/allocator/allocator/internal/transition"
+	"github.com/allocator/allocator/pkg/repair/report"
 )
 
 type repairOptions struct {
@@ -41,7 +41,7 @@ type repairOptions struct {
 
 // compareModels reports where the bitmap and the IPAddress objects disagree,
 // for disagreementSettle at least, while both are kept: dual write on
-// (pkg/transition). Without a stored
+// (internal/transition). Without a stored
 // state (a kube-apiserver cluster) or after `allocator transition finish`
 // one of the two is not kept, and drift is expected.
 func (o *repairOptions) compareModels(ctx context.Context, client kubernetes.Interface) ([]report.Problem, error) {
@@ -102,7 +102,7 @@ running.`,
 	fs.BoolVar(&o.dryRun, "dry-run", false, "report what would change and change nothing")
 	fs.StringVarP(&o.output, "output", "o", "table", "output format: table, "+machineFormats)
 	fs.DurationVar(&o.interval, "interval", 0, "keep running, one pass every interval (0: one pass and exit)")
-	fs.DurationVar(&o.leakGrace, "leak-grace", rangerepair.DefaultLeakGrace,
+	fs.DurationVar(&o.leakGrace, "leak-grace", repair.DefaultLeakGrace,
 		"bitmap model: least time between the first pass that sees a leak and the one that frees it; "+
 			"keep it above the API server's request timeout (60 s), or a slow create's address can be freed and handed out twice")
 	fs.BoolVar(&o.progress, "progress", false, "ipaddress model: print each pass's progress to stderr, a redrawn line on a terminal (the default there), plain lines elsewhere")
@@ -226,7 +226,7 @@ func runOneShot(ctx context.Context, runner passRunner, waitForPasses bool, o *r
 		// Leaks of the bitmap and of the node-port map wait for three passes;
 		// the IPAddress model's orphans have their own grace.
 		pending := slices.ContainsFunc(rep.Problems, func(p report.Problem) bool {
-			return p.Type == report.TypeLeak && !p.Fixed && (waitForPasses || p.Resource == portrepair.ResourceNodePort)
+			return p.Type == report.TypeLeak && !p.Fixed && (waitForPasses || p.Resource == repair.ResourceNodePort)
 		})
 		if o.dryRun || !pending || pass == 3 {
 			break

@@ -4,7 +4,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/allocator/allocator/pkg/rangealloc/rangerepair"
+	"github.com/allocator/allocator/pkg/repair"
 )
 
 // TestRepairLeakGraceDefault: the one-shot job's --leak-grace defaults to the
@@ -19,7 +19,7 @@ func TestRepairLeakGraceDefault(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if got != rangerepair.DefaultLeakGrace || got <= rangerepair.RequestTimeout {
-		t.Fatalf("--leak-grace default %v, want repair.DefaultLeakGrace %v (> request timeout %v)", got, rangerepair.DefaultLeakGrace, rangerepair.RequestTimeout)
+	if got != repair.DefaultLeakGrace || got <= repair.RequestTimeout {
+		t.Fatalf("--leak-grace default %v, want repair.DefaultLeakGrace %v (> request timeout %v)", got, repair.DefaultLeakGrace, repair.RequestTimeout)
 	}
 }

@@ -8,19 +8,19 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/record"
 
+	"github.com/allocator/allocator/pkg/bitmap/nodeport"
 	"github.com/allocator/allocator/pkg/etcdlayout"
-	"github.com/allocator/allocator/pkg/portallocator"
-	"github.com/allocator/allocator/pkg/portallocator/portrepair"
-	"github.com/allocator/allocator/pkg/portrange"
-	"github.com/allocator/allocator/pkg/rangealloc"
-	"github.com/allocator/allocator/pkg/report"
+	"github.com/allocator/allocator/pkg/repair"
+
+	"github.com/allocator/allocator/pkg/bitmap"
+	"github.com/allocator/allocator/pkg/repair/report"
 )
 
 // nodePortRepair returns the node-port repair over the stored map at
 // <prefix>/ranges/servicenodeports, with the range the map itself names (the
 // job does not know the server's --service-node-port-range), or nil when
 // there is no map (a cluster that never served node ports).
-func (o *repairOptions) nodePortRepair(ctx context.Context, etcd *clientv3.Client, client kubernetes.Interface, recorder record.EventRecorder) (*portrepair.NodePortRepair, error) {
+func (o *repairOptions) nodePortRepair(ctx context.Context, etcd *clientv3.Client, client kubernetes.Interface, recorder record.EventRecorder) (*repair.NodePortRepair, error) {
 	key := etcdlayout.Layout{Prefix: o.cluster.etcdPrefix}.ServiceNodePortRange()
 	resp, err := etcd.Get(ctx, key)
 	if err != nil {
@@ -33,15 +33,15 @@ func (o *repairOptions) nodePortRepair(ctx context.Context, etcd *clientv3.Clien
 	if err != nil {
 		return nil, fmt.Errorf("%s: %w", key, err)
 	}
-	rng, err := portrange.Parse(ra.Range)
+	rng, err := nodeport.Parse(ra.Range)
 	if err != nil {
 		return nil, fmt.Errorf("%s holds range %q: %w", key, ra.Range, err)
 	}
-	store, err := portallocator.NewEtcd(etcd, key, rng, rangealloc.EtcdOptions{})
+	store, err := nodeport.NewEtcd(etcd, key, rng, bitmap.EtcdOptions{})
 	if err != nil {
 		return nil, err
 	}
-	return portrepair.NewNodePortRepair(portrepair.NodePortConfig{
+	return repair.NewNodePortRepair(repair.NodePortConfig{
 		Client: client, Store: store, Recorder: recorder, DryRun: o.dryRun, LeakGrace: o.leakGrace, Interval: o.interval,
 	})
 }
@@ -51,7 +51,7 @@ func (o *repairOptions) nodePortRepair(ctx context.Context, etcd *clientv3.Clien
 // writes and time added up.
 type withNodePorts struct {
 	ips   passRunner
-	ports *portrepair.NodePortRepair
+	ports *repair.NodePortRepair
 }
 
 func (w withNodePorts) RunOnce(ctx context.Context) (*report.Report, error) {

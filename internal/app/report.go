@@ -7,8 +7,8 @@ import (
 	"text/tabwriter"
 	"time"
 
-	"github.com/allocator/allocator/pkg/ipallocator/iprepair"
-	"github.com/allocator/allocator/pkg/report"
+	"github.com/allocator/allocator/pkg/repair/iprepair"
+	"github.com/allocator/allocator/pkg/repair/report"
 )
 
 // exitError carries a process exit code other than 1 (problems left: 2).

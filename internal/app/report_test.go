@@ -7,8 +7,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/allocator/allocator/pkg/ipallocator/iprepair"
-	"github.com/allocator/allocator/pkg/report"
+	"github.com/allocator/allocator/pkg/repair/iprepair"
+	"github.com/allocator/allocator/pkg/repair/report"
 )
 
 func TestErrProblemsLeft(t *testing.T) {

@@ -21,8 +21,8 @@ import (
 	cliflag "k8s.io/component-base/cli/flag"
 	"k8s.io/klog/v2"
 
-	"github.com/allocator/allocator/pkg/apiserver"
-	"github.com/allocator/allocator/pkg/embedetcd"
+	"github.com/allocator/allocator/internal/apiserver"
+	"github.com/allocator/allocator/internal/embedetcd"
 )
 
 // etcdURLsFile remembers the embedded etcd's URLs in its data directory, so a

@@ -6,7 +6,7 @@ import (
 
 	"github.com/spf13/pflag"
 
-	"github.com/allocator/allocator/pkg/apiserver"
+	"github.com/allocator/allocator/internal/apiserver"
 )
 
 // TestServeHelpSections: `serve --help` shows its flags in sections, the

@@ -13,11 +13,11 @@ import (
 	"github.com/spf13/cobra"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 
-	"github.com/allocator/allocator/pkg/ipallocator"
-	"github.com/allocator/allocator/pkg/lifecycle"
+	"github.com/allocator/allocator/internal/ipallocator"
+	"github.com/allocator/allocator/internal/rangeusage"
+	"github.com/allocator/allocator/internal/transition"
+	"github.com/allocator/allocator/pkg/ipaddress/lifecycle"
 	"github.com/allocator/allocator/pkg/model"
-	"github.com/allocator/allocator/pkg/rangeusage"
-	"github.com/allocator/allocator/pkg/transition"
 )
 
 type statusOptions struct {
@@ -142,7 +142,7 @@ type cidrJSON struct {
 	Source string `json:"source"`
 	Ready  bool   `json:"ready"`
 	Scope  string `json:"scope,omitempty"`
-	// Lifecycle is "draining" or "manual-only" (pkg/lifecycle); Services
+	// Lifecycle is "draining" or "manual-only" (pkg/ipaddress/lifecycle); Services
 	// counts the Services holding an address in the CIDR, given with a
 	// lifecycle (a draining ServiceCIDR can go once it is 0).
 	Lifecycle string  `json:"lifecycle,omitempty"`

@@ -8,8 +8,8 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/allocator/allocator/internal/rangeusage"
 	"github.com/allocator/allocator/pkg/model"
-	"github.com/allocator/allocator/pkg/rangeusage"
 )
 
 // TestStatusShowsLifecycle: a STATE column for draining and manual-only

@@ -19,9 +19,9 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/clientcmd"
 
-	"github.com/allocator/allocator/pkg/ipallocator"
-	"github.com/allocator/allocator/pkg/ipallocator/iprepair"
-	"github.com/allocator/allocator/pkg/transition"
+	"github.com/allocator/allocator/internal/ipallocator"
+	"github.com/allocator/allocator/internal/transition"
+	"github.com/allocator/allocator/pkg/repair/iprepair"
 )
 
 type transitionOptions struct {

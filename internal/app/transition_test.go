@@ -8,7 +8,7 @@ import (
 	"github.com/google/go-cmp/cmp"
 
 	"github.com/allocator/allocator/internal/etcdtest"
-	"github.com/allocator/allocator/pkg/transition"
+	"github.com/allocator/allocator/internal/transition"
 )
 
 // TestTransitionActionFlags: each transition action is a command of its own

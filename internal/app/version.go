@@ -5,7 +5,7 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"github.com/allocator/allocator/pkg/version"
+	"github.com/allocator/allocator/internal/version"
 )
 
 func newVersionCommand(streams Streams) *cobra.Command {

@@ -11,7 +11,7 @@ import (
 
 	"go.etcd.io/etcd/client/v3"
 
-	"github.com/allocator/allocator/pkg/embedetcd"
+	"github.com/allocator/allocator/internal/embedetcd"
 )
 
 // clusterAttempts bounds how often NewCluster re-picks ports after a bind

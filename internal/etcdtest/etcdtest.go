@@ -27,7 +27,7 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/backoff"
 
-	"github.com/allocator/allocator/pkg/embedetcd"
+	"github.com/allocator/allocator/internal/embedetcd"
 )
 
 const (

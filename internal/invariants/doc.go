@@ -4,7 +4,7 @@
 // Services and of one model's reservations, and returns a Report; tests and
 // harnesses assert on it and log its String.
 //
-// What a stored Service holds is pkg/holding's answer, the one the allocator
+// What a stored Service holds is internal/holding's answer, the one the allocator
 // releases and the repairs rebuild from: a decision with its own table of
 // cases and tests, not allocator logic under check. Everything else here (the
 // reads, the reservations, the comparison) is written again rather than

@@ -13,11 +13,11 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 	corev1 "k8s.io/api/core/v1"
 
+	"github.com/allocator/allocator/internal/holding"
+	"github.com/allocator/allocator/pkg/bitmap/clusterip"
+	"github.com/allocator/allocator/pkg/bitmap/nodeport"
 	"github.com/allocator/allocator/pkg/etcdlayout"
-	"github.com/allocator/allocator/pkg/holding"
-	"github.com/allocator/allocator/pkg/ipallocator/bitmap"
 	"github.com/allocator/allocator/pkg/model"
-	"github.com/allocator/allocator/pkg/portrange"
 )
 
 // pageSize is how many keys one etcd read returns: a large cluster is read in
@@ -180,7 +180,7 @@ func Check(ctx context.Context, kv clientv3.KV, layout etcdlayout.Layout, m mode
 	return r, nil
 }
 
-// HoldingOf is what svc holds (package doc), as pkg/holding decides it.
+// HoldingOf is what svc holds (package doc), as internal/holding decides it.
 func HoldingOf(svc *corev1.Service) Holding {
 	h := Holding{UID: string(svc.UID), NodePorts: holding.NodePorts(svc)}
 	ips, invalid := holding.ClusterIPs(svc)
@@ -271,7 +271,7 @@ func (r *Report) checkIPAddresses(ctx context.Context, snap *snapshot, layout et
 
 // checkIPMaps checks every Service address against the ClusterIP maps.
 func (r *Report) checkIPMaps(ctx context.Context, snap *snapshot, layout etcdlayout.Layout, holders map[string][]string) error {
-	maps, err := bitmap.ReadStoredIPMaps(ctx, snap.atRevision(), layout)
+	maps, err := clusterip.ReadStoredIPMaps(ctx, snap.atRevision(), layout)
 	if err != nil {
 		return err
 	}
@@ -285,7 +285,7 @@ func (r *Report) checkIPMaps(ctx context.Context, snap *snapshot, layout etcdlay
 				r.unreserved(ClusterIP, ip, name, NoRecord, "not an IP address")
 				continue
 			}
-			i := slices.IndexFunc(maps, func(m bitmap.StoredIPMap) bool { return m.Range.Contains(addr) })
+			i := slices.IndexFunc(maps, func(m clusterip.StoredIPMap) bool { return m.Range.Contains(addr) })
 			if i < 0 {
 				r.unreserved(ClusterIP, ip, name, NoRecord, "in no stored ClusterIP map's range")
 				continue
@@ -331,7 +331,7 @@ func (r *Report) checkNodePorts(ctx context.Context, snap *snapshot, layout etcd
 	if err != nil {
 		return etcdlayout.WithKey(key, err)
 	}
-	rng, err := portrange.Parse(ra.Range)
+	rng, err := nodeport.Parse(ra.Range)
 	if err != nil {
 		return fmt.Errorf("%s: range: %w", key, err)
 	}
@@ -441,7 +441,7 @@ func (s *snapshot) list(ctx context.Context, prefix string, fn func(key string, 
 }
 
 // atRevision is the snapshot as a clientv3.KV for readers that take one
-// (bitmap.ReadStoredIPMaps); only its Get is meant to be used.
+// (clusterip.ReadStoredIPMaps); only its Get is meant to be used.
 func (s *snapshot) atRevision() clientv3.KV { return revisionKV{KV: s.kv, rev: s.rev} }
 
 type revisionKV struct {

@@ -13,7 +13,7 @@ import (
 
 	"golang.org/x/term"
 
-	"github.com/allocator/allocator/pkg/report"
+	"github.com/allocator/allocator/pkg/repair/report"
 )
 
 // Progress redraw periods. A terminal gets a line redrawn in place a few

@@ -1,6 +1,6 @@
 // Package releasetest holds the one scenario both ways an IPAddress-model
 // allocator releases are tested against: through client-go
-// (pkg/ipallocator/ipaddress) and through the server's own storage
+// (pkg/ipaddress) and through the server's own storage
 // (test/integration). A release deletes the IPAddress as the allocator's
 // informer last saw it, with its UID and resourceVersion as preconditions,
 // so a stale copy must never free an object that changed.
@@ -19,7 +19,7 @@ import (
 	"k8s.io/client-go/kubernetes"
 
 	"github.com/allocator/allocator/pkg/allocation"
-	"github.com/allocator/allocator/pkg/ipallocator/ipaddress"
+	"github.com/allocator/allocator/pkg/ipaddress"
 )
 
 // Run claims n addresses from first on for one Service with a, lets a's

@@ -65,7 +65,7 @@ func (e *OutOfScopeError) Error() string {
 }
 
 // DrainingError is returned by a new static allocation (Owner.Scoped) when
-// every ServiceCIDR holding the address is draining (pkg/lifecycle): it
+// every ServiceCIDR holding the address is draining (pkg/ipaddress/lifecycle): it
 // takes no new allocation while the Services it holds keep theirs. The API
 // answers 422 with its text.
 type DrainingError struct {
@@ -105,8 +105,8 @@ func (e *ScopeFullError) Hint() string {
 		QuoteNames(e.ServiceCIDRs), scopePrefix)
 }
 
-// scopePrefix is pkg/scope's annotation prefix, spelled again here because
-// this package imports only the standard library (pkg/scope's tests check
+// scopePrefix is pkg/ipaddress/scope's annotation prefix, spelled again here because
+// this package imports only the standard library (pkg/ipaddress/scope's tests check
 // the two agree).
 const scopePrefix = "scope.allocator.github.io/"
 

@@ -20,7 +20,7 @@ type Owner struct {
 	// Scoped, when set, makes the allocation follow ServiceCIDR scopes
 	// (IPAddress model, design.md §11) with the Service's labels, and marks
 	// it a new allocation, which a draining ServiceCIDR refuses
-	// (pkg/lifecycle). It is nil when an address a stored Service already
+	// (pkg/ipaddress/lifecycle). It is nil when an address a stored Service already
 	// holds is marked again (at start-up, by the repair or a migration): a
 	// scope or a lifecycle never refuses or moves such an address.
 	Scoped *ScopedRequest

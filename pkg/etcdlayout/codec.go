@@ -14,7 +14,7 @@ import (
 	"k8s.io/apimachinery/pkg/runtime/serializer/json"
 	"k8s.io/apimachinery/pkg/runtime/serializer/protobuf"
 
-	"github.com/allocator/allocator/pkg/storageversion"
+	"github.com/allocator/allocator/internal/storageversion"
 )
 
 // ProtobufMagic starts every protobuf value kube-apiserver stores.

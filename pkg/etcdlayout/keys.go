@@ -124,7 +124,7 @@ func (l Layout) RestoreMarker(process string) string {
 }
 
 // Fence is this project's own key that fences the Service writes of one
-// request (pkg/fence): while it exists, none of them can be applied.
+// request (internal/fence): while it exists, none of them can be applied.
 func (l Layout) Fence(token string) string {
 	return l.key("clusterip-allocator", "fences", token)
 }
@@ -132,7 +132,7 @@ func (l Layout) Fence(token string) string {
 // MapStamp is this project's own key beside the RangeAllocation at rangeKey
 // (<prefix>/ranges/<name>): a random stamp that every write of the map by
 // this server replaces in the same transaction, and every compare-and-swap
-// of it compares (pkg/rangealloc, stamp.go). A key with no "/ranges/" part (a
+// of it compares (pkg/bitmap, stamp.go). A key with no "/ranges/" part (a
 // test's) gets a stamp under DefaultPrefix named by the whole key.
 func MapStamp(rangeKey string) string {
 	name := strings.Trim(rangeKey, "/")

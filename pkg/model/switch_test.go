@@ -22,8 +22,8 @@ const modelImport = "github.com/allocator/allocator/pkg/model"
 var mayBranch = []string{
 	"pkg/model/",            // Parse
 	"pkg/subrange/range.go", // each model's usable-range rules
-	"pkg/ipallocator/",      // the one place a model becomes allocators, stores, repairs, migrations
-	"pkg/transition/",       // a replica's record carries its model; the protocol's rules differ by it
+	"internal/ipallocator/", // the one place a model becomes allocators, stores, repairs, migrations
+	"internal/transition/",  // a replica's record carries its model; the protocol's rules differ by it
 	"internal/invariants/",  // the test harnesses' reader of either model's records in etcd
 }
 
@@ -31,8 +31,8 @@ var mayBranch = []string{
 // or "ipaddress" may be a whole string literal: the constants, and names
 // that are not models.
 var maySpell = []string{
-	"pkg/model/model.go",        // the constants
-	"pkg/registry/ipaddresses/", // the IPAddress resource's storage: its singular name, its log key
+	"pkg/model/model.go",             // the constants
+	"internal/registry/ipaddresses/", // the IPAddress resource's storage: its singular name, its log key
 }
 
 // TestModelChosenOnce parses the module's non-test, non-generated Go files
@@ -41,7 +41,7 @@ var maySpell = []string{
 // one), where code outside this package converts text into a Name without
 // Parse (model.Name(x)), and where a model's name is spelled as a string
 // literal outside maySpell. A failure names the file and line; move the
-// decision into pkg/ipallocator, or, when the place is a new home for a
+// decision into internal/ipallocator, or, when the place is a new home for a
 // model's rules, add it to mayBranch with the reason.
 func TestModelChosenOnce(t *testing.T) {
 	t.Parallel()
@@ -104,11 +104,11 @@ func checkFile(fset *token.FileSet, f *ast.File, rel string) []string {
 			}
 		case *ast.BinaryExpr:
 			if (n.Op == token.EQL || n.Op == token.NEQ) && (isConst(n.X) || isConst(n.Y)) && !branchOK {
-				report(n, "a comparison with a model constant: ask a pkg/ipallocator entry instead")
+				report(n, "a comparison with a model constant: ask a internal/ipallocator entry instead")
 			}
 		case *ast.CaseClause:
 			if slices.ContainsFunc(n.List, isConst) && !branchOK {
-				report(n, "a case on a model constant: ask a pkg/ipallocator entry instead")
+				report(n, "a case on a model constant: ask a internal/ipallocator entry instead")
 			}
 		case *ast.CallExpr:
 			if sel, ok := n.Fun.(*ast.SelectorExpr); ok && len(n.Args) == 1 && sel.Sel.Name == "Name" && local != "" {
@@ -176,14 +176,14 @@ func TestCheckFile(t *testing.T) {
 	}{
 		{"comparison", "internal/app/x.go", `if m == model.Bitmap {}`, 1},
 		{"negated, aliased", "internal/app/x.go", `if models.IPAddress != m {}`, 1},
-		{"case", "pkg/apiserver/x.go", `switch m { case model.Auto: }`, 1},
+		{"case", "internal/apiserver/x.go", `switch m { case model.Auto: }`, 1},
 		{"string literal", "internal/app/x.go", `if s == "bitmap" {}`, 1},
-		{"conversion", "pkg/apiserver/x.go", `_ = model.Name(s)`, 1},
+		{"conversion", "internal/apiserver/x.go", `_ = model.Name(s)`, 1},
 		{"use, not a branch", "internal/app/x.go", `_ = f(model.IPAddress)`, 0},
-		{"allowed folder", "pkg/ipallocator/x.go", `if m == model.Bitmap {}`, 0},
-		{"sub-package of an allowed folder", "pkg/ipallocator/iprepair/x.go", `if m == model.Bitmap {}`, 1},
+		{"allowed folder", "internal/ipallocator/x.go", `if m == model.Bitmap {}`, 0},
+		{"sub-package of an allowed folder", "pkg/repair/iprepair/x.go", `if m == model.Bitmap {}`, 1},
 		{"help text", "internal/app/x.go", `_ = "--to bitmap or ipaddress"`, 0},
-		{"the resource's storage", "pkg/registry/ipaddresses/x.go", `log("ipaddress", name)`, 0},
+		{"the resource's storage", "internal/registry/ipaddresses/x.go", `log("ipaddress", name)`, 0},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			imp := `import model "` + modelImport + `"`

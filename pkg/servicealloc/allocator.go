@@ -16,9 +16,9 @@ import (
 	"k8s.io/apiserver/pkg/warning"
 	"k8s.io/klog/v2"
 
+	"github.com/allocator/allocator/internal/holding"
 	"github.com/allocator/allocator/pkg/allocation"
-	"github.com/allocator/allocator/pkg/holding"
-	"github.com/allocator/allocator/pkg/portallocator"
+	"github.com/allocator/allocator/pkg/bitmap/nodeport"
 )
 
 // serviceKind names Services in Invalid errors.
@@ -34,7 +34,7 @@ type Config struct {
 	// NodePorts allocates the node ports of Services of type NodePort and
 	// LoadBalancer (nodePort, healthCheckNodePort). When nil those types are
 	// refused with a 422 naming the limit.
-	NodePorts portallocator.Interface
+	NodePorts nodeport.Interface
 	// RetryAfterSeconds is the Retry-After sent with 503 when an allocator
 	// is not ready. Zero means 1.
 	RetryAfterSeconds int32
@@ -52,7 +52,7 @@ type Config struct {
 type Allocator struct {
 	families   []corev1.IPFamily
 	byFamily   map[corev1.IPFamily]allocation.Interface
-	nodePorts  portallocator.Interface // nil: NodePort and LoadBalancer are refused
+	nodePorts  nodeport.Interface // nil: NodePort and LoadBalancer are refused
 	retryAfter int32
 	closed     atomic.Bool // reservations refused until Open (Config.StartClosed)
 	writes     writes      // Service writes in progress, for Drain

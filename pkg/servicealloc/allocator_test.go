@@ -17,7 +17,7 @@ import (
 func svc(mutate ...func(*corev1.Service)) *corev1.Service {
 	s := &corev1.Service{
 		ObjectMeta: metav1.ObjectMeta{Name: "web", Namespace: "default", ResourceVersion: "1"},
-		// As decoding defaults it (pkg/apiserver/defaults.go).
+		// As decoding defaults it (internal/apiserver/defaults.go).
 		Spec: corev1.ServiceSpec{
 			Type:                  corev1.ServiceTypeClusterIP,
 			Selector:              map[string]string{"app": "web"},

@@ -11,27 +11,27 @@ import (
 
 	"github.com/allocator/allocator/internal/etcdtest"
 	"github.com/allocator/allocator/pkg/allocation"
-	"github.com/allocator/allocator/pkg/ipallocator/bitmap"
+	"github.com/allocator/allocator/pkg/bitmap"
+	"github.com/allocator/allocator/pkg/bitmap/clusterip"
 	"github.com/allocator/allocator/pkg/model"
-	"github.com/allocator/allocator/pkg/rangealloc"
 	"github.com/allocator/allocator/pkg/subrange"
 )
 
 // newEtcdAllocators returns real etcd-backed bitmap allocators, one per
 // prefix, on a fresh etcd member.
-func newEtcdAllocators(t *testing.T, prefixes ...string) []*bitmap.EtcdAllocator {
+func newEtcdAllocators(t *testing.T, prefixes ...string) []*clusterip.EtcdAllocator {
 	t.Helper()
 	etcd := etcdtest.New(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	var out []*bitmap.EtcdAllocator
+	var out []*clusterip.EtcdAllocator
 	for i, p := range prefixes {
 		rng := subrange.MustNew(netip.MustParsePrefix(p), model.Bitmap)
 		key := "/registry/ranges/serviceips"
 		if i > 0 {
 			key = "/registry/ranges/secondaryserviceips"
 		}
-		a, err := bitmap.NewEtcdAllocator(etcd.Client(), key, rng, rangealloc.EtcdOptions{})
+		a, err := clusterip.NewEtcdAllocator(etcd.Client(), key, rng, bitmap.EtcdOptions{})
 		if err != nil {
 			t.Fatal(err)
 		}

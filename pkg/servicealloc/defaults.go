@@ -9,7 +9,7 @@ import (
 	"k8s.io/apimachinery/pkg/util/sets"
 	"k8s.io/apimachinery/pkg/util/validation/field"
 
-	"github.com/allocator/allocator/pkg/holding"
+	"github.com/allocator/allocator/internal/holding"
 )
 
 // The functions in this file fill in and clear the linked fields of a

@@ -5,7 +5,7 @@
 // reserve → store → release protocol around the store's writes. It allocates
 // through allocation.Interface, one allocator per IP family, so the bitmap
 // and the IPAddress model plug in alike; with Config.NodePorts (a
-// portallocator.Interface) it also allocates the node ports of NodePort and
+// nodeport.Interface) it also allocates the node ports of NodePort and
 // LoadBalancer Services under the same protocol (nodeports.go), and without
 // it refuses those types.
 //

@@ -8,10 +8,10 @@ import (
 
 	"github.com/allocator/allocator/internal/etcdtest"
 	"github.com/allocator/allocator/pkg/allocation"
+	"github.com/allocator/allocator/pkg/bitmap/nodeport"
 	"github.com/allocator/allocator/pkg/etcdlayout"
-	"github.com/allocator/allocator/pkg/portallocator"
-	"github.com/allocator/allocator/pkg/portrange"
-	"github.com/allocator/allocator/pkg/rangealloc"
+
+	"github.com/allocator/allocator/pkg/bitmap"
 )
 
 // TestDryRunPicksDistinctPorts: a dry-run create of a LoadBalancer with
@@ -52,9 +52,9 @@ func TestDryRunPicksDistinctPorts(t *testing.T) {
 
 // newNodePorts returns the node-port map of spec on a real etcd of the
 // test's own, created.
-func newNodePorts(t *testing.T, spec string) *portallocator.EtcdAllocator {
+func newNodePorts(t *testing.T, spec string) *nodeport.EtcdAllocator {
 	t.Helper()
-	ports, err := portallocator.NewEtcd(etcdtest.New(t).Client(), etcdlayout.Layout{}.ServiceNodePortRange(), portrange.MustParse(spec), rangealloc.EtcdOptions{})
+	ports, err := nodeport.NewEtcd(etcdtest.New(t).Client(), etcdlayout.Layout{}.ServiceNodePortRange(), nodeport.MustParse(spec), bitmap.EtcdOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -15,7 +15,7 @@ import (
 	"k8s.io/klog/v2"
 )
 
-// Fencer makes the outcome of a Service write known (pkg/fence is the
+// Fencer makes the outcome of a Service write known (internal/fence is the
 // etcd one). Without it, a write whose outcome is unknown releases nothing
 // that it may still store.
 type Fencer interface {

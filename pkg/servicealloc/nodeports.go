@@ -11,9 +11,9 @@ import (
 	"k8s.io/apimachinery/pkg/util/validation/field"
 	"k8s.io/klog/v2"
 
+	"github.com/allocator/allocator/internal/holding"
 	"github.com/allocator/allocator/pkg/allocation"
-	"github.com/allocator/allocator/pkg/holding"
-	"github.com/allocator/allocator/pkg/portallocator"
+	"github.com/allocator/allocator/pkg/bitmap/nodeport"
 )
 
 // Node ports follow upstream kube-apiserver's Service registry
@@ -108,7 +108,7 @@ type portTxn struct {
 
 // nodePorts returns the allocator to use for a request: the dry-run view for
 // a dry run.
-func (a *Allocator) nodePortAllocator(dryRun bool) portallocator.Interface {
+func (a *Allocator) nodePortAllocator(dryRun bool) nodeport.Interface {
 	if dryRun {
 		return a.nodePorts.DryRun()
 	}
@@ -116,9 +116,9 @@ func (a *Allocator) nodePortAllocator(dryRun bool) portallocator.Interface {
 }
 
 // reservePort reserves port for the request and records it in txn.
-func (a *Allocator) reservePort(ctx context.Context, txn *Transaction, alloc portallocator.Interface, port int, dryRun bool) error {
+func (a *Allocator) reservePort(ctx context.Context, txn *Transaction, alloc nodeport.Interface, port int, dryRun bool) error {
 	if dryRun && txn.ports.dryHeld[port] {
-		return portallocator.ErrAllocated
+		return nodeport.ErrAllocated
 	}
 	if err := a.admitReservation(); err != nil {
 		return err
@@ -138,7 +138,7 @@ func (a *Allocator) reservePort(ctx context.Context, txn *Transaction, alloc por
 }
 
 // reserveNextPort picks and reserves a free port.
-func (a *Allocator) reserveNextPort(ctx context.Context, txn *Transaction, alloc portallocator.Interface, dryRun bool) (int, error) {
+func (a *Allocator) reserveNextPort(ctx context.Context, txn *Transaction, alloc nodeport.Interface, dryRun bool) (int, error) {
 	if err := a.admitReservation(); err != nil {
 		return 0, err
 	}
@@ -167,7 +167,7 @@ func (a *Allocator) reserveNextPort(ctx context.Context, txn *Transaction, alloc
 // dry-run view reserves nothing, so its picks for one request (the ports'
 // nodePorts, the healthCheckNodePort) could repeat, which the real
 // request's never do.
-func nextDryPort(ctx context.Context, held map[int]bool, alloc portallocator.Interface, picked int) (int, error) {
+func nextDryPort(ctx context.Context, held map[int]bool, alloc nodeport.Interface, picked int) (int, error) {
 	rng := alloc.Range()
 	for i := 1; i < rng.Size(); i++ {
 		port := rng.Base() + (picked-rng.Base()+i)%rng.Size()
@@ -178,7 +178,7 @@ func nextDryPort(ctx context.Context, held map[int]bool, alloc portallocator.Int
 		switch {
 		case err == nil:
 			return port, nil
-		case !errors.Is(err, portallocator.ErrAllocated):
+		case !errors.Is(err, nodeport.ErrAllocated):
 			return 0, err
 		}
 	}
@@ -191,7 +191,7 @@ func (a *Allocator) nodePortError(svc *corev1.Service, path *field.Path, port in
 	switch {
 	case errors.Is(err, allocation.ErrNotReady):
 		return a.notReady(err)
-	case errors.Is(err, portallocator.ErrAllocated), errors.Is(err, portallocator.ErrNotInRange):
+	case errors.Is(err, nodeport.ErrAllocated), errors.Is(err, nodeport.ErrNotInRange):
 		return apierrors.NewInvalid(serviceKind, svc.Name, field.ErrorList{field.Invalid(path, port, err.Error())})
 	default:
 		return apierrors.NewInternalError(fmt.Errorf("failed to allocate nodePort %d: %w", port, err))
@@ -267,7 +267,7 @@ func requestedNodePort(port int32, ports []corev1.ServicePort) int32 {
 
 // allocateHealthCheckNodePort reserves the requested healthCheckNodePort or
 // picks one. Errors are 500 with upstream's texts.
-func (a *Allocator) allocateHealthCheckNodePort(ctx context.Context, txn *Transaction, alloc portallocator.Interface, svc *corev1.Service, dryRun bool) error {
+func (a *Allocator) allocateHealthCheckNodePort(ctx context.Context, txn *Transaction, alloc nodeport.Interface, svc *corev1.Service, dryRun bool) error {
 	if port := svc.Spec.HealthCheckNodePort; port != 0 {
 		if err := a.reservePort(ctx, txn, alloc, int(port), dryRun); err != nil {
 			if errors.Is(err, allocation.ErrNotReady) {

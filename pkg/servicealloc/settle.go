@@ -14,7 +14,7 @@ import (
 	genericregistry "k8s.io/apiserver/pkg/registry/generic/registry"
 	"k8s.io/klog/v2"
 
-	"github.com/allocator/allocator/pkg/holding"
+	"github.com/allocator/allocator/internal/holding"
 )
 
 // Settling what a create or update reserved, once the store has answered.
@@ -35,7 +35,7 @@ import (
 // answer, even after a read sent to another member found nothing. Releasing
 // then frees what a stored Service holds, and the next create takes it: a
 // duplicate. So the outcome is made known first, through the request's
-// fence (Fencer, pkg/fence): after it is closed no write of the request can
+// fence (Fencer, internal/fence): after it is closed no write of the request can
 // be applied, and it tells whether the write was, whatever happened to the
 // Service since. Without a Fencer (a server that embeds this package on
 // other storage), or when the fence cannot be closed, a read of the Service

@@ -13,7 +13,7 @@ import (
 	utilvalidation "k8s.io/apimachinery/pkg/util/validation"
 	"k8s.io/apimachinery/pkg/util/validation/field"
 
-	"github.com/allocator/allocator/pkg/holding"
+	"github.com/allocator/allocator/internal/holding"
 )
 
 // Service validation answers what kube-apiserver (at the API level we serve,

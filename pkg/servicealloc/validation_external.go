@@ -10,7 +10,7 @@ import (
 	"k8s.io/apimachinery/pkg/util/validation/field"
 	netutils "k8s.io/utils/net"
 
-	"github.com/allocator/allocator/pkg/holding"
+	"github.com/allocator/allocator/internal/holding"
 )
 
 // The checks in this file are upstream's (k8s.io/kubernetes

@@ -10,13 +10,13 @@ import (
 
 	clientv3 "go.etcd.io/etcd/client/v3"
 
-	"github.com/allocator/allocator/pkg/ipallocator/bitmap"
+	"github.com/allocator/allocator/pkg/bitmap/clusterip"
 
+	"github.com/allocator/allocator/pkg/bitmap/nodeport"
 	"github.com/allocator/allocator/pkg/etcdlayout"
 	"github.com/allocator/allocator/pkg/model"
-	"github.com/allocator/allocator/pkg/portallocator"
-	"github.com/allocator/allocator/pkg/portrange"
-	"github.com/allocator/allocator/pkg/rangealloc"
+
+	"github.com/allocator/allocator/pkg/bitmap"
 	"github.com/allocator/allocator/pkg/subrange"
 )
 
@@ -96,7 +96,7 @@ func auditClaims(t *testing.T, ctx context.Context, etcd *clientv3.Client, m, rn
 	a.leaks = heldWithoutService(t, ctx, etcd, m, rng)
 
 	// What each Service holds must be held for it.
-	ports, err := portallocator.NewEtcd(etcd, l.ServiceNodePortRange(), portrange.MustParse(portrange.Default), rangealloc.EtcdOptions{})
+	ports, err := nodeport.NewEtcd(etcd, l.ServiceNodePortRange(), nodeport.MustParse(nodeport.Default), bitmap.EtcdOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -110,7 +110,7 @@ func auditClaims(t *testing.T, ctx context.Context, etcd *clientv3.Client, m, rn
 		if err != nil {
 			t.Fatal(err)
 		}
-		bits, err := bitmap.NewEtcdAllocator(etcd, l.PrimaryServiceIPRange(), r, rangealloc.EtcdOptions{})
+		bits, err := clusterip.NewEtcdAllocator(etcd, l.PrimaryServiceIPRange(), r, bitmap.EtcdOptions{})
 		if err != nil {
 			t.Fatal(err)
 		}

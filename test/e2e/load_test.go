@@ -18,13 +18,13 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/wait"
 
-	"github.com/allocator/allocator/pkg/ipallocator/bitmap"
+	"github.com/allocator/allocator/pkg/bitmap/clusterip"
 
+	"github.com/allocator/allocator/pkg/bitmap"
 	"github.com/allocator/allocator/pkg/etcdlayout"
-	"github.com/allocator/allocator/pkg/ipallocator/ipaddress"
+	"github.com/allocator/allocator/pkg/ipaddress"
 	"github.com/allocator/allocator/pkg/model"
-	"github.com/allocator/allocator/pkg/rangealloc"
-	"github.com/allocator/allocator/pkg/report"
+	"github.com/allocator/allocator/pkg/repair/report"
 	"github.com/allocator/allocator/pkg/subrange"
 )
 
@@ -506,7 +506,7 @@ func verifyStored(t *testing.T, f *fleet, l *load) []corev1.Service {
 func verifyClaims(t *testing.T, f *fleet, cidr netip.Prefix, bits bool, timeout time.Duration) {
 	t.Helper()
 	rng := subrange.MustNew(cidr, model.Bitmap)
-	store, err := bitmap.NewEtcdAllocator(f.etcd.Client(), etcdlayout.Layout{}.PrimaryServiceIPRange(), rng, rangealloc.EtcdOptions{})
+	store, err := clusterip.NewEtcdAllocator(f.etcd.Client(), etcdlayout.Layout{}.PrimaryServiceIPRange(), rng, bitmap.EtcdOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}

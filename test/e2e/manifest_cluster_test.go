@@ -18,8 +18,8 @@ import (
 	"k8s.io/client-go/tools/clientcmd"
 	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
 
+	"github.com/allocator/allocator/internal/embedetcd"
 	"github.com/allocator/allocator/internal/testpki"
-	"github.com/allocator/allocator/pkg/embedetcd"
 )
 
 // testCluster is the control plane a node of manifest_node_test.go belongs

@@ -11,11 +11,11 @@ import (
 	"time"
 
 	"github.com/allocator/allocator/internal/etcdtest"
-	"github.com/allocator/allocator/pkg/portallocator"
-	"github.com/allocator/allocator/pkg/portallocator/portrepair"
-	"github.com/allocator/allocator/pkg/portrange"
-	"github.com/allocator/allocator/pkg/rangealloc"
-	"github.com/allocator/allocator/pkg/report"
+	"github.com/allocator/allocator/pkg/bitmap/nodeport"
+	"github.com/allocator/allocator/pkg/repair"
+
+	"github.com/allocator/allocator/pkg/bitmap"
+	"github.com/allocator/allocator/pkg/repair/report"
 )
 
 // kubectl runs the real kubectl against s and returns its combined output
@@ -89,7 +89,7 @@ func TestRepairCLINodePorts(t *testing.T) {
 	etcd := etcdtest.New(t)
 	kubeconfig, _ := startServe(t, bin, etcd, "--service-cluster-ip-range", "10.0.0.0/24")
 	ctx := context.Background()
-	store, err := portallocator.NewEtcd(etcd.Client(), "/registry/ranges/servicenodeports", portrange.MustParse(portrange.Default), rangealloc.EtcdOptions{})
+	store, err := nodeport.NewEtcd(etcd.Client(), "/registry/ranges/servicenodeports", nodeport.MustParse(nodeport.Default), bitmap.EtcdOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -103,7 +103,7 @@ func TestRepairCLINodePorts(t *testing.T) {
 		t.Fatalf("dry-run output is not a JSON report: %v\n%s", err, out)
 	}
 	found := slices.ContainsFunc(rep.Problems, func(p report.Problem) bool {
-		return p.Type == report.TypeLeak && p.IP == "30300" && p.Resource == portrepair.ResourceNodePort
+		return p.Type == report.TypeLeak && p.IP == "30300" && p.Resource == repair.ResourceNodePort
 	})
 	if code != 2 || !found {
 		t.Fatalf("dry run: exit %d, problems %+v", code, rep.Problems)

@@ -30,12 +30,12 @@ import (
 	"github.com/allocator/allocator/internal/etcdtest"
 	"github.com/allocator/allocator/internal/testbin"
 	"github.com/allocator/allocator/pkg/allocation"
+	"github.com/allocator/allocator/pkg/bitmap"
+	"github.com/allocator/allocator/pkg/bitmap/clusterip"
 	"github.com/allocator/allocator/pkg/etcdlayout"
-	"github.com/allocator/allocator/pkg/ipallocator/bitmap"
-	"github.com/allocator/allocator/pkg/ipallocator/iprepair"
 	"github.com/allocator/allocator/pkg/model"
-	"github.com/allocator/allocator/pkg/rangealloc"
-	"github.com/allocator/allocator/pkg/report"
+	"github.com/allocator/allocator/pkg/repair/iprepair"
+	"github.com/allocator/allocator/pkg/repair/report"
 	"github.com/allocator/allocator/pkg/subrange"
 )
 
@@ -167,7 +167,7 @@ func TestRepairCLIBitmap(t *testing.T) {
 	kubeconfig, client := startServe(t, bin, etcd, "--allocator", "bitmap", "--service-cluster-ip-range", "10.0.0.0/24")
 	ctx := context.Background()
 	rng := subrange.MustNew(netip.MustParsePrefix("10.0.0.0/24"), model.Bitmap)
-	store, err := bitmap.NewEtcdAllocator(etcd.Client(), "/registry/ranges/serviceips", rng, rangealloc.EtcdOptions{})
+	store, err := clusterip.NewEtcdAllocator(etcd.Client(), "/registry/ranges/serviceips", rng, bitmap.EtcdOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -259,9 +259,9 @@ func TestMigrateCLI(t *testing.T) {
 	}
 	common := []string{"--kubeconfig", kubeconfig, "--etcd-servers", strings.Join(etcd.Endpoints(), ",")}
 	// The bitmap-model server keeps IPAddresses true itself: its repair
-	// creates them (pkg/transition). The job then finds them all present;
+	// creates them (internal/transition). The job then finds them all present;
 	// what it does on a cluster without them (a kube-apiserver ≤ 1.32) is
-	// covered by pkg/ipallocator/iprepair's migration tests on upstream's data.
+	// covered by pkg/repair/iprepair's migration tests on upstream's data.
 	if err := wait.PollUntilContextTimeout(ctx, 100*time.Millisecond, 30*time.Second, true, func(ctx context.Context) (bool, error) {
 		list, err := client.NetworkingV1().IPAddresses().List(ctx, metav1.ListOptions{})
 		return err == nil && len(list.Items) == 11, nil

@@ -17,7 +17,7 @@ import (
 	networkingv1 "k8s.io/api/networking/v1"
 	"k8s.io/apimachinery/pkg/util/wait"
 
-	"github.com/allocator/allocator/pkg/report"
+	"github.com/allocator/allocator/pkg/repair/report"
 )
 
 // TestKubectlScopes: an operator scopes a ServiceCIDR with kubectl and

@@ -26,7 +26,7 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/clientcmd"
 
-	"github.com/allocator/allocator/pkg/embedetcd"
+	"github.com/allocator/allocator/internal/embedetcd"
 )
 
 // embeddedServer is `allocator serve` run as a process on its own embedded

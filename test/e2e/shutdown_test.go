@@ -15,12 +15,12 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/allocator/allocator/internal/etcdtest"
+	"github.com/allocator/allocator/pkg/bitmap/clusterip"
+	"github.com/allocator/allocator/pkg/bitmap/nodeport"
 	"github.com/allocator/allocator/pkg/etcdlayout"
-	"github.com/allocator/allocator/pkg/ipallocator/bitmap"
 	"github.com/allocator/allocator/pkg/model"
-	"github.com/allocator/allocator/pkg/portallocator"
-	"github.com/allocator/allocator/pkg/portrange"
-	"github.com/allocator/allocator/pkg/rangealloc"
+
+	"github.com/allocator/allocator/pkg/bitmap"
 	"github.com/allocator/allocator/pkg/subrange"
 )
 
@@ -131,7 +131,7 @@ func heldWithoutService(t *testing.T, ctx context.Context, etcd *clientv3.Client
 		if err != nil {
 			t.Fatal(err)
 		}
-		a, err := bitmap.NewEtcdAllocator(etcd, l.PrimaryServiceIPRange(), r, rangealloc.EtcdOptions{})
+		a, err := clusterip.NewEtcdAllocator(etcd, l.PrimaryServiceIPRange(), r, bitmap.EtcdOptions{})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -157,7 +157,7 @@ func heldWithoutService(t *testing.T, ctx context.Context, etcd *clientv3.Client
 			}
 		}
 	}
-	pa, err := portallocator.NewEtcd(etcd, l.ServiceNodePortRange(), portrange.MustParse(portrange.Default), rangealloc.EtcdOptions{})
+	pa, err := nodeport.NewEtcd(etcd, l.ServiceNodePortRange(), nodeport.MustParse(nodeport.Default), bitmap.EtcdOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -15,11 +15,11 @@ import (
 	"k8s.io/apimachinery/pkg/util/wait"
 
 	"github.com/allocator/allocator/internal/etcdtest"
+	"github.com/allocator/allocator/internal/transition"
 	"github.com/allocator/allocator/pkg/etcdlayout"
 	"github.com/allocator/allocator/pkg/model"
-	"github.com/allocator/allocator/pkg/report"
+	"github.com/allocator/allocator/pkg/repair/report"
 	"github.com/allocator/allocator/pkg/subrange"
-	"github.com/allocator/allocator/pkg/transition"
 )
 
 // The model-transition scenarios (design.md §8), with real `allocator serve`

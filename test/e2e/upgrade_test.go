@@ -19,8 +19,8 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/allocator/allocator/internal/etcdtest"
+	"github.com/allocator/allocator/internal/transition"
 	"github.com/allocator/allocator/pkg/etcdlayout"
-	"github.com/allocator/allocator/pkg/transition"
 )
 
 // What operators live through: a rolling upgrade of our own

@@ -17,11 +17,11 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
 
+	"github.com/allocator/allocator/internal/apiserver"
 	"github.com/allocator/allocator/internal/etcdtest"
 	"github.com/allocator/allocator/internal/faultproxy"
 	"github.com/allocator/allocator/internal/invariants"
 	"github.com/allocator/allocator/internal/testserver"
-	"github.com/allocator/allocator/pkg/apiserver"
 	"github.com/allocator/allocator/pkg/etcdlayout"
 	"github.com/allocator/allocator/pkg/model"
 )

@@ -10,7 +10,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
 
-	"github.com/allocator/allocator/pkg/apiserver"
+	"github.com/allocator/allocator/internal/apiserver"
 	"github.com/allocator/allocator/pkg/model"
 )
 

@@ -23,9 +23,9 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 
+	"github.com/allocator/allocator/internal/apiserver"
 	"github.com/allocator/allocator/internal/etcdtest"
 	"github.com/allocator/allocator/internal/testserver"
-	"github.com/allocator/allocator/pkg/apiserver"
 )
 
 // TestDelegatedAuthThroughKubeAPIServer runs a real kube-apiserver with

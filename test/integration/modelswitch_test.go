@@ -13,14 +13,14 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
 
+	"github.com/allocator/allocator/internal/apiserver"
 	"github.com/allocator/allocator/internal/etcdtest"
 	"github.com/allocator/allocator/internal/fixtures"
 	"github.com/allocator/allocator/pkg/allocation"
-	"github.com/allocator/allocator/pkg/apiserver"
-	"github.com/allocator/allocator/pkg/ipallocator/bitmap"
-	"github.com/allocator/allocator/pkg/ipallocator/ipaddress"
+	"github.com/allocator/allocator/pkg/bitmap"
+	"github.com/allocator/allocator/pkg/bitmap/clusterip"
+	"github.com/allocator/allocator/pkg/ipaddress"
 	"github.com/allocator/allocator/pkg/model"
-	"github.com/allocator/allocator/pkg/rangealloc"
 	"github.com/allocator/allocator/pkg/subrange"
 )
 
@@ -83,8 +83,8 @@ func TestModelSwitch(t *testing.T) {
 	s.stop()
 
 	s = startServer(t, serverOptions{model: "bitmap", serviceRange: cidr, etcd: etcd})
-	store, err := bitmap.NewEtcdAllocator(etcd.Client(), "/registry/ranges/serviceips",
-		subrange.MustNew(netip.MustParsePrefix(cidr), model.Bitmap), rangealloc.EtcdOptions{})
+	store, err := clusterip.NewEtcdAllocator(etcd.Client(), "/registry/ranges/serviceips",
+		subrange.MustNew(netip.MustParsePrefix(cidr), model.Bitmap), bitmap.EtcdOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -15,10 +15,10 @@ import (
 
 	"github.com/allocator/allocator/internal/etcdtest"
 	"github.com/allocator/allocator/internal/fixtures"
+	"github.com/allocator/allocator/pkg/bitmap/nodeport"
 	"github.com/allocator/allocator/pkg/etcdlayout"
-	"github.com/allocator/allocator/pkg/portallocator"
-	"github.com/allocator/allocator/pkg/portrange"
-	"github.com/allocator/allocator/pkg/rangealloc"
+
+	"github.com/allocator/allocator/pkg/bitmap"
 )
 
 const nodePortKey = "/registry/ranges/servicenodeports"
@@ -26,7 +26,7 @@ const nodePortKey = "/registry/ranges/servicenodeports"
 // heldPorts lists the ports the stored node-port map holds, read from etcd.
 func heldPorts(t *testing.T, ctx context.Context, etcd *etcdtest.Etcd) []int {
 	t.Helper()
-	a, err := portallocator.NewEtcd(etcd.Client(), nodePortKey, portrange.MustParse(portrange.Default), rangealloc.EtcdOptions{})
+	a, err := nodeport.NewEtcd(etcd.Client(), nodePortKey, nodeport.MustParse(nodeport.Default), bitmap.EtcdOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -416,7 +416,7 @@ func TestNodePortsOnUpstreamData(t *testing.T) {
 	}
 	value, _ := f.Value(etcdlayout.Layout{Prefix: f.EtcdPrefix}.ServiceNodePortRange())
 	ra, err := etcdlayout.DecodeRangeAllocation(value)
-	if err != nil || ra.Range != portrange.Default {
+	if err != nil || ra.Range != nodeport.Default {
 		t.Fatalf("fixture's node-port map: range %q, %v", ra.Range, err)
 	}
 	before := heldPorts(t, ctx, etcd)

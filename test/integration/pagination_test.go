@@ -11,7 +11,7 @@ import (
 )
 
 // TestPagedListAtOneResourceVersion: with the watch cache's
-// ListFromCacheSnapshot off (pkg/apiserver/features.go), the pages after the
+// ListFromCacheSnapshot off (internal/apiserver/features.go), the pages after the
 // first and a LIST at an exact older resourceVersion are read from etcd.
 // They must answer as the cache's snapshots did: every Service once, at the
 // first page's resourceVersion, without one created or deleted between the

@@ -14,10 +14,10 @@ import (
 	"k8s.io/client-go/kubernetes"
 
 	"github.com/allocator/allocator/internal/etcdtest"
-	"github.com/allocator/allocator/pkg/ipallocator/bitmap"
+	"github.com/allocator/allocator/pkg/bitmap"
+	"github.com/allocator/allocator/pkg/bitmap/clusterip"
 	"github.com/allocator/allocator/pkg/model"
-	"github.com/allocator/allocator/pkg/rangealloc"
-	"github.com/allocator/allocator/pkg/report"
+	"github.com/allocator/allocator/pkg/repair/report"
 	"github.com/allocator/allocator/pkg/subrange"
 )
 
@@ -81,8 +81,8 @@ func serviceIPs(t *testing.T, ctx context.Context, c kubernetes.Interface) map[s
 // storedMap lists the addresses the RangeAllocation at serviceips holds.
 func storedMap(t *testing.T, ctx context.Context, etcd *etcdtest.Etcd, cidr string) map[netip.Addr]bool {
 	t.Helper()
-	store, err := bitmap.NewEtcdAllocator(etcd.Client(), "/registry/ranges/serviceips",
-		subrange.MustNew(netip.MustParsePrefix(cidr), model.Bitmap), rangealloc.EtcdOptions{})
+	store, err := clusterip.NewEtcdAllocator(etcd.Client(), "/registry/ranges/serviceips",
+		subrange.MustNew(netip.MustParsePrefix(cidr), model.Bitmap), bitmap.EtcdOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}

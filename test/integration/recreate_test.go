@@ -16,7 +16,7 @@ import (
 	"github.com/allocator/allocator/internal/etcdtest"
 	"github.com/allocator/allocator/pkg/allocation"
 	"github.com/allocator/allocator/pkg/etcdlayout"
-	"github.com/allocator/allocator/pkg/ipallocator/ipaddress"
+	"github.com/allocator/allocator/pkg/ipaddress"
 	"github.com/allocator/allocator/pkg/model"
 )
 
@@ -148,7 +148,7 @@ func heldClusterIPs(t *testing.T, ctx context.Context, etcd *etcdtest.Etcd, mode
 // "c". The next Service asking for the address must get it, as from
 // kube-apiserver, not "already allocated" until the repair runs. (Whether
 // an IPAddress's Service holds the address is judged in
-// TestDeleteOwnedTellsStaleFromHeld, pkg/ipallocator/ipaddress.)
+// TestDeleteOwnedTellsStaleFromHeld, pkg/ipaddress.)
 func TestStaleIPAddressKeepsNoBit(t *testing.T) {
 	t.Parallel()
 	ctx := testContext(t)

@@ -10,8 +10,8 @@ import (
 	"github.com/allocator/allocator/internal/releasetest"
 	"github.com/allocator/allocator/internal/testserver"
 	"github.com/allocator/allocator/pkg/allocation"
-	"github.com/allocator/allocator/pkg/ipallocator/dualwrite"
-	"github.com/allocator/allocator/pkg/ipallocator/ipaddress"
+	"github.com/allocator/allocator/pkg/ipaddress"
+	"github.com/allocator/allocator/pkg/ipaddress/dualwrite"
 )
 
 // TestReleaseThroughCachedObject: the server's own allocator releases an

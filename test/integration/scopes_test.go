@@ -18,11 +18,11 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/util/retry"
 
-	"github.com/allocator/allocator/pkg/apiserver"
-	"github.com/allocator/allocator/pkg/ipallocator/iprepair"
+	"github.com/allocator/allocator/internal/apiserver"
+	"github.com/allocator/allocator/pkg/ipaddress/scope"
 	"github.com/allocator/allocator/pkg/model"
-	"github.com/allocator/allocator/pkg/report"
-	"github.com/allocator/allocator/pkg/scope"
+	"github.com/allocator/allocator/pkg/repair/iprepair"
+	"github.com/allocator/allocator/pkg/repair/report"
 )
 
 // Scoped ServiceCIDRs (design.md §11) through the real server:

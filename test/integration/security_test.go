@@ -19,10 +19,10 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 
+	"github.com/allocator/allocator/internal/apiserver"
+	"github.com/allocator/allocator/internal/embedetcd"
 	"github.com/allocator/allocator/internal/testpki"
 	"github.com/allocator/allocator/internal/testserver"
-	"github.com/allocator/allocator/pkg/apiserver"
-	"github.com/allocator/allocator/pkg/embedetcd"
 )
 
 // clientAs returns a clientset for srv that authenticates with the given

@@ -13,7 +13,7 @@ import (
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/kubernetes"
 
-	"github.com/allocator/allocator/pkg/servicecidr"
+	"github.com/allocator/allocator/pkg/ipaddress/servicecidr"
 )
 
 // eventually polls cond every 100ms for up to timeout.

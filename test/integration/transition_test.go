@@ -14,15 +14,15 @@ import (
 	"k8s.io/client-go/kubernetes"
 
 	"github.com/allocator/allocator/internal/etcdtest"
+	"github.com/allocator/allocator/internal/transition"
 	"github.com/allocator/allocator/pkg/allocation"
+	"github.com/allocator/allocator/pkg/bitmap"
+	"github.com/allocator/allocator/pkg/bitmap/clusterip"
 	"github.com/allocator/allocator/pkg/etcdlayout"
-	"github.com/allocator/allocator/pkg/ipallocator/bitmap"
-	"github.com/allocator/allocator/pkg/ipallocator/ipaddress"
-	"github.com/allocator/allocator/pkg/ipallocator/iprepair"
+	"github.com/allocator/allocator/pkg/ipaddress"
 	"github.com/allocator/allocator/pkg/model"
-	"github.com/allocator/allocator/pkg/rangealloc"
+	"github.com/allocator/allocator/pkg/repair/iprepair"
 	"github.com/allocator/allocator/pkg/subrange"
-	"github.com/allocator/allocator/pkg/transition"
 )
 
 // loadResult is what a concurrent load acknowledged.
@@ -115,8 +115,8 @@ func checkConsistent(t *testing.T, ctx context.Context, c kubernetes.Interface, 
 			t.Errorf("acknowledged create %s (%s) stored as %q", name, ip, stored[name])
 		}
 	}
-	store, err := bitmap.NewEtcdAllocator(etcd.Client(), "/registry/ranges/serviceips",
-		subrange.MustNew(netip.MustParsePrefix(cidr), model.Bitmap), rangealloc.EtcdOptions{})
+	store, err := clusterip.NewEtcdAllocator(etcd.Client(), "/registry/ranges/serviceips",
+		subrange.MustNew(netip.MustParsePrefix(cidr), model.Bitmap), bitmap.EtcdOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -185,8 +185,8 @@ func TestMixedModels(t *testing.T) {
 
 	// What `allocator repair` reports: nothing once consistent; a bit set
 	// behind everyone's back shows up as a disagreement.
-	store, err := bitmap.NewEtcdAllocator(bm.etcd.Client(), "/registry/ranges/serviceips",
-		subrange.MustNew(netip.MustParsePrefix(cidr), model.Bitmap), rangealloc.EtcdOptions{})
+	store, err := clusterip.NewEtcdAllocator(bm.etcd.Client(), "/registry/ranges/serviceips",
+		subrange.MustNew(netip.MustParsePrefix(cidr), model.Bitmap), bitmap.EtcdOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}

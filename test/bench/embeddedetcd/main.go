@@ -1,5 +1,5 @@
 // Command embeddedetcd runs, as a process of its own, the etcd member that
-// `allocator serve` embeds, configured as serve configures it: pkg/embedetcd
+// `allocator serve` embeds, configured as serve configures it: internal/embedetcd
 // with fsync on, on loopback, TLS with a client certificate required (the
 // PKI of embedetcd.EnsurePKI). The benchmark scripts put a real
 // kube-apiserver on it, so that kube-apiserver and our server are measured
@@ -21,7 +21,7 @@ import (
 	"path/filepath"
 	"syscall"
 
-	"github.com/allocator/allocator/pkg/embedetcd"
+	"github.com/allocator/allocator/internal/embedetcd"
 )
 
 func main() {

@@ -12,11 +12,11 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/wait"
 
+	"github.com/allocator/allocator/internal/apiserver"
 	"github.com/allocator/allocator/internal/testserver"
-	"github.com/allocator/allocator/pkg/apiserver"
 	"github.com/allocator/allocator/pkg/etcdlayout"
+	"github.com/allocator/allocator/pkg/ipaddress/scope"
 	"github.com/allocator/allocator/pkg/model"
-	"github.com/allocator/allocator/pkg/scope"
 )
 
 // TestScopeWarning: nothing to say until a ServiceCIDR is scoped; then the

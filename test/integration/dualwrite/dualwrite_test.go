@@ -20,12 +20,12 @@ import (
 
 	"github.com/allocator/allocator/internal/testserver"
 	"github.com/allocator/allocator/pkg/allocation"
+	"github.com/allocator/allocator/pkg/bitmap"
+	"github.com/allocator/allocator/pkg/bitmap/clusterip"
 	"github.com/allocator/allocator/pkg/etcdlayout"
-	"github.com/allocator/allocator/pkg/ipallocator/bitmap"
-	"github.com/allocator/allocator/pkg/ipallocator/dualwrite"
-	"github.com/allocator/allocator/pkg/ipallocator/ipaddress"
+	"github.com/allocator/allocator/pkg/ipaddress"
+	"github.com/allocator/allocator/pkg/ipaddress/dualwrite"
 	"github.com/allocator/allocator/pkg/model"
-	"github.com/allocator/allocator/pkg/rangealloc"
 	"github.com/allocator/allocator/pkg/subrange"
 )
 
@@ -100,13 +100,13 @@ type roundTripFunc func(*http.Request) (*http.Response, error)
 func (f roundTripFunc) RoundTrip(r *http.Request) (*http.Response, error) { return f(r) }
 
 // bits returns a bitmap of window at a key of the test's own, created.
-func (e *env) bits(t *testing.T, window string) *bitmap.EtcdAllocator {
+func (e *env) bits(t *testing.T, window string) *clusterip.EtcdAllocator {
 	t.Helper()
 	rng, err := subrange.New(netip.MustParsePrefix(window), model.Bitmap)
 	if err != nil {
 		t.Fatal(err)
 	}
-	b, err := bitmap.NewEtcdAllocator(e.srv.Etcd.Client(), "/registry/dualwrite-test/"+t.Name(), rng, rangealloc.EtcdOptions{})
+	b, err := clusterip.NewEtcdAllocator(e.srv.Etcd.Client(), "/registry/dualwrite-test/"+t.Name(), rng, bitmap.EtcdOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -117,7 +117,7 @@ func (e *env) bits(t *testing.T, window string) *bitmap.EtcdAllocator {
 }
 
 // dual returns the dual-writing allocator over e.ip and b.
-func (e *env) dual(t *testing.T, b *bitmap.EtcdAllocator, g gate) *dualwrite.Allocator {
+func (e *env) dual(t *testing.T, b *clusterip.EtcdAllocator, g gate) *dualwrite.Allocator {
 	t.Helper()
 	a, err := dualwrite.New(e.ip, b, g)
 	if err != nil {
@@ -139,7 +139,7 @@ func (e *env) owner(t *testing.T, ip netip.Addr) string {
 	return obj.Spec.ParentRef.Namespace + "/" + obj.Spec.ParentRef.Name
 }
 
-func hasBit(t *testing.T, b *bitmap.EtcdAllocator, ip netip.Addr) bool {
+func hasBit(t *testing.T, b *clusterip.EtcdAllocator, ip netip.Addr) bool {
 	t.Helper()
 	has, err := b.Has(testContext(t), ip)
 	if err != nil {
@@ -149,7 +149,7 @@ func hasBit(t *testing.T, b *bitmap.EtcdAllocator, ip netip.Addr) bool {
 }
 
 // fill sets every bit of b's window but keep.
-func fill(t *testing.T, b *bitmap.EtcdAllocator, keep ...netip.Addr) {
+func fill(t *testing.T, b *clusterip.EtcdAllocator, keep ...netip.Addr) {
 	t.Helper()
 	ctx := testContext(t)
 	rng := b.Range()
@@ -431,7 +431,7 @@ func TestDualWriteOutsideWindowOnlyWhenFull(t *testing.T) {
 
 // bitRevision is the ModRevision of the last write of b's key that set ip's
 // bit: the key's history is read back from the first revision.
-func bitRevision(t *testing.T, etcd *clientv3.Client, b *bitmap.EtcdAllocator, ip netip.Addr) int64 {
+func bitRevision(t *testing.T, etcd *clientv3.Client, b *clusterip.EtcdAllocator, ip netip.Addr) int64 {
 	t.Helper()
 	ctx := testContext(t)
 	cur, err := etcd.Get(ctx, b.Key())
@@ -451,7 +451,7 @@ func bitRevision(t *testing.T, etcd *clientv3.Client, b *bitmap.EtcdAllocator, i
 		if err != nil {
 			t.Fatal(err)
 		}
-		m, err := bitmap.NewAllocator(b.Range())
+		m, err := clusterip.NewAllocator(b.Range())
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -477,13 +477,13 @@ func createRevision(t *testing.T, etcd *clientv3.Client, ip netip.Addr) int64 {
 	return resp.Kvs[0].CreateRevision
 }
 
-func usedBits(t *testing.T, b *bitmap.EtcdAllocator) int {
+func usedBits(t *testing.T, b *clusterip.EtcdAllocator) int {
 	t.Helper()
 	stored, err := b.ReadStored(testContext(t))
 	if err != nil {
 		t.Fatal(err)
 	}
-	m, err := bitmap.NewAllocator(b.Range())
+	m, err := clusterip.NewAllocator(b.Range())
 	if err != nil {
 		t.Fatal(err)
 	}

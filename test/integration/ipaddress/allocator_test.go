@@ -22,10 +22,10 @@ import (
 	"k8s.io/client-go/rest"
 	"k8s.io/component-base/metrics"
 
+	"github.com/allocator/allocator/internal/allocmetrics"
 	"github.com/allocator/allocator/internal/releasetest"
 	"github.com/allocator/allocator/pkg/allocation"
-	"github.com/allocator/allocator/pkg/allocmetrics"
-	"github.com/allocator/allocator/pkg/ipallocator/ipaddress"
+	"github.com/allocator/allocator/pkg/ipaddress"
 	"github.com/allocator/allocator/pkg/model"
 	"github.com/allocator/allocator/pkg/subrange"
 )

@@ -15,8 +15,8 @@ import (
 	"k8s.io/client-go/kubernetes"
 
 	"github.com/allocator/allocator/pkg/allocation"
-	"github.com/allocator/allocator/pkg/ipallocator/ipaddress"
-	"github.com/allocator/allocator/pkg/scope"
+	"github.com/allocator/allocator/pkg/ipaddress"
+	"github.com/allocator/allocator/pkg/ipaddress/scope"
 )
 
 func scoped(ns, name string, svcLabels map[string]string) allocation.Owner {

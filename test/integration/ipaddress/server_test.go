@@ -12,7 +12,7 @@ import (
 	"k8s.io/client-go/rest"
 
 	"github.com/allocator/allocator/internal/testserver"
-	"github.com/allocator/allocator/pkg/ipallocator/ipaddress"
+	"github.com/allocator/allocator/pkg/ipaddress"
 	"github.com/allocator/allocator/pkg/model"
 )
 

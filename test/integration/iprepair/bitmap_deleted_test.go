@@ -13,20 +13,20 @@ import (
 
 	"github.com/allocator/allocator/internal/testserver"
 	"github.com/allocator/allocator/pkg/allocation"
-	"github.com/allocator/allocator/pkg/ipallocator/bitmap"
-	"github.com/allocator/allocator/pkg/ipallocator/iprepair"
-	"github.com/allocator/allocator/pkg/rangealloc"
-	"github.com/allocator/allocator/pkg/report"
+	"github.com/allocator/allocator/pkg/bitmap"
+	"github.com/allocator/allocator/pkg/bitmap/clusterip"
+	"github.com/allocator/allocator/pkg/repair/iprepair"
+	"github.com/allocator/allocator/pkg/repair/report"
 )
 
 // racingStore runs before once, just ahead of the pass's first write.
 type racingStore struct {
-	*bitmap.EtcdAllocator
+	*clusterip.EtcdAllocator
 	once   sync.Once
 	before func()
 }
 
-func (s *racingStore) CompareAndWrite(ctx context.Context, data []byte, base rangealloc.StoredMap) (int64, error) {
+func (s *racingStore) CompareAndWrite(ctx context.Context, data []byte, base bitmap.StoredMap) (int64, error) {
 	s.once.Do(s.before)
 	return s.EtcdAllocator.CompareAndWrite(ctx, data, base)
 }

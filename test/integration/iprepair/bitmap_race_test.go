@@ -14,8 +14,8 @@ import (
 
 	"github.com/allocator/allocator/internal/testserver"
 	"github.com/allocator/allocator/pkg/allocation"
-	"github.com/allocator/allocator/pkg/ipallocator/iprepair"
-	"github.com/allocator/allocator/pkg/report"
+	"github.com/allocator/allocator/pkg/repair/iprepair"
+	"github.com/allocator/allocator/pkg/repair/report"
 )
 
 // slowAllocator holds every dynamic reservation for a while before the

@@ -18,31 +18,31 @@ import (
 	"github.com/allocator/allocator/internal/fixtures"
 	"github.com/allocator/allocator/internal/testserver"
 	"github.com/allocator/allocator/pkg/allocation"
-	"github.com/allocator/allocator/pkg/ipallocator/bitmap"
-	"github.com/allocator/allocator/pkg/ipallocator/iprepair"
+	"github.com/allocator/allocator/pkg/bitmap"
+	"github.com/allocator/allocator/pkg/bitmap/clusterip"
 	"github.com/allocator/allocator/pkg/model"
-	"github.com/allocator/allocator/pkg/rangealloc"
-	"github.com/allocator/allocator/pkg/rangealloc/rangerepair"
-	"github.com/allocator/allocator/pkg/report"
+	"github.com/allocator/allocator/pkg/repair"
+	"github.com/allocator/allocator/pkg/repair/iprepair"
+	"github.com/allocator/allocator/pkg/repair/report"
 	"github.com/allocator/allocator/pkg/subrange"
 )
 
 const primaryKey = "/registry/ranges/serviceips"
 
-func bitmapStore(t *testing.T, client *clientv3.Client, cidr string) *bitmap.EtcdAllocator {
+func bitmapStore(t *testing.T, client *clientv3.Client, cidr string) *clusterip.EtcdAllocator {
 	t.Helper()
 	rng, err := subrange.New(netip.MustParsePrefix(cidr), model.Bitmap)
 	if err != nil {
 		t.Fatal(err)
 	}
-	store, err := bitmap.NewEtcdAllocator(client, primaryKey, rng, rangealloc.EtcdOptions{})
+	store, err := clusterip.NewEtcdAllocator(client, primaryKey, rng, bitmap.EtcdOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
 	return store
 }
 
-func storedHas(t *testing.T, store *bitmap.EtcdAllocator, ip string) bool {
+func storedHas(t *testing.T, store *clusterip.EtcdAllocator, ip string) bool {
 	t.Helper()
 	has, err := store.Has(context.Background(), netip.MustParseAddr(ip))
 	if err != nil {
@@ -271,15 +271,15 @@ func TestBitmapRepairDefaultGraceOutlastsRequestTimeout(t *testing.T) {
 			t.Fatalf("suspected leak freed %v after it was first seen, within the request timeout plus margin", at)
 		}
 	}
-	now = start.Add(rangerepair.DefaultLeakGrace)
+	now = start.Add(repair.DefaultLeakGrace)
 	if _, err := ctrl.RunOnce(ctx); err != nil {
 		t.Fatal(err)
 	}
 	if storedHas(t, store, "10.0.0.99") {
-		t.Fatalf("leak not freed once the default grace (%v) passed", rangerepair.DefaultLeakGrace)
+		t.Fatalf("leak not freed once the default grace (%v) passed", repair.DefaultLeakGrace)
 	}
-	if rangerepair.DefaultLeakGrace <= rangerepair.RequestTimeout {
-		t.Fatalf("DefaultLeakGrace %v does not exceed the request timeout %v", rangerepair.DefaultLeakGrace, rangerepair.RequestTimeout)
+	if repair.DefaultLeakGrace <= repair.RequestTimeout {
+		t.Fatalf("DefaultLeakGrace %v does not exceed the request timeout %v", repair.DefaultLeakGrace, repair.RequestTimeout)
 	}
 }
 

@@ -1,5 +1,5 @@
 // Package iprepair tests the ClusterIP repairs and migrations
-// (pkg/ipallocator/iprepair) against the real API server in-process
+// (pkg/repair/iprepair) against the real API server in-process
 // (internal/testserver) with faults planted straight into etcd: the bitmap
 // repair, the IPAddress repair (one-shot passes and Run), the migration
 // between the models both ways, races with creates, kube-apiserver's own

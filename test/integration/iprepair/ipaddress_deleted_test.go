@@ -13,7 +13,7 @@ import (
 
 	"github.com/allocator/allocator/internal/repairtest"
 	"github.com/allocator/allocator/internal/testserver"
-	"github.com/allocator/allocator/pkg/ipallocator/iprepair"
+	"github.com/allocator/allocator/pkg/repair/iprepair"
 )
 
 // racingClient runs before once, just ahead of the first IPAddress create.

@@ -16,8 +16,8 @@ import (
 
 	"github.com/allocator/allocator/internal/testserver"
 	"github.com/allocator/allocator/pkg/allocation"
-	"github.com/allocator/allocator/pkg/ipallocator/ipaddress"
-	"github.com/allocator/allocator/pkg/ipallocator/iprepair"
+	"github.com/allocator/allocator/pkg/ipaddress"
+	"github.com/allocator/allocator/pkg/repair/iprepair"
 )
 
 // TestIPAddressRepairRaceWithCreates races IPAddress repair passes, back to

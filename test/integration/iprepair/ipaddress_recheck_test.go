@@ -16,7 +16,7 @@ import (
 	networkingclient "k8s.io/client-go/kubernetes/typed/networking/v1"
 
 	"github.com/allocator/allocator/internal/repairtest"
-	"github.com/allocator/allocator/pkg/ipallocator/iprepair"
+	"github.com/allocator/allocator/pkg/repair/iprepair"
 )
 
 // laggingList is a client whose Service lists leave one Service out, as a

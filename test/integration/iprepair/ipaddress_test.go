@@ -2,7 +2,7 @@ package iprepair_test
 
 import (
 	"github.com/allocator/allocator/internal/repairtest"
-	"github.com/allocator/allocator/pkg/ipallocator/iprepair"
+	"github.com/allocator/allocator/pkg/repair/iprepair"
 
 	"context"
 	"fmt"
@@ -24,8 +24,8 @@ import (
 	"github.com/allocator/allocator/internal/fixtures"
 	"github.com/allocator/allocator/internal/testserver"
 	"github.com/allocator/allocator/pkg/etcdlayout"
-	"github.com/allocator/allocator/pkg/ipallocator/ipaddress"
-	"github.com/allocator/allocator/pkg/report"
+	"github.com/allocator/allocator/pkg/ipaddress"
+	"github.com/allocator/allocator/pkg/repair/report"
 )
 
 // ourLabels are the labels kube-apiserver's allocator (and ours) writes.

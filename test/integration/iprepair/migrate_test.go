@@ -26,13 +26,13 @@ import (
 	"github.com/allocator/allocator/internal/fixtures"
 	"github.com/allocator/allocator/internal/testserver"
 	"github.com/allocator/allocator/pkg/allocation"
+	"github.com/allocator/allocator/pkg/bitmap"
+	"github.com/allocator/allocator/pkg/bitmap/clusterip"
 	"github.com/allocator/allocator/pkg/etcdlayout"
-	"github.com/allocator/allocator/pkg/ipallocator/bitmap"
-	"github.com/allocator/allocator/pkg/ipallocator/ipaddress"
-	"github.com/allocator/allocator/pkg/ipallocator/iprepair"
+	"github.com/allocator/allocator/pkg/ipaddress"
 	"github.com/allocator/allocator/pkg/model"
-	"github.com/allocator/allocator/pkg/rangealloc"
-	"github.com/allocator/allocator/pkg/report"
+	"github.com/allocator/allocator/pkg/repair/iprepair"
+	"github.com/allocator/allocator/pkg/repair/report"
 	"github.com/allocator/allocator/pkg/subrange"
 )
 
@@ -86,7 +86,7 @@ func familyStores(t *testing.T, etcd *etcdtest.Etcd, cidrs ...string) []iprepair
 		if err != nil {
 			t.Fatal(err)
 		}
-		s, err := bitmap.NewEtcdAllocator(etcd.Client(), keys[i], rng, rangealloc.EtcdOptions{})
+		s, err := clusterip.NewEtcdAllocator(etcd.Client(), keys[i], rng, bitmap.EtcdOptions{})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -267,14 +267,14 @@ func TestMigrateBothWaysWithKill(t *testing.T) {
 			if addr.Is6() {
 				s = stores[1]
 			}
-			if has, err := s.(*bitmap.EtcdAllocator).Has(ctx, addr); err != nil || !has {
+			if has, err := s.(*clusterip.EtcdAllocator).Has(ctx, addr); err != nil || !has {
 				t.Fatalf("%s not in the bitmap after migration (%v)", ip, err)
 			}
 			total++
 		}
 	}
-	u0, _ := stores[0].(*bitmap.EtcdAllocator).Usage(ctx)
-	u1, _ := stores[1].(*bitmap.EtcdAllocator).Usage(ctx)
+	u0, _ := stores[0].(*clusterip.EtcdAllocator).Usage(ctx)
+	u1, _ := stores[1].(*clusterip.EtcdAllocator).Usage(ctx)
 	if int(u0.Used+u1.Used) != total {
 		t.Fatalf("bitmaps hold %d addresses, Services %d", u0.Used+u1.Used, total)
 	}

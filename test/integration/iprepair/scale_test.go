@@ -9,7 +9,7 @@ import (
 
 	"github.com/allocator/allocator/internal/etcdtest"
 	"github.com/allocator/allocator/internal/testserver"
-	"github.com/allocator/allocator/pkg/ipallocator/iprepair"
+	"github.com/allocator/allocator/pkg/repair/iprepair"
 )
 
 // TestScaleTimings measures a full repair pass and a migration in each

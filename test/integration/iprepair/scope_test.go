@@ -14,9 +14,9 @@ import (
 
 	"github.com/allocator/allocator/internal/repairtest"
 	"github.com/allocator/allocator/internal/testserver"
-	"github.com/allocator/allocator/pkg/ipallocator/iprepair"
-	"github.com/allocator/allocator/pkg/report"
-	"github.com/allocator/allocator/pkg/scope"
+	"github.com/allocator/allocator/pkg/ipaddress/scope"
+	"github.com/allocator/allocator/pkg/repair/iprepair"
+	"github.com/allocator/allocator/pkg/repair/report"
 )
 
 // TestIPAddressRepairOutOfScope: Services allocated by the server's scoped

@@ -15,7 +15,7 @@ import (
 
 	"github.com/allocator/allocator/internal/etcdtest"
 	"github.com/allocator/allocator/internal/testserver"
-	"github.com/allocator/allocator/pkg/lifecycle"
+	"github.com/allocator/allocator/pkg/ipaddress/lifecycle"
 )
 
 // TestReplaceDefaultRange follows the README's "Replacing the default

@@ -1,4 +1,4 @@
-// Package renumber tests `allocator renumber` (pkg/renumber) against the
+// Package renumber tests `allocator renumber` (internal/renumber) against the
 // real API server in-process (internal/testserver), in the IPAddress model:
 // a thousand Services over ten namespaces moved out of a draining
 // ServiceCIDR by the built binary, killed part-way and resumed from its

@@ -21,9 +21,9 @@ import (
 	"k8s.io/client-go/kubernetes"
 
 	"github.com/allocator/allocator/internal/app"
+	"github.com/allocator/allocator/internal/holding"
 	"github.com/allocator/allocator/internal/testbin"
-	"github.com/allocator/allocator/pkg/holding"
-	"github.com/allocator/allocator/pkg/lifecycle"
+	"github.com/allocator/allocator/pkg/ipaddress/lifecycle"
 )
 
 // buildBinary is the allocator binary, built once per test binary for the

@@ -15,9 +15,9 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 
+	"github.com/allocator/allocator/internal/renumber"
 	"github.com/allocator/allocator/internal/testserver"
-	"github.com/allocator/allocator/pkg/lifecycle"
-	"github.com/allocator/allocator/pkg/renumber"
+	"github.com/allocator/allocator/pkg/ipaddress/lifecycle"
 )
 
 var (

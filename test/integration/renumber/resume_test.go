@@ -21,10 +21,10 @@ import (
 	"k8s.io/client-go/kubernetes"
 
 	"github.com/allocator/allocator/internal/invariants"
+	"github.com/allocator/allocator/internal/renumber"
 	"github.com/allocator/allocator/internal/testserver"
 	"github.com/allocator/allocator/pkg/etcdlayout"
 	"github.com/allocator/allocator/pkg/model"
-	"github.com/allocator/allocator/pkg/renumber"
 )
 
 const (

@@ -19,8 +19,8 @@ import (
 
 	"github.com/allocator/allocator/internal/etcdtest"
 	"github.com/allocator/allocator/internal/testserver"
-	"github.com/allocator/allocator/pkg/lifecycle"
-	"github.com/allocator/allocator/pkg/servicecidr"
+	"github.com/allocator/allocator/pkg/ipaddress/lifecycle"
+	"github.com/allocator/allocator/pkg/ipaddress/servicecidr"
 )
 
 // conditionBound is how long the conditions may take to show a change:

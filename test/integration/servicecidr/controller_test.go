@@ -18,8 +18,8 @@ import (
 
 	"github.com/allocator/allocator/internal/testserver"
 	"github.com/allocator/allocator/pkg/allocation"
-	"github.com/allocator/allocator/pkg/ipallocator/ipaddress"
-	"github.com/allocator/allocator/pkg/servicecidr"
+	"github.com/allocator/allocator/pkg/ipaddress"
+	"github.com/allocator/allocator/pkg/ipaddress/servicecidr"
 )
 
 func newServiceCIDR(ctx context.Context, t *testing.T, srv *testserver.Server, name string, cidrs ...string) {

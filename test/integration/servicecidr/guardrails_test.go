@@ -11,10 +11,10 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/util/retry"
 
+	"github.com/allocator/allocator/internal/apiserver"
+	"github.com/allocator/allocator/internal/registry/servicecidrs"
 	"github.com/allocator/allocator/internal/testserver"
-	"github.com/allocator/allocator/pkg/apiserver"
-	"github.com/allocator/allocator/pkg/lifecycle"
-	"github.com/allocator/allocator/pkg/registry/servicecidrs"
+	"github.com/allocator/allocator/pkg/ipaddress/lifecycle"
 )
 
 // guardedServer runs a dual-stack server whose guardrails allow 10.0.0.0/8

@@ -14,9 +14,9 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
 
+	"github.com/allocator/allocator/internal/rangeusage"
 	"github.com/allocator/allocator/internal/testserver"
-	"github.com/allocator/allocator/pkg/lifecycle"
-	"github.com/allocator/allocator/pkg/rangeusage"
+	"github.com/allocator/allocator/pkg/ipaddress/lifecycle"
 )
 
 // seenBound is how long a replica may take to apply a lifecycle change

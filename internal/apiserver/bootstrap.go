@@ -1,0 +1,286 @@
+package apiserver
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	networkingv1 "k8s.io/api/networking/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/intstr"
+	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/client-go/kubernetes"
+	restclient "k8s.io/client-go/rest"
+
+	"github.com/allocator/allocator/internal/holding"
+	"github.com/allocator/allocator/pkg/allocation"
+	"github.com/allocator/allocator/pkg/ipaddress/servicecidr"
+	"github.com/allocator/allocator/pkg/repair/report"
+)
+
+// DefaultServiceCIDRName is the ServiceCIDR created from --service-cluster-ip-range.
+const DefaultServiceCIDRName = servicecidr.DefaultName
+
+// defaultServiceCIDRInterval is how often the default ServiceCIDR is checked
+// (and re-created if someone deleted it).
+const defaultServiceCIDRInterval = 10 * time.Second
+
+// runBootstrap brings the cluster to the state a control plane starts from:
+// namespaces default and kube-system; allocations rebuilt from stored
+// Services (when configured) before the allocators open; the default
+// ServiceCIDR; the kubernetes Service with network+1 of the primary range.
+// It retries until done or ctx ends. It never returns an error, because a
+// failed post-start hook stops the process; until it returns, /readyz reports
+// the hook as not finished.
+func (s *Server) runBootstrap(ctx context.Context, loopback *restclient.Config) error {
+	log := logger(ctx)
+	client, err := controllerClient(loopback)
+	if err != nil {
+		log.Error(err, "Bootstrap cannot build a client")
+		return nil
+	}
+	s.recorder = report.NewEventRecorder(ctx, client)
+	rebuilt := !s.cfg.RebuildAllocations
+	err = wait.PollUntilContextCancel(ctx, 500*time.Millisecond, true, func(ctx context.Context) (bool, error) {
+		if err := s.bootstrapOnce(ctx, client, &rebuilt); err != nil {
+			log.Info("Bootstrap step failed, retrying", "err", err)
+			return false, nil
+		}
+		return true, nil
+	})
+	if err != nil {
+		return nil // shutting down
+	}
+	s.bootstrap.Store(true)
+	log.Info("Bootstrap done")
+	s.controllers.run(ctx, func(ctx context.Context) { s.keepDefaultServiceCIDR(ctx, client) })
+	return nil
+}
+
+func (s *Server) bootstrapOnce(ctx context.Context, client kubernetes.Interface, rebuilt *bool) error {
+	for _, name := range []string{metav1.NamespaceDefault, metav1.NamespaceSystem} {
+		ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: name}}
+		if _, err := client.CoreV1().Namespaces().Create(ctx, ns, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
+			return fmt.Errorf("create namespace %s: %w", name, err)
+		}
+	}
+	// The default ServiceCIDR comes first: the IPAddress model serves only
+	// addresses inside a ServiceCIDR, the carry-over below included.
+	if err := s.ensureDefaultServiceCIDR(ctx, client); err != nil {
+		return err
+	}
+	if !s.migrated && !s.cfg.ManualRepair {
+		if err := s.migrateFromOtherModel(ctx); err != nil {
+			return err
+		}
+		s.migrated = true
+	}
+	if !*rebuilt {
+		if err := s.rebuildAllocations(ctx, client); err != nil {
+			return err
+		}
+		*rebuilt = true
+	}
+	s.alloc.Open()
+	s.open.Store(true)
+	s.waitUntilServed(ctx, s.cfg.ServiceCIDRs[0].Addr().Next())
+	return s.ensureKubernetesService(ctx, client, true)
+}
+
+// rebuildAllocations marks the cluster IPs of every stored Service in the
+// allocators. Addresses already marked are fine; addresses outside the
+// ranges are logged (repair reports them).
+func (s *Server) rebuildAllocations(ctx context.Context, client kubernetes.Interface) error {
+	list, err := client.CoreV1().Services(metav1.NamespaceAll).List(ctx, metav1.ListOptions{})
+	if err != nil {
+		return fmt.Errorf("list services: %w", err)
+	}
+	byV6 := map[bool]allocation.Interface{}
+	for _, a := range s.allocators {
+		byV6[a.IPv6()] = a
+	}
+	for i := range list.Items {
+		svc := &list.Items[i]
+		owner := allocation.Owner{Namespace: svc.Namespace, Name: svc.Name, UID: string(svc.UID)}
+		for _, addr := range holding.IPs(svc) {
+			a := byV6[addr.Is6()]
+			if a == nil {
+				continue
+			}
+			err = a.Allocate(ctx, addr, owner)
+			switch {
+			case err == nil, errors.Is(err, allocation.ErrAllocated):
+			case errors.Is(err, allocation.ErrNotInRange), errors.Is(err, allocation.ErrMismatchedNetwork):
+				logger(ctx).Info("Stored Service has a cluster IP outside the service ranges", "service", owner, "ip", addr)
+			default:
+				return fmt.Errorf("re-mark %s of %s: %w", addr, owner, err)
+			}
+		}
+	}
+	return nil
+}
+
+func (s *Server) defaultCIDRs() []string {
+	out := make([]string, len(s.cfg.ServiceCIDRs))
+	for i, p := range s.cfg.ServiceCIDRs {
+		out[i] = p.String()
+	}
+	return out
+}
+
+// ensureDefaultServiceCIDR creates the default ServiceCIDR, or grows it from
+// single- to dual-stack when the flag gained the other family. Any other
+// difference is left alone and logged: shrinking or moving the range would
+// strand allocated addresses.
+func (s *Server) ensureDefaultServiceCIDR(ctx context.Context, client kubernetes.Interface) error {
+	want := s.defaultCIDRs()
+	api := client.NetworkingV1().ServiceCIDRs()
+	sc, err := api.Get(ctx, DefaultServiceCIDRName, metav1.GetOptions{})
+	switch {
+	case apierrors.IsNotFound(err):
+		sc = &networkingv1.ServiceCIDR{
+			ObjectMeta: metav1.ObjectMeta{Name: DefaultServiceCIDRName},
+			Spec:       networkingv1.ServiceCIDRSpec{CIDRs: want},
+		}
+		if _, err := api.Create(ctx, sc, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
+			return fmt.Errorf("create default ServiceCIDR: %w", err)
+		}
+		return nil
+	case err != nil:
+		return fmt.Errorf("get default ServiceCIDR: %w", err)
+	}
+	if sc.DeletionTimestamp != nil {
+		s.warnDefaultServiceCIDROnce(ctx, sc, ReasonDefaultServiceCIDRTerminating,
+			"The default ServiceCIDR is being deleted: it serves no new allocations, and is re-created from --service-cluster-ip-range "+
+				"once the IPAddresses it still holds are released. Create another ServiceCIDR with %v to keep allocating meanwhile", want)
+		return nil
+	}
+	if slices.Equal(sc.Spec.CIDRs, want) {
+		return nil
+	}
+	if len(sc.Spec.CIDRs) == 1 && len(want) == 2 && sc.Spec.CIDRs[0] == want[0] {
+		sc.Spec.CIDRs = want
+		if _, err := api.Update(ctx, sc, metav1.UpdateOptions{}); err != nil {
+			return fmt.Errorf("grow default ServiceCIDR to dual-stack: %w", err)
+		}
+		return nil
+	}
+	logger(ctx).Info("Default ServiceCIDR differs from --service-cluster-ip-range and can only grow from single- to dual-stack; leaving it",
+		"stored", sc.Spec.CIDRs, "flag", want)
+	s.warnDefaultServiceCIDROnce(ctx, sc, ReasonKubernetesDefaultServiceCIDRInconsistent,
+		"The default ServiceCIDR has %v but --service-cluster-ip-range is %v; it can only grow from single- to dual-stack, so it is left as it is. "+
+			"Add a ServiceCIDR for a new range instead", sc.Spec.CIDRs, want)
+	return nil
+}
+
+// Reasons of the Warning events on the default ServiceCIDR.
+const (
+	ReasonDefaultServiceCIDRTerminating            = "DefaultServiceCIDRTerminating"
+	ReasonKubernetesDefaultServiceCIDRInconsistent = "KubernetesDefaultServiceCIDRInconsistent" // upstream's reason
+)
+
+// warnDefaultServiceCIDROnce emits a Warning event on sc and logs it, once
+// per reason and object UID (the check runs every 10 s).
+func (s *Server) warnDefaultServiceCIDROnce(ctx context.Context, sc *networkingv1.ServiceCIDR, reason, format string, args ...any) {
+	key := reason + "/" + string(sc.UID)
+	s.warnedMu.Lock()
+	if s.warned == nil {
+		s.warned = map[string]bool{}
+	}
+	seen := s.warned[key]
+	s.warned[key] = true
+	s.warnedMu.Unlock()
+	if seen {
+		return
+	}
+	msg := fmt.Sprintf(format, args...)
+	logger(ctx).Info("Default ServiceCIDR needs attention", "reason", reason, "message", msg)
+	if s.recorder != nil {
+		s.recorder.Event(sc, corev1.EventTypeWarning, reason, msg)
+	}
+}
+
+// ensureKubernetesService creates default/kubernetes with the first address
+// of the primary range, as kube-apiserver does.
+//
+// With fixPort an existing Service's target port is set to this server's
+// port (bootstrap only: replicas on different ports would otherwise take
+// turns rewriting it).
+func (s *Server) ensureKubernetesService(ctx context.Context, client kubernetes.Interface, fixPort bool) error {
+	ip := s.cfg.ServiceCIDRs[0].Addr().Next().String()
+	policy := corev1.IPFamilyPolicySingleStack
+	svc := &corev1.Service{
+		ObjectMeta: metav1.ObjectMeta{
+			Name: "kubernetes", Namespace: metav1.NamespaceDefault,
+			Labels: map[string]string{"component": "apiserver", "provider": "kubernetes"},
+		},
+		Spec: corev1.ServiceSpec{
+			Type:            corev1.ServiceTypeClusterIP,
+			ClusterIP:       ip,
+			ClusterIPs:      []string{ip},
+			IPFamilyPolicy:  &policy,
+			SessionAffinity: corev1.ServiceAffinityNone,
+			Ports: []corev1.ServicePort{{
+				Name: "https", Port: 443, Protocol: corev1.ProtocolTCP,
+				TargetPort: intstr.FromInt32(int32(s.cfg.KubernetesServicePort)),
+			}},
+		},
+	}
+	// Read first, as kube-apiserver does: a create of an existing Service
+	// asks again for the address it holds and is refused as taken (422),
+	// not as existing (409).
+	services := client.CoreV1().Services(metav1.NamespaceDefault)
+	existing, err := services.Get(ctx, svc.Name, metav1.GetOptions{})
+	if apierrors.IsNotFound(err) {
+		_, err = services.Create(ctx, svc, metav1.CreateOptions{})
+		if err == nil {
+			return nil
+		}
+		if !apierrors.IsInvalid(err) && !apierrors.IsAlreadyExists(err) {
+			return fmt.Errorf("create default/kubernetes Service: %w", err)
+		}
+		// Created meanwhile (another replica), or its address went to
+		// another Service while it was gone.
+		created := err
+		existing, err = services.Get(ctx, svc.Name, metav1.GetOptions{})
+		if apierrors.IsNotFound(err) {
+			// Do not hold readiness hostage to it; log and try again later.
+			logger(ctx).Info("Cannot create the default/kubernetes Service", "err", created)
+			return nil
+		}
+	}
+	if err != nil {
+		return fmt.Errorf("get default/kubernetes Service: %w", err)
+	}
+	if !fixPort {
+		return nil
+	}
+	// It exists: keep its port pointing at this server's port (it changes
+	// across restarts with --secure-port 0).
+	for i, p := range existing.Spec.Ports {
+		if p.Name == "https" && p.TargetPort != svc.Spec.Ports[0].TargetPort {
+			existing.Spec.Ports[i].TargetPort = svc.Spec.Ports[0].TargetPort
+			if _, err := services.Update(ctx, existing, metav1.UpdateOptions{}); err != nil {
+				return fmt.Errorf("update default/kubernetes Service port: %w", err)
+			}
+		}
+	}
+	return nil
+}
+
+// keepDefaultServiceCIDR re-creates the default ServiceCIDR and the
+// kubernetes Service if they are deleted, as kube-apiserver's controllers do.
+func (s *Server) keepDefaultServiceCIDR(ctx context.Context, client kubernetes.Interface) {
+	wait.UntilWithContext(ctx, func(ctx context.Context) {
+		if err := s.ensureDefaultServiceCIDR(ctx, client); err != nil && ctx.Err() == nil {
+			logger(ctx).Info("Default ServiceCIDR check failed", "err", err)
+		}
+		if err := s.ensureKubernetesService(ctx, client, false); err != nil && ctx.Err() == nil {
+			logger(ctx).Info("kubernetes Service check failed", "err", err)
+		}
+	}, defaultServiceCIDRInterval)
+}

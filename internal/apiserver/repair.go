@@ -1,0 +1,167 @@
+package apiserver
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	genericapiserver "k8s.io/apiserver/pkg/server"
+	"k8s.io/client-go/kubernetes"
+
+	"github.com/allocator/allocator/internal/ipallocator"
+	"github.com/allocator/allocator/pkg/repair"
+	"github.com/allocator/allocator/pkg/repair/report"
+)
+
+// startRepairController runs the repair controller of the server's model
+// until the server stops: the bitmap repair over the RangeAllocations, or the
+// IPAddress repair over IPAddresses and ServiceCIDRs. /readyz waits for its
+// first successful pass (it retries failures with backoff and never stops).
+// Allocators that keep no stored state (Config.InMemory) have nothing to
+// repair; the check then passes at once.
+func (s *Server) startRepairController(hc genericapiserver.PostStartHookContext) error {
+	ctx := hc.Context
+	if s.cfg.ManualRepair {
+		close(s.repairFirstPass)
+		return nil
+	}
+	client, err := controllerClient(hc.LoopbackClientConfig)
+	if err != nil {
+		return fmt.Errorf("repair controller client: %w", err)
+	}
+	runner, err := s.backend.Repair(ipallocator.RepairConfig{
+		Client: client, Informers: s.informers, Recorder: report.NewEventRecorder(ctx, client), Metrics: s.repairMetrics, Interval: s.cfg.RepairInterval,
+	})
+	if err != nil {
+		return fmt.Errorf("repair controller: %w", err)
+	}
+	if err := s.startNodePortRepair(ctx, client); err != nil {
+		return err
+	}
+	if runner == nil {
+		logger(ctx).Info("The allocators keep no stored map; the ClusterIP repair controller does not run")
+		close(s.repairFirstPass)
+		return nil
+	}
+	s.controllers.run(ctx, func(ctx context.Context) {
+		if err := runner.Run(ctx, s.repairFirstPass); err != nil && ctx.Err() == nil {
+			logger(ctx).Error(err, "ClusterIP repair controller stopped")
+		}
+	})
+	return s.startTransitionRepair(ctx, client)
+}
+
+// startTransitionRepair runs, while dual write is on, the repair of the
+// other model's records too (ipallocator.Backend.TransitionRepair). It does
+// not gate readiness.
+func (s *Server) startTransitionRepair(ctx context.Context, client kubernetes.Interface) error {
+	runner, err := s.backend.TransitionRepair(ipallocator.RepairConfig{
+		Client: client, Informers: s.informers, Recorder: report.NewEventRecorder(ctx, client), Metrics: s.repairMetrics, Interval: s.cfg.RepairInterval,
+	})
+	if err != nil || runner == nil {
+		return err
+	}
+	s.controllers.run(ctx, func(ctx context.Context) {
+		s.whileDualWrite(ctx, func(ctx context.Context) {
+			if err := runner.Run(ctx, nil); err != nil && ctx.Err() == nil {
+				logger(ctx).Error(err, "Transition repair controller stopped")
+			}
+		})
+	})
+	return nil
+}
+
+// whileDualWrite runs fn whenever dual write is on, cancelling it when dual
+// write turns off, until ctx ends.
+func (s *Server) whileDualWrite(ctx context.Context, fn func(context.Context)) {
+	const poll = time.Second
+	for ctx.Err() == nil {
+		if !s.backend.DualWrite() {
+			select {
+			case <-ctx.Done():
+				return
+			case <-time.After(poll):
+				continue
+			}
+		}
+		runCtx, cancel := context.WithCancel(ctx)
+		go func() {
+			defer cancel()
+			for runCtx.Err() == nil && s.backend.DualWrite() {
+				select {
+				case <-runCtx.Done():
+				case <-time.After(poll):
+				}
+			}
+		}()
+		fn(runCtx)
+		cancel()
+	}
+}
+
+// migrateFromOtherModel carries allocations made under the other model over
+// before this server opens its allocators (ipallocator.Backend.CarryOver).
+// Addresses the target cannot hold are logged (repair reports them as
+// events); they do not keep the server from starting.
+func (s *Server) migrateFromOtherModel(ctx context.Context) error {
+	log := logger(ctx)
+	rep, err := s.backend.CarryOver(ctx)
+	if err != nil || rep == nil {
+		return err
+	}
+	if rep.Created > 0 || len(rep.Problems) > 0 {
+		log.Info("Carried allocations over from the other model", "report", rep.String())
+	}
+	for _, p := range rep.Problems {
+		log.Info("Allocation not carried over", "type", p.Type, "ip", p.IP, "service", p.Service, "message", p.Message)
+	}
+	return nil
+}
+
+// startNodePortRepair runs the node-port repair beside the ClusterIP one, in
+// both IP models (the node-port map is the same in both). It does not gate
+// readiness: the map is persistent, so a restart loses nothing it would
+// have to rebuild first. So its first pass waits for the ClusterIP
+// repair's, which does gate it (afterFirstRepairPass, at most 30 s): at
+// 100,000 Services, its list of every Service took a fifth of the
+// start-up's CPU from the work readiness waits for (docs/performance.md).
+func (s *Server) startNodePortRepair(ctx context.Context, client kubernetes.Interface) error {
+	if s.nodePorts == nil {
+		return nil
+	}
+	r, err := repair.NewNodePortRepair(repair.NodePortConfig{
+		Client: client, Store: s.nodePorts, Recorder: report.NewEventRecorder(ctx, client),
+		Metrics: s.repairMetrics, Interval: s.cfg.RepairInterval,
+	})
+	if err != nil {
+		return err
+	}
+	s.controllers.run(ctx, func(ctx context.Context) {
+		if !s.afterFirstRepairPass(ctx, firstPassWait) {
+			return
+		}
+		if err := r.Run(ctx, nil); err != nil && ctx.Err() == nil {
+			logger(ctx).Error(err, "Node-port repair controller stopped")
+		}
+	})
+	return nil
+}
+
+// firstPassWait bounds how long work that readiness does not wait for
+// waits for the ClusterIP repair's first pass: a repair that keeps
+// failing must not hold it back for good.
+const firstPassWait = 30 * time.Second
+
+// afterFirstRepairPass waits until the ClusterIP repair's first pass is
+// done, or max has passed (firstPassWait); false when ctx ended first.
+func (s *Server) afterFirstRepairPass(ctx context.Context, max time.Duration) bool {
+	t := time.NewTimer(max)
+	defer t.Stop()
+	select {
+	case <-s.repairFirstPass:
+	case <-t.C:
+	case <-ctx.Done():
+		return false
+	}
+	return true
+}

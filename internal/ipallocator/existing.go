@@ -1,0 +1,226 @@
+package ipallocator
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/netip"
+	"strings"
+
+	clientv3 "go.etcd.io/etcd/client/v3"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
+
+	"github.com/allocator/allocator/pkg/bitmap/clusterip"
+
+	"github.com/allocator/allocator/internal/rangeusage"
+	"github.com/allocator/allocator/pkg/bitmap"
+	"github.com/allocator/allocator/pkg/etcdlayout"
+	"github.com/allocator/allocator/pkg/model"
+	"github.com/allocator/allocator/pkg/repair/iprepair"
+	"github.com/allocator/allocator/pkg/subrange"
+)
+
+var (
+	// ErrNoEtcd is returned when the bitmap model is asked for and
+	// Cluster.Etcd is nil: its maps are in etcd only.
+	ErrNoEtcd = errors.New("the bitmap model needs etcd")
+	// ErrNoMap is returned by OpenRepair in the bitmap model when no map is
+	// stored and no range is given to build one on.
+	ErrNoMap = errors.New("no bitmap map found")
+)
+
+// Cluster is a running cluster as the jobs beside its servers (repair,
+// status, migrate, transition) reach it. It opens nothing until a job asks.
+type Cluster struct {
+	// Model is model.Bitmap, model.IPAddress or model.Auto (see Detect).
+	Model model.Name
+	// Etcd returns the cluster's etcd client, which the caller owns and
+	// closes; nil when no etcd was given (model.Auto is then the IPAddress
+	// model, read through the API).
+	Etcd func(context.Context) (*clientv3.Client, error)
+	// EtcdPrefix is --etcd-prefix.
+	EtcdPrefix string
+	// Ranges are the service ranges given (--service-cluster-ip-range),
+	// primary family first; empty: the ranges the stored maps record.
+	Ranges []string
+	// Client reads and writes the cluster through its API server.
+	Client kubernetes.Interface
+}
+
+// OpenExisting resolves c's model (model.Auto detected) and opens c's etcd
+// when the model reads it: a Backend with neither allocators nor stores,
+// whose Usage measures the cluster. It writes nothing.
+func OpenExisting(ctx context.Context, c Cluster) (*Backend, error) {
+	m := c.Model
+	var etcd *clientv3.Client
+	if m == model.Bitmap || (m == model.Auto && c.Etcd != nil) {
+		if c.Etcd == nil {
+			return nil, ErrNoEtcd
+		}
+		var err error
+		if etcd, err = c.Etcd(ctx); err != nil {
+			return nil, err
+		}
+	}
+	var kv clientv3.KV // nil without etcd (a nil *Client would not be a nil KV)
+	if etcd != nil {
+		kv = etcd
+	}
+	m, err := Detect(ctx, m, kv, c.EtcdPrefix)
+	if err != nil {
+		return nil, err
+	}
+	if m != model.Bitmap && m != model.IPAddress {
+		return nil, fmt.Errorf("%w %q", ErrUnknownModel, m)
+	}
+	return &Backend{cfg: Config{Model: m, Etcd: etcd, EtcdPrefix: c.EtcdPrefix, Client: c.Client}}, nil
+}
+
+// OpenRepair is a Backend over the maps c already has, for the standalone
+// repair job: no allocators, the repairs only. In the bitmap model it reads
+// the maps (BitmapStores) on the given ranges, else on the ranges they
+// record; it creates none.
+func OpenRepair(ctx context.Context, c Cluster) (*Backend, error) {
+	b, err := OpenExisting(ctx, c)
+	if err != nil || b.cfg.Model != model.Bitmap {
+		return b, err
+	}
+	if b.stores, err = ExistingBitmapStores(ctx, b.cfg.Etcd, c.EtcdPrefix, c.Ranges, nil); err != nil {
+		return nil, err
+	}
+	if len(b.stores) == 0 {
+		return nil, fmt.Errorf("%w under %s/ranges", ErrNoMap, c.EtcdPrefix)
+	}
+	return b, nil
+}
+
+// LeaksWaitForPasses reports whether the model's repair frees a leak only
+// once three passes have seen it (the bitmap model, as upstream's); the
+// IPAddress model's orphans have a grace in time instead.
+func (b *Backend) LeaksWaitForPasses() bool { return b.cfg.Model == model.Bitmap }
+
+// AllocatesFromServiceCIDRs reports whether the model hands out addresses
+// from the ServiceCIDRs, whose lifecycle can drain one (the IPAddress
+// model); the bitmap model serves --service-cluster-ip-range only.
+func (b *Backend) AllocatesFromServiceCIDRs() bool { return b.cfg.Model == model.IPAddress }
+
+// Etcd returns the etcd client the Backend reads, or nil.
+func (b *Backend) Etcd() *clientv3.Client { return b.cfg.Etcd }
+
+// Usage measures how full the service ranges are under the Backend's
+// model, from the bitmap model's maps in etcd or the IPAddress model's
+// objects. It writes nothing.
+func (b *Backend) Usage(ctx context.Context) (*rangeusage.Usage, error) {
+	switch b.cfg.Model {
+	case model.Bitmap:
+		return rangeusage.FromBitmap(ctx, b.cfg.Etcd, b.cfg.EtcdPrefix, b.cfg.Client)
+	case model.IPAddress:
+		return rangeusage.FromIPAddresses(ctx, b.cfg.Client)
+	}
+	return nil, fmt.Errorf("%w %q", ErrUnknownModel, b.cfg.Model)
+}
+
+// Migrate carries c's allocations over to the model to (cfg.Client is
+// c.Client's when nil): MigrateToIPAddress, or MigrateToBitmap on the maps
+// of the given ranges, else of the ranges the stored maps record, else of
+// the default ServiceCIDR "kubernetes".
+func Migrate(ctx context.Context, to model.Name, c Cluster, cfg iprepair.MigrateConfig) (*iprepair.MigrationReport, error) {
+	if cfg.Client == nil {
+		cfg.Client = c.Client
+	}
+	switch to {
+	case model.IPAddress:
+		return iprepair.MigrateToIPAddress(ctx, cfg)
+	case model.Bitmap:
+		if c.Etcd == nil {
+			return nil, ErrNoEtcd
+		}
+		etcd, err := c.Etcd(ctx)
+		if err != nil {
+			return nil, err
+		}
+		fallback, err := DefaultServiceCIDRs(ctx, cfg.Client)
+		if err != nil {
+			return nil, err
+		}
+		if cfg.Stores, err = ExistingBitmapStores(ctx, etcd, c.EtcdPrefix, c.Ranges, fallback); err != nil {
+			return nil, err
+		}
+		return iprepair.MigrateToBitmap(ctx, cfg)
+	}
+	return nil, fmt.Errorf("%w %q", ErrUnknownModel, to)
+}
+
+// DefaultServiceCIDRs returns the CIDRs of the ServiceCIDR "kubernetes" (the
+// one kube-apiserver creates from --service-cluster-ip-range), or none.
+func DefaultServiceCIDRs(ctx context.Context, client kubernetes.Interface) ([]string, error) {
+	cidr, err := client.NetworkingV1().ServiceCIDRs().Get(ctx, "kubernetes", metav1.GetOptions{})
+	if apierrors.IsNotFound(err) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, fmt.Errorf("get ServiceCIDR kubernetes: %w", err)
+	}
+	return cidr.Spec.CIDRs, nil
+}
+
+// ExistingBitmapStores returns one bitmap-model store per family, primary
+// first, on ranges, else on the ranges the stored maps record, else on
+// fallback. It returns no stores, and no error, when nothing says which
+// ranges to use. It writes nothing.
+func ExistingBitmapStores(ctx context.Context, etcd *clientv3.Client, prefix string, ranges, fallback []string) ([]iprepair.BitmapStore, error) {
+	layout := etcdlayout.Layout{Prefix: prefix}
+	keys := []string{layout.PrimaryServiceIPRange(), layout.SecondaryServiceIPRange()}
+	if len(ranges) == 0 {
+		for _, key := range keys {
+			resp, err := etcd.Get(ctx, key)
+			if err != nil {
+				return nil, fmt.Errorf("read %s: %w", key, err)
+			}
+			if len(resp.Kvs) == 0 {
+				break
+			}
+			ra, err := etcdlayout.DecodeRangeAllocation(resp.Kvs[0].Value)
+			if err != nil {
+				return nil, etcdlayout.WithKey(key, err)
+			}
+			ranges = append(ranges, ra.Range)
+		}
+		if len(ranges) == 0 {
+			ranges = fallback
+		}
+	}
+	if len(ranges) > len(keys) {
+		return nil, fmt.Errorf("at most two service ranges (one per family), got %v", ranges)
+	}
+	var stores []iprepair.BitmapStore
+	for i, text := range ranges {
+		p, err := subrange.ParsePrefix(strings.TrimSpace(text))
+		if err != nil {
+			return nil, fmt.Errorf("service range: %w", err)
+		}
+		store, err := existingStore(etcd, keys[i], p)
+		if err != nil {
+			return nil, err
+		}
+		stores = append(stores, store)
+	}
+	if len(stores) == 2 && stores[0].Range().IPv6() == stores[1].Range().IPv6() {
+		return nil, fmt.Errorf("the two service ranges must be of different families: %s, %s", stores[0].Range().Prefix(), stores[1].Range().Prefix())
+	}
+	return stores, nil
+}
+
+func existingStore(etcd *clientv3.Client, key string, prefix netip.Prefix) (iprepair.BitmapStore, error) {
+	rng, err := subrange.New(prefix, model.Bitmap)
+	if err != nil {
+		return nil, fmt.Errorf("service range %s: %w", prefix, err)
+	}
+	store, err := clusterip.NewEtcdAllocator(etcd, key, rng, bitmap.EtcdOptions{})
+	if err != nil {
+		return nil, err
+	}
+	return store, nil
+}

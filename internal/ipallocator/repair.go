@@ -1,0 +1,182 @@
+package ipallocator
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"k8s.io/client-go/informers"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/tools/record"
+
+	"github.com/allocator/allocator/internal/transition"
+	"github.com/allocator/allocator/pkg/model"
+	"github.com/allocator/allocator/pkg/repair/iprepair"
+	"github.com/allocator/allocator/pkg/repair/report"
+)
+
+// RepairConfig is what a repair controller needs from its host. Fields a
+// model does not use are ignored.
+type RepairConfig struct {
+	// Client reads Services, IPAddresses and ServiceCIDRs and writes
+	// IPAddresses.
+	Client kubernetes.Interface
+	// Informers is a shared factory on Client for the IPAddress repair's
+	// informers; nil: it makes its own.
+	Informers informers.SharedInformerFactory
+	// Recorder receives the events; nil emits none.
+	Recorder record.EventRecorder
+	// Metrics counts problems; nil counts nothing.
+	Metrics *report.Metrics
+	// Interval is the period of Run's full passes (default
+	// report.DefaultInterval).
+	Interval time.Duration
+	// DryRun reports what a pass would change and changes nothing.
+	DryRun bool
+	// LeakGrace (bitmap model): see iprepair.BitmapConfig.
+	LeakGrace time.Duration
+	// OrphanGrace (IPAddress model): see iprepair.IPAddressConfig.
+	OrphanGrace time.Duration
+	// Progress (IPAddress model) reports each full pass; nil reports nothing.
+	Progress report.StartProgress
+}
+
+// Runner is a repair controller: Run repairs until ctx ends (closing
+// firstPass, if not nil, after the first successful full pass); RunOnce
+// makes one full pass.
+type Runner interface {
+	Run(ctx context.Context, firstPass chan<- struct{}) error
+	RunOnce(ctx context.Context) (*report.Report, error)
+}
+
+// Repair returns the model's repair controller, or nil when the model keeps
+// nothing to repair (in-memory bitmaps).
+func (b *Backend) Repair(rc RepairConfig) (Runner, error) {
+	switch b.cfg.Model {
+	case model.Bitmap:
+		if len(b.stores) == 0 {
+			return nil, nil
+		}
+		return b.bitmapRepair(rc, false)
+	case model.IPAddress:
+		var carryOver func() bool
+		if b.cfg.Transition != nil {
+			// Bitmap-model replicas record their allocations in the
+			// bitmap only: their Services' missing IPAddresses are created
+			// without an event.
+			carryOver = b.cfg.Transition.DualWrite
+		}
+		return ipAddressRepair(rc, carryOver)
+	}
+	return nil, fmt.Errorf("%w %q", ErrUnknownModel, b.cfg.Model)
+}
+
+// TransitionRepair returns the repair of the other model's records, which
+// the server runs while dual write is on so that both models stay true
+// (kubernetes#136475: a dual-written bitmap that nobody repairs drifts, and
+// static creates are refused for free addresses): the bitmap repair, as a
+// companion, in the IPAddress model; the IPAddress repair, carrying the
+// bitmap's allocations over quietly, in the bitmap model. Nil when the
+// replica is in no transition or there is no bitmap to repair.
+func (b *Backend) TransitionRepair(rc RepairConfig) (Runner, error) {
+	if b.cfg.Transition == nil {
+		return nil, nil
+	}
+	switch b.cfg.Model {
+	case model.IPAddress:
+		if len(b.stores) == 0 {
+			return nil, nil
+		}
+		return b.bitmapRepair(rc, true)
+	case model.Bitmap:
+		return ipAddressRepair(rc, func() bool { return true })
+	}
+	return nil, fmt.Errorf("%w %q", ErrUnknownModel, b.cfg.Model)
+}
+
+// DualWrite reports whether the replica's transition has dual write on
+// (false when it is in none).
+func (b *Backend) DualWrite() bool {
+	return b.cfg.Transition != nil && b.cfg.Transition.DualWrite()
+}
+
+// bitmapRepair and ipAddressRepair return a nil Runner, never a typed nil
+// pointer in one, with an error.
+func (b *Backend) bitmapRepair(rc RepairConfig, companion bool) (Runner, error) {
+	r, err := iprepair.NewBitmapRepair(iprepair.BitmapConfig{
+		Client: rc.Client, Stores: b.stores, Recorder: rc.Recorder, Metrics: rc.Metrics, Interval: rc.Interval,
+		DryRun: rc.DryRun, LeakGrace: rc.LeakGrace, Companion: companion,
+	})
+	if err != nil {
+		return nil, err
+	}
+	return r, nil
+}
+
+func ipAddressRepair(rc RepairConfig, carryOver func() bool) (Runner, error) {
+	r, err := iprepair.NewIPAddressRepair(iprepair.IPAddressConfig{
+		Client: rc.Client, Informers: rc.Informers, Recorder: rc.Recorder, Metrics: rc.Metrics, Interval: rc.Interval,
+		DryRun: rc.DryRun, OrphanGrace: rc.OrphanGrace, Progress: rc.Progress, CarryOver: carryOver,
+	})
+	if err != nil {
+		return nil, err
+	}
+	return r, nil
+}
+
+// CarryOver brings the other model's allocations into this one before the
+// allocators open, so a server switched from one model to the other never
+// hands out an address the old model gave away: the IPAddress model creates
+// the missing IPAddresses of stored Services (and, while dual write is on,
+// writes every address into the bitmap too, so a replica rolled back to the
+// bitmap model finds them); the bitmap model, once every IPAddress-model
+// replica dual-writes, writes every IPAddress and Service address into its
+// maps. Addresses the target cannot hold are in the report's Problems
+// (repair reports them as events); they do not make it fail. Nil report:
+// nothing to carry (in-memory bitmaps).
+func (b *Backend) CarryOver(ctx context.Context) (*iprepair.MigrationReport, error) {
+	var (
+		rep *iprepair.MigrationReport
+		err error
+	)
+	switch b.cfg.Model {
+	case model.IPAddress:
+		cfg := iprepair.MigrateConfig{Client: b.cfg.Client}
+		if b.cfg.Informers != nil {
+			cfg.Snapshot = iprepair.InformerSnapshot(b.cfg.Informers)
+		}
+		rep, err = iprepair.MigrateToIPAddress(ctx, cfg)
+		if err == nil && b.DualWrite() && len(b.stores) > 0 {
+			var toBitmap *iprepair.MigrationReport
+			toBitmap, err = iprepair.MigrateToBitmap(ctx, iprepair.MigrateConfig{Client: b.cfg.Client, Stores: b.stores, SkipUnrepresentable: true})
+			if err == nil {
+				rep.Problems = append(rep.Problems, toBitmap.Problems...)
+			}
+		}
+	case model.Bitmap:
+		if len(b.stores) == 0 {
+			return nil, nil
+		}
+		if b.cfg.Transition != nil {
+			// Every IPAddress-model replica must dual-write before this
+			// replica trusts the bitmap (see internal/transition).
+			wctx, cancel := context.WithTimeout(ctx, waitForDualWriters)
+			err := transition.WaitForDualWriters(wctx, b.cfg.Etcd, b.cfg.EtcdPrefix, 0)
+			cancel()
+			if err != nil {
+				return nil, fmt.Errorf("bitmap model: %w", err)
+			}
+		}
+		rep, err = iprepair.MigrateToBitmap(ctx, iprepair.MigrateConfig{Client: b.cfg.Client, Stores: b.stores, SkipUnrepresentable: true})
+	default:
+		return nil, fmt.Errorf("%w %q", ErrUnknownModel, b.cfg.Model)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("carry over allocations to the %s model: %w", b.cfg.Model, err)
+	}
+	if !rep.Verified && len(rep.Problems) == 0 {
+		return nil, errors.New("carry over allocations: the verification failed")
+	}
+	return rep, nil
+}

@@ -1,0 +1,184 @@
+package ipaddress
+
+import (
+	"cmp"
+	"fmt"
+	"maps"
+	"net/netip"
+	"slices"
+
+	networkingv1 "k8s.io/api/networking/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/allocator/allocator/pkg/ipaddress/lifecycle"
+	"github.com/allocator/allocator/pkg/ipaddress/scope"
+	"github.com/allocator/allocator/pkg/model"
+	"github.com/allocator/allocator/pkg/subrange"
+)
+
+// RefusedCIDR is a CIDR of a ServiceCIDR that the allocator does not serve,
+// with the reason (for IPv6 prefixes shorter than /64, upstream's
+// "shortest allowed prefix length for service CIDR is 64, got N").
+type RefusedCIDR struct {
+	ServiceCIDR string
+	CIDR        string
+	Err         error
+}
+
+func (r RefusedCIDR) Error() string {
+	return fmt.Sprintf("ServiceCIDR %s: CIDR %s: %v", r.ServiceCIDR, r.CIDR, r.Err)
+}
+
+// Unwrap returns the reason.
+func (r RefusedCIDR) Unwrap() error { return r.Err }
+
+// activeRange is one distinct prefix the allocator serves, with the order key
+// of the oldest ready ServiceCIDR that carries it, and every ready
+// ServiceCIDR that carries it with its scope.
+type activeRange struct {
+	rng      subrange.Range
+	created  metav1.Time
+	name     string
+	carriers []carrier
+}
+
+// carrier is a ready ServiceCIDR carrying a range; scope is nil when the
+// ServiceCIDR is unscoped; mode is its lifecycle (pkg/ipaddress/lifecycle), which
+// new allocations it takes.
+type carrier struct {
+	name  string
+	scope *scope.Scope
+	mode  lifecycle.Mode
+}
+
+// IsReady reports whether cidr may serve new allocations: it is not being
+// deleted and its Ready condition is not False. A ServiceCIDR without a Ready
+// condition counts as ready (design.md §5), because nothing may ever set it
+// on a cluster without the ServiceCIDR controller.
+func IsReady(cidr *networkingv1.ServiceCIDR) bool {
+	if cidr.DeletionTimestamp != nil {
+		return false
+	}
+	for _, c := range cidr.Status.Conditions {
+		if c.Type == networkingv1.ServiceCIDRConditionReady {
+			return c.Status != metav1.ConditionFalse
+		}
+	}
+	return true
+}
+
+// concerns reports whether a ServiceCIDR added or deleted can change what
+// selectRanges returns for one family: it carries a CIDR of that family,
+// or one that does not parse (refused by both). Anything else (a tombstone
+// of an unknown object) concerns it.
+func concerns(obj any, ipv6 bool) bool {
+	sc, ok := obj.(*networkingv1.ServiceCIDR)
+	if !ok {
+		return true
+	}
+	for _, s := range sc.Spec.CIDRs {
+		prefix, err := subrange.ParsePrefix(s)
+		if err != nil || prefix.Addr().Is6() == ipv6 {
+			return true
+		}
+	}
+	return false
+}
+
+// changeConcerns reports whether an update of a ServiceCIDR can change what
+// selectRanges returns for one family: only what selectRanges reads
+// matters (its CIDRs, whether it is ready, its annotations, its creation
+// time). The ServiceCIDR controller's finalizer and its Ready=True
+// condition on a new ServiceCIDR change none of it: with a thousand
+// ServiceCIDRs, each of those updates rebuilt both families' ranges from
+// all of them (a tenth of the CPU while they were being created).
+func changeConcerns(old, obj any, ipv6 bool) bool {
+	o, ok1 := old.(*networkingv1.ServiceCIDR)
+	n, ok2 := obj.(*networkingv1.ServiceCIDR)
+	if !ok1 || !ok2 {
+		return true
+	}
+	if !concerns(o, ipv6) && !concerns(n, ipv6) {
+		return false
+	}
+	return IsReady(o) != IsReady(n) || !slices.Equal(o.Spec.CIDRs, n.Spec.CIDRs) ||
+		!maps.Equal(o.Annotations, n.Annotations) || !o.CreationTimestamp.Equal(&n.CreationTimestamp)
+}
+
+// selectRanges turns ServiceCIDRs into the ordered, de-duplicated ranges of
+// one family, plus the CIDRs it refuses. Order: oldest creationTimestamp
+// first, then name; a prefix carried by several ServiceCIDRs takes the
+// position of the first of them and appears once, with each of them as a
+// carrier. A ServiceCIDR whose scope annotations do not parse (written by a
+// server that does not validate them) is refused whole: serving it unscoped
+// would hand its addresses to Services it was meant to keep out. One whose
+// lifecycle annotations do not parse is served as draining
+// (lifecycle.Parse): its Services keep their addresses, and it hands out no
+// new one.
+func selectRanges(cidrs []*networkingv1.ServiceCIDR, ipv6 bool) ([]activeRange, []RefusedCIDR) {
+	sorted := slices.Clone(cidrs)
+	slices.SortFunc(sorted, func(a, b *networkingv1.ServiceCIDR) int {
+		if c := a.CreationTimestamp.Compare(b.CreationTimestamp.Time); c != 0 {
+			return c
+		}
+		return cmp.Compare(a.Name, b.Name)
+	})
+	var out []activeRange
+	var refused []RefusedCIDR
+	seen := map[netip.Prefix]int{}
+	for _, sc := range sorted {
+		if !IsReady(sc) {
+			continue
+		}
+		sco, scopeErr := scope.Parse(sc.Annotations)
+		mode, _ := lifecycle.Parse(sc.Annotations) // an invalid value reads as Draining
+		for _, s := range sc.Spec.CIDRs {
+			prefix, err := subrange.ParsePrefix(s)
+			if err != nil {
+				refused = append(refused, RefusedCIDR{ServiceCIDR: sc.Name, CIDR: s, Err: err})
+				continue
+			}
+			if prefix.Addr().Is6() != ipv6 {
+				continue
+			}
+			if scopeErr != nil {
+				refused = append(refused, RefusedCIDR{ServiceCIDR: sc.Name, CIDR: s, Err: fmt.Errorf("invalid scope: %w", scopeErr)})
+				continue
+			}
+			if i, ok := seen[prefix]; ok {
+				out[i].carriers = append(out[i].carriers, carrier{name: sc.Name, scope: sco, mode: mode})
+				continue
+			}
+			rng, err := subrange.New(prefix, model.IPAddress)
+			if err != nil {
+				refused = append(refused, RefusedCIDR{ServiceCIDR: sc.Name, CIDR: s, Err: err})
+				continue
+			}
+			seen[prefix] = len(out)
+			out = append(out, activeRange{rng: rng, created: sc.CreationTimestamp, name: sc.Name,
+				carriers: []carrier{{name: sc.Name, scope: sco, mode: mode}}})
+		}
+	}
+	return out, refused
+}
+
+// maximalRanges returns the ranges not contained in another one. Prefixes
+// either nest or are disjoint, and the usable addresses of a nested prefix
+// are usable in its parent, so the union of all ranges is the disjoint union
+// of the maximal ones: counting only those never double-counts.
+func maximalRanges(ranges []activeRange) []int {
+	var out []int
+	for i, r := range ranges {
+		contained := false
+		for j, o := range ranges {
+			if i != j && o.rng.Prefix().Bits() < r.rng.Prefix().Bits() && o.rng.Prefix().Overlaps(r.rng.Prefix()) {
+				contained = true
+				break
+			}
+		}
+		if !contained {
+			out = append(out, i)
+		}
+	}
+	return out
+}

@@ -1,0 +1,173 @@
+package servicecidr
+
+import (
+	"context"
+	"fmt"
+	"net/netip"
+	"slices"
+	"strings"
+	"time"
+
+	networkingv1 "k8s.io/api/networking/v1"
+	apiequality "k8s.io/apimachinery/pkg/api/equality"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/klog/v2"
+
+	"github.com/allocator/allocator/pkg/ipaddress/addrindex"
+)
+
+// DefaultConditionInterval is the shortest time between two writes of a
+// ServiceCIDR's conditions (see syncConditions).
+const DefaultConditionInterval = 5 * time.Second
+
+// conflictRetry is how soon a conditions write that lost to another
+// writer is tried again, from the cache by then holding the other write.
+const conflictRetry = 500 * time.Millisecond
+
+// WithConditionInterval sets the shortest time between two writes of a
+// ServiceCIDR's conditions (default DefaultConditionInterval). Tests
+// shorten or lengthen it.
+func WithConditionInterval(d time.Duration) Option {
+	return func(c *Controller) { c.conditionInterval = d }
+}
+
+// ConditionWrites is how many conditions writes this controller made.
+func (c *Controller) ConditionWrites() int64 { return c.conditionWrites.Load() }
+
+// syncConditions writes the conditions of ServiceCIDR name when what the
+// caches show differs from what is stored, at most once per
+// conditionInterval: the messages carry exact counts, which change with
+// every allocation, and a write per allocation would double the writes of
+// a create. A change inside the interval is written when it ends (the
+// returned requeue), so the lag is at most the interval plus a watch
+// delay. The interval counts from the last write of our conditions by any
+// replica (each replica notes the writes it sees through its informer,
+// noteConditionsChanged), so replicas together write about once per
+// interval, and one whose cache shows what is stored writes nothing. A
+// write that conflicts with another is retried from the fresher cache.
+func (c *Controller) syncConditions(ctx context.Context, name string) (time.Duration, error) {
+	sc, err := c.cidrLister.Get(name)
+	if apierrors.IsNotFound(err) {
+		c.forgetWrites(name)
+		return 0, nil
+	}
+	if err != nil {
+		return 0, fmt.Errorf("get ServiceCIDR %s: %w", name, err)
+	}
+	ips, err := addrindex.In(c.ipIndexer, prefixes(sc))
+	if err != nil {
+		return 0, fmt.Errorf("IPAddresses of ServiceCIDR %s: %w", name, err)
+	}
+	want := computeConditions(conditionInput{sc: sc, ips: ips, others: c.allCIDRs()})
+	if conditionsStored(sc.Status.Conditions, want) {
+		return 0, nil
+	}
+	if wait := c.conditionWait(name); wait > 0 {
+		return wait, nil
+	}
+	sc = sc.DeepCopy()
+	applyConditions(&sc.Status.Conditions, want, metav1.NewTime(c.now()))
+	_, err = c.client.NetworkingV1().ServiceCIDRs().UpdateStatus(ctx, sc, metav1.UpdateOptions{})
+	switch {
+	case apierrors.IsConflict(err):
+		klog.FromContext(ctx).V(4).Info("Conditions write lost to another writer, retrying", "servicecidr", name)
+		return conflictRetry, nil
+	case apierrors.IsNotFound(err):
+		return 0, nil
+	case err != nil:
+		return 0, fmt.Errorf("write conditions of ServiceCIDR %s: %w", name, err)
+	}
+	c.conditionWrites.Add(1)
+	c.noteWrite(name)
+	return 0, nil
+}
+
+// conditionWait is how long ServiceCIDR name must wait before its
+// conditions may be written again; 0 or less when they may be now.
+func (c *Controller) conditionWait(name string) time.Duration {
+	c.writesMu.Lock()
+	defer c.writesMu.Unlock()
+	last, ok := c.lastWrite[name]
+	if !ok {
+		return 0
+	}
+	return c.conditionInterval - c.now().Sub(last)
+}
+
+// noteWrite records a write of ServiceCIDR name's conditions, now.
+func (c *Controller) noteWrite(name string) {
+	c.writesMu.Lock()
+	defer c.writesMu.Unlock()
+	c.lastWrite[name] = c.now()
+}
+
+// forgetWrites drops what is recorded of a ServiceCIDR that is gone.
+func (c *Controller) forgetWrites(name string) {
+	c.writesMu.Lock()
+	defer c.writesMu.Unlock()
+	delete(c.lastWrite, name)
+}
+
+// queueConditions queues ServiceCIDR name for its conditions: now when a
+// write is allowed, else when the interval ends. Waiting items are kept
+// once, so a burst of events costs one sync per interval.
+func (c *Controller) queueConditions(name string) {
+	if wait := c.conditionWait(name); wait > 0 {
+		c.queue.AddAfter(name, wait)
+		return
+	}
+	c.queue.Add(name)
+}
+
+// noteConditionsChanged records, for an update of a ServiceCIDR, whether
+// our conditions changed: a write by this or another replica, from which
+// the interval counts.
+func (c *Controller) noteConditionsChanged(old, cur *networkingv1.ServiceCIDR) {
+	if !apiequality.Semantic.DeepEqual(ourConditions(old.Status.Conditions), ourConditions(cur.Status.Conditions)) {
+		c.noteWrite(cur.Name)
+	}
+}
+
+// queueOverlapping queues, for their Overlapping condition, the
+// ServiceCIDRs other than name whose prefixes overlap one of ps.
+func (c *Controller) queueOverlapping(name string, ps []netip.Prefix) {
+	for _, o := range c.allCIDRs() {
+		if o.name != name && slices.ContainsFunc(o.prefixes, func(p netip.Prefix) bool { return slices.ContainsFunc(ps, p.Overlaps) }) {
+			c.queueConditions(o.name)
+		}
+	}
+}
+
+// queueCapacity queues, for their capacity, the ServiceCIDRs that contain
+// the address of an IPAddress added or deleted.
+func (c *Controller) queueCapacity(obj any) {
+	addr, ok := ipAddressAddr(obj)
+	if !ok {
+		return
+	}
+	for _, o := range c.allCIDRs() {
+		if slices.ContainsFunc(o.prefixes, func(p netip.Prefix) bool { return p.Contains(addr) }) {
+			c.queueConditions(o.name)
+		}
+	}
+}
+
+// allCIDRs returns every ServiceCIDR with its prefixes, from the cache,
+// parsed again only after a ServiceCIDR event.
+func (c *Controller) allCIDRs() []namedCIDR {
+	out, _ := c.all.Get(func() ([]namedCIDR, error) {
+		all, err := c.cidrLister.List(labels.Everything())
+		if err != nil {
+			return nil, err
+		}
+		list := make([]namedCIDR, 0, len(all)) // a new slice: callers may still read the old one
+		for _, sc := range all {
+			list = append(list, namedCIDR{name: sc.Name, prefixes: prefixes(sc)})
+		}
+		slices.SortFunc(list, func(a, b namedCIDR) int { return strings.Compare(a.name, b.name) })
+		return list, nil
+	})
+	return out
+}

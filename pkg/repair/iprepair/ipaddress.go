@@ -1,0 +1,398 @@
+package iprepair
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"k8s.io/client-go/informers"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/tools/cache"
+	"k8s.io/client-go/tools/record"
+	"k8s.io/client-go/util/workqueue"
+	"k8s.io/klog/v2"
+
+	"github.com/allocator/allocator/pkg/model"
+	"github.com/allocator/allocator/pkg/repair/report"
+)
+
+// repairRetryMax caps the backoff of a key the IPAddress repair failed to
+// reconcile.
+const repairRetryMax = 10 * time.Second
+
+// DefaultOrphanGrace is the default IPAddressConfig.OrphanGrace: upstream's
+// 60 s, the API server's default request timeout.
+const DefaultOrphanGrace = 60 * time.Second
+
+// DefaultIPAddressWorkers is the default IPAddressConfig.Workers.
+const DefaultIPAddressWorkers = 2
+
+// ErrNoServiceCIDR is returned by a pass that finds no ServiceCIDR at all: on
+// such a cluster every ClusterIP would look out of range, so the pass waits
+// for the default ServiceCIDR instead (upstream waits for it too).
+var ErrNoServiceCIDR = errors.New("no ServiceCIDR exists yet")
+
+// errChanged marks an object that changed between the fresh read and the
+// conditional write; the address is reconciled again (Run: requeued with
+// backoff; RunOnce: the pass reports the error).
+var errChanged = errors.New("changed while being repaired")
+
+// IPAddressConfig configures an IPAddressRepair.
+type IPAddressConfig struct {
+	// Client reads Services, IPAddresses and ServiceCIDRs and writes
+	// IPAddresses.
+	Client kubernetes.Interface
+	// Informers is an optional shared factory on Client, used by Run (so the
+	// server's allocator and the repair share one watch). Nil: Run makes one
+	// and shuts it down when it returns.
+	Informers informers.SharedInformerFactory
+	// Recorder receives the events; nil emits none.
+	Recorder record.EventRecorder
+	// Metrics counts problems; nil counts nothing.
+	Metrics *report.Metrics
+	// Interval is the period of Run's full passes (default DefaultInterval).
+	Interval time.Duration
+	// OrphanGrace is how old an IPAddress must be before the repair deletes
+	// or re-creates it (default DefaultOrphanGrace).
+	OrphanGrace time.Duration
+	// Workers is the number of Run's event-driven workers (default
+	// DefaultIPAddressWorkers).
+	Workers int
+	// DryRun reports what a pass would change and changes nothing (no write,
+	// no event, no metric).
+	DryRun bool
+	// Progress, if set, reports each full pass over the addresses; the
+	// standalone job sets it (internal/progress), the server does not.
+	Progress report.StartProgress
+	// Now is the clock the grace period is measured with (default time.Now).
+	Now func() time.Time
+	// CarryOver, if set and true, says that bitmap-model writers may be
+	// live (a transition is on, see internal/transition): they record their
+	// allocations in the bitmap only, so a Service address without an
+	// IPAddress is their normal state, not a fault. Its IPAddress is then
+	// created without a ClusterIPNotAllocated event or problem, and counted
+	// as carried over (CarriedOver).
+	CarryOver func() bool
+}
+
+// IPAddressRepair keeps the IPAddress model consistent with the Services
+// (design.md §8): every ClusterIP inside some ServiceCIDR has an IPAddress
+// named after it, with parentRef {group: "", resource: services, namespace,
+// name} and the labels ipaddress.kubernetes.io/ip-family and
+// ipaddress.kubernetes.io/managed-by=ipallocator.k8s.io. Creating the
+// missing ones is also the migration from the bitmap model.
+//
+// Run watches Services, IPAddresses and ServiceCIDRs, reconciles each
+// changed address in a rate-limited work queue and makes a full pass every
+// Interval; RunOnce makes one full pass from fresh lists, without
+// informers, for the standalone job.
+//
+// Invariants and why:
+//
+//   - The unit of work is one address: the Services holding it and the
+//     IPAddress named after it are judged together, so two Services sharing
+//     an address and an IPAddress pointing elsewhere are one decision.
+//   - Reads come from a snapshot (lists or caches) that may be stale, so no
+//     write trusts it alone. Before creating an IPAddress the Service is
+//     read again (same UID, still holding the address): a Service deleted
+//     since the snapshot must not get its address back. The create itself
+//     is the atomic claim: AlreadyExists means someone (normally the
+//     allocator, whose claim precedes the Service) holds the address, and
+//     the repair judges the object it finds, never overwrites it.
+//   - One Service keeps a shared address: the one the IPAddress already
+//     references, else the oldest (then namespace/name). The others get
+//     ClusterIPAlreadyAllocated and are never changed: only a person can
+//     decide which Service to recreate.
+//   - Deleting is the dangerous write: an IPAddress exists before its
+//     Service is stored (the allocator claims first), so an IPAddress
+//     without a Service may belong to a create in flight. An orphaned
+//     IPAddress managed by ipallocator.k8s.io is deleted only when it is
+//     older than OrphanGrace, after a fresh GET of it and of its parent
+//     Service still finds no owner, and with the UID and resourceVersion of
+//     that GET as delete preconditions, so an object re-created or changed
+//     in between is never removed. Upstream deletes an IPAddress whose parent
+//     exists but does not hold the address at once; we apply the grace
+//     period there too, because a Service being updated to add a secondary
+//     address is in exactly that state until its update is stored.
+//   - parentRef is immutable, so an IPAddress of ours that references the
+//     wrong parent while a Service holds the address is fixed by delete and
+//     create (IPAddressWrongReference when the parent Service exists but
+//     does not hold it, as upstream; ClusterIPNotAllocated "has a wrong
+//     reference" when the parent is gone or no Service). It is done only
+//     when it is safe: the IPAddress is older than OrphanGrace, a fresh GET
+//     shows it unchanged, the holder still holds the address and the
+//     referenced Service does not; the delete is conditional as above. If an
+//     allocation takes the address between the delete and the create, the
+//     create fails with AlreadyExists and the conflict is reported as
+//     ClusterIPAlreadyAllocated, not overwritten.
+//   - A wrong family label on an IPAddress of ours is fixed by an update
+//     conditional on its resourceVersion (labels are mutable; upstream
+//     re-creates the object, which frees the address for a moment).
+//   - IPAddresses not labelled managed-by=ipallocator.k8s.io are never
+//     written. One holding a Service's address for another parent is
+//     reported as ClusterIPAlreadyAllocated; one referencing a Service that
+//     does not hold it is reported as a leak; both stay unresolved.
+//   - A ClusterIP inside no ServiceCIDR (ready or not: a terminating one
+//     still covers its addresses) is ClusterIPOutOfRange and gets no
+//     IPAddress; one that does not parse is ClusterIPNotValid. A pass that
+//     finds no ServiceCIDR at all fails with ErrNoServiceCIDR rather than
+//     call every address out of range.
+//   - Events are emitted when the repair changed something or found what
+//     only a person can fix, never for a pending orphan, and never in
+//     dry-run. Events concern the Service, except IPAddressNotAllocated and
+//     IPAddressWrongReference, which concern the IPAddress (as upstream).
+//   - Passes and workers may act on one address at once (Run's periodic
+//     pass runs beside the workers, and several replicas may run the
+//     repair): every write is create-if-absent or conditional on what a fresh
+//     read saw, so the loser of a race fails and re-reads, and nothing is
+//     lost or duplicated.
+type IPAddressRepair struct {
+	cfg     IPAddressConfig
+	carried atomic.Uint64
+}
+
+// CarriedOver is how many IPAddresses the repair created, while CarryOver
+// was true, for addresses a bitmap-model writer had allocated.
+func (r *IPAddressRepair) CarriedOver() uint64 { return r.carried.Load() }
+
+// NewIPAddressRepair checks cfg and returns a repair controller.
+func NewIPAddressRepair(cfg IPAddressConfig) (*IPAddressRepair, error) {
+	if cfg.Client == nil {
+		return nil, errors.New("ipaddress repair: a client is required")
+	}
+	if cfg.Interval <= 0 {
+		cfg.Interval = report.DefaultInterval
+	}
+	if cfg.OrphanGrace <= 0 {
+		cfg.OrphanGrace = DefaultOrphanGrace
+	}
+	if cfg.Workers <= 0 {
+		cfg.Workers = DefaultIPAddressWorkers
+	}
+	if cfg.Now == nil {
+		cfg.Now = time.Now
+	}
+	return &IPAddressRepair{cfg: cfg}, nil
+}
+
+// RunOnce makes one full pass from consistent lists of IPAddresses,
+// ServiceCIDRs and Services; it needs no informers. An address whose repair
+// failed does not stop the pass: the report covers every address and the
+// error lists the failures.
+func (r *IPAddressRepair) RunOnce(ctx context.Context) (*report.Report, error) {
+	view, err := newListView(ctx, r.cfg.Client)
+	if err != nil {
+		return nil, fmt.Errorf("ipaddress repair: %w", err)
+	}
+	return r.pass(ctx, view)
+}
+
+// Run watches Services, IPAddresses and ServiceCIDRs until ctx ends. It first
+// makes full passes from the caches until one succeeds (retried with
+// backoff, never abandoned) and closes firstPass, if not nil, after it;
+// then workers reconcile every changed address and a full pass runs every
+// Interval. Run never stops by itself and returns nil when ctx ends, once
+// every goroutine it started has stopped.
+func (r *IPAddressRepair) Run(ctx context.Context, firstPass chan<- struct{}) error {
+	logger := klog.FromContext(ctx).WithValues("controller", "ipaddress-repair")
+	ctx = klog.NewContext(ctx, logger)
+	factory := r.cfg.Informers
+	if factory == nil {
+		factory = informers.NewSharedInformerFactory(r.cfg.Client, 0)
+		defer factory.Shutdown() // after cancel below: waits for the informers
+	}
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	view, err := newRepairView(factory)
+	if err != nil {
+		return err
+	}
+
+	// A failed key is retried with its own exponential backoff, capped at
+	// repairRetryMax, and no overall rate: client-go's default controller
+	// limiter also holds every retry to 10 a second, so after an etcd
+	// outage (NOSPACE) the hundreds of keys that failed during it waited
+	// tens of seconds in line, leaving the bitmap and the IPAddresses
+	// apart meanwhile (TestEtcdOutOfSpace). Each retry is one key's
+	// reconcile, with the outage already over or its own backoff growing.
+	queue := workqueue.NewTypedRateLimitingQueueWithConfig(
+		workqueue.NewTypedItemExponentialFailureRateLimiter[string](5*time.Millisecond, repairRetryMax),
+		workqueue.TypedRateLimitingQueueConfig[string]{Name: "ipaddress-repair"},
+	)
+	defer queue.ShutDown()
+	run := &repairRun{r: r, queue: queue, view: view, logger: logger, firstPass: firstPass}
+	synced, unwatch, err := run.watch(factory)
+	defer unwatch()
+	if err != nil {
+		return err
+	}
+	factory.Start(ctx.Done())
+	if !cache.WaitForCacheSync(ctx.Done(), synced...) {
+		return nil // ctx ended
+	}
+
+	defer run.workers.Wait()
+	defer queue.ShutDown() // runs before Wait: workers see the shutdown
+	report.Loop(ctx, r.cfg.Interval, run.fullPass, run.passFailed)
+	return nil
+}
+
+// newRepairView returns Run's view of factory's caches, with the repair's
+// index added to the Service informer unless it has it already.
+func newRepairView(factory informers.SharedInformerFactory) (*informerView, error) {
+	svcInf := factory.Core().V1().Services()
+	ipInf := factory.Networking().V1().IPAddresses()
+	cidrInf := factory.Networking().V1().ServiceCIDRs()
+	if _, exists := svcInf.Informer().GetIndexer().GetIndexers()[serviceIndex]; !exists {
+		if err := svcInf.Informer().AddIndexers(serviceIndexers); err != nil {
+			return nil, fmt.Errorf("ipaddress repair: index services: %w", err)
+		}
+	}
+	nsInf := factory.Core().V1().Namespaces()
+	return &informerView{
+		serviceIndexer: svcInf.Informer().GetIndexer(),
+		serviceLister:  svcInf.Lister(),
+		ipLister:       ipInf.Lister(),
+		cidrLister:     cidrInf.Lister(),
+		nsLister:       nsInf.Lister(),
+	}, nil
+}
+
+// repairRun is one Run's state: the queue its event handlers
+// (ipaddress_events.go) fill and its workers drain, and the view of the
+// caches both read.
+type repairRun struct {
+	r         *IPAddressRepair
+	queue     workqueue.TypedRateLimitingInterface[string]
+	view      *informerView
+	logger    klog.Logger
+	firstPass chan<- struct{} // closed, and set to nil, after the first good pass
+	// started is set once the first good pass started the workers; only
+	// report.Loop's goroutine reads and writes it.
+	started bool
+	workers sync.WaitGroup
+}
+
+// fullPass reconciles every address of the caches; the first that succeeds
+// starts the workers and closes firstPass.
+func (run *repairRun) fullPass(ctx context.Context) error {
+	rep, err := run.r.pass(ctx, run.view)
+	if err != nil {
+		return err
+	}
+	run.logger.V(2).Info("IPAddress repair pass done", "report", rep.String())
+	if !run.started {
+		run.started = true
+		run.startWorkers(ctx)
+	}
+	report.CloseOnce(&run.firstPass)
+	return nil
+}
+
+// passFailed logs a failed full pass and counts it, unless it is an
+// ordinary race or the wait for the first ServiceCIDR.
+func (run *repairRun) passFailed(err error, retryIn time.Duration) {
+	switch {
+	case errors.Is(err, errChanged):
+		run.logger.V(2).Info("IPAddress changed while being repaired, pass retried", "retryIn", retryIn, "reason", err.Error())
+	case errors.Is(err, ErrNoServiceCIDR) && !run.started:
+		// At start-up the pass may run before the server created the
+		// default ServiceCIDR: waiting is expected, not an error.
+		run.logger.V(2).Info("IPAddress repair waits for a ServiceCIDR", "retryIn", retryIn)
+	default:
+		run.r.cfg.Metrics.ReconcileError()
+		run.logger.Error(err, "IPAddress repair pass failed", "retryIn", retryIn)
+	}
+}
+
+// startWorkers starts Workers goroutines reconciling queued addresses until
+// the queue shuts down.
+func (run *repairRun) startWorkers(ctx context.Context) {
+	for range run.r.cfg.Workers {
+		run.workers.Go(func() {
+			for run.r.processNext(ctx, run.queue, run.view) {
+			}
+		})
+	}
+}
+
+// processNext reconciles one queued address; false when the queue shut down.
+func (r *IPAddressRepair) processNext(ctx context.Context, queue workqueue.TypedRateLimitingInterface[string], view ipView) bool {
+	k, quit := queue.Get()
+	if quit {
+		return false
+	}
+	defer queue.Done(k)
+	out, err := r.reconcile(ctx, view, k)
+	r.commit(out)
+	logger := klog.FromContext(ctx)
+	for _, p := range out.problems {
+		logger.V(2).Info("IPAddress repair", "ip", p.IP, "service", p.Service, "type", p.Type, "fixed", p.Fixed, "message", p.Message)
+	}
+	if err != nil {
+		switch {
+		case ctx.Err() != nil:
+		case errors.Is(err, errChanged):
+			// An ordinary race with a writer (a Service or IPAddress
+			// changed between the read and the write): not an error.
+			logger.V(2).Info("IPAddress changed while being repaired, retrying", "key", k, "reason", err.Error())
+		default:
+			r.cfg.Metrics.ReconcileError()
+			logger.Error(err, "IPAddress repair failed, retrying", "key", k)
+		}
+		queue.AddRateLimited(k)
+		return true
+	}
+	queue.Forget(k)
+	if out.retryAfter > 0 {
+		queue.AddAfter(k, out.retryAfter)
+	}
+	return true
+}
+
+// pass reconciles every address of view.
+func (r *IPAddressRepair) pass(ctx context.Context, view ipView) (*report.Report, error) {
+	start := time.Now()
+	ranges, err := view.cidrs()
+	if err != nil {
+		return nil, fmt.Errorf("ipaddress repair: %w", err)
+	}
+	if ranges.empty() {
+		return nil, fmt.Errorf("ipaddress repair: %w", ErrNoServiceCIDR)
+	}
+	keys, err := view.keys()
+	if err != nil {
+		return nil, fmt.Errorf("ipaddress repair: %w", err)
+	}
+	services, allocated, err := view.counts()
+	if err != nil {
+		return nil, fmt.Errorf("ipaddress repair: %w", err)
+	}
+	rep := &report.Report{Model: model.IPAddress, DryRun: r.cfg.DryRun, Services: services}
+	var failed []error
+	progress := r.cfg.Progress.Start("addresses checked", len(keys))
+	defer progress.Stop()
+	for _, k := range keys {
+		if err := ctx.Err(); err != nil {
+			return nil, fmt.Errorf("ipaddress repair: %w", err)
+		}
+		out, err := r.reconcile(ctx, view, k)
+		progress.Add(1)
+		r.commit(out)
+		rep.Problems = append(rep.Problems, out.problems...)
+		rep.Writes += out.writes
+		allocated += out.created - out.deleted
+		if err != nil {
+			failed = append(failed, err)
+		}
+	}
+	rep.Allocated = allocated
+	rep.Duration = time.Since(start)
+	if len(failed) > 0 {
+		return rep, fmt.Errorf("ipaddress repair: %d of %d addresses failed: %w", len(failed), len(keys), errors.Join(failed...))
+	}
+	return rep, nil
+}

@@ -1,0 +1,130 @@
+package iprepair
+
+import (
+	"fmt"
+	"math/rand/v2"
+	"net/netip"
+	"slices"
+	"testing"
+
+	"github.com/google/go-cmp/cmp"
+	corev1 "k8s.io/api/core/v1"
+	networkingv1 "k8s.io/api/networking/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/tools/cache"
+
+	"github.com/allocator/allocator/internal/holding"
+)
+
+func TestIPAddressServiceCIDRsContains(t *testing.T) {
+	t.Parallel()
+	cidrs := newServiceCIDRs([]*networkingv1.ServiceCIDR{
+		{Spec: networkingv1.ServiceCIDRSpec{CIDRs: []string{"10.0.0.0/24", "fd00::/120"}}},
+		{Spec: networkingv1.ServiceCIDRSpec{CIDRs: []string{"fd01::/48", "10.1.0.0/32", "not-a-cidr"}}},
+	})
+	for _, tc := range []struct {
+		ip   string
+		want bool
+	}{
+		{"10.0.0.1", true},
+		{"10.0.0.254", true},
+		{"10.0.0.0", false},   // network address
+		{"10.0.0.255", false}, // IPv4 broadcast
+		{"10.0.1.1", false},
+		{"10.1.0.0", false}, // a /32 has no usable address
+		{"fd00::ff", true},  // the IPv6 last address is usable
+		{"fd00::", false},
+		{"fd01::1:2:3", true}, // a prefix the allocator refuses still covers its addresses
+		{"fd01::", false},
+	} {
+		ip, ok := holding.ParseClusterIP(tc.ip)
+		if !ok {
+			t.Fatalf("parse %s", tc.ip)
+		}
+		if got := cidrs.contains(ip); got != tc.want {
+			t.Errorf("contains(%s) = %v, want %v", tc.ip, got, tc.want)
+		}
+	}
+}
+
+func TestIPAddressKeys(t *testing.T) {
+	t.Parallel()
+	svc := &corev1.Service{Spec: corev1.ServiceSpec{
+		Type:       corev1.ServiceTypeClusterIP,
+		ClusterIPs: []string{"::ffff:10.0.0.1", "FD00::0001", "bad", "10.0.0.1"},
+	}}
+	if diff := cmp.Diff([]string{"10.0.0.1", "fd00::1", "!bad"}, addressKeys(svc)); diff != "" {
+		t.Errorf("addressKeys (-want +got):\n%s", diff)
+	}
+	keys := []string{"!bad", "fd00::1", "10.0.0.10", "10.0.0.9", "weird"}
+	sortKeys(keys)
+	if diff := cmp.Diff([]string{"10.0.0.9", "10.0.0.10", "fd00::1", "!bad", "weird"}, keys); diff != "" {
+		t.Errorf("sortKeys (-want +got):\n%s", diff)
+	}
+	headless := &corev1.Service{Spec: corev1.ServiceSpec{ClusterIP: corev1.ClusterIPNone, ClusterIPs: []string{corev1.ClusterIPNone}}}
+	if keys := addressKeys(headless); len(keys) != 0 {
+		t.Errorf("headless Service keys %q", keys)
+	}
+}
+
+// TestHeldInside: the addresses the cached Services hold inside prefixes,
+// found through the block index, are those a parse of every Service's
+// addresses finds, for prefixes inside one block, across blocks, and wider
+// than addrindex.MaxBlocks (a scan).
+func TestHeldInside(t *testing.T) {
+	t.Parallel()
+	indexer := cache.NewIndexer(cache.MetaNamespaceKeyFunc, serviceIndexers)
+	rng := rand.New(rand.NewPCG(7, 8))
+	for i := range 3000 {
+		svc := &corev1.Service{ObjectMeta: metav1.ObjectMeta{Namespace: "default", Name: fmt.Sprintf("s%d", i)}}
+		switch i % 7 {
+		case 0: // dual-stack
+			svc.Spec.ClusterIPs = []string{
+				netip.AddrFrom4([4]byte{10, 96, byte(rng.IntN(40)), byte(rng.IntN(256))}).String(),
+				fmt.Sprintf("fd00::%x:%x", rng.IntN(4), rng.IntN(1<<16)),
+			}
+		case 1:
+			svc.Spec.ClusterIP = corev1.ClusterIPNone
+		case 2:
+			svc.Spec.ClusterIPs = []string{"not-an-ip"}
+		case 3: // the same address as another Service
+			svc.Spec.ClusterIPs = []string{"10.96.3.7"}
+		case 4: // IPv4-mapped, held as its IPv4 address
+			svc.Spec.ClusterIPs = []string{"::ffff:10.96.5." + fmt.Sprint(rng.IntN(256))}
+		default:
+			svc.Spec.ClusterIPs = []string{netip.AddrFrom4([4]byte{10, byte(96 + rng.IntN(2)), byte(rng.IntN(40)), byte(rng.IntN(256))}).String()}
+		}
+		if err := indexer.Add(svc); err != nil {
+			t.Fatal(err)
+		}
+	}
+	view := &informerView{serviceIndexer: indexer}
+	scan := func(prefixes []netip.Prefix) []string {
+		var out []string
+		for _, k := range indexer.ListIndexFuncValues(serviceIndex) {
+			ip, err := netip.ParseAddr(k)
+			if err == nil && slices.ContainsFunc(prefixes, func(p netip.Prefix) bool { return p.Contains(ip) }) {
+				out = append(out, k)
+			}
+		}
+		return out
+	}
+	for _, set := range [][]string{
+		{"10.96.5.0/24"}, {"10.96.3.0/28"}, {"10.96.0.0/20"}, {"10.96.0.0/16", "10.96.5.0/24"},
+		{"10.0.0.0/8"}, {"0.0.0.0/0"}, {"fd00::/112"}, {"fd00::/110"}, {"fd00::/64"}, {"192.168.0.0/24"}, {},
+	} {
+		var prefixes []netip.Prefix
+		for _, text := range set {
+			prefixes = append(prefixes, netip.MustParsePrefix(text))
+		}
+		got, want := view.heldInside(prefixes), scan(prefixes)
+		if len(set) > 0 && set[0] != "192.168.0.0/24" && len(want) == 0 {
+			t.Fatalf("no Service holds an address in %v: the test's data is wrong", set)
+		}
+		slices.Sort(got)
+		slices.Sort(want)
+		if diff := cmp.Diff(want, got); diff != "" {
+			t.Errorf("heldInside(%v) (-scan +got):\n%s", set, diff)
+		}
+	}
+}

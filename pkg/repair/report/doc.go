@@ -1,0 +1,11 @@
+// Package report holds what every repair controller shares and nothing
+// else: the finding (Problem) and pass (Report) types with upstream's
+// problem types and event reasons, the repair metrics under upstream's names
+// (design.md §9), the event recorders, the pass loop with its backoff, the
+// consistent Service list every pass starts from, and the Progress hook a
+// long pass reports through (the CLI draws it; see internal/progress).
+//
+// The controllers themselves live with what they repair:
+// pkg/repair/iprepair (ClusterIPs, both models, and the migrations)
+// and pkg/repair (node ports).
+package report
