@@ -69,8 +69,8 @@ journal is removed when nothing is pending. Each re-create is first checked
 with a server-side dry run, and its delete is conditional on the Service's
 UID and resourceVersion: a Service the API would refuse, one that changed
 meanwhile, and one with finalizers are reported and left untouched. The API
-server's own default/kubernetes is never moved (see the README, "Replacing
-the default range").
+server's own default/kubernetes is never moved (see docs/operations.md,
+"Replacing the default range").
 
 It ends with a verification: every re-created Service exists with its spec,
 outside --from, each address an IPAddress naming it. Exit code 0: done (or

@@ -55,7 +55,7 @@ type Step struct {
 	PatchType types.PatchType
 	DryRun    bool
 	// Deliberate marks a step we answer differently from kube-apiserver on
-	// purpose; the README's "Parity" section says why.
+	// purpose; design.md §7 says why.
 	Deliberate *Deliberate
 }
 
@@ -72,7 +72,7 @@ type Case struct {
 	Name string
 	// Models limits the case to these allocator models (nil: all). Upstream
 	// has only the IPAddress model; a case that needs what the bitmap model
-	// deliberately lacks is marked here and the README says why.
+	// deliberately lacks is marked here and design.md §7 says why.
 	Models []model.Name
 	Steps  []Step
 }

@@ -11,7 +11,7 @@ import (
 
 // ipAddressModel marks cases that allocate from a ServiceCIDR created
 // through the API: the bitmap model serves one range per family, fixed at
-// start-up, as kube-apiserver's bitmap model did (README, "Parity").
+// start-up, as kube-apiserver's bitmap model did (design.md §7).
 var ipAddressModel = []model.Name{model.IPAddress}
 
 // serviceCIDRCases create, change and delete ServiceCIDRs, and allocate

@@ -33,5 +33,5 @@
 //     (the Service changed since it was read) deletes nothing.
 //   - default/kubernetes is the API server's own: it re-creates it at the
 //     first address of --service-cluster-ip-range, so it is never moved
-//     here (the README's "Replacing the default range" has the steps).
+//     here (docs/operations.md, "Replacing the default range", has the steps).
 package renumber

@@ -74,7 +74,7 @@ func IsAPIServerService(svc *corev1.Service) bool {
 func Refusal(svc *corev1.Service) string {
 	switch {
 	case IsAPIServerService(svc):
-		return "the API server's own Service: it is re-created at the first address of --service-cluster-ip-range (see the README, \"Replacing the default range\")"
+		return "the API server's own Service: it is re-created at the first address of --service-cluster-ip-range (see docs/operations.md, \"Replacing the default range\")"
 	case svc.DeletionTimestamp != nil:
 		return "being deleted"
 	case len(svc.Finalizers) > 0:

@@ -27,7 +27,7 @@ import (
 //   - left-running-bumped: the same on the restore etcd recommends for a
 //     Kubernetes cluster (--bump-revision, --mark-compacted): the revision
 //     moves on, so only the replicas' restore markers can tell.
-//   - restarted: the operator's procedure of the README: the replicas are
+//   - restarted: the operator's procedure of docs/operations.md: the replicas are
 //     stopped (SIGTERM) before the restore and started after it.
 //
 // Each checks that no ClusterIP or node port is acknowledged or stored for

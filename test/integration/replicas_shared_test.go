@@ -15,7 +15,7 @@ import (
 	"github.com/allocator/allocator/internal/testserver"
 )
 
-// TestReplicasShareCredentials: replicas behind one endpoint, as the README
+// TestReplicasShareCredentials: replicas behind one endpoint, as docs/operations.md
 // sets them up: one etcd, one serving certificate (--tls-cert-file) and one
 // token file (--token-auth-file). A single client configuration (the CA,
 // the token) works against each of them, so a load balancer may send a

@@ -18,7 +18,7 @@ import (
 	"github.com/allocator/allocator/pkg/ipaddress/lifecycle"
 )
 
-// TestReplaceDefaultRange follows the README's "Replacing the default
+// TestReplaceDefaultRange follows docs/operations.md's "Replacing the default
 // range" on a server whose --service-cluster-ip-range moves from
 // 10.96.0.0/24 to 10.100.0.0/24: add ServiceCIDR "new" with the new range,
 // drain "kubernetes", renumber every Service (default/kubernetes is left
