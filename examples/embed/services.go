@@ -1,25 +1,22 @@
 package main
 
 import (
-	"context"
 	"fmt"
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
-	"k8s.io/apimachinery/pkg/util/validation/field"
 	"k8s.io/apiserver/pkg/registry/generic"
 	genericregistry "k8s.io/apiserver/pkg/registry/generic/registry"
 	"k8s.io/apiserver/pkg/registry/rest"
-	"k8s.io/apiserver/pkg/storage/names"
 
 	"github.com/allocator/allocator/pkg/servicealloc"
 )
 
 // This file is the Service part an embedding server writes itself: the
-// scheme, the decode-time defaults, the strategy and the store. Everything
-// about cluster IPs comes from pkg/servicealloc.
+// scheme, the decode-time defaults and the store. The strategy and
+// everything about cluster IPs come from pkg/servicealloc.
 
 // newSchemes returns the scheme the server serves from and a second one,
 // with the external version only, for naming OpenAPI definitions.
@@ -52,50 +49,13 @@ func newSchemes() (served, openAPI *runtime.Scheme, err error) {
 	return served, openAPI, nil
 }
 
-// serviceStrategy is the create, update and delete behaviour of Services.
-// Validation is servicealloc's, with upstream's messages; the checks that
-// need the cluster's ranges run later, in servicealloc's store hooks.
-type serviceStrategy struct {
-	runtime.ObjectTyper
-	names.NameGenerator
-}
-
-func (serviceStrategy) NamespaceScoped() bool { return true }
-
-// PrepareForCreate and PrepareForUpdate keep status out of spec writes.
-func (serviceStrategy) PrepareForCreate(_ context.Context, obj runtime.Object) {
-	obj.(*corev1.Service).Status = corev1.ServiceStatus{}
-}
-
-func (serviceStrategy) PrepareForUpdate(_ context.Context, obj, old runtime.Object) {
-	obj.(*corev1.Service).Status = old.(*corev1.Service).Status
-}
-
-func (serviceStrategy) Validate(_ context.Context, obj runtime.Object) field.ErrorList {
-	return servicealloc.ValidateService(obj.(*corev1.Service))
-}
-
-func (serviceStrategy) ValidateUpdate(_ context.Context, obj, old runtime.Object) field.ErrorList {
-	return servicealloc.ValidateServiceUpdate(obj.(*corev1.Service), old.(*corev1.Service))
-}
-
-func (serviceStrategy) WarningsOnCreate(_ context.Context, obj runtime.Object) []string {
-	return servicealloc.WarningsForService(obj.(*corev1.Service), nil)
-}
-
-func (serviceStrategy) WarningsOnUpdate(_ context.Context, obj, old runtime.Object) []string {
-	return servicealloc.WarningsForService(obj.(*corev1.Service), old.(*corev1.Service))
-}
-
-func (serviceStrategy) Canonicalize(runtime.Object)                   {}
-func (serviceStrategy) AllowCreateOnUpdate(context.Context) bool      { return false }
-func (serviceStrategy) AllowUnconditionalUpdate(context.Context) bool { return true }
-
 // newServiceStorage returns the storage to serve as "services": a generic
 // registry store of *corev1.Service whose writes reserve and release cluster
 // IPs through alloc.
 func newServiceStorage(scheme *runtime.Scheme, getter generic.RESTOptionsGetter, alloc *servicealloc.Allocator) (rest.Storage, error) {
-	strategy := serviceStrategy{ObjectTyper: scheme, NameGenerator: names.SimpleNameGenerator}
+	// Validation is servicealloc's, with upstream's messages; the checks
+	// that need the cluster's ranges run later, in its store hooks.
+	strategy, _ := servicealloc.NewStrategies(scheme)
 	store := &genericregistry.Store{
 		NewFunc:                   func() runtime.Object { return &corev1.Service{} },
 		NewListFunc:               func() runtime.Object { return &corev1.ServiceList{} },
@@ -104,6 +64,7 @@ func newServiceStorage(scheme *runtime.Scheme, getter generic.RESTOptionsGetter,
 		CreateStrategy:            strategy,
 		UpdateStrategy:            strategy,
 		DeleteStrategy:            strategy,
+		ResetFieldsStrategy:       strategy,
 		TableConvertor:            rest.NewDefaultTableConvertor(corev1.Resource("services")),
 	}
 	// TrackDeletes lets servicealloc release a deleted Service's addresses

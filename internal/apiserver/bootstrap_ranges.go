@@ -24,8 +24,9 @@ type rangeLister interface {
 // Bootstrap creates the default ServiceCIDR and then at once the kubernetes
 // Service on its first address. The IPAddress model learns ServiceCIDRs from
 // an informer, so without this wait the Service's static allocation could run
-// before the informer saw the new ServiceCIDR: the request failed (422, retried
-// 10 s later) and every fresh install counted one allocation error. It gives
+// before the informer saw the new ServiceCIDR: the request would fail (422,
+// retried 10 s later) and every fresh install would count one allocation
+// error. It gives
 // up silently on timeout, so a default ServiceCIDR that differs from the flag
 // (left alone, and logged, by ensureDefaultServiceCIDR) cannot stall start-up.
 func (s *Server) waitUntilServed(ctx context.Context, ip netip.Addr) {

@@ -19,7 +19,6 @@ import (
 	"github.com/allocator/allocator/pkg/etcdlayout"
 	generatedopenapi "github.com/allocator/allocator/pkg/generated/openapi"
 	"github.com/allocator/allocator/pkg/model"
-	"github.com/allocator/allocator/pkg/repair/report"
 )
 
 // defaultRestoreCheckInterval is how often the server advances its restore
@@ -70,7 +69,8 @@ type Config struct {
 	ServerURL string
 	// KubeconfigPath is where the admin kubeconfig was written.
 	KubeconfigPath string
-	// RepairInterval is the period of the repair controller's full pass.
+	// RepairInterval is the period of the repair controller's full pass
+	// (0: repair.DefaultInterval, applied by repair.Options.WithDefaults).
 	RepairInterval time.Duration
 	// ServiceCIDRGuardrails refuse ServiceCIDRs outside the operator's
 	// rules (the --service-cidr-* flags); the zero value refuses none.
@@ -257,9 +257,6 @@ func (c *Config) Complete() CompletedConfig {
 	}
 	if c.RestoreCheckInterval <= 0 {
 		c.RestoreCheckInterval = defaultRestoreCheckInterval
-	}
-	if c.RepairInterval <= 0 {
-		c.RepairInterval = report.DefaultInterval
 	}
 	if c.EtcdPrefix == "" {
 		c.EtcdPrefix = etcdlayout.DefaultPrefix

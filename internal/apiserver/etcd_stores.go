@@ -38,10 +38,11 @@ type InProcessEtcd interface {
 // tracking and compaction, below the same watch cache as
 // genericregistry.StorageWithCacher), each on an etcd client of its own, so
 // that two things the factory cannot do are possible:
-//   - with an in-process etcd, the client calls the member directly: a
-//     quarter of the server's CPU per Service write was the gRPC transport
-//     between two halves of one process (protobuf, HTTP/2 framing and TLS
-//     on both ends, their goroutines), for every request and watch event.
+//   - with an in-process etcd, the client calls the member directly: the
+//     gRPC transport between two halves of one process (protobuf, HTTP/2
+//     framing and TLS on both ends, their goroutines), for every request
+//     and watch event, would cost about a quarter of the server's CPU per
+//     Service write (hack/bench.sh).
 //     What reaches etcd, and what it stores, is the same request as over
 //     gRPC;
 //   - the Services' store writes through fence.Guard, and the IPAddresses'

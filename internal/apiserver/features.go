@@ -12,8 +12,8 @@ import (
 // keeps a copy-on-write snapshot of its B-tree for every event still in its
 // window, so that a LIST at an older resourceVersion (the pages after the
 // first) is answered from memory: at 100,000 Services created at 1,000/s
-// those snapshots were a fifth of the live heap, and every event copied a
-// path of tree nodes. Off, such a LIST is read from etcd, as
+// those snapshots are about a fifth of the live heap (hack/scale.sh), and
+// every event copies a path of tree nodes. Off, such a LIST is read from etcd, as
 // kube-apiserver did before 1.34: the same objects and resourceVersion, a
 // 410 once etcd has compacted it away. Idempotent; it must run before the
 // stores are built.

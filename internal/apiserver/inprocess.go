@@ -65,8 +65,8 @@ func newInProcessSources() *inProcessSources {
 // storeListWatch lists and watches a store in process: the informer gets
 // the watch cache's events without the loopback request (authentication,
 // protobuf encoding, HTTP/2 and TLS on the server's side, the same again
-// to decode them on the informer's), which cost every create and delete a
-// few percent of its CPU per informer (docs/performance.md).
+// to decode them on the informer's), which would cost every create and
+// delete a few percent of its CPU per informer (hack/bench.sh).
 type storeListWatch struct{ src *storeSource }
 
 var _ cache.ListerWatcherWithContext = storeListWatch{}
@@ -143,8 +143,8 @@ func whileInitializing[T any](ctx context.Context, f func() (T, error)) (T, erro
 // itself), which is copied here, or an object the watch already copied for
 // this watcher alone (the cacher's getMutableObject; the initial events of
 // a watch list, 100,000 per resource at a start with 100,000 Services),
-// which is the informer's as it is: copying it again was a tenth of the
-// start-up's CPU.
+// which is the informer's as it is: copying it again would cost about a
+// tenth of the start-up's CPU (hack/scale.sh).
 func ownCopy(e watch.Event) (watch.Event, bool) {
 	if o, ok := e.Object.(runtime.CacheableObject); ok {
 		e.Object = o.GetObject() // a deep copy

@@ -17,7 +17,7 @@ import (
 	"github.com/allocator/allocator/pkg/bitmap/nodeport"
 	"github.com/allocator/allocator/pkg/etcdlayout"
 	"github.com/allocator/allocator/pkg/model"
-	"github.com/allocator/allocator/pkg/repair/report"
+	"github.com/allocator/allocator/pkg/repair"
 	"github.com/allocator/allocator/pkg/subrange"
 )
 
@@ -64,7 +64,7 @@ func NewOptions() *Options {
 		EtcdPrefix:            etcdlayout.DefaultPrefix,
 		DataDir:               "./allocator-data",
 		Allocator:             string(model.IPAddress),
-		RepairInterval:        report.DefaultInterval,
+		RepairInterval:        repair.DefaultInterval,
 		Security:              NewSecurityOptions(),
 		Guardrails:            GuardrailOptions{OverlapWarnings: true},
 	}

@@ -29,9 +29,7 @@ func (s *Server) startRepairController(hc genericapiserver.PostStartHookContext)
 	if err != nil {
 		return fmt.Errorf("repair controller client: %w", err)
 	}
-	runner, err := s.backend.Repair(ipallocator.RepairConfig{
-		Client: client, Informers: s.informers, Recorder: report.NewEventRecorder(ctx, client), Metrics: s.repairMetrics, Interval: s.cfg.RepairInterval,
-	})
+	runner, err := s.backend.Repair(ipallocator.RepairConfig{Options: s.repairOptions(ctx, client), Informers: s.informers})
 	if err != nil {
 		return fmt.Errorf("repair controller: %w", err)
 	}
@@ -51,13 +49,17 @@ func (s *Server) startRepairController(hc genericapiserver.PostStartHookContext)
 	return s.startTransitionRepair(ctx, client)
 }
 
+// repairOptions are the settings of the server's repairs: each has its own
+// event recorder; the graces are the defaults.
+func (s *Server) repairOptions(ctx context.Context, client kubernetes.Interface) repair.Options {
+	return repair.Options{Client: client, Recorder: report.NewEventRecorder(ctx, client), Metrics: s.repairMetrics, Interval: s.cfg.RepairInterval}
+}
+
 // startTransitionRepair runs, while dual write is on, the repair of the
 // other model's records too (ipallocator.Backend.TransitionRepair). It does
 // not gate readiness.
 func (s *Server) startTransitionRepair(ctx context.Context, client kubernetes.Interface) error {
-	runner, err := s.backend.TransitionRepair(ipallocator.RepairConfig{
-		Client: client, Informers: s.informers, Recorder: report.NewEventRecorder(ctx, client), Metrics: s.repairMetrics, Interval: s.cfg.RepairInterval,
-	})
+	runner, err := s.backend.TransitionRepair(ipallocator.RepairConfig{Options: s.repairOptions(ctx, client), Informers: s.informers})
 	if err != nil || runner == nil {
 		return err
 	}
@@ -123,16 +125,14 @@ func (s *Server) migrateFromOtherModel(ctx context.Context) error {
 // readiness: the map is persistent, so a restart loses nothing it would
 // have to rebuild first. So its first pass waits for the ClusterIP
 // repair's, which does gate it (afterFirstRepairPass, at most 30 s): at
-// 100,000 Services, its list of every Service took a fifth of the
-// start-up's CPU from the work readiness waits for (docs/performance.md).
+// 100,000 Services, its list of every Service costs about a fifth of the
+// start-up's CPU (hack/scale.sh), which run at once it would take from the
+// work readiness waits for.
 func (s *Server) startNodePortRepair(ctx context.Context, client kubernetes.Interface) error {
 	if s.nodePorts == nil {
 		return nil
 	}
-	r, err := repair.NewNodePortRepair(repair.NodePortConfig{
-		Client: client, Store: s.nodePorts, Recorder: report.NewEventRecorder(ctx, client),
-		Metrics: s.repairMetrics, Interval: s.cfg.RepairInterval,
-	})
+	r, err := repair.NewNodePortRepair(repair.NodePortConfig{Options: s.repairOptions(ctx, client), Store: s.nodePorts})
 	if err != nil {
 		return err
 	}

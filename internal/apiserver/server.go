@@ -380,8 +380,8 @@ func (s *Server) addHealthChecks(ctx context.Context, getter *restOptionsGetter)
 // starts after the ClusterIP repair's first pass (afterFirstRepairPass),
 // as the node-port repair's does: readiness does not wait for it (a
 // ServiceCIDR without a Ready condition is served), and at 100,000
-// Services its start-up checks of the ServiceCIDRs being deleted took CPU
-// from the work readiness waits for. Until then its queue only collects
+// Services its start-up checks of the ServiceCIDRs being deleted would take
+// CPU from the work readiness waits for. Until then its queue only collects
 // ServiceCIDR names.
 func (s *Server) startServiceCIDRController(hc genericapiserver.PostStartHookContext) error {
 	ctx := hc.Context

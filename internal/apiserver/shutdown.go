@@ -13,9 +13,9 @@ import (
 //
 // k8s.io/apiserver's graceful shutdown lets net/http's Shutdown wait for
 // every open connection, and a watch never ends by itself: with one kubectl
-// get -w open, SIGTERM took the whole 60 s shutdown timeout ("Failed to
-// shutdown server: context deadline exceeded") instead of about 3 s, longer
-// than a kubelet's 30 s grace period. Watch clients (kubectl, informers)
+// get -w open, SIGTERM would take the whole 60 s shutdown timeout ("Failed
+// to shutdown server: context deadline exceeded") instead of about 3 s,
+// longer than a kubelet's 30 s grace period. Watch clients (kubectl, informers)
 // re-establish a watch that ends, against another replica or this server
 // after its restart, so ending them is what kube-apiserver's clients expect.
 type watchTerminator struct {

@@ -106,7 +106,7 @@ running.`,
 		"bitmap model: least time between the first pass that sees a leak and the one that frees it; "+
 			"keep it above the API server's request timeout (60 s), or a slow create's address can be freed and handed out twice")
 	fs.BoolVar(&o.progress, "progress", false, "ipaddress model: print each pass's progress to stderr, a redrawn line on a terminal (the default there), plain lines elsewhere")
-	fs.DurationVar(&o.orphanGrace, "orphan-grace", iprepair.DefaultOrphanGrace, "ipaddress model: least age of an IPAddress with no Service before it is deleted")
+	fs.DurationVar(&o.orphanGrace, "orphan-grace", repair.DefaultOrphanGrace, "ipaddress model: least age of an IPAddress with no Service before it is deleted")
 	return cmd
 }
 
@@ -204,11 +204,14 @@ func (o *repairOptions) runner(ctx context.Context, client kubernetes.Interface,
 		return nil, false, explain(err)
 	}
 	o.stores = backend.BitmapStores()
-	r, err := backend.Repair(ipallocator.RepairConfig{
-		Client: client, Recorder: recorder, DryRun: o.dryRun, LeakGrace: o.leakGrace, OrphanGrace: o.orphanGrace,
-		Interval: o.interval, Progress: progress.Writer(o.progressWriter()),
-	})
+	r, err := backend.Repair(ipallocator.RepairConfig{Options: o.shared(client, recorder), Progress: progress.Writer(o.progressWriter())})
 	return r, backend.LeaksWaitForPasses(), err
+}
+
+// shared are the settings every repair of the job takes (repair.Options),
+// from its flags.
+func (o *repairOptions) shared(client kubernetes.Interface, recorder record.EventRecorder) repair.Options {
+	return repair.Options{Client: client, Recorder: recorder, Interval: o.interval, DryRun: o.dryRun, LeakGrace: o.leakGrace, OrphanGrace: o.orphanGrace}
 }
 
 // runOneShot makes one pass, and in the bitmap model up to two more,

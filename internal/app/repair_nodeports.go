@@ -41,9 +41,7 @@ func (o *repairOptions) nodePortRepair(ctx context.Context, etcd *clientv3.Clien
 	if err != nil {
 		return nil, err
 	}
-	return repair.NewNodePortRepair(repair.NodePortConfig{
-		Client: client, Store: store, Recorder: recorder, DryRun: o.dryRun, LeakGrace: o.leakGrace, Interval: o.interval,
-	})
+	return repair.NewNodePortRepair(repair.NodePortConfig{Options: o.shared(client, recorder), Store: store})
 }
 
 // withNodePorts runs the ClusterIP pass and then the node-port pass, as one

@@ -10,6 +10,7 @@ import (
 
 	"github.com/allocator/allocator/internal/rangeusage"
 	"github.com/allocator/allocator/pkg/model"
+	"github.com/allocator/allocator/pkg/subrange"
 )
 
 // TestStatusShowsLifecycle: a STATE column for draining and manual-only
@@ -18,11 +19,11 @@ import (
 func TestStatusShowsLifecycle(t *testing.T) {
 	t.Parallel()
 	cidr := func(prefix, source, lifecycle string, services uint64) rangeusage.CIDR {
-		return rangeusage.CIDR{Family: rangeusage.IPv4, Prefix: netip.MustParsePrefix(prefix), Source: source, Ready: true,
+		return rangeusage.CIDR{Family: subrange.IPv4, Prefix: netip.MustParsePrefix(prefix), Source: source, Ready: true,
 			Lifecycle: lifecycle, Services: services, Static: rangeusage.Band{Size: 16}, Dynamic: rangeusage.Band{Size: 238, Used: services}}
 	}
 	u := &rangeusage.Usage{Model: model.IPAddress,
-		Families: []rangeusage.Family{{Family: rangeusage.IPv4, Size: big.NewInt(762), Used: 13}},
+		Families: []rangeusage.Family{{Family: subrange.IPv4, Size: big.NewInt(762), Used: 13}},
 		CIDRs: []rangeusage.CIDR{
 			cidr("10.1.0.0/24", "ServiceCIDR/old", "draining", 12),
 			cidr("10.2.0.0/24", "ServiceCIDR/dns", "manual-only", 1),

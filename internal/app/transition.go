@@ -14,11 +14,11 @@ import (
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
 	clientv3 "go.etcd.io/etcd/client/v3"
-	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/clientcmd"
 
+	"github.com/allocator/allocator/internal/holding"
 	"github.com/allocator/allocator/internal/ipallocator"
 	"github.com/allocator/allocator/internal/transition"
 	"github.com/allocator/allocator/pkg/repair/iprepair"
@@ -283,15 +283,10 @@ func addressesWithoutIPAddress(ctx context.Context, client kubernetes.Interface)
 	}
 	var missing []string
 	for _, svc := range services.Items {
-		if svc.Spec.Type == corev1.ServiceTypeExternalName {
-			continue
-		}
-		for _, text := range svc.Spec.ClusterIPs {
-			ip, err := netip.ParseAddr(text)
-			if err != nil || have[ip] {
-				continue
+		for _, ip := range holding.IPs(&svc) {
+			if !have[ip] {
+				missing = append(missing, fmt.Sprintf("%s (%s/%s)", ip, svc.Namespace, svc.Name))
 			}
-			missing = append(missing, fmt.Sprintf("%s (%s/%s)", ip, svc.Namespace, svc.Name))
 		}
 	}
 	return missing, nil

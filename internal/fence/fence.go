@@ -16,6 +16,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/allocator/allocator/internal/etcdhistory"
+	"github.com/allocator/allocator/internal/etcdquota"
 	"github.com/allocator/allocator/pkg/etcdlayout"
 )
 
@@ -201,7 +202,7 @@ func (f *Fence) Close(ctx context.Context, c *clientv3.Client, key string) (Outc
 	var last error
 	for delay := 50 * time.Millisecond; ; delay = min(2*delay, time.Second) {
 		o, err := f.closeOnce(ctx, c, key)
-		if err == nil || errors.Is(err, ErrOutcomeLost) || quotaExceeded(err) || errors.Is(err, etcdhistory.ErrRestored) {
+		if err == nil || errors.Is(err, ErrOutcomeLost) || etcdquota.Exceeded(err) || errors.Is(err, etcdhistory.ErrRestored) {
 			// A fence etcd has no space for waits for an operator, not for
 			// a retry; one refused after a restore, for a new process.
 			return o, err

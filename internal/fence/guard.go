@@ -4,14 +4,13 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"strings"
 
 	"go.etcd.io/etcd/api/v3/mvccpb"
-	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.etcd.io/etcd/client/v3/kubernetes"
 
 	"github.com/allocator/allocator/internal/etcdhistory"
+	"github.com/allocator/allocator/internal/etcdquota"
 )
 
 // Guard returns c's storage interface with every OptimisticPut and
@@ -114,7 +113,7 @@ func (g guarded) commit(ctx context.Context, f *Fence, key string, expectedRevis
 		switch {
 		case err == nil:
 			return r, nil
-		case quotaExceeded(err) && marked:
+		case etcdquota.Exceeded(err) && marked:
 			rev, landed, rerr := g.storedDespite(ctx, key, w)
 			if rerr != nil {
 				return r, err // still unknown
@@ -163,11 +162,6 @@ func (g guarded) storedDespite(ctx context.Context, key string, w write) (int64,
 		return kv.CreateRevision, true, nil
 	}
 	return 0, false, nil
-}
-
-// quotaExceeded reports whether err is etcd's "database space exceeded".
-func quotaExceeded(err error) bool {
-	return errors.Is(err, rpctypes.ErrNoSpace) || strings.Contains(err.Error(), "database space exceeded")
 }
 
 func (g guarded) commitOnce(ctx context.Context, f *Fence, key string, w write, getOnFailure bool, op clientv3.Op) (txnResult, error) {

@@ -14,6 +14,13 @@ func IPs(svc *corev1.Service) []netip.Addr {
 	return ips
 }
 
+// HoldsIP reports whether svc holds ip: whether IPs lists it. ip is
+// compared as given; the addresses of IPAddress names and of the bitmap are
+// never IPv4-mapped.
+func HoldsIP(svc *corev1.Service, ip netip.Addr) bool {
+	return slices.Contains(IPs(svc), ip)
+}
+
 // ClusterIPs returns what svc's cluster IP fields name: ips, the addresses it
 // holds, and invalid, the texts that name no address (ParseClusterIP), each
 // once and in field order. ExternalName and headless Services name nothing;
@@ -72,6 +79,11 @@ func NodePorts(svc *corev1.Service) []int {
 	}
 	slices.Sort(out)
 	return slices.Compact(out)
+}
+
+// HoldsNodePort reports whether svc holds port: whether NodePorts lists it.
+func HoldsNodePort(svc *corev1.Service, port int) bool {
+	return slices.Contains(NodePorts(svc), port)
 }
 
 // NeedsHealthCheckNodePort reports whether svc gets a healthCheckNodePort:

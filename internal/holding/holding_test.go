@@ -105,6 +105,64 @@ func TestNodePorts(t *testing.T) {
 	})
 }
 
+// TestHolds: HoldsIP and HoldsNodePort answer what IPs and NodePorts list,
+// so the release, the repairs and the checks that ask about one value agree
+// with those that read the whole list.
+func TestHolds(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		name string
+		svc  *corev1.Service
+		ip   string
+		want bool
+	}{
+		{"nil Service", nil, "10.0.0.1", false},
+		{"its address", ipSvc("", "10.0.0.1", "10.0.0.1"), "10.0.0.1", true},
+		{"its secondary address", ipSvc("", "10.0.0.1", "10.0.0.1", "fd00::1"), "fd00::1", true},
+		{"another address", ipSvc("", "10.0.0.1", "10.0.0.1"), "10.0.0.2", false},
+		{"clusterIP alone, clusterIPs empty", ipSvc("", "10.0.0.1"), "10.0.0.1", true},
+		{"stored IPv4-mapped: held as its IPv4 address", ipSvc("", "", "::ffff:10.0.0.1"), "10.0.0.1", true},
+		{"stored IPv4-mapped: not as the mapped address", ipSvc("", "", "::ffff:10.0.0.1"), "::ffff:10.0.0.1", false},
+		{"non-canonical IPv6 text", ipSvc("", "", "FD00::0001"), "fd00::1", true},
+		{"ExternalName holds nothing", ipSvc(corev1.ServiceTypeExternalName, "10.0.0.1", "10.0.0.1"), "10.0.0.1", false},
+		{"headless holds nothing", ipSvc("", "None", "10.0.0.1"), "10.0.0.1", false},
+	} {
+		t.Run("ip/"+tc.name, func(t *testing.T) {
+			t.Parallel()
+			ip := netip.MustParseAddr(tc.ip)
+			if got := HoldsIP(tc.svc, ip); got != tc.want {
+				t.Errorf("HoldsIP(%s) = %v, want %v", ip, got, tc.want)
+			}
+			if got, list := HoldsIP(tc.svc, ip), slices.Contains(IPs(tc.svc), ip); got != list {
+				t.Errorf("HoldsIP(%s) = %v, but IPs lists it: %v", ip, got, list)
+			}
+		})
+	}
+	lb := corev1.ServiceTypeLoadBalancer
+	local, cluster := corev1.ServiceExternalTrafficPolicyLocal, corev1.ServiceExternalTrafficPolicyCluster
+	for _, tc := range []struct {
+		name string
+		svc  *corev1.Service
+		port int
+		want bool
+	}{
+		{"nil Service", nil, 30000, false},
+		{"its nodePort", portSvc(corev1.ServiceTypeNodePort, cluster, 0, 30000, 30001), 30001, true},
+		{"another port", portSvc(corev1.ServiceTypeNodePort, cluster, 0, 30000), 30001, false},
+		{"nodePort of a ClusterIP Service", portSvc(corev1.ServiceTypeClusterIP, cluster, 0, 30000), 30000, false},
+		{"healthCheckNodePort, LoadBalancer Local", portSvc(lb, local, 30005, 30000), 30005, true},
+		{"healthCheckNodePort, LoadBalancer Cluster", portSvc(lb, cluster, 30005, 30000), 30005, false},
+		{"port 0 is never held", portSvc(corev1.ServiceTypeNodePort, cluster, 0, 0), 0, false},
+	} {
+		t.Run("nodeport/"+tc.name, func(t *testing.T) {
+			t.Parallel()
+			if got := HoldsNodePort(tc.svc, tc.port); got != tc.want {
+				t.Errorf("HoldsNodePort(%d) = %v, want %v", tc.port, got, tc.want)
+			}
+		})
+	}
+}
+
 // FuzzParseClusterIP: an address read is valid, zoneless and unmapped, and
 // reads back from its canonical text as itself.
 func FuzzParseClusterIP(f *testing.F) {

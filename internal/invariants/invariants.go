@@ -17,6 +17,7 @@ import (
 	"github.com/allocator/allocator/pkg/bitmap/clusterip"
 	"github.com/allocator/allocator/pkg/bitmap/nodeport"
 	"github.com/allocator/allocator/pkg/etcdlayout"
+	"github.com/allocator/allocator/pkg/ipaddress"
 	"github.com/allocator/allocator/pkg/model"
 )
 
@@ -231,8 +232,8 @@ func (r *Report) checkIPAddresses(ctx context.Context, snap *snapshot, layout et
 			return etcdlayout.WithKey(key, err)
 		}
 		parent := ""
-		if p := obj.Spec.ParentRef; p != nil && p.Group == "" && p.Resource == "services" {
-			parent = p.Namespace + "/" + p.Name
+		if ipaddress.ParentIsService(obj) {
+			parent = obj.Spec.ParentRef.Namespace + "/" + obj.Spec.ParentRef.Name
 		}
 		parents[obj.Name] = parent
 		return nil

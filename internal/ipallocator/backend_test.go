@@ -72,7 +72,7 @@ func TestOpenBitmapOnEtcd(t *testing.T) {
 	if err != nil || !held {
 		t.Errorf("the store does not hold what its allocator allocated: %v, %v", held, err)
 	}
-	r, err := b.Repair(ipallocator.RepairConfig{Client: nil})
+	r, err := b.Repair(ipallocator.RepairConfig{})
 	if err == nil || r != nil {
 		// The bitmap repair needs a client to read Services.
 		t.Errorf("Repair without a client = %v, %v; want an error", r, err)

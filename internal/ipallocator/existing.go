@@ -174,19 +174,15 @@ func ExistingBitmapStores(ctx context.Context, etcd *clientv3.Client, prefix str
 	layout := etcdlayout.Layout{Prefix: prefix}
 	keys := []string{layout.PrimaryServiceIPRange(), layout.SecondaryServiceIPRange()}
 	if len(ranges) == 0 {
-		for _, key := range keys {
-			resp, err := etcd.Get(ctx, key)
-			if err != nil {
-				return nil, fmt.Errorf("read %s: %w", key, err)
+		maps, err := clusterip.ReadStoredIPMaps(ctx, etcd, layout)
+		if err != nil {
+			return nil, err
+		}
+		for i, m := range maps {
+			if m.Key != keys[i] {
+				break // a secondary map without a primary one: as if none were stored
 			}
-			if len(resp.Kvs) == 0 {
-				break
-			}
-			ra, err := etcdlayout.DecodeRangeAllocation(resp.Kvs[0].Value)
-			if err != nil {
-				return nil, etcdlayout.WithKey(key, err)
-			}
-			ranges = append(ranges, ra.Range)
+			ranges = append(ranges, m.Range.Prefix().String())
 		}
 		if len(ranges) == 0 {
 			ranges = fallback

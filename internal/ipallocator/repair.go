@@ -4,40 +4,24 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"time"
 
 	"k8s.io/client-go/informers"
-	"k8s.io/client-go/kubernetes"
-	"k8s.io/client-go/tools/record"
 
 	"github.com/allocator/allocator/internal/transition"
 	"github.com/allocator/allocator/pkg/model"
+	"github.com/allocator/allocator/pkg/repair"
 	"github.com/allocator/allocator/pkg/repair/iprepair"
 	"github.com/allocator/allocator/pkg/repair/report"
 )
 
-// RepairConfig is what a repair controller needs from its host. Fields a
-// model does not use are ignored.
+// RepairConfig is what a repair controller needs from its host: the
+// repair.Options every repair shares, and what only the IPAddress repair
+// uses. Fields a model does not use are ignored.
 type RepairConfig struct {
-	// Client reads Services, IPAddresses and ServiceCIDRs and writes
-	// IPAddresses.
-	Client kubernetes.Interface
+	repair.Options
 	// Informers is a shared factory on Client for the IPAddress repair's
 	// informers; nil: it makes its own.
 	Informers informers.SharedInformerFactory
-	// Recorder receives the events; nil emits none.
-	Recorder record.EventRecorder
-	// Metrics counts problems; nil counts nothing.
-	Metrics *report.Metrics
-	// Interval is the period of Run's full passes (default
-	// report.DefaultInterval).
-	Interval time.Duration
-	// DryRun reports what a pass would change and changes nothing.
-	DryRun bool
-	// LeakGrace (bitmap model): see iprepair.BitmapConfig.
-	LeakGrace time.Duration
-	// OrphanGrace (IPAddress model): see iprepair.IPAddressConfig.
-	OrphanGrace time.Duration
 	// Progress (IPAddress model) reports each full pass; nil reports nothing.
 	Progress report.StartProgress
 }
@@ -104,10 +88,7 @@ func (b *Backend) DualWrite() bool {
 // bitmapRepair and ipAddressRepair return a nil Runner, never a typed nil
 // pointer in one, with an error.
 func (b *Backend) bitmapRepair(rc RepairConfig, companion bool) (Runner, error) {
-	r, err := iprepair.NewBitmapRepair(iprepair.BitmapConfig{
-		Client: rc.Client, Stores: b.stores, Recorder: rc.Recorder, Metrics: rc.Metrics, Interval: rc.Interval,
-		DryRun: rc.DryRun, LeakGrace: rc.LeakGrace, Companion: companion,
-	})
+	r, err := iprepair.NewBitmapRepair(iprepair.BitmapConfig{Options: rc.Options, Stores: b.stores, Companion: companion})
 	if err != nil {
 		return nil, err
 	}
@@ -116,8 +97,7 @@ func (b *Backend) bitmapRepair(rc RepairConfig, companion bool) (Runner, error) 
 
 func ipAddressRepair(rc RepairConfig, carryOver func() bool) (Runner, error) {
 	r, err := iprepair.NewIPAddressRepair(iprepair.IPAddressConfig{
-		Client: rc.Client, Informers: rc.Informers, Recorder: rc.Recorder, Metrics: rc.Metrics, Interval: rc.Interval,
-		DryRun: rc.DryRun, OrphanGrace: rc.OrphanGrace, Progress: rc.Progress, CarryOver: carryOver,
+		Options: rc.Options, Informers: rc.Informers, Progress: rc.Progress, CarryOver: carryOver,
 	})
 	if err != nil {
 		return nil, err

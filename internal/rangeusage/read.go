@@ -14,6 +14,7 @@ import (
 	"github.com/allocator/allocator/internal/holding"
 	"github.com/allocator/allocator/pkg/bitmap/clusterip"
 	"github.com/allocator/allocator/pkg/etcdlayout"
+	"github.com/allocator/allocator/pkg/ipaddress"
 	"github.com/allocator/allocator/pkg/ipaddress/lifecycle"
 	"github.com/allocator/allocator/pkg/ipaddress/scope"
 	"github.com/allocator/allocator/pkg/model"
@@ -56,8 +57,8 @@ func FromIPAddresses(ctx context.Context, client kubernetes.Interface) (*Usage, 
 				continue // not an address the allocators can hold; repair reports it
 			}
 			a := Address{IP: ip}
-			if ref := obj.Spec.ParentRef; ref != nil {
-				a.Namespace = ref.Namespace
+			if ipaddress.ParentIsService(obj) {
+				a.Namespace = obj.Spec.ParentRef.Namespace
 			}
 			addrs = append(addrs, a)
 		}

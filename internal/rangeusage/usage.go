@@ -12,12 +12,6 @@ import (
 	"github.com/allocator/allocator/pkg/subrange"
 )
 
-// Family names, as Kubernetes spells them.
-const (
-	IPv4 = "IPv4"
-	IPv6 = "IPv6"
-)
-
 // NoNamespace is the namespace of an address held by no Service (a bit with
 // no Service, an IPAddress without a parentRef).
 const NoNamespace = "<none>"
@@ -63,8 +57,8 @@ type CIDR struct {
 	// Lifecycle is the ServiceCIDR's lifecycle as text (pkg/ipaddress/lifecycle:
 	// "draining", "manual-only"), "" when it takes every allocation.
 	Lifecycle string
-	// Services counts the addresses a Service holds (an IPAddress with a
-	// parentRef, a bit with its Service): one per Service, as a CIDR is of
+	// Services counts the addresses a Service holds (an IPAddress whose
+	// parentRef is a Service, a bit with its Service): one per Service, as a CIDR is of
 	// one family. Draining ends when it is 0.
 	Services uint64
 	// First and Last are the usable window; invalid when it is empty.
@@ -165,7 +159,7 @@ func Compute(m model.Name, ranges []Range, addrs []Address) (*Usage, error) {
 			return nil, fmt.Errorf("%s: %w", r.Source, err)
 		}
 		m := &measured{rng: rng, ns: map[string]uint64{}, out: CIDR{
-			Family: familyOf(r.Prefix.Addr()), Prefix: r.Prefix, Source: r.Source, Ready: r.Ready, Scope: r.Scope, Lifecycle: r.Lifecycle,
+			Family: subrange.FamilyName(r.Prefix.Addr().Is6()), Prefix: r.Prefix, Source: r.Source, Ready: r.Ready, Scope: r.Scope, Lifecycle: r.Lifecycle,
 			Static:  Band{Size: rng.StaticSize()},
 			Dynamic: Band{Size: rng.Size() - rng.StaticSize()},
 		}}
@@ -201,7 +195,7 @@ func Compute(m model.Name, ranges []Range, addrs []Address) (*Usage, error) {
 		if ns == "" {
 			ns = NoNamespace
 		}
-		f := family(familyOf(a.IP))
+		f := family(subrange.FamilyName(a.IP.Is6()))
 		inside := false
 		for _, m := range cidrs {
 			if !m.rng.Contains(a.IP) {
@@ -238,7 +232,7 @@ func Compute(m model.Name, ranges []Range, addrs []Address) (*Usage, error) {
 		})
 		usage.CIDRs = append(usage.CIDRs, m.out)
 	}
-	for _, name := range []string{IPv4, IPv6} {
+	for _, name := range []string{subrange.IPv4, subrange.IPv6} {
 		if f, ok := families[name]; ok {
 			usage.Families = append(usage.Families, *f)
 		}
@@ -255,13 +249,6 @@ func compareCIDRs(a, b *CIDR) int {
 		return c
 	}
 	return cmp.Compare(a.Prefix.Bits(), b.Prefix.Bits())
-}
-
-func familyOf(ip netip.Addr) string {
-	if ip.Is4() {
-		return IPv4
-	}
-	return IPv6
 }
 
 // Round2 rounds a percentage to two decimals, for output.

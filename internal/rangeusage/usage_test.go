@@ -8,6 +8,7 @@ import (
 	"github.com/google/go-cmp/cmp"
 
 	"github.com/allocator/allocator/pkg/model"
+	"github.com/allocator/allocator/pkg/subrange"
 )
 
 func addrs(ns string, ips ...string) []Address {
@@ -32,7 +33,7 @@ func TestComputeBands(t *testing.T) {
 		t.Fatal(err)
 	}
 	want := CIDR{
-		Family: IPv4, Prefix: netip.MustParsePrefix("10.0.0.0/24"), Source: "ServiceCIDR/kubernetes", Ready: true,
+		Family: subrange.IPv4, Prefix: netip.MustParsePrefix("10.0.0.0/24"), Source: "ServiceCIDR/kubernetes", Ready: true,
 		Lifecycle: "draining", Services: 6, // the address of no namespace is held by no Service
 		First: netip.MustParseAddr("10.0.0.1"), Last: netip.MustParseAddr("10.0.0.254"),
 		Static: Band{Size: 16, Used: 3}, Dynamic: Band{Size: 238, Used: 4},

@@ -12,6 +12,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/allocator/allocator/internal/holding"
+	"github.com/allocator/allocator/pkg/subrange"
 )
 
 // Bounds of one Service's move.
@@ -83,11 +84,11 @@ func (r *runner) pick(c Candidate) (Pins, error) {
 	for _, ip := range c.Moved {
 		v6 := ip.Is6()
 		if !r.picker.Has(v6) {
-			return nil, fmt.Errorf("--to %s has no %s CIDR for %s", r.cfg.To, family(v6), ip)
+			return nil, fmt.Errorf("--to %s has no %s CIDR for %s", r.cfg.To, subrange.FamilyName(v6), ip)
 		}
 		addr, ok := r.picker.Next(v6)
 		if !ok {
-			return nil, fmt.Errorf("--to %s has no free %s address", r.cfg.To, family(v6))
+			return nil, fmt.Errorf("--to %s has no free %s address", r.cfg.To, subrange.FamilyName(v6))
 		}
 		pins[v6] = addr
 	}

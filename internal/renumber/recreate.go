@@ -9,6 +9,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/allocator/allocator/internal/holding"
+	"github.com/allocator/allocator/pkg/subrange"
 )
 
 // ErrPrimaryUnpinned is Recreate's answer when a family after the first keeps
@@ -102,17 +103,10 @@ func MovedFamilies(c Candidate) []corev1.IPFamily {
 	var out []corev1.IPFamily
 	for _, ip := range holding.IPs(c.Service) {
 		if containsAddr(c.Moved, ip) {
-			out = append(out, family(ip.Is6()))
+			out = append(out, corev1.IPFamily(subrange.FamilyName(ip.Is6())))
 		}
 	}
 	return out
-}
-
-func family(v6 bool) corev1.IPFamily {
-	if v6 {
-		return corev1.IPv6Protocol
-	}
-	return corev1.IPv4Protocol
 }
 
 // ProbeName is the generateName of the dry-run probes.

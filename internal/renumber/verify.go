@@ -10,6 +10,7 @@ import (
 	"k8s.io/apimachinery/pkg/api/equality"
 
 	"github.com/allocator/allocator/internal/holding"
+	"github.com/allocator/allocator/pkg/ipaddress"
 )
 
 // verify checks the run's outcome from fresh lists: every Service it
@@ -53,20 +54,23 @@ func (r *runner) verify(ctx context.Context) error {
 			if h := holders[ip]; len(h) > 1 {
 				problems = append(problems, fmt.Sprintf("%s: %s is held by %v", key, ip, h))
 			}
-			ref := addrs[ip.String()].Spec.ParentRef
-			if ref == nil || ref.Resource != "services" || ref.Namespace != live.Namespace || ref.Name != live.Name {
+			a := addrs[ip.String()]
+			if ref := a.Spec.ParentRef; !ipaddress.ParentIsService(&a) || ref.Namespace != live.Namespace || ref.Name != live.Name {
 				problems = append(problems, fmt.Sprintf("%s: %s has no IPAddress naming it (parentRef %v)", key, ip, ref))
 			}
 		}
 	}
 	for name, a := range addrs {
+		if !ipaddress.ParentIsService(&a) {
+			continue
+		}
 		ref := a.Spec.ParentRef
-		if ref == nil || ref.Resource != "services" || r.recs[ref.Namespace+"/"+ref.Name] == nil {
+		if r.recs[ref.Namespace+"/"+ref.Name] == nil {
 			continue
 		}
 		ip, err := netip.ParseAddr(name)
 		live := byKey[ref.Namespace+"/"+ref.Name]
-		if err == nil && live != nil && !slices.Contains(holding.IPs(live), ip) {
+		if err == nil && live != nil && !holding.HoldsIP(live, ip) {
 			problems = append(problems, fmt.Sprintf("%s/%s: IPAddress %s names it for an address it does not hold", ref.Namespace, ref.Name, name))
 		}
 	}

@@ -7,11 +7,11 @@
 //
 // A replica of the bitmap model sees only the bitmap (the RangeAllocation);
 // a replica of the IPAddress model sees only IPAddress objects. Two replicas
-// that look at different records give the same address to two Services —
-// in a test, 159 pairs out of 700 creates. So while any bitmap-model writer
-// may be live, every IPAddress-model replica *dual-writes*: it claims the
-// bit (compare-and-swap, as a bitmap replica would) before it creates the
-// IPAddress, and frees both on release. The bitmap then holds every address
+// that look at different records give the same address to two Services,
+// and under concurrent creates they do so often. So while any bitmap-model
+// writer may be live, every IPAddress-model replica *dual-writes*: it claims
+// the bit (compare-and-swap, as a bitmap replica would) before it creates
+// the IPAddress, and frees both on release. The bitmap then holds every address
 // of both models and the bitmap replicas stay safe; the IPAddress replicas
 // are safe because they claim the bit first, as kube-apiserver 1.31–1.33
 // did.

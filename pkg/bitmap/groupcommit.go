@@ -206,7 +206,11 @@ func (a *Store) commit(batch []*request) error {
 		changed := a.apply(batch)
 
 		base := mapState{rev: a.rev, stamp: a.stamp}
-		txn := a.client.Txn(ctx).If(a.unchanged(base)...)
+		txn := a.client.Txn(ctx).
+			// the map and its stamp are still those the cache was built
+			// from; for a batch that changed nothing this is the whole
+			// transaction, and its success confirms the cache's answers
+			If(a.unchanged(base)...)
 		var value []byte
 		var stamp string
 		if len(changed) > 0 {
@@ -218,9 +222,13 @@ func (a *Store) commit(batch []*request) error {
 			}
 			var put []clientv3.Op
 			put, stamp = a.putOps(value)
+			// write the new map with a fresh stamp
 			txn = txn.Then(put...)
 		}
-		resp, err := txn.Else(a.readOps()...).Commit()
+		resp, err := txn.
+			// fresh state (map and stamp at one revision) for the retry
+			Else(a.readOps()...).
+			Commit()
 		if err != nil {
 			err = fmt.Errorf("etcd transaction on %s: %w", a.key, err)
 			if len(changed) == 0 {
@@ -268,7 +276,10 @@ func (a *Store) commit(batch []*request) error {
 
 // load reads the map from etcd into the cache.
 func (a *Store) load(ctx context.Context) error {
-	resp, err := a.client.Txn(ctx).Then(a.readOps()...).Commit()
+	resp, err := a.client.Txn(ctx).
+		// no compare: the map and its stamp, read at one revision
+		Then(a.readOps()...).
+		Commit()
 	if err != nil {
 		return fmt.Errorf("read %s: %w", a.key, err)
 	}

@@ -31,7 +31,11 @@ func (a *Store) RerangeWith(ctx context.Context, alsoPrefix string, remap Remap)
 		read = append(read, clientv3.OpGet(alsoPrefix, clientv3.WithPrefix()))
 	}
 	for attempt := 0; attempt < a.opts.MaxAttempts; attempt++ {
-		resp, err := a.client.Txn(ctx).Then(read...).Commit()
+		resp, err := a.client.Txn(ctx).
+			// no compare: the map, its stamp and the keys under alsoPrefix,
+			// read at one revision
+			Then(read...).
+			Commit()
 		if err != nil {
 			return false, fmt.Errorf("re-range %s: read: %w", a.key, err)
 		}
@@ -59,7 +63,13 @@ func (a *Store) RerangeWith(ctx context.Context, alsoPrefix string, remap Remap)
 			return false, fmt.Errorf("re-range %s: %w", a.key, err)
 		}
 		ops, _ := a.putOps(value)
-		put, err := a.client.Txn(ctx).If(a.unchanged(stored)...).Then(ops...).Commit()
+		put, err := a.client.Txn(ctx).
+			// the map is still the one remap was given (revision and stamp)
+			If(a.unchanged(stored)...).
+			// write the re-ranged map with a fresh stamp
+			Then(ops...).
+			// no Else: a lost compare reads everything again, next attempt
+			Commit()
 		if err != nil {
 			return false, fmt.Errorf("re-range %s: write: %w", a.key, err)
 		}

@@ -57,7 +57,15 @@ type resolution struct {
 // An error (etcd unreachable, history compacted) leaves the outcome unknown.
 func (a *Store) resolveWrite(ctx context.Context, w ambiguousWrite) (resolution, error) {
 	put, stamp := a.putOps(w.baseValue)
-	fence, err := a.client.Txn(ctx).If(a.unchanged(w.base)...).Then(put...).Commit()
+	fence, err := a.client.Txn(ctx).
+		// the map is still the base the ambiguous write compared against
+		If(a.unchanged(w.base)...).
+		// write the base map back with a new stamp: the ambiguous write's
+		// compare can never succeed after this
+		Then(put...).
+		// no Else: something changed after base; its history tells whether
+		// the first change was ours
+		Commit()
 	if err != nil {
 		return resolution{}, fmt.Errorf("resolve an ambiguous write to %s: fence: %w", a.key, err)
 	}

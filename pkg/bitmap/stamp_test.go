@@ -15,6 +15,9 @@ import (
 // store's slot (to be handed out again) and put back three the
 // restore undid. With the revision compare alone it does.
 func TestStaleCacheAfterRestore(t *testing.T) {
+	if testing.Short() {
+		t.Skip("waits out two etcd restarts (cold backup, restore); runs in the full suite")
+	}
 	t.Parallel()
 	ctx := testContext(t)
 	etcd := etcdtest.New(t)

@@ -192,8 +192,11 @@ func (a *Store) Create(ctx context.Context) (bool, error) {
 	}
 	put, _ := a.putOps(value)
 	resp, err := a.client.Txn(ctx).
+		// the map does not exist
 		If(clientv3.Compare(clientv3.CreateRevision(a.key), "=", 0)).
+		// create it empty, with a fresh stamp
 		Then(put...).
+		// someone else's map, to check that its range is ours
 		Else(clientv3.OpGet(a.key)).
 		Commit()
 	if err != nil {

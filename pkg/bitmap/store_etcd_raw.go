@@ -31,7 +31,10 @@ func (m StoredMap) Exists() bool { return m.Revision != 0 }
 // bypassing the allocator's cache. A missing key is not an error: the result
 // has Revision 0. A value that is not a RangeAllocation of this range is.
 func (a *Store) ReadStored(ctx context.Context) (StoredMap, error) {
-	resp, err := a.client.Txn(ctx).Then(a.readOps()...).Commit()
+	resp, err := a.client.Txn(ctx).
+		// no compare: the map and its stamp, read at one revision
+		Then(a.readOps()...).
+		Commit()
 	if err != nil {
 		return StoredMap{}, fmt.Errorf("read %s: %w", a.key, err)
 	}
@@ -67,8 +70,11 @@ func (a *Store) CompareAndWrite(ctx context.Context, data []byte, base StoredMap
 	}
 	ops, _ := a.putOps(value)
 	resp, err := a.client.Txn(ctx).
+		// the key still holds base (revision and stamp), or is still absent
 		If(a.unchanged(mapState{rev: base.Revision, stamp: base.stamp})...).
+		// write the caller's map with a fresh stamp
 		Then(ops...).
+		// no Else: a lost compare is ErrConflict, and the caller reads again
 		Commit()
 	if err != nil {
 		return 0, fmt.Errorf("write %s: %w", a.key, err)

@@ -20,6 +20,7 @@ import (
 	"github.com/allocator/allocator/pkg/allocation"
 	"github.com/allocator/allocator/pkg/ipaddress/addrindex"
 	"github.com/allocator/allocator/pkg/model"
+	"github.com/allocator/allocator/pkg/subrange"
 )
 
 // Labels and values every IPAddress created by this allocator carries, as
@@ -31,7 +32,9 @@ const (
 )
 
 // DefaultMaxCollisions bounds how many taken candidates one AllocateNext call
-// moves past before it gives up with ErrTooManyCollisions.
+// moves past before it gives up with ErrTooManyCollisions: an Allocator's
+// candidates (Config.MaxCollisions overrides it), and dual write's bitmap
+// candidates that an IPAddress already held (package dualwrite).
 const DefaultMaxCollisions = 16
 
 // Config is what New needs.
@@ -102,9 +105,10 @@ type Allocator struct {
 	lookup rangeLookup
 	// fullBefore is a position in ranges before which every range is
 	// full or takes no dynamic pick (its lifecycle): a pick over all of
-	// them starts there. Ranges fill in order, and
-	// at 90% fill of a thousand ServiceCIDRs asking each full one in turn
-	// was the one cost of a create that grew with the fill. markLocked
+	// them starts there. Ranges fill in order, so a pick that asked each
+	// full one in turn would make every create cost more the fuller the
+	// cluster; with it, no step of a create grows with the fill (the
+	// paired runs of hack/scale.sh, docs/performance.md). markLocked
 	// lowers it when it frees an address of an earlier range;
 	// setRangesLocked zeroes it.
 	fullBefore int
@@ -151,7 +155,7 @@ func New(ctx context.Context, cfg Config) (*Allocator, error) {
 		ipv6:          cfg.IPv6,
 		maxCollisions: cfg.MaxCollisions,
 		onRefused:     cfg.OnRefused,
-		logger:        klog.FromContext(ctx).WithValues("allocator", model.IPAddress.String(), "family", familyOf(cfg.IPv6)),
+		logger:        klog.FromContext(ctx).WithValues("allocator", model.IPAddress.String(), "family", subrange.FamilyName(cfg.IPv6)),
 		readyCh:       make(chan struct{}),
 		inflight:      map[netip.Addr]*reservation{},
 		unobserved:    map[netip.Addr]bool{},
@@ -202,13 +206,6 @@ func (a *Allocator) becomeReady(ctx context.Context, synced ...cache.InformerSyn
 	a.readyOnce.Do(func() { close(a.readyCh) })
 	a.report(newlyRefused)
 	a.logger.V(2).Info("IPAddress allocator ready", "ranges", a.Ranges())
-}
-
-func familyOf(ipv6 bool) string {
-	if ipv6 {
-		return "IPv6"
-	}
-	return "IPv4"
 }
 
 // Ready reports whether the informers have synced.

@@ -90,8 +90,9 @@ func concerns(obj any, ipv6 bool) bool {
 // matters (its CIDRs, whether it is ready, its annotations, its creation
 // time). The ServiceCIDR controller's finalizer and its Ready=True
 // condition on a new ServiceCIDR change none of it: with a thousand
-// ServiceCIDRs, each of those updates rebuilt both families' ranges from
-// all of them (a tenth of the CPU while they were being created).
+// ServiceCIDRs, rebuilding both families' ranges from all of them on each of
+// those updates would cost about a tenth of the CPU while they are created
+// (hack/scale.sh).
 func changeConcerns(old, obj any, ipv6 bool) bool {
 	o, ok1 := old.(*networkingv1.ServiceCIDR)
 	n, ok2 := obj.(*networkingv1.ServiceCIDR)

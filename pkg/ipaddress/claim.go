@@ -233,7 +233,7 @@ func (e *NoServiceCIDRError) Error() string {
 }
 
 func (a *Allocator) noServiceCIDR() error {
-	e := &NoServiceCIDRError{Family: familyOf(a.ipv6)}
+	e := &NoServiceCIDRError{Family: subrange.FamilyName(a.ipv6)}
 	cidrs, err := a.cidrLister.List(labels.Everything())
 	if err != nil {
 		return e

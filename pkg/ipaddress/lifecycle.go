@@ -10,6 +10,7 @@ import (
 
 	"github.com/allocator/allocator/pkg/allocation"
 	"github.com/allocator/allocator/pkg/ipaddress/lifecycle"
+	"github.com/allocator/allocator/pkg/subrange"
 )
 
 // ServiceCIDR lifecycles (pkg/ipaddress/lifecycle, design.md §11). A range takes a
@@ -131,5 +132,5 @@ func (a *Allocator) closedHint(full, closed []string) error {
 	return allocation.NewFullError(fmt.Sprintf("no %s ServiceCIDR that serves this Service takes a dynamic pick: %s; "+
 		"add a ServiceCIDR, reopen one (remove its %s annotations), or choose spec.clusterIP in a manual-only one; "+
 		"`kubectl allocator status` shows each range's state and fill",
-		familyOf(a.ipv6), strings.Join(parts, "; "), lifecycle.Prefix))
+		subrange.FamilyName(a.ipv6), strings.Join(parts, "; "), lifecycle.Prefix))
 }

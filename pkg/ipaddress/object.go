@@ -7,6 +7,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/allocator/allocator/pkg/allocation"
+	"github.com/allocator/allocator/pkg/subrange"
 )
 
 // AnnotationServiceUID records the UID of the Service an IPAddress was
@@ -27,7 +28,7 @@ func NewObject(ip netip.Addr, owner allocation.Owner) *networkingv1.IPAddress {
 		ObjectMeta: metav1.ObjectMeta{
 			Name: ip.String(),
 			Labels: map[string]string{
-				LabelIPFamily:  familyOf(ip.Is6()),
+				LabelIPFamily:  subrange.FamilyName(ip.Is6()),
 				LabelManagedBy: ManagedBy,
 			},
 			Annotations: annotations,

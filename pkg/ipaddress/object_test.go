@@ -65,6 +65,8 @@ func TestParentIsService(t *testing.T) {
 		{"no parent", nil, false},
 		{"other group", &networkingv1.ParentReference{Group: "example.com", Resource: "services", Namespace: "default", Name: "web"}, false},
 		{"other resource", &networkingv1.ParentReference{Resource: "pods", Namespace: "default", Name: "web"}, false},
+		{"Gateway", &networkingv1.ParentReference{Group: "gateway.networking.k8s.io", Resource: "gateways", Namespace: "default", Name: "web"}, false},
+		{"singular resource", &networkingv1.ParentReference{Resource: "service", Namespace: "default", Name: "web"}, false},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

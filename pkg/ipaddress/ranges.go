@@ -22,7 +22,8 @@ type cidrRange struct {
 // rangeLookup finds the served ranges whose prefix holds an address by the
 // address's prefix at each length in use, not by looking at every range:
 // an informer event or a claim marks its address in each, and with a
-// thousand ServiceCIDRs that look was a thirtieth of a create's CPU.
+// thousand ServiceCIDRs a look at every range would cost about a thirtieth
+// of a create's CPU (hack/scale.sh).
 type rangeLookup struct {
 	byPrefix map[netip.Prefix][]int // positions in the ranges it was built from
 	lengths  []int                  // the prefix lengths of the ranges, each once
@@ -66,8 +67,9 @@ func (a *Allocator) Ranges() []netip.Prefix {
 // CIDROf returns the first served prefix, in allocation order, that
 // contains ip, or the first served prefix when none does; false when no
 // prefix is served. It copies nothing: the metrics name the CIDR of every
-// allocation with it, and a copy of the ranges per call (Ranges) was a
-// tenth of the bytes the server allocated at 1,000 ServiceCIDRs.
+// allocation with it, and a copy of the ranges per call (Ranges) would be
+// about a tenth of the bytes the server allocates at 1,000 ServiceCIDRs
+// (hack/scale.sh).
 func (a *Allocator) CIDROf(ip netip.Addr) (netip.Prefix, bool) {
 	a.mu.Lock()
 	defer a.mu.Unlock()

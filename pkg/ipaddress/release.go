@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"net/netip"
-	"slices"
 
 	corev1 "k8s.io/api/core/v1"
 	networkingv1 "k8s.io/api/networking/v1"
@@ -178,5 +177,5 @@ func heldByParent(ctx context.Context, services Services, obj *networkingv1.IPAd
 	if err != nil || svc == nil {
 		return false, err
 	}
-	return slices.Contains(holding.IPs(svc), ip), nil
+	return holding.HoldsIP(svc, ip), nil
 }

@@ -15,6 +15,7 @@ import (
 
 	"github.com/allocator/allocator/pkg/allocation"
 	"github.com/allocator/allocator/pkg/ipaddress/scope"
+	"github.com/allocator/allocator/pkg/subrange"
 )
 
 // Scoped ServiceCIDRs (design.md §11). A request carrying
@@ -197,7 +198,7 @@ func (a *Allocator) nothingFree(rt *route, nsLabels, svcLabels labels.Set) error
 	case rt == nil:
 		return a.fullError()
 	case len(rt.ranges) == 0:
-		return &NoServiceCIDRError{Family: familyOf(a.ipv6), ScopedElsewhere: sortedUnique(scoped)}
+		return &NoServiceCIDRError{Family: subrange.FamilyName(a.ipv6), ScopedElsewhere: sortedUnique(scoped)}
 	case len(rt.matched) > 0 && !rt.fallback:
 		return &allocation.ScopeFullError{ServiceCIDRs: rt.matched}
 	default:
@@ -221,7 +222,7 @@ func (a *Allocator) fullError() error {
 	}
 	return allocation.NewFullError(fmt.Sprintf("the %s ServiceCIDRs that serve this Service have no free address: %s; "+
 		"add a ServiceCIDR for more addresses, or delete Services no longer needed; `kubectl allocator status` shows how full each range is",
-		familyOf(a.ipv6), strings.Join(slices.Compact(full), ", ")))
+		subrange.FamilyName(a.ipv6), strings.Join(slices.Compact(full), ", ")))
 }
 
 // checkNewLocked checks a static request for ip (inside a served range)

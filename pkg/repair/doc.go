@@ -5,12 +5,35 @@
 // repairs of both models and the migrations between them) and report (what
 // every repair reports).
 //
-// The core is generic over the key of the thing allocated (an address, a
-// port); a Space maps keys to the map's slots. The layers over it take what a
-// Service holds from internal/holding and word the findings; the core decides what is
-// written, and when the layers' findings are counted and raise events
-// (Pass.Finish: only after a successful commit, without the findings of keys
-// the commit found were not missing).
+// The core is generic over the key of the thing allocated (Key: an address
+// or a port); a Space (AddrSpace, PortSpace) maps keys to the map's slots.
+// Every repair's settings are one Options, which each repair's config
+// embeds; Options.WithDefaults is the one place their defaults are applied.
+//
+// A layer drives the core step by step and the core calls nothing of the
+// layer's, so one pass of a layer reads top to bottom in one function
+// (NodePortRepair.RunOnce, iprepair.BitmapRepair.RunOnce):
+//
+//	rounds := NewRounds(maps)              // bounds the reruns after lost writes
+//	for rounds.Next() {
+//	    for each map i of rounds.Pending():
+//	        pass := repairer.Begin(ctx)     // read the map, before the list
+//	    services := list the Services
+//	    for each map i of rounds.Pending():
+//	        for each key each Service holds (internal/holding):
+//	            switch pass.Hold(svc, key)  // Held, Missing, Duplicate, OutOfRange:
+//	                                        // the layer words the finding
+//	        for _, leak := range pass.Leaks() // kept and counted, or Freed:
+//	                                        // the layer words the finding
+//	        done, err := pass.Finish(ctx, &findings, reporting)
+//	        if rounds.Lost(i, err) { continue } // map i is passed over again
+//	}
+//	rounds.Err()                           // gave up after MaxConflictReruns rounds
+//
+// Finish commits (merging onto a fresh read and reading Services again as
+// below) and only then counts the findings and records their events,
+// without the findings of keys the commit found were not missing; a dry run
+// commits, counts and records nothing.
 //
 // A pass reads the stored map, then lists the Services, rebuilds the map from
 // what they hold and writes it back. Invariants and why:
@@ -37,17 +60,18 @@
 //     read again: if it is gone (or recreated with another UID, or no longer
 //     holds the key), it was deleted between the pass's list and its write and
 //     its release already cleared the bit, so setting it would leave a stale
-//     bit and report a false "not allocated". Such keys, and keys found
-//     already set in the fresh map, are returned as NotMissing so the layer
-//     drops their findings. Each Service is read again at most once per key
-//     and pass.
+//     bit and report a false "not allocated". Whether it still holds the
+//     key is internal/holding's answer, as for the list. Such keys, and keys
+//     found already set in the fresh map, are returned as NotMissing, and
+//     Finish drops their findings. Each Service is read again at most once
+//     per key and pass.
 //   - Leak counts are committed only with a successful write (or when the
 //     map needed none), so a pass rerun after a lost write counts nothing
 //     twice. An unchanged map is not rewritten; a missing map is created.
 //   - A pass whose merged write still loses MaxMergeAttempts times in a row,
-//     or whose map was deleted meanwhile, fails with bitmap.ErrConflict; Run
-//     then reruns that map from a fresh read and list, at most
-//     MaxConflictReruns times.
+//     or whose map was deleted meanwhile, fails with bitmap.ErrConflict;
+//     Rounds then has that map passed over again from a fresh read and list,
+//     in at most MaxConflictReruns rounds in all.
 //
 // # Node ports
 //

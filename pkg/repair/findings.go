@@ -14,11 +14,11 @@ import (
 // one is about. Finish commits the pass and only then counts them and
 // records their events, so a pass rerun after a lost write reports nothing
 // twice.
-type Findings[K comparable] struct {
+type Findings[K Key] struct {
 	found []finding[K]
 }
 
-type finding[K comparable] struct {
+type finding[K Key] struct {
 	svc     *corev1.Service // nil: no event
 	problem report.Problem
 	// missing: the finding is Hold's Missing for key, dropped when Commit
@@ -52,8 +52,10 @@ func (f *Findings[K]) Problems() []report.Problem {
 type Reporting struct {
 	// DryRun: commit nothing, count nothing, record nothing.
 	DryRun bool
-	// Observe counts one problem (a report.Metrics method; nil counts nothing).
-	Observe func(report.Problem)
+	// Metrics counts the problems: a node-port one (Resource
+	// ResourceNodePort) on the node-port counters, any other on the
+	// ClusterIP ones; nil counts nothing.
+	Metrics *report.Metrics
 	// Recorder receives the events, as Warnings; nil records none.
 	Recorder record.EventRecorder
 }
@@ -66,13 +68,13 @@ type Finished struct {
 	Wrote     bool
 }
 
-// Finish ends the pass once Leaked has walked it: unless to.DryRun, it
+// Finish ends the pass once Leaks has walked it: unless to.DryRun, it
 // commits, drops the Missing findings of keys Commit found not missing (set
 // since the pass's read by the allocation that stored their Service, or
 // their Service deleted since the list: not a fault), counts the problems
 // left and records their events. A commit error is returned as it is, with
-// nothing counted or recorded; a bitmap.ErrConflict makes Run rerun the
-// pass.
+// nothing counted or recorded; a bitmap.ErrConflict means the map is to be
+// passed over again (Rounds.Lost).
 func (p *Pass[K]) Finish(ctx context.Context, f *Findings[K], to Reporting) (Finished, error) {
 	done := Finished{Allocated: p.Allocated()}
 	if to.DryRun {
@@ -87,8 +89,10 @@ func (p *Pass[K]) Finish(ctx context.Context, f *Findings[K], to Reporting) (Fin
 	kept := slices.DeleteFunc(slices.Clone(f.found), func(x finding[K]) bool { return x.missing && res.NotMissing[x.key] })
 	for _, x := range kept {
 		done.Problems = append(done.Problems, x.problem)
-		if to.Observe != nil {
-			to.Observe(x.problem)
+		if x.problem.Resource == ResourceNodePort {
+			to.Metrics.ObservePortProblem(x.problem)
+		} else {
+			to.Metrics.ObserveProblem(x.problem)
 		}
 	}
 	if to.Recorder != nil {

@@ -2,8 +2,8 @@ package repair_test
 
 import (
 	"context"
-	"slices"
 	"strconv"
+	"strings"
 	"testing"
 	"time"
 
@@ -13,6 +13,8 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/kubernetes/fake"
 	"k8s.io/client-go/tools/record"
+	"k8s.io/component-base/metrics"
+	"k8s.io/component-base/metrics/testutil"
 
 	"github.com/allocator/allocator/pkg/bitmap"
 	"github.com/allocator/allocator/pkg/bitmap/nodeport"
@@ -22,18 +24,6 @@ import (
 
 // testRange is the node-port range the findings are taken on.
 const testRange = "30000-30099"
-
-// portSpace is a port range as a repair.Space.
-type portSpace struct{ nodeport.Range }
-
-func (s portSpace) Key(i int) int {
-	port, _ := s.Port(i)
-	return port
-}
-
-func holdsPort(svc *corev1.Service, port int) bool {
-	return slices.ContainsFunc(svc.Spec.Ports, func(p corev1.ServicePort) bool { return int(p.NodePort) == port })
-}
 
 // fakeStore is a stored map whose first writes lose to a concurrent
 // allocation: each lost write is followed by a read of the next map in reads.
@@ -71,23 +61,26 @@ func TestFinish(t *testing.T) {
 	t.Parallel()
 	a, b, c := nodePortService("a", 30001), nodePortService("b", 30002), nodePortService("c", 30001)
 	missing := func(svc *corev1.Service, port string) report.Problem {
-		return report.Problem{Type: report.TypeRepair, Reason: "PortNotAllocated", IP: port, Service: report.ServiceKey(svc), Message: "missing " + port}
+		return report.Problem{Type: report.TypeRepair, Reason: "PortNotAllocated", IP: port, Service: report.ServiceKey(svc), Message: "missing " + port, Resource: repair.ResourceNodePort}
 	}
-	dup := report.Problem{Type: report.TypeDuplicate, Reason: "PortAlreadyAllocated", IP: "30001", Service: "default/c", Message: "duplicate"}
-	leak := report.Problem{Type: report.TypeLeak, IP: "30009", Message: "leak"}
+	dup := report.Problem{Type: report.TypeDuplicate, Reason: "PortAlreadyAllocated", IP: "30001", Service: "default/c", Message: "duplicate", Resource: repair.ResourceNodePort}
+	leak := report.Problem{Type: report.TypeLeak, IP: "30009", Message: "leak", Resource: repair.ResourceNodePort}
 	for _, dryRun := range []bool{false, true} {
 		store := &fakeStore{
-			reads:  []bitmap.StoredMap{{Revision: 2, Data: []byte{0x02}}}, // 30001 set since the pass's read
+			reads: []bitmap.StoredMap{
+				{Revision: 1},                     // the pass's read: empty
+				{Revision: 2, Data: []byte{0x02}}, // 30001 set since the pass's read
+			},
 			losses: 1,
 		}
 		r, err := repair.New(repair.Config[int]{
-			Store: store, Space: portSpace{nodeport.MustParse(testRange)}, Services: fake.NewClientset(b).CoreV1(),
-			Holds: holdsPort, LeakGrace: time.Minute,
+			Options: repair.Options{Client: fake.NewClientset(b), LeakGrace: time.Minute},
+			Store:   store, Space: repair.PortSpace{Range: nodeport.MustParse(testRange)},
 		})
 		if err != nil {
 			t.Fatal(err)
 		}
-		pass, err := r.Begin(bitmap.StoredMap{Revision: 1})
+		pass, err := r.Begin(context.Background())
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -102,12 +95,13 @@ func TestFinish(t *testing.T) {
 			}
 		}
 		found.Add(nil, leak)
-		pass.Leaked(func(int, bool) {})
+		pass.Leaks()
 
-		var observed []report.Problem
+		m := report.NewMetrics()
+		registry := metrics.NewKubeRegistry()
+		m.Register(registry)
 		recorder := record.NewFakeRecorder(10)
-		done, err := pass.Finish(context.Background(), &found, repair.Reporting{DryRun: dryRun,
-			Observe: func(p report.Problem) { observed = append(observed, p) }, Recorder: recorder})
+		done, err := pass.Finish(context.Background(), &found, repair.Reporting{DryRun: dryRun, Metrics: m, Recorder: recorder})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -118,16 +112,23 @@ func TestFinish(t *testing.T) {
 		}
 		want := repair.Finished{Problems: []report.Problem{missing(b, "30002"), dup, leak}, Allocated: 2, Wrote: true}
 		wantEvents := []string{"Warning PortNotAllocated missing 30002", "Warning PortAlreadyAllocated duplicate"}
-		wantObserved := want.Problems
+		// The kept leak counts nothing (a leak counts once, when freed); the
+		// findings are node-port ones, so they count on the node-port counters.
+		wantObserved := `
+# HELP apiserver_nodeport_repair_port_errors_total [ALPHA] Number of errors detected on ports by the repair loop broken down by type of error: leak, repair, full, outOfRange, duplicate, unknown
+# TYPE apiserver_nodeport_repair_port_errors_total counter
+apiserver_nodeport_repair_port_errors_total{type="duplicate"} 1
+apiserver_nodeport_repair_port_errors_total{type="repair"} 1
+`
 		if dryRun {
 			want = repair.Finished{Problems: []report.Problem{missing(a, "30001"), missing(b, "30002"), dup, leak}, Allocated: 2}
-			wantEvents, wantObserved = nil, nil
+			wantEvents, wantObserved = nil, ""
 		}
 		if diff := cmp.Diff(want, done); diff != "" {
 			t.Errorf("dry run %v: Finish (-want +got):\n%s", dryRun, diff)
 		}
-		if diff := cmp.Diff(wantObserved, observed); diff != "" {
-			t.Errorf("dry run %v: observed (-want +got):\n%s", dryRun, diff)
+		if err := testutil.GatherAndCompare(registry, strings.NewReader(wantObserved), "apiserver_nodeport_repair_port_errors_total", "apiserver_clusterip_repair_ip_errors_total"); err != nil {
+			t.Errorf("dry run %v: metrics: %v", dryRun, err)
 		}
 		if diff := cmp.Diff(wantEvents, events); diff != "" {
 			t.Errorf("dry run %v: events (-want +got):\n%s", dryRun, diff)

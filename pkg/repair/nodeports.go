@@ -4,13 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"slices"
 	"strconv"
 	"time"
-
-	corev1 "k8s.io/api/core/v1"
-	"k8s.io/client-go/kubernetes"
-	"k8s.io/client-go/tools/record"
 
 	"github.com/allocator/allocator/internal/holding"
 	"github.com/allocator/allocator/pkg/bitmap/nodeport"
@@ -36,17 +31,11 @@ type NodePortStore interface {
 	Store
 }
 
-// NodePortConfig configures a NodePortRepair.
+// NodePortConfig configures a NodePortRepair: Options (Interval, LeakGrace,
+// ...) and the stored map.
 type NodePortConfig struct {
-	Client   kubernetes.Interface
-	Store    NodePortStore
-	Recorder record.EventRecorder // nil emits none
-	Metrics  *report.Metrics      // nil counts nothing
-	Interval time.Duration        // default DefaultInterval
-	DryRun   bool
-	// LeakGrace: see BitmapConfig.LeakGrace (default repair.DefaultLeakGrace).
-	LeakGrace time.Duration
-	Now       func() time.Time
+	Options
+	Store NodePortStore
 }
 
 // NodePortRepair rebuilds the node-port map from the Services: a thin layer
@@ -62,13 +51,8 @@ func NewNodePortRepair(cfg NodePortConfig) (*NodePortRepair, error) {
 	if cfg.Client == nil || cfg.Store == nil {
 		return nil, errors.New("node-port repair: a client and a store are required")
 	}
-	if cfg.Interval <= 0 {
-		cfg.Interval = report.DefaultInterval
-	}
-	core, err := New(Config[int]{
-		Store: cfg.Store, Space: portSpace{cfg.Store.Range()}, Services: cfg.Client.CoreV1(),
-		Holds: holdsPort, LeakGrace: cfg.LeakGrace, Now: cfg.Now,
-	})
+	cfg.Options = cfg.Options.WithDefaults()
+	core, err := New(Config[int]{Options: cfg.Options, Store: cfg.Store, Space: PortSpace{cfg.Store.Range()}})
 	if err != nil {
 		return nil, fmt.Errorf("node-port repair: %w", err)
 	}
@@ -83,82 +67,78 @@ func (r *NodePortRepair) Run(ctx context.Context, firstPass chan<- struct{}) err
 }
 
 // RunOnce makes one pass. Its report's Model is "nodeport" and each
-// problem's IP field holds the port.
+// problem's IP field holds the port. It reads the map, lists the Services,
+// reports what each holds and what no Service holds, and commits
+// (Pass.Finish: events and metrics follow only a successful commit); a
+// write lost to concurrent allocations reruns it all (Rounds).
 func (r *NodePortRepair) RunOnce(ctx context.Context) (*report.Report, error) {
 	start := time.Now()
+	rng := r.cfg.Store.Range()
 	var rep *report.Report
-	list := func(ctx context.Context) ([]corev1.Service, error) { return report.ListServices(ctx, r.cfg.Client) }
-	err := Run(ctx, []*Repairer[int]{r.core}, list, func(ctx context.Context, _ int, pass *Pass[int], services []corev1.Service) error {
-		var err error
-		rep, err = r.pass(ctx, pass, services)
-		return err
-	})
-	if err != nil {
+	rounds := NewRounds(1)
+	for rounds.Next() {
+		// The map is read before the Services are listed (package doc).
+		pass, err := r.core.Begin(ctx)
+		if err != nil {
+			return nil, fmt.Errorf("node-port repair: %w", err)
+		}
+		services, err := report.ListServices(ctx, r.cfg.Client)
+		if err != nil {
+			return nil, fmt.Errorf("node-port repair: %w", err)
+		}
+
+		// What each Service holds, oldest first.
+		var found Findings[int]
+		for i := range services {
+			svc := &services[i]
+			for _, port := range holding.NodePorts(svc) {
+				p := report.Problem{Resource: ResourceNodePort, IP: strconv.Itoa(port), Service: report.ServiceKey(svc)}
+				switch pass.Hold(svc, port) {
+				case Held:
+				case OutOfRange:
+					p.Type, p.Reason = report.TypeOutOfRange, ReasonPortOutOfRange
+					p.Message = fmt.Sprintf("Port %d is not within the port range %s; please recreate service", port, rng)
+					found.Add(svc, p)
+				case Duplicate:
+					p.Type, p.Reason = report.TypeDuplicate, ReasonPortAlreadyAllocated
+					p.Message = fmt.Sprintf("Port %d was assigned to multiple services; please recreate service", port)
+					found.Add(svc, p)
+				case Missing:
+					p.Type, p.Reason, p.Fixed = report.TypeRepair, ReasonPortNotAllocated, !r.cfg.DryRun
+					p.Message = fmt.Sprintf("Port %d is not allocated; repairing", port)
+					found.AddMissing(svc, port, p) // dropped if the commit finds it was not missing
+				}
+			}
+		}
+
+		// What no Service holds is leaked: kept and counted, or freed.
+		for _, leak := range pass.Leaks() {
+			p := report.Problem{Resource: ResourceNodePort, Type: report.TypeLeak, IP: strconv.Itoa(leak.Key),
+				Message: fmt.Sprintf("Port %d is allocated but no Service uses it; it is freed on the %s pass that sees it", leak.Key, report.Ordinal(LeakPasses))}
+			if leak.Freed {
+				p.Fixed = !r.cfg.DryRun
+				p.Message = fmt.Sprintf("the node port %d appears to have leaked: cleaning up", leak.Key)
+			}
+			found.Add(nil, p)
+		}
+
+		// Commit, then count and record what is left.
+		done, err := pass.Finish(ctx, &found, Reporting{DryRun: r.cfg.DryRun, Metrics: r.cfg.Metrics, Recorder: r.cfg.Recorder})
+		if rounds.Lost(0, err) {
+			continue // from a fresh read and list
+		}
+		if err != nil {
+			return nil, fmt.Errorf("node-port repair: %w", err)
+		}
+		rep = &report.Report{Resource: ResourceNodePort, DryRun: r.cfg.DryRun, Services: len(services),
+			Problems: done.Problems, Allocated: done.Allocated}
+		if done.Wrote {
+			rep.Writes++
+		}
+	}
+	if err := rounds.Err(); err != nil {
 		return nil, fmt.Errorf("node-port repair: %w", err)
 	}
 	rep.Duration = time.Since(start)
 	return rep, nil
-}
-
-// pass reports what pass finds in the node-port map and commits it
-// (repair.Pass.Finish: events and metrics follow only a successful
-// commit).
-func (r *NodePortRepair) pass(ctx context.Context, pass *Pass[int], services []corev1.Service) (*report.Report, error) {
-	rng := r.cfg.Store.Range()
-	rep := &report.Report{Resource: ResourceNodePort, DryRun: r.cfg.DryRun, Services: len(services)}
-	var found Findings[int]
-	add := func(svc *corev1.Service, p report.Problem) {
-		p.Resource = ResourceNodePort
-		found.Add(svc, p)
-	}
-	for i := range services {
-		svc := &services[i]
-		for _, port := range holding.NodePorts(svc) {
-			text := strconv.Itoa(port)
-			switch pass.Hold(svc, port) {
-			case Held:
-			case OutOfRange:
-				add(svc, report.Problem{Type: report.TypeOutOfRange, Reason: ReasonPortOutOfRange, IP: text, Service: report.ServiceKey(svc),
-					Message: fmt.Sprintf("Port %d is not within the port range %s; please recreate service", port, rng)})
-			case Duplicate:
-				add(svc, report.Problem{Type: report.TypeDuplicate, Reason: ReasonPortAlreadyAllocated, IP: text, Service: report.ServiceKey(svc),
-					Message: fmt.Sprintf("Port %d was assigned to multiple services; please recreate service", port)})
-			case Missing:
-				found.AddMissing(svc, port, report.Problem{Type: report.TypeRepair, Reason: ReasonPortNotAllocated, IP: text, Service: report.ServiceKey(svc), Fixed: !r.cfg.DryRun,
-					Resource: ResourceNodePort, Message: fmt.Sprintf("Port %d is not allocated; repairing", port)})
-			}
-		}
-	}
-	pass.Leaked(func(port int, freed bool) {
-		if !freed {
-			add(nil, report.Problem{Type: report.TypeLeak, IP: strconv.Itoa(port),
-				Message: fmt.Sprintf("Port %d is allocated but no Service uses it; it is freed on the %s pass that sees it", port, report.Ordinal(LeakPasses))})
-			return
-		}
-		add(nil, report.Problem{Type: report.TypeLeak, IP: strconv.Itoa(port), Fixed: !r.cfg.DryRun,
-			Message: fmt.Sprintf("the node port %d appears to have leaked: cleaning up", port)})
-	})
-	done, err := pass.Finish(ctx, &found, Reporting{DryRun: r.cfg.DryRun, Observe: r.cfg.Metrics.ObservePortProblem, Recorder: r.cfg.Recorder})
-	if err != nil {
-		return nil, err
-	}
-	rep.Problems, rep.Allocated = done.Problems, done.Allocated
-	if done.Wrote {
-		rep.Writes++
-	}
-	return rep, nil
-}
-
-// portSpace is a node-port range as the repair core's Space: slot i is the
-// port base+i.
-type portSpace struct{ nodeport.Range }
-
-func (s portSpace) Key(i int) int {
-	port, _ := s.Port(i) // the core asks only for slots of the range
-	return port
-}
-
-// holdsPort reports whether svc holds port.
-func holdsPort(svc *corev1.Service, port int) bool {
-	return slices.Contains(holding.NodePorts(svc), port)
 }

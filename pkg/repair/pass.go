@@ -29,11 +29,12 @@ const (
 	OutOfRange
 )
 
-// Pass is one repair pass over a stored map: Hold for every key every Service
-// holds (oldest Service first, so of two holders the older keeps the key),
-// then Leaked once, then Commit, unless the pass is a dry run, which changes
-// nothing and counts nothing.
-type Pass[K comparable] struct {
+// Pass is one repair pass over a stored map, driven by its caller step by
+// step: Begin reads the map, then (after the Services are listed) Hold for
+// every key every Service holds (oldest Service first, so of two holders
+// the older keeps the key), then Leaks, then Finish (or Commit), unless the
+// pass is a dry run, which changes nothing and counts nothing.
+type Pass[K Key] struct {
 	r      *Repairer[K]
 	stored bitmap.StoredMap
 	now    time.Time
@@ -44,14 +45,20 @@ type Pass[K comparable] struct {
 	// loses to a concurrent allocation.
 	toSet, toClear []int
 	holders        map[int]*corev1.Service // the Service each toSet slot was found on
-	// leaks are the counts this pass commits, once Leaked has walked them.
+	// leaks are the counts this pass commits, once Leaks has walked them
+	// (found, in ascending order).
 	leaks  map[K]leakState
 	walked bool
+	found  []Leak[K]
 }
 
-// Begin starts a pass over stored, the map as read before the Services were
-// listed.
-func (r *Repairer[K]) Begin(stored bitmap.StoredMap) (*Pass[K], error) {
+// Begin reads the stored map and starts a pass over it: the first step of a
+// pass, taken before the Services are listed (see the package doc).
+func (r *Repairer[K]) Begin(ctx context.Context) (*Pass[K], error) {
+	stored, err := r.cfg.Store.ReadStored(ctx)
+	if err != nil {
+		return nil, err
+	}
 	unheld, err := r.decode(stored.Data)
 	if err != nil {
 		return nil, err
@@ -81,13 +88,20 @@ func (p *Pass[K]) Hold(svc *corev1.Service, k K) Outcome {
 	}
 }
 
-// Leaked calls fn, in ascending order, for every key allocated that no
-// Service holds: freed says this pass frees it (its LeakPasses-th pass and
-// the leak grace over), otherwise it is kept and counted. It walks once; a
-// second call does nothing.
-func (p *Pass[K]) Leaked(fn func(k K, freed bool)) {
+// Leak is a key allocated that no Service of the pass holds.
+type Leak[K Key] struct {
+	Key K
+	// Freed says this pass frees it (its LeakPasses-th pass and the leak
+	// grace over); otherwise it is kept and counted.
+	Freed bool
+}
+
+// Leaks returns, in ascending order, the keys allocated that no Service
+// holds, once every key held has been given to Hold. It walks the map once;
+// a second call returns the same leaks.
+func (p *Pass[K]) Leaks() []Leak[K] {
 	if p.walked {
-		return
+		return p.found
 	}
 	p.walked = true
 	p.unheld.ForEach(func(slot int) {
@@ -100,19 +114,20 @@ func (p *Pass[K]) Leaked(fn func(k K, freed bool)) {
 			state.passesLeft = max(state.passesLeft-1, 0)
 			p.leaks[k] = state
 			p.rebuilt.Set(slot) // keep it for now
-			fn(k, false)
+			p.found = append(p.found, Leak[K]{Key: k})
 			return
 		}
 		p.toClear = append(p.toClear, slot)
-		fn(k, true)
+		p.found = append(p.found, Leak[K]{Key: k, Freed: true})
 	})
+	return p.found
 }
 
 // Allocated is the number of keys the rebuilt map holds.
 func (p *Pass[K]) Allocated() int { return p.rebuilt.Used() }
 
 // Result is what Commit did.
-type Result[K comparable] struct {
+type Result[K Key] struct {
 	// Wrote says the map was written.
 	Wrote bool
 	// NotMissing are the keys Hold found Missing that the write did not set:
@@ -126,11 +141,11 @@ type Result[K comparable] struct {
 // Commit writes the rebuilt map if it differs from the stored one (merged
 // onto a fresh read after a lost compare-and-swap) and then makes the pass's
 // leak counts the repairer's. A bitmap.ErrConflict means the pass must be
-// rerun (Run does); nothing is committed then. Commit before Leaked is an
+// rerun (Rounds); nothing is committed then. Commit before Leaks is an
 // error: the rebuilt map would lack the leaks still counted.
 func (p *Pass[K]) Commit(ctx context.Context) (Result[K], error) {
 	if !p.walked {
-		return Result[K]{}, errors.New("range repair: Commit before Leaked")
+		return Result[K]{}, errors.New("range repair: Commit before Leaks")
 	}
 	res := Result[K]{NotMissing: map[K]bool{}}
 	data := p.rebuilt.Bytes()
@@ -217,7 +232,7 @@ func (p *Pass[K]) stillHolds(ctx context.Context, slot int) (bool, error) {
 	if svc == nil {
 		return true, nil
 	}
-	cur, err := p.r.cfg.Services.Services(svc.Namespace).Get(ctx, svc.Name, metav1.GetOptions{})
+	cur, err := p.r.cfg.Client.CoreV1().Services(svc.Namespace).Get(ctx, svc.Name, metav1.GetOptions{})
 	if apierrors.IsNotFound(err) {
 		return false, nil
 	}
@@ -227,5 +242,5 @@ func (p *Pass[K]) stillHolds(ctx context.Context, slot int) (bool, error) {
 	if cur.UID != svc.UID {
 		return false, nil
 	}
-	return p.r.cfg.Holds(cur, p.r.cfg.Space.Key(slot)), nil
+	return holds(cur, p.r.cfg.Space.Key(slot)), nil
 }

@@ -6,9 +6,6 @@ import (
 	"fmt"
 	"time"
 
-	corev1 "k8s.io/api/core/v1"
-	corev1client "k8s.io/client-go/kubernetes/typed/core/v1"
-
 	"github.com/allocator/allocator/pkg/bitmap"
 	"github.com/allocator/allocator/pkg/bitmap/bitset"
 )
@@ -19,9 +16,9 @@ import (
 // three passes minutes apart cannot, unless it leaked.
 const LeakPasses = 3
 
-// MaxConflictReruns bounds how often Run reruns a map whose write lost to a
-// concurrent allocation. With the merge a rerun is rare: it happens only
-// when MaxMergeAttempts merges in a row lost.
+// MaxConflictReruns bounds the rounds (Rounds) of a pass over a map whose
+// write keeps losing to concurrent allocations. With the merge a rerun is
+// rare: it happens only when MaxMergeAttempts merges in a row lost.
 const MaxConflictReruns = 10
 
 // MaxMergeAttempts bounds how often one pass's changes are merged onto a
@@ -36,34 +33,15 @@ type Store interface {
 	CompareAndWrite(ctx context.Context, data []byte, base bitmap.StoredMap) (int64, error)
 }
 
-// Space maps the keys of one range (addresses, ports) to the slots of its map.
-type Space[K comparable] interface {
-	// Slots is the number of slots and StaticSlots the lower (static) band.
-	Slots() int
-	StaticSlots() int
-	// Index is k's slot, false when k is outside the range.
-	Index(k K) (int, bool)
-	// Key is the key of slot i, 0 ≤ i < Slots().
-	Key(i int) K
-	// String names the range in errors.
-	String() string
-}
-
 // Config configures a Repairer.
-type Config[K comparable] struct {
+type Config[K Key] struct {
+	// Options: Client reads a Service again before its key is set on a
+	// fresh map; LeakGrace and Now time the leaks.
+	Options
 	// Store is the stored map.
 	Store Store
 	// Space maps keys to its slots.
 	Space Space[K]
-	// Services reads a Service again before its key is set on a fresh map.
-	Services corev1client.ServicesGetter
-	// Holds reports whether svc holds k; it is asked of a Service read again.
-	Holds func(svc *corev1.Service, k K) bool
-	// LeakGrace is the least time between the first pass that sees a key
-	// leaked and the pass that frees it (default DefaultLeakGrace).
-	LeakGrace time.Duration
-	// Now is the clock (default time.Now).
-	Now func() time.Time
 }
 
 // leakState tracks one key seen allocated with no Service.
@@ -74,7 +52,7 @@ type leakState struct {
 
 // Repairer repairs one stored map, pass after pass. It carries the leak
 // counts from one pass to the next; passes must not run concurrently.
-type Repairer[K comparable] struct {
+type Repairer[K Key] struct {
 	cfg Config[K]
 	// leaks counts, per key, the passes left before a leaked key is freed.
 	// Only the goroutine running a pass touches it.
@@ -82,16 +60,11 @@ type Repairer[K comparable] struct {
 }
 
 // New checks cfg and returns a Repairer.
-func New[K comparable](cfg Config[K]) (*Repairer[K], error) {
-	if cfg.Store == nil || cfg.Space == nil || cfg.Services == nil || cfg.Holds == nil {
-		return nil, errors.New("range repair: a store, a space, a Service client and Holds are required")
+func New[K Key](cfg Config[K]) (*Repairer[K], error) {
+	if cfg.Store == nil || cfg.Space == nil || cfg.Client == nil {
+		return nil, errors.New("range repair: a store, a space and a client are required")
 	}
-	if cfg.LeakGrace <= 0 {
-		cfg.LeakGrace = DefaultLeakGrace
-	}
-	if cfg.Now == nil {
-		cfg.Now = time.Now
-	}
+	cfg.Options = cfg.Options.WithDefaults()
 	return &Repairer[K]{cfg: cfg, leaks: map[K]leakState{}}, nil
 }
 
@@ -115,49 +88,57 @@ func (r *Repairer[K]) decode(data []byte) (*bitset.Set, error) {
 	return s, nil
 }
 
-// Run makes one pass over every repairer: it reads each one's map, lists once
-// (after the reads, see the package doc), and calls repair with each pass. A
-// repair that fails with bitmap.ErrConflict (its write lost too often, or the
-// map was deleted meanwhile) is rerun from a fresh read and a fresh list, at
-// most MaxConflictReruns times; any other error ends the pass.
-func Run[K comparable, L any](ctx context.Context, repairers []*Repairer[K], list func(context.Context) (L, error),
-	repair func(ctx context.Context, i int, p *Pass[K], listed L) error) error {
-	pending := make([]int, len(repairers))
-	for i := range pending {
-		pending[i] = i
-	}
-	for attempt := 1; len(pending) > 0; attempt++ {
-		if attempt > MaxConflictReruns {
-			return fmt.Errorf("gave up after %d writes lost to concurrent allocations", MaxConflictReruns)
-		}
-		maps := make([]bitmap.StoredMap, len(pending))
-		for j, i := range pending {
-			m, err := repairers[i].cfg.Store.ReadStored(ctx)
-			if err != nil {
-				return err
-			}
-			maps[j] = m
-		}
-		listed, err := list(ctx)
-		if err != nil {
-			return err
-		}
-		var conflicted []int
-		for j, i := range pending {
-			p, err := repairers[i].Begin(maps[j])
-			if err != nil {
-				return err
-			}
-			err = repair(ctx, i, p, listed)
-			if errors.Is(err, bitmap.ErrConflict) {
-				conflicted = append(conflicted, i)
-				continue
-			}
-			if err != nil {
-				return err
-			}
-		}
-		pending = conflicted
-	}
-	return nil
+// Rounds drives one pass over several maps (a family each for ClusterIPs,
+// the one node-port map), in rounds: each round the caller begins a pass
+// over every map still Pending (reading it), lists the Services once, after
+// the reads (see the package doc), and finishes each pass. A map whose pass
+// lost its write (Lost: bitmap.ErrConflict, its merged write lost too often
+// or the map was deleted meanwhile) is pending again in the next round,
+// from a fresh read and a fresh list; after MaxConflictReruns rounds Next
+// gives up and Err says so. Any other error ends the pass: the caller
+// returns it.
+type Rounds struct {
+	pending, lost []int
+	round         int
+	err           error
 }
+
+// NewRounds returns the rounds of a pass over maps 0 … n-1.
+func NewRounds(n int) *Rounds {
+	r := &Rounds{}
+	for i := range n {
+		r.lost = append(r.lost, i)
+	}
+	return r
+}
+
+// Next starts the next round; false when every map is done or the pass gave
+// up (Err).
+func (r *Rounds) Next() bool {
+	r.pending, r.lost = r.lost, nil
+	if len(r.pending) == 0 || r.err != nil {
+		return false
+	}
+	if r.round == MaxConflictReruns {
+		r.err = fmt.Errorf("gave up after %d writes lost to concurrent allocations", MaxConflictReruns)
+		return false
+	}
+	r.round++
+	return true
+}
+
+// Pending are the maps of this round, in order.
+func (r *Rounds) Pending() []int { return r.pending }
+
+// Lost reports whether err is a write of map i lost to a concurrent
+// allocation; map i is then pending in the next round.
+func (r *Rounds) Lost(i int, err error) bool {
+	if !errors.Is(err, bitmap.ErrConflict) {
+		return false
+	}
+	r.lost = append(r.lost, i)
+	return true
+}
+
+// Err is why Next gave up, nil when every map is done.
+func (r *Rounds) Err() error { return r.err }

@@ -19,6 +19,7 @@ import (
 	"github.com/allocator/allocator/internal/holding"
 	"github.com/allocator/allocator/pkg/allocation"
 	"github.com/allocator/allocator/pkg/bitmap/nodeport"
+	"github.com/allocator/allocator/pkg/subrange"
 )
 
 // serviceKind names Services in Invalid errors.
@@ -161,7 +162,7 @@ func (a *Allocator) release(ctx context.Context, owner allocation.Owner, addrs [
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), releaseTimeout)
 	defer cancel()
 	for _, addr := range addrs {
-		alloc := a.byFamily[FamilyOf(addr)]
+		alloc := a.byFamily[corev1.IPFamily(subrange.FamilyName(addr.Is6()))]
 		if alloc == nil {
 			continue
 		}

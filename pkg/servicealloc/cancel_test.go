@@ -71,8 +71,9 @@ func (c cancelOnAllocate) Allocate(ctx context.Context, ip netip.Addr, owner all
 
 // TestReleasesOutliveTheRequest proves that rollbacks and settlements release
 // on real etcd-backed allocators even when the request's context is already
-// cancelled (the client disconnected or the deadline hit). Before the fix
-// each case leaked its address: the bitmap queue refuses a dead context.
+// cancelled (the client disconnected or the deadline hit). Released on the
+// request's context, each case would leak its address: the bitmap queue
+// refuses a dead context.
 func TestReleasesOutliveTheRequest(t *testing.T) {
 	t.Parallel()
 	allocs := newEtcdAllocators(t, "10.0.0.0/24", "fd00::/120")

@@ -10,12 +10,20 @@
 // it refuses those types.
 //
 // Wiring it into a generic registry store of *corev1.Service takes four
-// lines:
+// calls; the package's Example runs the steps the store's hooks then take,
+// and examples/embed is a whole server built this way:
 //
 //	alloc, err := servicealloc.New(servicealloc.Config{Allocators: []allocation.Interface{v4, v6}})
 //	...
+//	strategy, status := servicealloc.NewStrategies(scheme) // the store's strategies; status for a status store
+//	...
 //	err = store.CompleteWithOptions(&generic.StoreOptions{RESTOptions: servicealloc.TrackDeletes(optsGetter)})
-//	storage, err := servicealloc.NewREST(store, alloc) // serve storage as "services"
+//	...
+//	storage, err := servicealloc.NewREST(store, alloc, nil) // serve storage as "services"
+//
+// The third argument of NewREST is an optional Fencer (this module's server
+// passes internal/fence's, on etcd); with nil, what a write whose outcome is
+// unknown may have stored is left to the repair.
 //
 // Invariants, each with the failure it prevents:
 //   - Validation (including the cluster-dependent family checks) and, for a

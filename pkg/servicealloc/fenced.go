@@ -13,6 +13,8 @@ import (
 	genericapirequest "k8s.io/apiserver/pkg/endpoints/request"
 	"k8s.io/apiserver/pkg/storage"
 	"k8s.io/klog/v2"
+
+	"github.com/allocator/allocator/internal/etcdquota"
 )
 
 // Fencer makes the outcome of a Service write known (internal/fence is the
@@ -74,7 +76,7 @@ func (r *REST) readBack(name string) readBack {
 			klog.FromContext(ctx).Info("Could not learn a failed Service write's outcome through its fence; reading the Service",
 				"service", klog.KRef(namespace, name), "err", err)
 		}
-		final := quotaExceeded(writeErr)
+		final := etcdquota.Exceeded(writeErr)
 		obj, err := r.Store.Get(ctx, name, &metav1.GetOptions{})
 		if apierrors.IsNotFound(err) {
 			return afterWrite{final: final}

@@ -7,6 +7,8 @@ import (
 	"testing"
 
 	corev1 "k8s.io/api/core/v1"
+
+	"github.com/allocator/allocator/pkg/subrange"
 )
 
 // FuzzCreate feeds arbitrary IP fields through PrepareCreate and
@@ -65,7 +67,7 @@ func FuzzCreate(f *testing.F) {
 			if err != nil || addr.Is4In6() || addr.Zone() != "" {
 				t.Fatalf("accepted invalid IP %q", text)
 			}
-			if FamilyOf(addr) != s.Spec.IPFamilies[i] {
+			if corev1.IPFamily(subrange.FamilyName(addr.Is6())) != s.Spec.IPFamilies[i] {
 				t.Fatalf("IP %s does not match family %s", text, s.Spec.IPFamilies[i])
 			}
 			m := mems[0]

@@ -23,8 +23,8 @@ func newMem(prefix string) *memAllocator {
 }
 
 // usable follows design.md §3: never the network address, never the IPv4
-// broadcast address (an earlier version accepted a /30's broadcast address,
-// so tests here checked behaviour upstream does not have).
+// broadcast address (accepting a /30's broadcast address would make tests
+// here check behaviour upstream does not have).
 func (m *memAllocator) usable(ip netip.Addr) bool {
 	return m.prefix.Contains(ip) && ip != m.prefix.Addr() && !(ip.Is4() && ip == lastOf(m.prefix))
 }

@@ -5,7 +5,6 @@ import (
 	"errors"
 	"net/netip"
 	"slices"
-	"strings"
 	"sync"
 
 	corev1 "k8s.io/api/core/v1"
@@ -177,13 +176,6 @@ func writeRefused(err error) bool {
 		return code > 0 && code < 500
 	}
 	return false
-}
-
-// quotaExceeded reports whether err is etcd's "database space exceeded":
-// etcd answers it once it has applied or refused the write, so a read after
-// it is final.
-func quotaExceeded(err error) bool {
-	return strings.Contains(err.Error(), "database space exceeded")
 }
 
 // settleFailedWrite decides the last attempt a of a write that failed with

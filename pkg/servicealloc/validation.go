@@ -2,7 +2,6 @@ package servicealloc
 
 import (
 	"fmt"
-	"net/netip"
 	"strings"
 
 	corev1 "k8s.io/api/core/v1"
@@ -410,14 +409,6 @@ func validateIPFamiliesUpdate(svc, old *corev1.Service) field.ErrorList {
 
 func isSingleStack(svc *corev1.Service) bool {
 	return svc.Spec.IPFamilyPolicy != nil && *svc.Spec.IPFamilyPolicy == corev1.IPFamilyPolicySingleStack
-}
-
-// FamilyOf returns the IP family of addr.
-func FamilyOf(addr netip.Addr) corev1.IPFamily {
-	if addr.Is4() {
-		return corev1.IPv4Protocol
-	}
-	return corev1.IPv6Protocol
 }
 
 // familyOfText is the family of an address that passed

@@ -85,8 +85,8 @@ func MustNew(prefix netip.Prefix, m model.Name) Range {
 // bitmapSize counts the bitmap window: IPv4 drops network and broadcast; IPv6
 // drops the network address and is capped to BitmapIPv6Cap: 2^hostBits − 1
 // slots, so an IPv6 /127 has one (its last address) and a /128 none, exactly
-// as kube-apiserver's bitmap (design.md §3). An earlier version gave a /127
-// zero slots, so a /127 that kube-apiserver served could not be served here.
+// as kube-apiserver's bitmap (design.md §3): zero slots for a /127 would
+// refuse a range kube-apiserver serves.
 func bitmapSize(ipv4 bool, hostBits int) uint64 {
 	if ipv4 {
 		if hostBits < 2 {

@@ -10,6 +10,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
+	"github.com/allocator/allocator/internal/etcdquota"
 	"github.com/allocator/allocator/internal/etcdtest"
 	"github.com/allocator/allocator/pkg/etcdlayout"
 	"github.com/allocator/allocator/pkg/model"
@@ -87,7 +88,7 @@ func createsStoredDespiteError(t *testing.T) int {
 				svc := newService(fmt.Sprintf("big-%02d-%02d", w, i))
 				svc.Annotations = map[string]string{"example.com/padding": big}
 				if _, err := create(ctx, s.client, svc); err != nil {
-					if strings.Contains(err.Error(), "database space exceeded") {
+					if etcdquota.Exceeded(err) {
 						mu.Lock()
 						failed = append(failed, svc.Name)
 						mu.Unlock()
@@ -145,7 +146,7 @@ func updatesStoredDespiteError(t *testing.T) int {
 				svc.Spec.Type, svc.Spec.ExternalName = corev1.ServiceTypeClusterIP, ""
 				svc.Annotations = map[string]string{"example.com/padding": big}
 				if _, err := s.client.CoreV1().Services("default").Update(ctx, svc, metav1.UpdateOptions{}); err != nil {
-					if strings.Contains(err.Error(), "database space exceeded") {
+					if etcdquota.Exceeded(err) {
 						mu.Lock()
 						failed = append(failed, name)
 						mu.Unlock()

@@ -19,6 +19,7 @@ import (
 	"github.com/allocator/allocator/internal/testserver"
 	"github.com/allocator/allocator/pkg/etcdlayout"
 	"github.com/allocator/allocator/pkg/model"
+	"github.com/allocator/allocator/pkg/repair"
 	"github.com/allocator/allocator/pkg/repair/report"
 )
 
@@ -150,7 +151,7 @@ func repairOnce(t *testing.T, ctx context.Context, srv *testserver.Server, m str
 	if err != nil {
 		t.Fatal(err)
 	}
-	r, err := b.Repair(ipallocator.RepairConfig{Client: srv.Client})
+	r, err := b.Repair(ipallocator.RepairConfig{Options: repair.Options{Client: srv.Client}})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -21,6 +21,7 @@ import (
 	"github.com/allocator/allocator/internal/apiserver"
 	"github.com/allocator/allocator/pkg/ipaddress/scope"
 	"github.com/allocator/allocator/pkg/model"
+	"github.com/allocator/allocator/pkg/repair"
 	"github.com/allocator/allocator/pkg/repair/iprepair"
 	"github.com/allocator/allocator/pkg/repair/report"
 )
@@ -388,8 +389,7 @@ func TestScopesNamespaceRelabelled(t *testing.T) {
 	old := mustCreateIn(t, ctx, c.CoreV1().Services("team-a"), newService("old"))
 	expectIn(t, old, "10.1.0.0/28")
 
-	repair, err := iprepair.NewIPAddressRepair(iprepair.IPAddressConfig{Client: c, Recorder: report.NewEventRecorder(ctx, c),
-		Interval: time.Hour, OrphanGrace: time.Hour})
+	repair, err := iprepair.NewIPAddressRepair(iprepair.IPAddressConfig{Options: repair.Options{Client: c, Recorder: report.NewEventRecorder(ctx, c), Interval: time.Hour, OrphanGrace: time.Hour}})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -24,6 +24,7 @@ import (
 	"github.com/allocator/allocator/pkg/ipaddress/lifecycle"
 	"github.com/allocator/allocator/pkg/ipaddress/scope"
 	"github.com/allocator/allocator/pkg/ipaddress/servicecidr"
+	"github.com/allocator/allocator/pkg/subrange"
 )
 
 type strategy struct {
@@ -91,18 +92,14 @@ type specValue struct {
 	CIDRs []string
 }
 
-// familyOfCIDR is "4" or "6" for a CIDR that parses (leniently, as
+// familyOfCIDR is the family of a CIDR that parses (leniently, as
 // upstream's family check does), "" otherwise.
 func familyOfCIDR(text string) string {
 	_, ipnet, err := netutils.ParseCIDRSloppy(text)
-	switch {
-	case err != nil:
+	if err != nil {
 		return ""
-	case ipnet.IP.To4() != nil:
-		return "4"
-	default:
-		return "6"
 	}
+	return subrange.FamilyName(ipnet.IP.To4() == nil)
 }
 
 func (s strategy) Validate(ctx context.Context, obj runtime.Object) field.ErrorList {

@@ -30,7 +30,7 @@ type REST struct {
 // IPs; check refuses Services in namespaces that do not exist; fencer
 // fences the writes of optsGetter's storage (servicealloc.Fencer).
 func NewREST(scheme *runtime.Scheme, optsGetter generic.RESTOptionsGetter, alloc *servicealloc.Allocator, check NamespaceCheck, fencer servicealloc.Fencer) (*REST, *statusrest.REST, error) {
-	main, status := NewStrategies(scheme)
+	main, status := servicealloc.NewStrategies(scheme)
 	store := &genericregistry.Store{
 		NewFunc:                   func() runtime.Object { return &corev1.Service{} },
 		NewListFunc:               func() runtime.Object { return &corev1.ServiceList{} },

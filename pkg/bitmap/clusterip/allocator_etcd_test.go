@@ -421,9 +421,14 @@ func raceContext(t *testing.T) context.Context {
 	return ctx
 }
 
-// TestEtcdUniquenessRace: 4 independent instances × 16 goroutines drain a /22.
+// TestEtcdUniquenessRace: 4 independent instances × 16 goroutines drain a /22
+// (a /24 under -short: the same contention, a quarter of the writes).
 func TestEtcdUniquenessRace(t *testing.T) {
 	t.Parallel()
+	cidr := "10.0.0.0/22"
+	if testing.Short() {
+		cidr = "10.0.0.0/24"
+	}
 	for _, batching := range []bool{true, false} {
 		t.Run(fmt.Sprintf("batching=%v", batching), func(t *testing.T) {
 			t.Parallel()
@@ -431,7 +436,7 @@ func TestEtcdUniquenessRace(t *testing.T) {
 			etcd := etcdtest.New(t)
 			var allocators []*EtcdAllocator
 			for range 4 {
-				allocators = append(allocators, newEtcdAllocator(t, etcd.NewClient(t), "10.0.0.0/22", raceOptions(batching)))
+				allocators = append(allocators, newEtcdAllocator(t, etcd.NewClient(t), cidr, raceOptions(batching)))
 			}
 			if _, err := allocators[0].Initialize(ctx); err != nil {
 				t.Fatal(err)
@@ -456,6 +461,9 @@ func TestEtcdUniquenessRace(t *testing.T) {
 // TestEtcdUniquenessRaceCluster repeats the race on a 3-member cluster with
 // the instances' clients spread over the members.
 func TestEtcdUniquenessRaceCluster(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts a 3-member etcd cluster and drains a /22 on it; runs in the full suite")
+	}
 	t.Parallel()
 	ctx := raceContext(t)
 	cluster := etcdtest.NewCluster(t, 3)
@@ -475,6 +483,9 @@ func TestEtcdUniquenessRaceCluster(t *testing.T) {
 // clear errors within their deadline, nothing is half-written, and after a
 // restart allocation goes on without duplicates.
 func TestEtcdStoppedMidRun(t *testing.T) {
+	if testing.Short() {
+		t.Skip("waits out deadlines against a stopped etcd and its restart; runs in the full suite")
+	}
 	t.Parallel()
 	ctx := testContext(t)
 	etcd := etcdtest.New(t)

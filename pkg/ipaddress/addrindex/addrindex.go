@@ -8,10 +8,10 @@
 // a block), filtered by the prefix. A prefix that spans more than MaxBlocks
 // blocks (an IPv6 /64) is answered from the whole cache.
 //
-// Why: with 100,000 IPAddresses and ServiceCIDRs added and deleted every
-// few seconds, the ServiceCIDR controller and the allocators read and
-// parsed every IPAddress once per ServiceCIDR change, a quarter of the
-// server's CPU at 90% fill (docs/performance.md).
+// Why: without it, the ServiceCIDR controller and the allocators read and
+// parse every IPAddress once per ServiceCIDR change; with 100,000
+// IPAddresses and a ServiceCIDR added and another deleted every 2 s
+// (hack/scale.sh), that is about a quarter of the server's CPU at 90% fill.
 //
 // BlockKey and BlockKeys name the same blocks for an index of another kind
 // of object (the IPAddress repair's of Services by ClusterIP).

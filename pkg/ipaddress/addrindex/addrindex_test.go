@@ -156,6 +156,9 @@ func TestAddToRunningIndexer(t *testing.T) {
 // TestInRandom compares In with a scan over random addresses and prefixes
 // of every length, both families.
 func TestInRandom(t *testing.T) {
+	if testing.Short() {
+		t.Skip("400 random rounds over 3,000 addresses; runs in the full suite")
+	}
 	t.Parallel()
 	r := rand.New(rand.NewPCG(1, 2))
 	var stored []string

@@ -53,10 +53,6 @@ type Gate interface {
 	Begin(ctx context.Context) (dual bool, done func(), err error)
 }
 
-// DefaultMaxCollisions bounds how many taken bitmap candidates one
-// AllocateNext moves past.
-const DefaultMaxCollisions = 16
-
 // undoTimeout bounds the release of a partial claim.
 const undoTimeout = 30 * time.Second
 
@@ -147,7 +143,7 @@ func (a *Allocator) AllocateNext(ctx context.Context, owner allocation.Owner) (n
 	if !dual {
 		return a.ip.AllocateNext(ctx, owner)
 	}
-	for collisions := 0; collisions <= DefaultMaxCollisions; {
+	for collisions := 0; collisions <= ipaddress.DefaultMaxCollisions; {
 		var ip netip.Addr
 		err := a.claimBit(ctx, func(ctx context.Context) error {
 			var err error
@@ -190,7 +186,7 @@ func (a *Allocator) AllocateNext(ctx context.Context, owner allocation.Owner) (n
 		}
 	}
 	return netip.Addr{}, fmt.Errorf("allocate next for service %s: %d bitmap candidates held IPAddresses: %w",
-		owner, DefaultMaxCollisions+1, ipaddress.ErrTooManyCollisions)
+		owner, ipaddress.DefaultMaxCollisions+1, ipaddress.ErrTooManyCollisions)
 }
 
 // Release frees ip's IPAddress if it is owner's, and then its bit unless the

@@ -11,6 +11,7 @@ import (
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
+	"github.com/allocator/allocator/pkg/ipaddress"
 	"github.com/allocator/allocator/pkg/ipaddress/lifecycle"
 	"github.com/allocator/allocator/pkg/model"
 	"github.com/allocator/allocator/pkg/subrange"
@@ -98,8 +99,8 @@ func computeConditions(in conditionInput) []metav1.Condition {
 				continue
 			}
 			used[i]++
-			if ref := ipa.Spec.ParentRef; ref != nil {
-				services[ref.Namespace+"/"+ref.Name] = struct{}{}
+			if ipaddress.ParentIsService(ipa) {
+				services[ipa.Spec.ParentRef.Namespace+"/"+ipa.Spec.ParentRef.Name] = struct{}{}
 			}
 		}
 	}

@@ -106,11 +106,15 @@ func TestComputeConditions(t *testing.T) {
 			openDraining, openManual, noOverlap,
 		},
 	}, {
-		name: "draining with Services left; addresses without a Service are not counted",
+		name: "draining with Services left; addresses without a Service, or with another parent, are not counted",
 		sc:   testCIDR("old", map[string]string{lifecycle.DrainingAnnotation: "true"}, "10.3.0.0/24"),
-		ips:  append(testIPs(true, "10.3.0.1", "10.3.0.2"), testIPs(false, "10.3.0.3")...),
+		ips: append(testIPs(true, "10.3.0.1", "10.3.0.2"), append(testIPs(false, "10.3.0.3"), &networkingv1.IPAddress{
+			ObjectMeta: metav1.ObjectMeta{Name: "10.3.0.4"},
+			Spec: networkingv1.IPAddressSpec{ParentRef: &networkingv1.ParentReference{
+				Group: "gateway.networking.k8s.io", Resource: "gateways", Namespace: "default", Name: "svc-9"}},
+		})...),
 		want: []metav1.Condition{
-			cond(ConditionCapacityIPv4, metav1.ConditionTrue, ReasonAvailable, "10.3.0.0/24: size 254, used 3, free 251"),
+			cond(ConditionCapacityIPv4, metav1.ConditionTrue, ReasonAvailable, "10.3.0.0/24: size 254, used 4, free 250"),
 			cond(ConditionDraining, metav1.ConditionTrue, ReasonDraining, "takes no new allocation; 2 Services still hold addresses in it"),
 			cond(ConditionManualOnly, metav1.ConditionFalse, ReasonDraining, "draining: takes no new allocation"),
 			noOverlap,

@@ -70,7 +70,8 @@ type LiveNames interface {
 // from l instead of listing every IPAddress of the family through the
 // client: a server passes one that reads etcd's keys of the ServiceCIDR's
 // addresses only (at 100,000 Services, with a ServiceCIDR deleted every
-// 2 s, listing the family's IPAddresses was a twentieth of the CPU).
+// 2 s, listing the family's IPAddresses costs about a twentieth of the CPU:
+// hack/scale.sh).
 func WithLiveNames(l LiveNames) Option { return func(c *Controller) { c.live = l } }
 
 // ListNames is the LiveNames of an IPAddress lister (the client's
@@ -114,9 +115,9 @@ type Controller struct {
 
 	// The ServiceCIDRs being deleted, with their prefixes parsed, rebuilt
 	// after a ServiceCIDR event: every IPAddress event looks for those
-	// containing its address, and at 100,000 Services queueing every
+	// containing its address: at 100,000 Services, queueing every
 	// terminating ServiceCIDR on every IPAddress event, each sync listing
-	// every IPAddress, was most of the server's CPU (hack/scale.sh).
+	// every IPAddress, would be most of the server's CPU (hack/scale.sh).
 	terminating lazy.Value[[]terminatingCIDR]
 	// Every ServiceCIDR with its prefixes parsed, rebuilt after a
 	// ServiceCIDR event: every IPAddress event looks for those containing
@@ -441,9 +442,10 @@ func (c *Controller) sync(ctx context.Context, name string) (requeue time.Durati
 	}
 	// The cache may lag behind an IPAddress created a moment ago: confirm
 	// from the source of truth before letting the ServiceCIDR go, once,
-	// after the grace. It is the costliest step: at 100,000 Services,
-	// deleting a ServiceCIDR every 2 s spent a fifth of the server's CPU
-	// encoding a list of every IPAddress. So the client's read lists only
+	// after the grace. It is the costliest step: at 100,000 Services with
+	// a ServiceCIDR deleted every 2 s (hack/scale.sh), encoding a list of
+	// every IPAddress would cost about a fifth of the server's CPU. So the
+	// client's read lists only
 	// the family's (allocators label what they create with it; one without
 	// the label is still in the cache check above), and a server's reads
 	// only the etcd keys of the ServiceCIDR's addresses (WithLiveNames).

@@ -16,14 +16,14 @@
 //     not being deleted. The check reads the informers' caches and is re-run
 //     whenever an IPAddress or a ServiceCIDR changes, and periodically.
 //   - When the caches show no such IPAddress, a consistent list from the API
-//     confirms it before the finalizer is removed (a cache lagging behind an
-//     IPAddress created a moment ago let the ServiceCIDR go in a test), and
-//     the finalizer stays until DefaultDeletionGrace (10 s, as upstream) has
-//     passed since the deletionTimestamp, so every replica's allocator,
+//     confirms it before the finalizer is removed (a cache may lag behind an
+//     IPAddress created a moment ago), and the finalizer stays until
+//     DefaultDeletionGrace (10 s, as upstream) has passed since the
+//     deletionTimestamp, so every replica's allocator,
 //     including this process's own through its informer, has stopped
-//     allocating from it (without it the finalizer went ~130 ms after the
-//     delete, and an allocation in flight could land in a CIDR that no
-//     longer exists); then the storage deletes the object.
+//     allocating from it (without it the finalizer would go within about
+//     130 ms of the delete, and an allocation in flight could land in a
+//     CIDR that no longer exists); then the storage deletes the object.
 //   - An IPAddress counts as covered by another CIDR only if that CIDR would
 //     hand it out: not its network address nor its IPv4 broadcast address.
 //   - Every ServiceCIDR is re-checked every DefaultResyncPeriod by Run itself:

@@ -8,10 +8,6 @@ import (
 	"slices"
 	"time"
 
-	corev1 "k8s.io/api/core/v1"
-	"k8s.io/client-go/kubernetes"
-	"k8s.io/client-go/tools/record"
-
 	"github.com/allocator/allocator/internal/holding"
 	"github.com/allocator/allocator/pkg/bitmap/clusterip"
 	"github.com/allocator/allocator/pkg/model"
@@ -29,29 +25,12 @@ type BitmapStore interface {
 
 var _ BitmapStore = (*clusterip.EtcdAllocator)(nil)
 
-// BitmapConfig configures a BitmapRepair.
+// BitmapConfig configures a BitmapRepair: repair.Options (Interval,
+// LeakGrace, DryRun, ...) and the maps.
 type BitmapConfig struct {
-	// Client reads Services.
-	Client kubernetes.Interface
+	repair.Options
 	// Stores are the cluster's families, primary first.
 	Stores []BitmapStore
-	// Recorder receives the events; nil emits none.
-	Recorder record.EventRecorder
-	// Metrics counts problems; nil counts nothing.
-	Metrics *report.Metrics
-	// Interval is the period of Run (default DefaultInterval).
-	Interval time.Duration
-	// DryRun reports what a pass would change and changes nothing (no write,
-	// no event, no leak counting).
-	DryRun bool
-	// LeakGrace is the least time between the first pass that sees an
-	// address leaked and the pass that frees it (default repair.DefaultLeakGrace),
-	// on top of the repair.LeakPasses rule: passes run back to back (a
-	// rerun, a one-shot job run three times) must not free the address of a
-	// Service whose create is merely slow.
-	LeakGrace time.Duration
-	// Now is the clock (default time.Now).
-	Now func() time.Time
 	// Companion says the maps are dual-written beside the IPAddress model
 	// (pkg/ipaddress/dualwrite), whose repair reports on the Services: addresses
 	// outside a map belong to other ServiceCIDRs, and duplicates and missing
@@ -75,15 +54,10 @@ func NewBitmapRepair(cfg BitmapConfig) (*BitmapRepair, error) {
 	if cfg.Client == nil || len(cfg.Stores) == 0 {
 		return nil, errors.New("bitmap repair: a client and at least one store are required")
 	}
-	if cfg.Interval <= 0 {
-		cfg.Interval = report.DefaultInterval
-	}
+	cfg.Options = cfg.Options.WithDefaults()
 	r := &BitmapRepair{cfg: cfg}
 	for _, store := range cfg.Stores {
-		family, err := repair.New(repair.Config[netip.Addr]{
-			Store: store, Space: addrSpace{store.Range()}, Services: cfg.Client.CoreV1(),
-			Holds: holdsIP, LeakGrace: cfg.LeakGrace, Now: cfg.Now,
-		})
+		family, err := repair.New(repair.Config[netip.Addr]{Options: cfg.Options, Store: store, Space: repair.AddrSpace{Range: store.Range()}})
 		if err != nil {
 			return nil, fmt.Errorf("bitmap repair: %w", err)
 		}
@@ -100,142 +74,124 @@ func (r *BitmapRepair) Run(ctx context.Context, firstPass chan<- struct{}) error
 	return nil
 }
 
-// RunOnce makes one repair pass over every family.
+// RunOnce makes one repair pass over every family. It reads every map, lists
+// the Services once, and for each family reports what each Service holds
+// and what no Service holds, and commits (repair.Pass.Finish: events and
+// metrics follow only a successful commit); a family whose write lost to
+// concurrent allocations is passed over again from a fresh read and list
+// (repair.Rounds).
 func (r *BitmapRepair) RunOnce(ctx context.Context) (*report.Report, error) {
 	start := time.Now()
 	rep := &report.Report{Model: model.Bitmap, DryRun: r.cfg.DryRun}
-	list := func(ctx context.Context) ([]corev1.Service, error) {
-		services, err := report.ListServices(ctx, r.cfg.Client)
-		rep.Services = len(services)
-		return services, err
+	// companion drops what the IPAddress repair reports when it runs beside.
+	companion := func(p report.Problem) bool {
+		return r.cfg.Companion && (p.Type == report.TypeOutOfRange || p.Type == report.TypeDuplicate || p.Reason == report.ReasonNotAllocated)
 	}
-	err := repair.Run(ctx, r.families, list, func(ctx context.Context, i int, pass *repair.Pass[netip.Addr], services []corev1.Service) error {
-		outcome, err := r.repairFamily(ctx, i, pass, services)
+	rounds := repair.NewRounds(len(r.families))
+	for rounds.Next() {
+		// The maps are read before the Services are listed (pkg/repair).
+		passes := map[int]*repair.Pass[netip.Addr]{}
+		for _, i := range rounds.Pending() {
+			pass, err := r.families[i].Begin(ctx)
+			if err != nil {
+				return nil, fmt.Errorf("bitmap repair: %w", err)
+			}
+			passes[i] = pass
+		}
+		services, err := report.ListServices(ctx, r.cfg.Client)
 		if err != nil {
-			return err
+			return nil, fmt.Errorf("bitmap repair: %w", err)
 		}
-		rep.Problems = append(rep.Problems, outcome.problems...)
-		rep.Allocated += outcome.allocated
-		if outcome.wrote {
-			rep.Writes++
+		rep.Services = len(services)
+
+		for _, i := range rounds.Pending() {
+			pass, rng := passes[i], r.cfg.Stores[i].Range()
+			primary := i == 0 // reports what concerns no family once
+			family := subrange.FamilyName(rng.IPv6())
+
+			// What each Service holds, oldest first.
+			var found repair.Findings[netip.Addr]
+			for j := range services {
+				svc := &services[j]
+				ips, invalid := holding.ClusterIPs(svc)
+				for _, ip := range ips {
+					p := report.Problem{IP: ip.String(), Service: report.ServiceKey(svc)}
+					if ip.Is6() != rng.IPv6() {
+						if !r.servesFamily(ip.Is6()) && primary {
+							p.Type, p.Reason = report.TypeInvalid, report.ReasonNotValid
+							p.Message = fmt.Sprintf("Cluster IP %s(%s) is of ip family that is no longer configured on cluster; please recreate service", ip, subrange.FamilyName(ip.Is6()))
+							found.Add(svc, p)
+						}
+						continue
+					}
+					switch pass.Hold(svc, ip) {
+					case repair.Held:
+						continue
+					case repair.Missing:
+						p.Type, p.Reason, p.Fixed = report.TypeRepair, report.ReasonNotAllocated, !r.cfg.DryRun
+						p.Message = fmt.Sprintf("Cluster IP [%s]:%s is not allocated; repairing", family, ip)
+						if !companion(p) {
+							found.AddMissing(svc, ip, p) // dropped if the commit finds it was not missing
+						}
+						continue
+					case repair.Duplicate:
+						p.Type, p.Reason = report.TypeDuplicate, report.ReasonAlreadyAllocated
+						p.Message = fmt.Sprintf("Cluster IP [%s]:%s was assigned to multiple services; please recreate service", family, ip)
+					case repair.OutOfRange:
+						p.Type, p.Reason = report.TypeOutOfRange, report.ReasonOutOfRange
+						p.Message = fmt.Sprintf("Cluster IP [%s]:%s is not within the service CIDR %s; please recreate service", family, ip, rng.Prefix())
+					}
+					if !companion(p) {
+						found.Add(svc, p)
+					}
+				}
+				for _, text := range invalid {
+					if primary {
+						found.Add(svc, report.Problem{Type: report.TypeInvalid, Reason: report.ReasonNotValid, IP: text, Service: report.ServiceKey(svc),
+							Message: fmt.Sprintf("Cluster IP %s is not a valid IP; please recreate service", text)})
+					}
+				}
+			}
+
+			// What no Service holds is leaked: kept and counted, or freed.
+			r.addLeaks(&found, pass.Leaks(), family)
+
+			// Commit, then count and record what is left.
+			done, err := pass.Finish(ctx, &found, repair.Reporting{DryRun: r.cfg.DryRun, Metrics: r.cfg.Metrics, Recorder: r.cfg.Recorder})
+			if rounds.Lost(i, err) {
+				continue // in the next round, from a fresh read and list
+			}
+			if err != nil {
+				return nil, fmt.Errorf("bitmap repair: %w", err)
+			}
+			rep.Problems = append(rep.Problems, done.Problems...)
+			rep.Allocated += done.Allocated
+			if done.Wrote {
+				rep.Writes++
+			}
 		}
-		return nil
-	})
-	if err != nil {
+	}
+	if err := rounds.Err(); err != nil {
 		return nil, fmt.Errorf("bitmap repair: %w", err)
 	}
 	rep.Duration = time.Since(start)
 	return rep, nil
 }
 
-type familyOutcome struct {
-	problems  []report.Problem
-	allocated int
-	wrote     bool
-}
-
-// repairFamily reports what pass finds in the map of cfg.Stores[i] and
-// commits it (repair.Pass.Finish: events and metrics follow only a
-// successful commit).
-func (r *BitmapRepair) repairFamily(ctx context.Context, i int, pass *repair.Pass[netip.Addr], services []corev1.Service) (familyOutcome, error) {
-	rng := r.cfg.Stores[i].Range()
-	primary := i == 0
-	family := familyName(rng.IPv6())
-	var found repair.Findings[netip.Addr]
-	// companion drops what the IPAddress repair reports when it runs beside.
-	companion := func(p report.Problem) bool {
-		return r.cfg.Companion && (p.Type == report.TypeOutOfRange || p.Type == report.TypeDuplicate || p.Reason == report.ReasonNotAllocated)
-	}
-	rep := func(svc *corev1.Service, p report.Problem) {
-		if !companion(p) {
-			found.Add(svc, p)
+// addLeaks words the pass's leaks: an address no Service holds, kept and
+// counted until its LeakPasses-th pass, or freed on it.
+func (r *BitmapRepair) addLeaks(found *repair.Findings[netip.Addr], leaks []repair.Leak[netip.Addr], family string) {
+	for _, leak := range leaks {
+		p := report.Problem{Type: report.TypeLeak, IP: leak.Key.String(),
+			Message: fmt.Sprintf("Cluster IP [%s]:%s is allocated but no Service uses it; it is freed on the %s pass that sees it", family, leak.Key, report.Ordinal(repair.LeakPasses))}
+		if leak.Freed {
+			p.Fixed = !r.cfg.DryRun
+			p.Message = fmt.Sprintf("Cluster IP [%s]:%s appears to have leaked: cleaning up", family, leak.Key)
 		}
+		found.Add(nil, p)
 	}
-
-	for i := range services {
-		svc := &services[i]
-		ips, invalid := holding.ClusterIPs(svc)
-		for _, ip := range ips {
-			if ip.Is6() != rng.IPv6() {
-				if !r.servesFamily(ip.Is6()) && primary {
-					fam := familyName(ip.Is6())
-					rep(svc, report.Problem{Type: report.TypeInvalid, Reason: report.ReasonNotValid, IP: ip.String(), Service: report.ServiceKey(svc),
-						Message: fmt.Sprintf("Cluster IP %s(%s) is of ip family that is no longer configured on cluster; please recreate service", ip, fam)})
-				}
-				continue
-			}
-			switch pass.Hold(svc, ip) {
-			case repair.Held:
-			case repair.Missing:
-				p := report.Problem{Type: report.TypeRepair, Reason: report.ReasonNotAllocated, IP: ip.String(), Service: report.ServiceKey(svc), Fixed: !r.cfg.DryRun,
-					Message: fmt.Sprintf("Cluster IP [%s]:%s is not allocated; repairing", family, ip)}
-				if !companion(p) {
-					found.AddMissing(svc, ip, p)
-				}
-			case repair.Duplicate:
-				rep(svc, report.Problem{Type: report.TypeDuplicate, Reason: report.ReasonAlreadyAllocated, IP: ip.String(), Service: report.ServiceKey(svc),
-					Message: fmt.Sprintf("Cluster IP [%s]:%s was assigned to multiple services; please recreate service", family, ip)})
-			case repair.OutOfRange:
-				rep(svc, report.Problem{Type: report.TypeOutOfRange, Reason: report.ReasonOutOfRange, IP: ip.String(), Service: report.ServiceKey(svc),
-					Message: fmt.Sprintf("Cluster IP [%s]:%s is not within the service CIDR %s; please recreate service", family, ip, rng.Prefix())})
-			}
-		}
-		for _, text := range invalid {
-			if primary { // reported once, by the primary family's pass
-				rep(svc, report.Problem{Type: report.TypeInvalid, Reason: report.ReasonNotValid, IP: text, Service: report.ServiceKey(svc),
-					Message: fmt.Sprintf("Cluster IP %s is not a valid IP; please recreate service", text)})
-			}
-		}
-	}
-
-	// What no Service holds is leaked.
-	pass.Leaked(func(ip netip.Addr, freed bool) {
-		if !freed {
-			rep(nil, report.Problem{Type: report.TypeLeak, IP: ip.String(),
-				Message: fmt.Sprintf("Cluster IP [%s]:%s is allocated but no Service uses it; it is freed on the %s pass that sees it", family, ip, report.Ordinal(repair.LeakPasses))})
-			return
-		}
-		rep(nil, report.Problem{Type: report.TypeLeak, IP: ip.String(), Fixed: !r.cfg.DryRun,
-			Message: fmt.Sprintf("Cluster IP [%s]:%s appears to have leaked: cleaning up", family, ip)})
-	})
-
-	done, err := pass.Finish(ctx, &found, repair.Reporting{DryRun: r.cfg.DryRun, Observe: r.cfg.Metrics.ObserveProblem, Recorder: r.cfg.Recorder})
-	if err != nil {
-		return familyOutcome{}, err
-	}
-	return familyOutcome{problems: done.Problems, allocated: done.Allocated, wrote: done.Wrote}, nil
-}
-
-// addrSpace is a ClusterIP range as the repair core's Space: slot i is the
-// address network+1+i.
-type addrSpace struct{ rng subrange.Range }
-
-func (s addrSpace) Slots() int       { return int(s.rng.Size()) }
-func (s addrSpace) StaticSlots() int { return int(s.rng.StaticSize()) }
-func (s addrSpace) String() string   { return s.rng.Prefix().String() }
-
-func (s addrSpace) Index(ip netip.Addr) (int, bool) {
-	i, ok := s.rng.Index(ip)
-	return int(i), ok
-}
-
-func (s addrSpace) Key(i int) netip.Addr {
-	ip, _ := s.rng.Addr(uint64(i)) // the core asks only for slots of the range
-	return ip
-}
-
-// holdsIP reports whether svc holds ip.
-func holdsIP(svc *corev1.Service, ip netip.Addr) bool {
-	return slices.Contains(holding.IPs(svc), ip)
 }
 
 func (r *BitmapRepair) servesFamily(ipv6 bool) bool {
 	return slices.ContainsFunc(r.cfg.Stores, func(s BitmapStore) bool { return s.Range().IPv6() == ipv6 })
-}
-
-func familyName(ipv6 bool) string {
-	if ipv6 {
-		return string(corev1.IPv6Protocol)
-	}
-	return string(corev1.IPv4Protocol)
 }

@@ -11,6 +11,7 @@ import (
 	"k8s.io/client-go/kubernetes"
 
 	"github.com/allocator/allocator/pkg/bitmap/bitset"
+	"github.com/allocator/allocator/pkg/ipaddress"
 	"github.com/allocator/allocator/pkg/repair/report"
 )
 
@@ -37,8 +38,8 @@ func CompareModels(ctx context.Context, client kubernetes.Interface, stores []Bi
 		if err != nil {
 			continue
 		}
-		parent := ""
-		if o.Spec.ParentRef != nil {
+		parent := "" // the Service holding it, none when its parent is no Service
+		if ipaddress.ParentIsService(&o) {
 			parent = o.Spec.ParentRef.Namespace + "/" + o.Spec.ParentRef.Name
 		}
 		objects[ip] = parent

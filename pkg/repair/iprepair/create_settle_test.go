@@ -15,6 +15,8 @@ import (
 	typedcorev1 "k8s.io/client-go/kubernetes/typed/core/v1"
 	typednetworkingv1 "k8s.io/client-go/kubernetes/typed/networking/v1"
 	k8stesting "k8s.io/client-go/testing"
+
+	"github.com/allocator/allocator/pkg/repair"
 )
 
 // TestCreateFinishedAfterCancel: the repair creates the IPAddress of a
@@ -40,7 +42,7 @@ func TestCreateFinishedAfterCancel(t *testing.T) {
 		cancel()
 		return false, nil, nil // the create itself goes on
 	})
-	r := &IPAddressRepair{cfg: IPAddressConfig{Client: endedContextRefused{fc}}}
+	r := &IPAddressRepair{cfg: IPAddressConfig{Options: repair.Options{Client: endedContextRefused{fc}}}}
 
 	if err := r.create(ctx, ip, svc); !errors.Is(err, errHolderGone) {
 		t.Errorf("create for a Service deleted meanwhile: %v, want errHolderGone", err)

@@ -9,8 +9,9 @@
 // writes it back. The leak counting, the merged compare-and-swap write and
 // the re-read of a Service before its missing bit is set are
 // pkg/repair's, the one core the node-port repair (NodePortRepair) uses
-// too; this package says what a ClusterIP is and reports with upstream's
-// texts. Invariants and why:
+// too; BitmapRepair.RunOnce drives it step by step (read the maps, list the
+// Services, hand the core what each holds, word the findings with upstream's
+// texts, finish) and is one pass read top to bottom. Invariants and why:
 //
 //   - The stored maps are read before the Services are listed. An allocation
 //     is written before its Service (kube-apiserver does the same), so an
@@ -20,10 +21,11 @@
 //   - Hence a leaked address is freed only on the third consecutive pass that
 //     sees it, and no sooner than LeakGrace after the first such pass (passes
 //     can run back to back: reruns, a one-shot job run in a loop). A pass that
-//     finds it in use again forgets the count. LeakGrace defaults to
-//     DefaultLeakGrace (RequestTimeout 60 s + 30 s), because a create may hold
-//     a reserved address for up to the request timeout before its Service is
-//     stored (admission webhooks run in between on kube-apiserver).
+//     finds it in use again forgets the count. LeakGrace (repair.Options)
+//     defaults to repair.DefaultLeakGrace (RequestTimeout 60 s + 30 s),
+//     because a create may hold a reserved address for up to the request
+//     timeout before its Service is stored (admission webhooks run in
+//     between on kube-apiserver).
 //   - The write is a compare-and-swap on the map's ModRevision. A concurrent
 //     allocation makes it fail; the pass's changes (addresses to set, confirmed
 //     leaks to clear) are then merged onto a fresh read and written with a new
@@ -60,6 +62,29 @@
 // lost race is reported, never overwritten. IPAddresses managed by others
 // are never written. Shared, out-of-range and invalid ClusterIPs are
 // reported on the Service and never changed.
+//
+// Each address is judged by reconcile (ipaddress_reconcile.go) on its
+// cases, as upstream's repairip.go draws them. "Owner" is the IPAddress's
+// parentRef; "-" means the column does not matter. Writes happen only on
+// IPAddresses managed by ipallocator.k8s.io (other ones are reported and
+// left), never in dry run, and only after the fresh reads and grace period
+// of IPAddressRepair's invariants.
+//
+//	case               Service has IP  IPAddress  owner  in range  action (event)                                     function
+//	-----------------  --------------  ---------  -----  --------  -------------------------------------------------  -------------------------------
+//	ok                 yes             yes        yes    yes       none; a wrong family label is set right            judgeExisting, fixFamilyLabel
+//	missing IPAddress  yes             no         -      yes       create it for the Service (ClusterIPNotAllocated;  createMissing
+//	                                                               none when carried over from the bitmap model)
+//	wrong owner        yes             yes        no     yes       delete and re-create it for the holder             repoint
+//	                                                               (IPAddressWrongReference if the parent exists,
+//	                                                               else ClusterIPNotAllocated)
+//	duplicate          two Services    -          -      yes       the referenced (else oldest) one keeps it; the     reconcileHeld, duplicateProblem
+//	                                                               others get ClusterIPAlreadyAllocated, unchanged
+//	leaked             no              yes        -      -         delete it (IPAddressNotAllocated, or               reconcileOrphan, pendingOrphan
+//	                                                               IPAddressWrongReference if the parent exists)
+//	out of range       yes             -          -      no        report; no IPAddress (ClusterIPOutOfRange)         reconcile
+//	out of scope       yes             -          -      yes       report; the address stays (ClusterIPOutOfScope)    noteOutOfScope
+//	not valid          unparsable      -          -      -         report; no change (ClusterIPNotValid)              reconcile
 //
 // # Migration
 //

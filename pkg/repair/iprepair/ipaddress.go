@@ -9,23 +9,18 @@ import (
 	"time"
 
 	"k8s.io/client-go/informers"
-	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/cache"
-	"k8s.io/client-go/tools/record"
 	"k8s.io/client-go/util/workqueue"
 	"k8s.io/klog/v2"
 
 	"github.com/allocator/allocator/pkg/model"
+	"github.com/allocator/allocator/pkg/repair"
 	"github.com/allocator/allocator/pkg/repair/report"
 )
 
 // repairRetryMax caps the backoff of a key the IPAddress repair failed to
 // reconcile.
 const repairRetryMax = 10 * time.Second
-
-// DefaultOrphanGrace is the default IPAddressConfig.OrphanGrace: upstream's
-// 60 s, the API server's default request timeout.
-const DefaultOrphanGrace = 60 * time.Second
 
 // DefaultIPAddressWorkers is the default IPAddressConfig.Workers.
 const DefaultIPAddressWorkers = 2
@@ -40,35 +35,20 @@ var ErrNoServiceCIDR = errors.New("no ServiceCIDR exists yet")
 // backoff; RunOnce: the pass reports the error).
 var errChanged = errors.New("changed while being repaired")
 
-// IPAddressConfig configures an IPAddressRepair.
+// IPAddressConfig configures an IPAddressRepair: repair.Options (Client,
+// Interval, OrphanGrace, DryRun, Now, ...) and what only this repair uses.
 type IPAddressConfig struct {
-	// Client reads Services, IPAddresses and ServiceCIDRs and writes
-	// IPAddresses.
-	Client kubernetes.Interface
+	repair.Options
 	// Informers is an optional shared factory on Client, used by Run (so the
 	// server's allocator and the repair share one watch). Nil: Run makes one
 	// and shuts it down when it returns.
 	Informers informers.SharedInformerFactory
-	// Recorder receives the events; nil emits none.
-	Recorder record.EventRecorder
-	// Metrics counts problems; nil counts nothing.
-	Metrics *report.Metrics
-	// Interval is the period of Run's full passes (default DefaultInterval).
-	Interval time.Duration
-	// OrphanGrace is how old an IPAddress must be before the repair deletes
-	// or re-creates it (default DefaultOrphanGrace).
-	OrphanGrace time.Duration
 	// Workers is the number of Run's event-driven workers (default
 	// DefaultIPAddressWorkers).
 	Workers int
-	// DryRun reports what a pass would change and changes nothing (no write,
-	// no event, no metric).
-	DryRun bool
 	// Progress, if set, reports each full pass over the addresses; the
 	// standalone job sets it (internal/progress), the server does not.
 	Progress report.StartProgress
-	// Now is the clock the grace period is measured with (default time.Now).
-	Now func() time.Time
 	// CarryOver, if set and true, says that bitmap-model writers may be
 	// live (a transition is on, see internal/transition): they record their
 	// allocations in the bitmap only, so a Service address without an
@@ -163,17 +143,9 @@ func NewIPAddressRepair(cfg IPAddressConfig) (*IPAddressRepair, error) {
 	if cfg.Client == nil {
 		return nil, errors.New("ipaddress repair: a client is required")
 	}
-	if cfg.Interval <= 0 {
-		cfg.Interval = report.DefaultInterval
-	}
-	if cfg.OrphanGrace <= 0 {
-		cfg.OrphanGrace = DefaultOrphanGrace
-	}
+	cfg.Options = cfg.Options.WithDefaults()
 	if cfg.Workers <= 0 {
 		cfg.Workers = DefaultIPAddressWorkers
-	}
-	if cfg.Now == nil {
-		cfg.Now = time.Now
 	}
 	return &IPAddressRepair{cfg: cfg}, nil
 }

@@ -15,9 +15,11 @@ import (
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/klog/v2"
 
+	"github.com/allocator/allocator/internal/holding"
 	"github.com/allocator/allocator/pkg/allocation"
 	"github.com/allocator/allocator/pkg/ipaddress"
 	"github.com/allocator/allocator/pkg/repair/report"
+	"github.com/allocator/allocator/pkg/subrange"
 )
 
 // outcome is what reconciling one address found and did.
@@ -100,7 +102,7 @@ func (r *IPAddressRepair) reconcile(ctx context.Context, view ipView, k string) 
 	if !ranges.contains(ip) {
 		for _, svc := range holders {
 			out.note(svc, report.Problem{Type: report.TypeOutOfRange, Reason: report.ReasonOutOfRange, IP: k, Service: report.ServiceKey(svc),
-				Message: fmt.Sprintf("Cluster IP [%s]: %s is not within any configured Service CIDR; please recreate service", familyName(ip.Is6()), ip)})
+				Message: fmt.Sprintf("Cluster IP [%s]: %s is not within any configured Service CIDR; please recreate service", subrange.FamilyName(ip.Is6()), ip)})
 		}
 		return out, nil
 	}
@@ -134,7 +136,7 @@ func noteOutOfScope(view ipView, ranges serviceCIDRs, ip netip.Addr, holders []*
 		}
 		out.note(svc, report.Problem{Type: report.TypeOutOfScope, Reason: report.ReasonOutOfScope, IP: ip.String(), Service: report.ServiceKey(svc),
 			Message: fmt.Sprintf("Cluster IP [%s]: %s is outside the ServiceCIDRs this Service's scope allows (it may use %s); it keeps the address until it is recreated",
-				familyName(ip.Is6()), ip, may)})
+				subrange.FamilyName(ip.Is6()), ip, may)})
 	}
 	return nil
 }
@@ -171,7 +173,7 @@ func (r *IPAddressRepair) reconcileHeld(ctx context.Context, view ipView, ip net
 // reading it again, for a Service read again too.
 func (r *IPAddressRepair) createMissing(ctx context.Context, view ipView, ip netip.Addr, holders []*corev1.Service, owner *corev1.Service,
 	out *outcome, mayRetry bool, reportDuplicates func()) error {
-	family := familyName(ip.Is6())
+	family := subrange.FamilyName(ip.Is6())
 	p := report.Problem{Type: report.TypeRepair, Reason: report.ReasonNotAllocated, IP: ip.String(), Service: report.ServiceKey(owner),
 		Message: fmt.Sprintf("Cluster IP [%s]: %s is not allocated; repairing", family, ip)}
 	if r.cfg.DryRun {
@@ -252,7 +254,7 @@ func (r *IPAddressRepair) judgeExisting(ctx context.Context, view ipView, ip net
 		return nil
 	}
 	if references(ipa, owner) {
-		if want := familyName(ip.Is6()); ipa.Labels[ipaddress.LabelIPFamily] != want {
+		if want := subrange.FamilyName(ip.Is6()); ipa.Labels[ipaddress.LabelIPFamily] != want {
 			return r.fixFamilyLabel(ctx, ip, owner, ipa, out)
 		}
 		return nil
@@ -262,7 +264,7 @@ func (r *IPAddressRepair) judgeExisting(ctx context.Context, view ipView, ip net
 
 func duplicateProblem(ip netip.Addr, svc *corev1.Service) report.Problem {
 	return report.Problem{Type: report.TypeDuplicate, Reason: report.ReasonAlreadyAllocated, IP: ip.String(), Service: report.ServiceKey(svc),
-		Message: fmt.Sprintf("Cluster IP [%s]:%s was assigned to multiple services; please recreate service", familyName(ip.Is6()), ip)}
+		Message: fmt.Sprintf("Cluster IP [%s]:%s was assigned to multiple services; please recreate service", subrange.FamilyName(ip.Is6()), ip)}
 }
 
 // fixFamilyLabel sets the ip-family label of an IPAddress of ours with an
@@ -275,7 +277,7 @@ func (r *IPAddressRepair) fixFamilyLabel(ctx context.Context, ip netip.Addr, own
 		return nil
 	}
 	updated := ipa.DeepCopy()
-	updated.Labels[ipaddress.LabelIPFamily] = familyName(ip.Is6())
+	updated.Labels[ipaddress.LabelIPFamily] = subrange.FamilyName(ip.Is6())
 	_, err := r.cfg.Client.NetworkingV1().IPAddresses().Update(ctx, updated, metav1.UpdateOptions{})
 	switch {
 	case err == nil:
@@ -294,7 +296,7 @@ func (r *IPAddressRepair) fixFamilyLabel(ctx context.Context, ip netip.Addr, own
 // owner, the Service that holds the address, when that is safe (see the
 // type's doc).
 func (r *IPAddressRepair) repoint(ctx context.Context, view ipView, ip netip.Addr, owner *corev1.Service, ipa *networkingv1.IPAddress, out *outcome) error {
-	family := familyName(ip.Is6())
+	family := subrange.FamilyName(ip.Is6())
 	parentExists, err := parentStored(view, ipa)
 	if err != nil {
 		return err
@@ -342,7 +344,7 @@ func (r *IPAddressRepair) repoint(ctx context.Context, view ipView, ip netip.Add
 		if err != nil {
 			return err
 		}
-		if parent != nil && holds(parent, ip) {
+		if parent != nil && holding.HoldsIP(parent, ip) {
 			// Both hold it after all: the referenced one keeps it.
 			out.note(fresh, duplicateProblem(ip, fresh))
 			return nil
@@ -433,7 +435,7 @@ func (r *IPAddressRepair) reconcileOrphan(ctx context.Context, view ipView, ip n
 		if err != nil {
 			return err
 		}
-		if parent != nil && holds(parent, ip) {
+		if parent != nil && holding.HoldsIP(parent, ip) {
 			return nil // its owner holds it after all
 		}
 		parentExists = parent != nil
@@ -485,7 +487,7 @@ func (r *IPAddressRepair) freshHolder(ctx context.Context, svc *corev1.Service, 
 	if err != nil || fresh == nil {
 		return nil, err
 	}
-	if fresh.UID != svc.UID || !holds(fresh, ip) {
+	if fresh.UID != svc.UID || !holding.HoldsIP(fresh, ip) {
 		return nil, nil
 	}
 	return fresh, nil

@@ -78,11 +78,6 @@ func addressKeys(svc *corev1.Service) []string {
 	return keys
 }
 
-// holds reports whether svc holds ip.
-func holds(svc *corev1.Service, ip netip.Addr) bool {
-	return slices.Contains(addressKeys(svc), ip.String())
-}
-
 // serviceCIDRs is the union of the prefixes of every ServiceCIDR, ready or
 // not: an address of a terminating ServiceCIDR is still allocated until its
 // Service goes, so it is in range for the repair.
@@ -313,7 +308,7 @@ type informerView struct {
 
 	// The parsed ServiceCIDRs, rebuilt only after a ServiceCIDR event
 	// (cidrsChanged): every reconcile asks for them, and with a thousand
-	// ServiceCIDRs parsing them each time was most of the repair's CPU.
+	// ServiceCIDRs parsing them each time would be most of the repair's CPU.
 	parsedCIDRs lazy.Value[serviceCIDRs]
 }
 

@@ -20,6 +20,7 @@ import (
 	"github.com/allocator/allocator/pkg/allocation"
 	"github.com/allocator/allocator/pkg/ipaddress"
 	"github.com/allocator/allocator/pkg/repair/report"
+	"github.com/allocator/allocator/pkg/subrange"
 )
 
 // Migration directions.
@@ -232,7 +233,7 @@ func claimsInRange(rep *MigrationReport, claims []claim, prefixes []netip.Prefix
 	for _, c := range claims {
 		if !covered(c.ip) {
 			rep.Problems = append(rep.Problems, report.Problem{Type: report.TypeOutOfRange, Reason: report.ReasonOutOfRange, IP: c.ip.String(), Service: c.svc,
-				Message: fmt.Sprintf("Cluster IP [%s]:%s is not within any ServiceCIDR; it cannot get an IPAddress", familyName(c.ip.Is6()), c.ip)})
+				Message: fmt.Sprintf("Cluster IP [%s]:%s is not within any ServiceCIDR; it cannot get an IPAddress", subrange.FamilyName(c.ip.Is6()), c.ip)})
 			continue
 		}
 		todo = append(todo, c)
@@ -335,7 +336,7 @@ func carryOver(ctx context.Context, cfg MigrateConfig, c claim) (*report.Problem
 		// The server refuses this address (e.g. a network or broadcast
 		// address): a problem of this Service, not a reason to stop.
 		return &report.Problem{Type: report.TypeInvalid, IP: c.ip.String(), Service: c.svc,
-			Message: fmt.Sprintf("Cluster IP [%s]:%s of %s cannot get an IPAddress: %v", familyName(c.ip.Is6()), c.ip, c.svc, err)}, false, nil
+			Message: fmt.Sprintf("Cluster IP [%s]:%s of %s cannot get an IPAddress: %v", subrange.FamilyName(c.ip.Is6()), c.ip, c.svc, err)}, false, nil
 	default:
 		return nil, false, fmt.Errorf("create IPAddress %s for %s: %w", c.ip, c.svc, err)
 	}
@@ -350,7 +351,7 @@ func checkOwner(obj *networkingv1.IPAddress, c claim) *report.Problem {
 		holder = fmt.Sprintf("%s/%s/%s", p.Resource, p.Namespace, p.Name)
 	}
 	return &report.Problem{Type: report.TypeDuplicate, Reason: report.ReasonAlreadyAllocated, IP: c.ip.String(), Service: c.svc,
-		Message: fmt.Sprintf("Cluster IP [%s]:%s of %s is already claimed by an IPAddress referencing %s", familyName(c.ip.Is6()), c.ip, c.svc, holder)}
+		Message: fmt.Sprintf("Cluster IP [%s]:%s of %s is already claimed by an IPAddress referencing %s", subrange.FamilyName(c.ip.Is6()), c.ip, c.svc, holder)}
 }
 
 // verifyIPAddresses lists the IPAddresses and checks every claim has one

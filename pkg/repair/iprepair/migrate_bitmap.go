@@ -72,7 +72,7 @@ func MigrateToBitmap(ctx context.Context, cfg MigrateConfig) (_ *MigrationReport
 		i := slices.IndexFunc(cfg.Stores, func(s BitmapStore) bool { return s.Range().Contains(ip) })
 		if i < 0 {
 			rep.Problems = append(rep.Problems, report.Problem{Type: report.TypeOutOfRange, IP: ip.String(), Service: svc,
-				Message: fmt.Sprintf("Cluster IP [%s]:%s cannot be represented in the bitmap model: it is outside %s", familyName(ip.Is6()), ip, storeRanges(cfg.Stores))})
+				Message: fmt.Sprintf("Cluster IP [%s]:%s cannot be represented in the bitmap model: it is outside %s", subrange.FamilyName(ip.Is6()), ip, storeRanges(cfg.Stores))})
 			continue
 		}
 		perStore[i] = append(perStore[i], ip)

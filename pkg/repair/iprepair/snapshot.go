@@ -46,9 +46,9 @@ func (s apiSnapshot) IPAddresses(ctx context.Context) (map[string]*networkingv1.
 // registered and started (the server's shared informers do).
 //
 // A server's start-up carry-over reads it: the caches hold the same
-// objects, and listing them through the API encoded and decoded 200,000
-// objects at every start at 100,000 Services, a third of the CPU of the
-// start-up (docs/performance.md). A cache may trail etcd by a moment;
+// objects, and listing them through the API would encode and decode
+// 200,000 objects at every start at 100,000 Services, about a third of the
+// start-up's CPU (hack/scale.sh). A cache may trail etcd by a moment;
 // that is safe for a migration to the IPAddress model, which only
 // creates, each create-if-absent: a Service it misses was created after
 // it looked, as it could be after a list, and the repair carries it over.

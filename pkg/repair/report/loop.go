@@ -8,9 +8,6 @@ import (
 	"k8s.io/klog/v2"
 )
 
-// DefaultInterval is how often a periodic repair runs, as upstream.
-const DefaultInterval = 3 * time.Minute
-
 // Loop runs pass every interval until ctx ends; it is the loop of every
 // repair controller. A failed pass is retried sooner, with exponential
 // backoff (1 s doubling, jittered, capped at interval), after onFail has

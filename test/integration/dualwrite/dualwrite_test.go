@@ -284,8 +284,8 @@ func TestDualWrite(t *testing.T) {
 				set++
 			}
 		}
-		if set != dualwrite.DefaultMaxCollisions+1 {
-			t.Errorf("%d candidates tried (bits set), want %d", set, dualwrite.DefaultMaxCollisions+1)
+		if set != ipaddress.DefaultMaxCollisions+1 {
+			t.Errorf("%d candidates tried (bits set), want %d", set, ipaddress.DefaultMaxCollisions+1)
 		}
 	})
 

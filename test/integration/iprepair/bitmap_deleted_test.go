@@ -15,6 +15,7 @@ import (
 	"github.com/allocator/allocator/pkg/allocation"
 	"github.com/allocator/allocator/pkg/bitmap"
 	"github.com/allocator/allocator/pkg/bitmap/clusterip"
+	"github.com/allocator/allocator/pkg/repair"
 	"github.com/allocator/allocator/pkg/repair/iprepair"
 	"github.com/allocator/allocator/pkg/repair/report"
 )
@@ -57,7 +58,7 @@ func TestBitmapRepairServiceDeletedDuringPass(t *testing.T) {
 			t.Errorf("allocate: %v", err)
 		}
 	}
-	ctrl, err := iprepair.NewBitmapRepair(iprepair.BitmapConfig{Client: srv.Client, Stores: []iprepair.BitmapStore{store}})
+	ctrl, err := iprepair.NewBitmapRepair(iprepair.BitmapConfig{Options: repair.Options{Client: srv.Client}, Stores: []iprepair.BitmapStore{store}})
 	if err != nil {
 		t.Fatal(err)
 	}

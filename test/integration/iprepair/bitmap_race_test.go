@@ -14,6 +14,7 @@ import (
 
 	"github.com/allocator/allocator/internal/testserver"
 	"github.com/allocator/allocator/pkg/allocation"
+	"github.com/allocator/allocator/pkg/repair"
 	"github.com/allocator/allocator/pkg/repair/iprepair"
 	"github.com/allocator/allocator/pkg/repair/report"
 )
@@ -54,7 +55,7 @@ func TestBitmapRepairRaceWithCreates(t *testing.T) {
 	ctx := repairtest.Context(t)
 	srv := slowBitmapServer(t, "10.0.0.0/22", 400*time.Millisecond)
 	store := bitmapStore(t, srv.Etcd.Client(), "10.0.0.0/22")
-	ctrl, err := iprepair.NewBitmapRepair(iprepair.BitmapConfig{Client: srv.Client, Stores: []iprepair.BitmapStore{store}, LeakGrace: grace})
+	ctrl, err := iprepair.NewBitmapRepair(iprepair.BitmapConfig{Options: repair.Options{Client: srv.Client, LeakGrace: grace}, Stores: []iprepair.BitmapStore{store}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -151,7 +152,7 @@ func TestBitmapRepairProgressUnderSustainedAllocations(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	ctrl, err := iprepair.NewBitmapRepair(iprepair.BitmapConfig{Client: srv.Client, Stores: []iprepair.BitmapStore{store}})
+	ctrl, err := iprepair.NewBitmapRepair(iprepair.BitmapConfig{Options: repair.Options{Client: srv.Client}, Stores: []iprepair.BitmapStore{store}})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -87,16 +87,13 @@ func TestBitmapRepairPlantedFaults(t *testing.T) {
 		repairtest.WaitListed(t, srv, "default", name, true)
 	}
 
-	ctrl, err := iprepair.NewBitmapRepair(iprepair.BitmapConfig{
-		Client: srv.Client, Stores: []iprepair.BitmapStore{store}, Recorder: report.NewEventRecorder(ctx, srv.Client),
-		LeakGrace: time.Nanosecond,
-	})
+	ctrl, err := iprepair.NewBitmapRepair(iprepair.BitmapConfig{Options: repair.Options{Client: srv.Client, Recorder: report.NewEventRecorder(ctx, srv.Client), LeakGrace: time.Nanosecond}, Stores: []iprepair.BitmapStore{store}})
 	if err != nil {
 		t.Fatal(err)
 	}
 
 	// A dry run reports everything and changes nothing.
-	dry, err := iprepair.NewBitmapRepair(iprepair.BitmapConfig{Client: srv.Client, Stores: []iprepair.BitmapStore{store}, DryRun: true})
+	dry, err := iprepair.NewBitmapRepair(iprepair.BitmapConfig{Options: repair.Options{Client: srv.Client, DryRun: true}, Stores: []iprepair.BitmapStore{store}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -176,7 +173,7 @@ func TestBitmapRepairLeakCountForgotten(t *testing.T) {
 	srv := testserver.Start(t, testserver.Options{ServiceRange: "10.0.0.0/24", Model: "bitmap"})
 	etcd := srv.Etcd.Client()
 	store := bitmapStore(t, etcd, "10.0.0.0/24")
-	ctrl, err := iprepair.NewBitmapRepair(iprepair.BitmapConfig{Client: srv.Client, Stores: []iprepair.BitmapStore{store}, LeakGrace: time.Nanosecond})
+	ctrl, err := iprepair.NewBitmapRepair(iprepair.BitmapConfig{Options: repair.Options{Client: srv.Client, LeakGrace: time.Nanosecond}, Stores: []iprepair.BitmapStore{store}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -217,8 +214,7 @@ func TestBitmapRepairGrace(t *testing.T) {
 	srv := testserver.Start(t, testserver.Options{ServiceRange: "10.0.0.0/24", Model: "bitmap"})
 	store := bitmapStore(t, srv.Etcd.Client(), "10.0.0.0/24")
 	now := time.Now()
-	ctrl, err := iprepair.NewBitmapRepair(iprepair.BitmapConfig{Client: srv.Client, Stores: []iprepair.BitmapStore{store},
-		LeakGrace: time.Minute, Now: func() time.Time { return now }})
+	ctrl, err := iprepair.NewBitmapRepair(iprepair.BitmapConfig{Options: repair.Options{Client: srv.Client, LeakGrace: time.Minute, Now: func() time.Time { return now }}, Stores: []iprepair.BitmapStore{store}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -254,8 +250,7 @@ func TestBitmapRepairDefaultGraceOutlastsRequestTimeout(t *testing.T) {
 	store := bitmapStore(t, srv.Etcd.Client(), "10.0.0.0/24")
 	start := time.Now()
 	now := start
-	ctrl, err := iprepair.NewBitmapRepair(iprepair.BitmapConfig{Client: srv.Client, Stores: []iprepair.BitmapStore{store},
-		Now: func() time.Time { return now }})
+	ctrl, err := iprepair.NewBitmapRepair(iprepair.BitmapConfig{Options: repair.Options{Client: srv.Client, Now: func() time.Time { return now }}, Stores: []iprepair.BitmapStore{store}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -293,7 +288,7 @@ func TestBitmapRepairCreatesMissingMapAndIsQuietWhenConsistent(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	ctrl, err := iprepair.NewBitmapRepair(iprepair.BitmapConfig{Client: srv.Client, Stores: []iprepair.BitmapStore{store}})
+	ctrl, err := iprepair.NewBitmapRepair(iprepair.BitmapConfig{Options: repair.Options{Client: srv.Client}, Stores: []iprepair.BitmapStore{store}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -323,7 +318,7 @@ func TestBitmapRepairKubeAPIServer132(t *testing.T) {
 	t.Parallel()
 	ctx, etcd, fx, srv := fixtureServer(t, fixtures.Bitmap132, "bitmap")
 	store := bitmapStore(t, etcd.Client(), "10.96.0.0/16")
-	ctrl, err := iprepair.NewBitmapRepair(iprepair.BitmapConfig{Client: srv.Client, Stores: []iprepair.BitmapStore{store}})
+	ctrl, err := iprepair.NewBitmapRepair(iprepair.BitmapConfig{Options: repair.Options{Client: srv.Client}, Stores: []iprepair.BitmapStore{store}})
 	if err != nil {
 		t.Fatal(err)
 	}

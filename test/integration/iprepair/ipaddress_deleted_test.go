@@ -13,6 +13,7 @@ import (
 
 	"github.com/allocator/allocator/internal/repairtest"
 	"github.com/allocator/allocator/internal/testserver"
+	"github.com/allocator/allocator/pkg/repair"
 	"github.com/allocator/allocator/pkg/repair/iprepair"
 )
 
@@ -73,7 +74,7 @@ func TestIPAddressRepairServiceDeletedDuringCreate(t *testing.T) {
 		err := srv.Client.CoreV1().Services("default").Delete(ctx, "gone", metav1.DeleteOptions{})
 		deleted = err == nil
 	}}
-	repair, err := iprepair.NewIPAddressRepair(iprepair.IPAddressConfig{Client: client})
+	repair, err := iprepair.NewIPAddressRepair(iprepair.IPAddressConfig{Options: repair.Options{Client: client}})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -17,6 +17,7 @@ import (
 	"github.com/allocator/allocator/internal/testserver"
 	"github.com/allocator/allocator/pkg/allocation"
 	"github.com/allocator/allocator/pkg/ipaddress"
+	"github.com/allocator/allocator/pkg/repair"
 	"github.com/allocator/allocator/pkg/repair/iprepair"
 )
 
@@ -35,7 +36,7 @@ func TestIPAddressRepairRaceWithCreates(t *testing.T) {
 		WrapAllocator: func(a allocation.Interface) allocation.Interface {
 			return slowAllocator{Interface: a, hold: 400 * time.Millisecond}
 		}})
-	ctrl, err := iprepair.NewIPAddressRepair(iprepair.IPAddressConfig{Client: srv.Client, OrphanGrace: grace})
+	ctrl, err := iprepair.NewIPAddressRepair(iprepair.IPAddressConfig{Options: repair.Options{Client: srv.Client, OrphanGrace: grace}})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -16,6 +16,7 @@ import (
 	networkingclient "k8s.io/client-go/kubernetes/typed/networking/v1"
 
 	"github.com/allocator/allocator/internal/repairtest"
+	"github.com/allocator/allocator/pkg/repair"
 	"github.com/allocator/allocator/pkg/repair/iprepair"
 )
 
@@ -105,7 +106,7 @@ func TestIPAddressRepairOrphanRecheck(t *testing.T) {
 	checkClaim(t, srv, "10.0.0.77", "default", "late")
 	clock := &fakeClock{now: time.Now().Add(time.Hour)} // everything is past its grace
 	stale := laggingList{Interface: srv.Client, hide: "default/late"}
-	ctrl, err := iprepair.NewIPAddressRepair(iprepair.IPAddressConfig{Client: stale, Now: clock.Now})
+	ctrl, err := iprepair.NewIPAddressRepair(iprepair.IPAddressConfig{Options: repair.Options{Client: stale, Now: clock.Now}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -130,7 +131,7 @@ func TestIPAddressRepairOrphanRecheck(t *testing.T) {
 		}
 	}
 	racing := changedAfterGet{Interface: srv.Client, name: "10.0.0.200", once: &sync.Once{}, change: touch}
-	ctrl, err = iprepair.NewIPAddressRepair(iprepair.IPAddressConfig{Client: racing, Now: clock.Now})
+	ctrl, err = iprepair.NewIPAddressRepair(iprepair.IPAddressConfig{Options: repair.Options{Client: racing, Now: clock.Now}})
 	if err != nil {
 		t.Fatal(err)
 	}

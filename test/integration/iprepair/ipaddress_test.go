@@ -25,6 +25,7 @@ import (
 	"github.com/allocator/allocator/internal/testserver"
 	"github.com/allocator/allocator/pkg/etcdlayout"
 	"github.com/allocator/allocator/pkg/ipaddress"
+	"github.com/allocator/allocator/pkg/repair"
 	"github.com/allocator/allocator/pkg/repair/report"
 )
 
@@ -175,8 +176,7 @@ func TestIPAddressRepairOrphanGrace(t *testing.T) {
 	plantIPAddress(t, srv, "10.0.0.200", serviceRef("default", "ghost"), ourLabels("IPv4"), created)
 
 	clock := &fakeClock{now: created.Add(10 * time.Second)}
-	ctrl, err := iprepair.NewIPAddressRepair(iprepair.IPAddressConfig{Client: srv.Client, Recorder: report.NewEventRecorder(ctx, srv.Client),
-		OrphanGrace: 30 * time.Second, Now: clock.Now})
+	ctrl, err := iprepair.NewIPAddressRepair(iprepair.IPAddressConfig{Options: repair.Options{Client: srv.Client, Recorder: report.NewEventRecorder(ctx, srv.Client), OrphanGrace: 30 * time.Second, Now: clock.Now}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -245,7 +245,7 @@ func TestIPAddressRepairPlantedFaults(t *testing.T) {
 	foreignBefore := map[string]*networkingv1.IPAddress{"10.0.0.80": getIPAddress(t, srv, "10.0.0.80"), "10.0.0.81": getIPAddress(t, srv, "10.0.0.81")}
 
 	// A dry run reports and writes nothing.
-	dry, err := iprepair.NewIPAddressRepair(iprepair.IPAddressConfig{Client: srv.Client, DryRun: true})
+	dry, err := iprepair.NewIPAddressRepair(iprepair.IPAddressConfig{Options: repair.Options{Client: srv.Client, DryRun: true}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -259,7 +259,7 @@ func TestIPAddressRepairPlantedFaults(t *testing.T) {
 		t.Fatalf("dry run: %+v %v", p, ok)
 	}
 
-	ctrl, err := iprepair.NewIPAddressRepair(iprepair.IPAddressConfig{Client: srv.Client, Recorder: report.NewEventRecorder(ctx, srv.Client)})
+	ctrl, err := iprepair.NewIPAddressRepair(iprepair.IPAddressConfig{Options: repair.Options{Client: srv.Client, Recorder: report.NewEventRecorder(ctx, srv.Client)}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -329,7 +329,7 @@ func TestIPAddressRepairPlantedFaults(t *testing.T) {
 func TestIPAddressRepairKubeAPIServer136(t *testing.T) {
 	t.Parallel()
 	ctx, _, fx, srv := fixtureServer(t, fixtures.IPAddress136, "ipaddress")
-	ctrl, err := iprepair.NewIPAddressRepair(iprepair.IPAddressConfig{Client: srv.Client})
+	ctrl, err := iprepair.NewIPAddressRepair(iprepair.IPAddressConfig{Options: repair.Options{Client: srv.Client}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -345,7 +345,7 @@ func TestIPAddressRepairKubeAPIServer136(t *testing.T) {
 func TestIPAddressRepairMigratesKubeAPIServer132(t *testing.T) {
 	t.Parallel()
 	ctx, _, fx, srv := fixtureServer(t, fixtures.Bitmap132, "ipaddress")
-	ctrl, err := iprepair.NewIPAddressRepair(iprepair.IPAddressConfig{Client: srv.Client, Recorder: report.NewEventRecorder(ctx, srv.Client)})
+	ctrl, err := iprepair.NewIPAddressRepair(iprepair.IPAddressConfig{Options: repair.Options{Client: srv.Client, Recorder: report.NewEventRecorder(ctx, srv.Client)}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -393,8 +393,7 @@ func TestIPAddressRepairRun(t *testing.T) {
 	t.Parallel()
 	ctx := repairtest.Context(t)
 	srv := ipaddressServer(t, "10.0.0.0/24")
-	ctrl, err := iprepair.NewIPAddressRepair(iprepair.IPAddressConfig{Client: srv.Client, Recorder: report.NewEventRecorder(ctx, srv.Client),
-		Interval: time.Hour, OrphanGrace: 2 * time.Second})
+	ctrl, err := iprepair.NewIPAddressRepair(iprepair.IPAddressConfig{Options: repair.Options{Client: srv.Client, Recorder: report.NewEventRecorder(ctx, srv.Client), Interval: time.Hour, OrphanGrace: 2 * time.Second}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -422,8 +421,7 @@ func TestIPAddressRepairRunServiceCIDRAdded(t *testing.T) {
 	t.Parallel()
 	ctx := repairtest.Context(t)
 	srv := ipaddressServer(t, "10.0.0.0/24")
-	ctrl, err := iprepair.NewIPAddressRepair(iprepair.IPAddressConfig{Client: srv.Client, Recorder: report.NewEventRecorder(ctx, srv.Client),
-		Interval: time.Hour, OrphanGrace: time.Hour})
+	ctrl, err := iprepair.NewIPAddressRepair(iprepair.IPAddressConfig{Options: repair.Options{Client: srv.Client, Recorder: report.NewEventRecorder(ctx, srv.Client), Interval: time.Hour, OrphanGrace: time.Hour}})
 	if err != nil {
 		t.Fatal(err)
 	}

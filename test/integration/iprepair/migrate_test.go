@@ -31,6 +31,7 @@ import (
 	"github.com/allocator/allocator/pkg/etcdlayout"
 	"github.com/allocator/allocator/pkg/ipaddress"
 	"github.com/allocator/allocator/pkg/model"
+	"github.com/allocator/allocator/pkg/repair"
 	"github.com/allocator/allocator/pkg/repair/iprepair"
 	"github.com/allocator/allocator/pkg/repair/report"
 	"github.com/allocator/allocator/pkg/subrange"
@@ -286,7 +287,7 @@ func TestMigrateBothWaysWithKill(t *testing.T) {
 		}
 	}
 	// And the bitmap repair agrees.
-	ctrl, err := iprepair.NewBitmapRepair(iprepair.BitmapConfig{Client: srv.Client, Stores: stores})
+	ctrl, err := iprepair.NewBitmapRepair(iprepair.BitmapConfig{Options: repair.Options{Client: srv.Client}, Stores: stores})
 	if err != nil {
 		t.Fatal(err)
 	}

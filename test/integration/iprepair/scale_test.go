@@ -9,6 +9,7 @@ import (
 
 	"github.com/allocator/allocator/internal/etcdtest"
 	"github.com/allocator/allocator/internal/testserver"
+	"github.com/allocator/allocator/pkg/repair"
 	"github.com/allocator/allocator/pkg/repair/iprepair"
 )
 
@@ -32,7 +33,7 @@ func TestScaleTimings(t *testing.T) {
 	t.Logf("created %d Services in %v", n, time.Since(start))
 	stores := familyStores(t, etcd, "10.0.0.0/16", "fd00::/112")
 
-	bitmapRepair, err := iprepair.NewBitmapRepair(iprepair.BitmapConfig{Client: srv.Client, Stores: stores})
+	bitmapRepair, err := iprepair.NewBitmapRepair(iprepair.BitmapConfig{Options: repair.Options{Client: srv.Client}, Stores: stores})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -50,7 +51,7 @@ func TestScaleTimings(t *testing.T) {
 	}
 	t.Logf("bitmap → IPAddress migration, %d Services: %v (%s)", n, time.Since(start), migration)
 
-	ipRepair, err := iprepair.NewIPAddressRepair(iprepair.IPAddressConfig{Client: srv.Client})
+	ipRepair, err := iprepair.NewIPAddressRepair(iprepair.IPAddressConfig{Options: repair.Options{Client: srv.Client}})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -15,6 +15,7 @@ import (
 	"github.com/allocator/allocator/internal/repairtest"
 	"github.com/allocator/allocator/internal/testserver"
 	"github.com/allocator/allocator/pkg/ipaddress/scope"
+	"github.com/allocator/allocator/pkg/repair"
 	"github.com/allocator/allocator/pkg/repair/iprepair"
 	"github.com/allocator/allocator/pkg/repair/report"
 )
@@ -64,8 +65,7 @@ func TestIPAddressRepairOutOfScope(t *testing.T) {
 			time.Sleep(100 * time.Millisecond)
 		}
 	}
-	ctrl, err := iprepair.NewIPAddressRepair(iprepair.IPAddressConfig{Client: c, Recorder: report.NewEventRecorder(ctx, c),
-		Interval: time.Hour, OrphanGrace: time.Hour})
+	ctrl, err := iprepair.NewIPAddressRepair(iprepair.IPAddressConfig{Options: repair.Options{Client: c, Recorder: report.NewEventRecorder(ctx, c), Interval: time.Hour, OrphanGrace: time.Hour}})
 	if err != nil {
 		t.Fatal(err)
 	}

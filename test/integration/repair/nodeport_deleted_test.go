@@ -61,7 +61,7 @@ func TestNodePortRepairServiceDeletedDuringPass(t *testing.T) {
 			t.Errorf("allocate: %v", err)
 		}
 	}
-	ctrl, err := repair.NewNodePortRepair(repair.NodePortConfig{Client: srv.Client, Store: store})
+	ctrl, err := repair.NewNodePortRepair(repair.NodePortConfig{Options: repair.Options{Client: srv.Client}, Store: store})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -52,7 +52,7 @@ func TestNodePortScaleTiming(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	r, err := repair.NewNodePortRepair(repair.NodePortConfig{Client: srv.Client, Store: store})
+	r, err := repair.NewNodePortRepair(repair.NodePortConfig{Options: repair.Options{Client: srv.Client}, Store: store})
 	if err != nil {
 		t.Fatal(err)
 	}

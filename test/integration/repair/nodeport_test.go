@@ -80,10 +80,7 @@ func TestNodePortRepairPlantedFaults(t *testing.T) {
 	repairtest.WaitListed(t, srv, "default", "outside", true)
 
 	now := time.Now()
-	r, err := repair.NewNodePortRepair(repair.NodePortConfig{
-		Client: srv.Client, Store: store, Recorder: report.NewSyncEventRecorder(srv.Client, func(err error) { t.Error(err) }),
-		LeakGrace: time.Minute, Now: func() time.Time { return now },
-	})
+	r, err := repair.NewNodePortRepair(repair.NodePortConfig{Options: repair.Options{Client: srv.Client, Recorder: report.NewSyncEventRecorder(srv.Client, func(err error) { t.Error(err) }), LeakGrace: time.Minute, Now: func() time.Time { return now }}, Store: store})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -26,18 +26,6 @@ import (
 
 const testRange = "30000-30099"
 
-// portSpace is a port range as a repair.Space.
-type portSpace struct{ nodeport.Range }
-
-func (s portSpace) Key(i int) int {
-	port, _ := s.Port(i)
-	return port
-}
-
-func holdsPort(svc *corev1.Service, port int) bool {
-	return slices.ContainsFunc(svc.Spec.Ports, func(p corev1.ServicePort) bool { return int(p.NodePort) == port })
-}
-
 type harness struct {
 	t     *testing.T
 	ctx   context.Context
@@ -65,8 +53,8 @@ func newHarness(t *testing.T, srv *testserver.Server, name string, open bool) *h
 	}
 	h := &harness{t: t, ctx: ctx, srv: srv, store: store, now: time.Now()}
 	h.r, err = repair.New(repair.Config[int]{
-		Store: store, Space: portSpace{store.Range()}, Services: srv.Client.CoreV1(),
-		Holds: holdsPort, LeakGrace: time.Minute, Now: func() time.Time { return h.now },
+		Options: repair.Options{Client: srv.Client, LeakGrace: time.Minute, Now: func() time.Time { return h.now }},
+		Store:   store, Space: repair.PortSpace{Range: store.Range()},
 	})
 	if err != nil {
 		t.Fatal(err)
@@ -77,26 +65,22 @@ func newHarness(t *testing.T, srv *testserver.Server, name string, open bool) *h
 // begin reads the map and starts a pass over it.
 func (h *harness) begin() *repair.Pass[int] {
 	h.t.Helper()
-	stored, err := h.store.ReadStored(h.ctx)
-	if err != nil {
-		h.t.Fatal(err)
-	}
-	p, err := h.r.Begin(stored)
+	p, err := h.r.Begin(h.ctx)
 	if err != nil {
 		h.t.Fatal(err)
 	}
 	return p
 }
 
-// leaked runs p.Leaked and returns the kept and the freed keys.
+// leaked runs p.Leaks and returns the kept and the freed keys.
 func leaked(p *repair.Pass[int]) (kept, freed []int) {
-	p.Leaked(func(port int, free bool) {
-		if free {
-			freed = append(freed, port)
+	for _, leak := range p.Leaks() {
+		if leak.Freed {
+			freed = append(freed, leak.Key)
 		} else {
-			kept = append(kept, port)
+			kept = append(kept, leak.Key)
 		}
-	})
+	}
 	return kept, freed
 }
 
@@ -347,19 +331,29 @@ func TestRepairer(t *testing.T) {
 		absent.wantBits(map[int]bool{30010: true})
 	})
 
-	// Run reads every map before it lists, reruns a repair that lost with
-	// bitmap.ErrConflict from a fresh read and list, and gives up after
-	// MaxConflictReruns.
-	t.Run("RunRerunsConflicts", func(t *testing.T) {
-		h := newHarness(t, srv, "map", true)
-		other := newHarness(t, srv, "other", true)
-		repairers := []*repair.Repairer[int]{h.r, other.r}
-		lists := 0
-		list := func(context.Context) (int, error) { lists++; return lists, nil }
-		var calls []string
-		err := repair.Run(h.ctx, repairers, list, func(_ context.Context, i int, _ *repair.Pass[int], listed int) error {
-			calls = append(calls, fmt.Sprintf("%d@%d", i, listed))
-			if i == 1 && listed == 1 {
+	// Rounds passes again, from a fresh read and list, over the maps whose
+	// write lost with bitmap.ErrConflict, and gives up after
+	// MaxConflictReruns rounds; any other error is not a lost write.
+	t.Run("RoundsRerunConflicts", func(t *testing.T) {
+		// rounds drives n maps whose finish returns finish(i, round) and
+		// records "i@round" for each.
+		rounds := func(n int, finish func(i, round int) error) (calls []string, rounds int, err error) {
+			r := repair.NewRounds(n)
+			for r.Next() {
+				rounds++
+				for _, i := range r.Pending() {
+					calls = append(calls, fmt.Sprintf("%d@%d", i, rounds))
+					if err := finish(i, rounds); r.Lost(i, err) {
+						continue
+					} else if err != nil {
+						return calls, rounds, err
+					}
+				}
+			}
+			return calls, rounds, r.Err()
+		}
+		calls, _, err := rounds(2, func(i, round int) error {
+			if i == 1 && round == 1 {
 				return fmt.Errorf("write: %w", bitmap.ErrConflict)
 			}
 			return nil
@@ -371,29 +365,26 @@ func TestRepairer(t *testing.T) {
 			t.Errorf("calls (-want +got):\n%s", diff)
 		}
 
-		lists, calls = 0, nil
-		err = repair.Run(h.ctx, repairers[:1], list, func(context.Context, int, *repair.Pass[int], int) error {
-			return bitmap.ErrConflict
-		})
-		if err == nil || lists != repair.MaxConflictReruns {
-			t.Errorf("always conflicting: %v after %d lists, want giving up after %d", err, lists, repair.MaxConflictReruns)
+		_, n, err := rounds(1, func(int, int) error { return bitmap.ErrConflict })
+		if err == nil || n != repair.MaxConflictReruns {
+			t.Errorf("always conflicting: %v after %d rounds, want giving up after %d", err, n, repair.MaxConflictReruns)
 		}
 
 		boom := errors.New("boom")
-		if err := repair.Run(h.ctx, repairers, list, func(context.Context, int, *repair.Pass[int], int) error { return boom }); !errors.Is(err, boom) {
+		if _, _, err := rounds(2, func(int, int) error { return boom }); !errors.Is(err, boom) {
 			t.Errorf("other error: %v, want boom", err)
 		}
 	})
 }
 
-// Commit before Leaked would write a map without the leaks still counted.
-func TestCommitNeedsLeaked(t *testing.T) {
+// Commit before Leaks would write a map without the leaks still counted.
+func TestCommitNeedsLeaks(t *testing.T) {
 	t.Parallel()
 	srv := testserver.Start(t, testserver.Options{ServiceRange: "10.0.0.0/24"})
 	h := newHarness(t, srv, "map", true)
 	h.allocate(30010)
 	if _, err := h.begin().Commit(h.ctx); err == nil {
-		t.Error("Commit before Leaked succeeded")
+		t.Error("Commit before Leaks succeeded")
 	}
 	h.wantBits(map[int]bool{30010: true})
 }

@@ -1,0 +1,67 @@
+package repair
+
+import (
+	"time"
+
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/tools/record"
+
+	"github.com/allocator/allocator/pkg/repair/report"
+)
+
+// DefaultInterval is how often a periodic repair runs, as upstream.
+const DefaultInterval = 3 * time.Minute
+
+// DefaultOrphanGrace is the default Options.OrphanGrace: upstream's 60 s, the
+// API server's default request timeout.
+const DefaultOrphanGrace = 60 * time.Second
+
+// Options are the settings every repair shares: the ClusterIP repairs of
+// both models (iprepair.BitmapConfig, iprepair.IPAddressConfig), the
+// node-port repair (NodePortConfig) and the repair core (Config) embed them,
+// and WithDefaults is the one place their defaults are applied. A setting a
+// repair does not use is ignored.
+type Options struct {
+	// Client reads Services (and, in the IPAddress model, IPAddresses and
+	// ServiceCIDRs, and writes IPAddresses).
+	Client kubernetes.Interface
+	// Recorder receives the events; nil emits none.
+	Recorder record.EventRecorder
+	// Metrics counts problems; nil counts nothing.
+	Metrics *report.Metrics
+	// Interval is the period of Run's full passes (default DefaultInterval).
+	Interval time.Duration
+	// DryRun reports what a pass would change and changes nothing (no write,
+	// no event, no metric, no leak counting).
+	DryRun bool
+	// LeakGrace (bitmap and node-port maps) is the least time between the
+	// first pass that sees a key leaked and the pass that frees it (default
+	// DefaultLeakGrace), on top of the LeakPasses rule: passes run back to
+	// back (a rerun, a one-shot job run three times) must not free the key
+	// of a Service whose create is merely slow.
+	LeakGrace time.Duration
+	// OrphanGrace (IPAddress model) is how old an IPAddress must be before
+	// the repair deletes or re-creates it (default DefaultOrphanGrace).
+	OrphanGrace time.Duration
+	// Now is the clock the graces are measured with (default time.Now).
+	Now func() time.Time
+}
+
+// WithDefaults returns o with every unset (zero or negative) duration and
+// clock given its default. It is idempotent, so a constructor applies it
+// whether or not its caller did.
+func (o Options) WithDefaults() Options {
+	if o.Interval <= 0 {
+		o.Interval = DefaultInterval
+	}
+	if o.LeakGrace <= 0 {
+		o.LeakGrace = DefaultLeakGrace
+	}
+	if o.OrphanGrace <= 0 {
+		o.OrphanGrace = DefaultOrphanGrace
+	}
+	if o.Now == nil {
+		o.Now = time.Now
+	}
+	return o
+}
