@@ -74,7 +74,9 @@ server's own default/kubernetes is never moved (see docs/operations.md,
 
 It ends with a verification: every re-created Service exists with its spec,
 outside --from, each address an IPAddress naming it. Exit code 0: done (or
-nothing to do), 2: Services left or the verification found problems, 1:
+nothing to do), 2: Services left, a node port or kept address changed
+(taken by another create while the Service was gone), or the verification
+found problems, 1:
 error, 130: interrupted (Ctrl-C stops it between two Services).`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
@@ -223,7 +225,8 @@ func renumberError(err error) error {
 }
 
 // renumberExit is 2 when Services were left (the API server's own aside),
-// are pending, or the verification found problems.
+// are pending, lost a node port or kept address they held, or the
+// verification found problems.
 func renumberExit(res *renumber.Result) error {
 	var left []string
 	for _, m := range res.Moves {
@@ -233,6 +236,15 @@ func renumberExit(res *renumber.Result) error {
 	}
 	if len(left) > 0 {
 		return &exitError{code: 2, msg: fmt.Sprintf("%s not moved: %s", plural(len(left), "Service", "Services"), strings.Join(left, ", "))}
+	}
+	var changed []string
+	for _, m := range res.Moves {
+		if m.Outcome == renumber.Changed {
+			changed = append(changed, m.Key())
+		}
+	}
+	if len(changed) > 0 {
+		return &exitError{code: 2, msg: fmt.Sprintf("%s moved with a node port or kept address changed: %s", plural(len(changed), "Service", "Services"), strings.Join(changed, ", "))}
 	}
 	if !res.DryRun && !res.Verified {
 		return &exitError{code: 2, msg: fmt.Sprintf("the verification found %s", plural(len(res.Problems), "problem", "problems"))}

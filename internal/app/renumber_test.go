@@ -93,6 +93,14 @@ dry run: 1 Service would move out of ServiceCIDR old (10.1.0.0/24); 3 more Servi
 			wantExit: "2 Services not moved: a/fin, a/gone",
 		},
 		{
+			name: "node port changed",
+			res: renumber.Result{From: "old", FromCIDRs: []string{"10.1.0.0/24"}, Verified: true, Moves: []renumber.Move{
+				{Namespace: "a", Name: "np", OldIPs: []string{"10.1.0.8"}, NewIPs: []string{"10.96.0.8"}, Outcome: renumber.Changed,
+					Reason: "taken by another Service while it was gone: node port 30080 of port 80/TCP is now 31234"},
+			}},
+			wantExit: "1 Service moved with a node port or kept address changed: a/np",
+		},
+		{
 			name:     "verification problems",
 			res:      renumber.Result{From: "old", Moves: moves[:1], Problems: []string{"a/web: labels differ"}},
 			wantExit: "the verification found 1 problem",

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -98,10 +99,23 @@ func (r *runner) moveOne(ctx context.Context, p *plan) *Entry {
 			Reason: fmt.Sprintf("%v; the journal %s holds it: run the same command again to re-create it", err, r.cfg.Journal.Path())}, nil)
 		return nil
 	}
-	r.record(Move{Namespace: svc.Namespace, Name: svc.Name, OldIPs: ipStrings(holding.IPs(svc)),
-		NewIPs: ipStrings(holding.IPs(got)), Outcome: Moved, Reason: note}, p.rec)
+	m := Move{Namespace: svc.Namespace, Name: svc.Name, OldIPs: ipStrings(holding.IPs(svc)),
+		NewIPs: ipStrings(holding.IPs(got)), Outcome: Moved, Reason: note}
+	markChanged(&m, p.c, got)
+	r.record(m, p.rec)
 	settled.NewUID = got.UID
 	return settled
+}
+
+// markChanged makes m a Changed move when created lost a node port or a
+// kept address of c's Service.
+func markChanged(m *Move, c Candidate, created *corev1.Service) {
+	changes := KeptChanges(c, created)
+	if len(changes) == 0 {
+		return
+	}
+	m.Outcome = Changed
+	m.Reason = fmt.Sprintf("taken by another Service while it was gone: %s", strings.Join(changes, ", "))
 }
 
 func leftMove(c Candidate, reason string) Move {
@@ -177,6 +191,7 @@ func (r *runner) resumeOne(ctx context.Context, e Entry) error {
 		return nil
 	}
 	m.Outcome, m.NewIPs, m.Reason = Resumed, ipStrings(holding.IPs(created)), note
+	markChanged(&m, e.Candidate(), created)
 	r.record(m, e.Service)
 	return r.cfg.Journal.Record(Entry{Op: OpDone, Namespace: e.Namespace, Name: e.Name, OldUID: e.OldUID, NewUID: created.UID})
 }

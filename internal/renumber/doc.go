@@ -26,6 +26,10 @@
 //     holds that no longer exists. A create that fails on an address or port
 //     taken meanwhile is retried with fresh addresses (bounded) rather than
 //     given up.
+//   - Node ports and the kept family's address are kept. When another
+//     client's create takes one while the Service is gone, the re-create
+//     takes another and the move is Changed, naming each change (KeptChanges):
+//     reported, never silent.
 //   - A Service that cannot be moved is left untouched: the dry run of its
 //     re-create must pass first (a type, a scope or a full range the API
 //     would refuse), a Service with finalizers is not deleted (its delete

@@ -172,7 +172,7 @@ func (r *runner) create(ctx context.Context, p *plan) (*corev1.Service, string, 
 				fallthrough
 			case 2:
 				obj = WithoutKept(p.c, obj)
-				note = fmt.Sprintf("its kept addresses or node ports were refused while it was gone (%v); it got new ones", err)
+				note = fmt.Sprintf("its kept addresses or node ports were refused while it was gone (%v)", err)
 				level = 2
 				continue
 			default:

@@ -171,3 +171,53 @@ func WithoutKept(c Candidate, rec *corev1.Service) *corev1.Service {
 	out.Spec.HealthCheckNodePort = 0
 	return out
 }
+
+// KeptChanges lists what a re-create was meant to keep from old and did not:
+// each node port and the health-check node port old held that created
+// holds no longer, and each kept address (c.Kept) created lacks. A
+// re-create keeps them all unless one was taken while the Service was gone;
+// the list says which, so that the run reports the change instead of making
+// it silently.
+func KeptChanges(c Candidate, created *corev1.Service) []string {
+	old := c.Service
+	var changes []string
+	for _, op := range old.Spec.Ports {
+		if op.NodePort == 0 {
+			continue
+		}
+		now := int32(0)
+		for _, np := range created.Spec.Ports {
+			if np.Port == op.Port && np.Protocol == op.Protocol {
+				now = np.NodePort
+				break
+			}
+		}
+		if now != op.NodePort {
+			changes = append(changes, fmt.Sprintf("node port %d of port %d/%s is now %s", op.NodePort, op.Port, op.Protocol, portText(now)))
+		}
+	}
+	if hc := old.Spec.HealthCheckNodePort; hc != 0 && created.Spec.HealthCheckNodePort != hc {
+		changes = append(changes, fmt.Sprintf("health-check node port %d is now %s", hc, portText(created.Spec.HealthCheckNodePort)))
+	}
+	held := holding.IPs(created)
+	for _, ip := range c.Kept {
+		if containsAddr(held, ip) {
+			continue
+		}
+		now := "gone"
+		for _, h := range held {
+			if h.Is6() == ip.Is6() {
+				now = h.String()
+			}
+		}
+		changes = append(changes, fmt.Sprintf("kept address %s is now %s", ip, now))
+	}
+	return changes
+}
+
+func portText(p int32) string {
+	if p == 0 {
+		return "none"
+	}
+	return fmt.Sprint(p)
+}

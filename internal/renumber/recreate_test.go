@@ -194,3 +194,54 @@ func TestWithoutKept(t *testing.T) {
 		t.Errorf("WithoutKept changed its input")
 	}
 }
+
+func TestKeptChanges(t *testing.T) {
+	t.Parallel()
+	a := netip.MustParseAddr
+	old := svc("a", "np", corev1.ServiceTypeLoadBalancer, "10.1.0.5", "fd00:96::5")
+	old.Spec.Ports = append(old.Spec.Ports, corev1.ServicePort{Name: "dns", Port: 53, Protocol: corev1.ProtocolUDP, NodePort: 30053})
+	old.Spec.Ports[0].Protocol = corev1.ProtocolTCP
+	old.Spec.HealthCheckNodePort = 32000
+	c := Candidate{Service: &old, Moved: []netip.Addr{a("10.1.0.5")}, Kept: []netip.Addr{a("fd00:96::5")}}
+	created := func(edit func(*corev1.Service)) *corev1.Service {
+		s := old.DeepCopy()
+		s.Spec.ClusterIPs = []string{"10.96.0.9", "fd00:96::5"}
+		s.Spec.ClusterIP = s.Spec.ClusterIPs[0]
+		edit(s)
+		return s
+	}
+	tests := []struct {
+		name    string
+		created *corev1.Service
+		want    []string
+	}{
+		{"all kept", created(func(*corev1.Service) {}), nil},
+		{"ports reordered, all kept", created(func(s *corev1.Service) {
+			s.Spec.Ports[0], s.Spec.Ports[1] = s.Spec.Ports[1], s.Spec.Ports[0]
+		}), nil},
+		{"one node port taken", created(func(s *corev1.Service) { s.Spec.Ports[1].NodePort = 31234 }),
+			[]string{"node port 30053 of port 53/UDP is now 31234"}},
+		{"health-check node port taken", created(func(s *corev1.Service) { s.Spec.HealthCheckNodePort = 32111 }),
+			[]string{"health-check node port 32000 is now 32111"}},
+		{"kept address taken", created(func(s *corev1.Service) { s.Spec.ClusterIPs[1] = "fd00:96::9" }),
+			[]string{"kept address fd00:96::5 is now fd00:96::9"}},
+		{"everything dropped", created(func(s *corev1.Service) {
+			s.Spec.Ports = s.Spec.Ports[:1]
+			s.Spec.Ports[0].NodePort = 31000
+			s.Spec.HealthCheckNodePort = 0
+			s.Spec.ClusterIPs = s.Spec.ClusterIPs[:1]
+		}), []string{
+			"node port 30080 of port 80/TCP is now 31000",
+			"node port 30053 of port 53/UDP is now none",
+			"health-check node port 32000 is now none",
+			"kept address fd00:96::5 is now gone",
+		}},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			if diff := cmp.Diff(tc.want, KeptChanges(c, tc.created)); diff != "" {
+				t.Errorf("KeptChanges (-want +got):\n%s", diff)
+			}
+		})
+	}
+}

@@ -57,6 +57,10 @@ const (
 	// Resumed: re-created from the journal of a run that was killed.
 	Resumed Outcome = "re-created from the journal"
 	Left    Outcome = "left"
+	// Changed: re-created (by this run or from the journal), but a node
+	// port or a kept address it held was taken while it was gone, so it
+	// holds another one; Move.Reason names each change.
+	Changed Outcome = "moved, node ports or kept addresses changed"
 	// Pending: deleted by this run or a killed one and not re-created yet;
 	// the journal holds it and the next run re-creates it.
 	Pending Outcome = "deleted, not re-created"
