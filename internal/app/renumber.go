@@ -25,17 +25,18 @@ import (
 )
 
 type renumberOptions struct {
-	cluster       clusterFlags
-	from, to      string
-	dryRun        bool
-	batch         int
-	allNamespaces bool
-	selector      string
-	journal       string
-	output        string
-	progress      bool
-	rerun         string // the command line that resumes an interrupted run
-	command       string // the command's path, for pointers at its help
+	cluster         clusterFlags
+	from, to        string
+	dryRun          bool
+	batch           int
+	allNamespaces   bool
+	selector        string
+	journal         string
+	output          string
+	progress        bool
+	recreateInDoubt bool
+	rerun           string // the command line that resumes an interrupted run
+	command         string // the command's path, for pointers at its help
 }
 
 func newRenumberCommand(streams Streams, plugin bool) *cobra.Command {
@@ -64,8 +65,10 @@ in --from again: give it --to.
 Services are moved --batch at a time. Before a Service is deleted, what
 re-creates it is written and synced to --journal; a run killed between a
 delete and its create is resumed by running the same command again, which
-first re-creates every Service the journal holds that no longer exists. The
-journal is removed when nothing is pending. Each re-create is first checked
+first re-creates the Services the killed run deleted. A Service someone else
+deleted meanwhile is reported and left deleted; one whose delete was in
+flight at the kill is reported in doubt (exit 2) and re-created only with
+--recreate-in-doubt. The journal is removed when nothing is pending. Each re-create is first checked
 with a server-side dry run, and its delete is conditional on the Service's
 UID and resourceVersion: a Service the API would refuse, one that changed
 meanwhile, and one with finalizers are reported and left untouched. The API
@@ -74,7 +77,7 @@ server's own default/kubernetes is never moved (see docs/operations.md,
 
 It ends with a verification: every re-created Service exists with its spec,
 outside --from, each address an IPAddress naming it. Exit code 0: done (or
-nothing to do), 2: Services left, a node port or kept address changed
+nothing to do), 2: Services left or in doubt, a node port or kept address changed
 (taken by another create while the Service was gone), or the verification
 found problems, 1:
 error, 130: interrupted (Ctrl-C stops it between two Services).`,
@@ -97,6 +100,7 @@ error, 130: interrupted (Ctrl-C stops it between two Services).`,
 	fs.BoolVarP(&o.allNamespaces, "all-namespaces", "A", false, "move the Services of every namespace")
 	fs.StringVarP(&o.selector, "selector", "l", "", "move only the Services this label selector matches (e.g. -l app=web)")
 	fs.StringVar(&o.journal, "journal", "", "the file that records each Service before its delete (default: allocator-renumber-<from>.journal in the current directory)")
+	fs.BoolVar(&o.recreateInDoubt, "recreate-in-doubt", false, "re-create the journal's Services that are gone while a killed run's delete of them was in flight, when it cannot be told whether that delete or another client's removed them (by default they are reported, exit 2, and kept in the journal)")
 	fs.StringVarP(&o.output, "output", "o", "table", "output format: table, "+machineFormats)
 	fs.BoolVar(&o.progress, "progress", false, "print progress to stderr: a redrawn line on a terminal (the default there), plain lines elsewhere")
 	return cmd
@@ -129,7 +133,7 @@ func (o *renumberOptions) config() (renumber.Config, error) {
 		return cfg, fmt.Errorf("--journal: %w", err)
 	}
 	return renumber.Config{From: o.from, To: o.to, DryRun: o.dryRun, Batch: o.batch,
-		Filter: renumber.Filter{Selector: sel}, JournalPath: o.journal}, nil
+		Filter: renumber.Filter{Selector: sel}, JournalPath: o.journal, RecreateInDoubt: o.recreateInDoubt}, nil
 }
 
 // namespace is -n, else the kubeconfig context's namespace, else
@@ -230,7 +234,7 @@ func renumberError(err error) error {
 func renumberExit(res *renumber.Result) error {
 	var left []string
 	for _, m := range res.Moves {
-		if (m.Outcome == renumber.Left && !isAPIServerMove(m)) || m.Outcome == renumber.Pending {
+		if (m.Outcome == renumber.Left && !isAPIServerMove(m)) || m.Outcome == renumber.Pending || m.Outcome == renumber.InDoubt {
 			left = append(left, m.Key())
 		}
 	}
@@ -308,6 +312,12 @@ func renumberSummary(res *renumber.Result) string {
 	}
 	if n := res.Count(renumber.Pending); n > 0 {
 		parts = append(parts, fmt.Sprintf("%d deleted and not re-created", n))
+	}
+	if n := res.Count(renumber.InDoubt); n > 0 {
+		parts = append(parts, fmt.Sprintf("%d deleted in doubt and not re-created (--recreate-in-doubt)", n))
+	}
+	if n := res.Count(renumber.LeftDeleted); n > 0 {
+		parts = append(parts, fmt.Sprintf("%d deleted by someone else and left deleted", n))
 	}
 	if res.Outside > 0 {
 		parts = append(parts, fmt.Sprintf("%s in the range outside the selection (-A, -n and -l choose)", plural(res.Outside, "more Service", "more Services")))

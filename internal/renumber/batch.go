@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+	"sync"
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -14,10 +15,13 @@ import (
 )
 
 // moveBatch moves one batch: every Service's re-create is planned and
-// checked by a dry run, the batch's journal entries are synced, then each
-// Service is deleted and created again. Once journalled, a Service's delete
-// and create run to the end even when ctx ends; the ones not started by
-// then are marked in the journal as not deleted.
+// checked by a dry run, then each Service is journalled, deleted and
+// created again, Workers at a time. A Service's journal entry is synced
+// right before its delete is sent and confirmed (OpDeleted) as soon as the
+// delete is answered, so a kill leaves at most the deletes in flight
+// unconfirmed. Once journalled, a Service's delete and create run to the
+// end even when ctx ends; the ones not started by then are not journalled
+// and not touched.
 func (r *runner) moveBatch(ctx context.Context, batch []Candidate, prog report.Progress) error {
 	plans := make([]*plan, len(batch))
 	r.parallel(ctx, len(batch), func(i int) {
@@ -33,78 +37,80 @@ func (r *runner) moveBatch(ctx context.Context, batch []Candidate, prog report.P
 		return err
 	}
 	var ready []*plan
-	var entries []Entry
 	for _, p := range plans {
-		if p == nil {
-			continue
+		if p != nil {
+			ready = append(ready, p)
 		}
-		ready = append(ready, p)
-		entries = append(entries, Entry{Op: OpDeleting, Namespace: p.c.Service.Namespace, Name: p.c.Service.Name,
-			OldUID: p.c.Service.UID, Service: p.rec, ClusterIPs: storedClusterIPs(p.c.Service), Moved: ipStrings(p.c.Moved)})
-	}
-	if err := r.cfg.Journal.Record(entries...); err != nil {
-		return err
 	}
 	done := make([]*Entry, len(ready))
+	var failed error
+	var mu sync.Mutex
 	r.parallel(ctx, len(ready), func(i int) {
-		done[i] = r.moveOne(ctx, ready[i])
+		e, err := r.moveOne(ctx, ready[i])
+		if err != nil {
+			mu.Lock()
+			failed = errors.Join(failed, err)
+			mu.Unlock()
+		}
+		done[i] = e
 		prog.Add(1)
 	})
 	var settled []Entry
-	for i, e := range done {
-		if e == nil && !r.pendingKey(ready[i]) {
-			// Never started (interrupted): not deleted.
-			e = &Entry{Op: OpDone, Namespace: entries[i].Namespace, Name: entries[i].Name, OldUID: entries[i].OldUID}
-		}
+	for _, e := range done {
 		if e != nil {
 			settled = append(settled, *e)
 		}
 	}
-	return r.cfg.Journal.Record(settled...)
+	return errors.Join(failed, r.cfg.Journal.Record(settled...))
 }
 
-// pendingKey reports whether p's Service was recorded as deleted and not
-// re-created.
-func (r *runner) pendingKey(p *plan) bool {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	for _, m := range r.res.Moves {
-		if m.Namespace == p.c.Service.Namespace && m.Name == p.c.Service.Name && m.Outcome == Pending {
-			return true
-		}
+// moveOne journals p's Service, deletes it and creates it again, under a
+// context that an interrupt does not cancel. It returns the journal entry
+// that settles it, or nil while it stays pending (deleted, not re-created)
+// or was never journalled; an error only when the journal cannot be
+// written.
+func (r *runner) moveOne(ctx context.Context, p *plan) (*Entry, error) {
+	if ctx.Err() != nil {
+		return nil, nil // interrupted before it started: untouched
 	}
-	return false
-}
-
-// moveOne deletes p's Service and creates it again, under a context that
-// an interrupt does not cancel. It returns the journal entry that settles
-// it, or nil while it stays pending (deleted, not re-created).
-func (r *runner) moveOne(ctx context.Context, p *plan) *Entry {
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), moveTimeout)
 	defer cancel()
 	svc := p.c.Service
+	entry := Entry{Op: OpDeleting, Namespace: svc.Namespace, Name: svc.Name, OldUID: svc.UID, ResourceVersion: svc.ResourceVersion,
+		Service: p.rec, ClusterIPs: storedClusterIPs(p.c.Service), Moved: ipStrings(p.c.Moved)}
+	if err := r.cfg.Journal.Record(entry); err != nil {
+		r.record(leftMove(p.c, err.Error()), nil)
+		return nil, err
+	}
 	settled := &Entry{Op: OpDone, Namespace: svc.Namespace, Name: svc.Name, OldUID: svc.UID}
-	if err := r.deleteService(ctx, p); errors.Is(err, errTerminating) {
+	err := r.deleteService(ctx, p)
+	if err != nil && !errors.Is(err, errTerminating) {
+		r.record(leftMove(p.c, err.Error()), nil)
+		return settled, nil
+	}
+	// The delete was accepted: the Service is gone, or terminating, because
+	// of renumber.
+	if jerr := r.cfg.Journal.Record(Entry{Op: OpDeleted, Namespace: svc.Namespace, Name: svc.Name, OldUID: svc.UID}); jerr != nil {
+		return nil, jerr
+	}
+	if err != nil { // errTerminating
 		m := leftMove(p.c, err.Error())
 		m.Outcome = Pending
 		r.record(m, nil)
-		return nil
-	} else if err != nil {
-		r.record(leftMove(p.c, err.Error()), nil)
-		return settled
+		return nil, nil
 	}
 	got, note, err := r.create(ctx, p)
 	if err != nil {
 		r.record(Move{Namespace: svc.Namespace, Name: svc.Name, OldIPs: ipStrings(holding.IPs(svc)), Outcome: Pending,
 			Reason: fmt.Sprintf("%v; the journal %s holds it: run the same command again to re-create it", err, r.cfg.Journal.Path())}, nil)
-		return nil
+		return nil, nil
 	}
 	m := Move{Namespace: svc.Namespace, Name: svc.Name, OldIPs: ipStrings(holding.IPs(svc)),
 		NewIPs: ipStrings(holding.IPs(got)), Outcome: Moved, Reason: note}
 	markChanged(&m, p.c, got)
 	r.record(m, p.rec)
 	settled.NewUID = got.UID
-	return settled
+	return settled, nil
 }
 
 // markChanged makes m a Changed move when created lost a node port or a
@@ -131,8 +137,10 @@ func storedClusterIPs(svc *corev1.Service) []string {
 
 // resume settles what the journal holds from a killed run: a Service found
 // with its old UID was never deleted; one found with another UID was
-// re-created; one not found is created from the journal. In a dry run it
-// only reports the ones not found.
+// re-created; one not found is created from the journal only when it is
+// gone because of renumber's delete (Judge): one someone else deleted is
+// left deleted, one in doubt is left pending unless RecreateInDoubt. In a
+// dry run it only reports the ones not found.
 func (r *runner) resume(ctx context.Context) error {
 	var pending []Entry
 	if r.cfg.DryRun {
@@ -177,7 +185,33 @@ func (r *runner) resumeOne(ctx context.Context, e Entry) error {
 		m.Outcome, m.NewIPs = Resumed, ipStrings(holding.IPs(got))
 		r.record(m, e.Service)
 		return r.cfg.Journal.Record(Entry{Op: OpDone, Namespace: e.Namespace, Name: e.Name, OldUID: e.OldUID, NewUID: got.UID})
-	case r.cfg.DryRun:
+	}
+	// Gone: re-created only when renumber's delete is why.
+	ev, herr := r.history(ctx, e)
+	switch Judge(e, ev, herr) {
+	case DeletedBySomeoneElse:
+		m.Outcome, m.Reason = LeftDeleted, "deleted by someone else after the killed run read it; not re-created"
+		if ev.Recreated {
+			m.Reason = "created again after the killed run's delete and deleted since by someone else; not re-created"
+		}
+		r.record(m, nil)
+		if r.cfg.DryRun {
+			return nil
+		}
+		return r.cfg.Journal.Record(Entry{Op: OpDone, Namespace: e.Namespace, Name: e.Name, OldUID: e.OldUID})
+	case DeleterInDoubt:
+		if !r.cfg.RecreateInDoubt {
+			why := "its delete was in flight when the run stopped and it was deleted once since"
+			if herr != nil {
+				why = fmt.Sprintf("its delete was in flight when the run stopped, and its history cannot be read (%v)", herr)
+			}
+			m.Outcome, m.Reason = InDoubt, fmt.Sprintf("%s: the run's delete or another client's; the journal %s keeps it: "+
+				"run the same command with --recreate-in-doubt to re-create it", why, r.journalPath())
+			r.record(m, nil)
+			return nil
+		}
+	}
+	if r.cfg.DryRun {
 		m.Outcome, m.Reason = Pending, "a killed run deleted it; run without --dry-run to re-create it from the journal "+r.cfg.JournalPath
 		r.record(m, nil)
 		return nil
@@ -191,7 +225,19 @@ func (r *runner) resumeOne(ctx context.Context, e Entry) error {
 		return nil
 	}
 	m.Outcome, m.NewIPs, m.Reason = Resumed, ipStrings(holding.IPs(created)), note
+	if herr != nil && e.Confirmed {
+		m.Reason = strings.TrimPrefix(m.Reason+"; ", "; ") + fmt.Sprintf("the journal confirms the killed run deleted it; "+
+			"its history could not be read (%v), so a re-create and delete by another client since cannot be ruled out", herr)
+	}
 	markChanged(&m, e.Candidate(), created)
 	r.record(m, e.Service)
 	return r.cfg.Journal.Record(Entry{Op: OpDone, Namespace: e.Namespace, Name: e.Name, OldUID: e.OldUID, NewUID: created.UID})
+}
+
+// journalPath is the journal's file, open or only read (a dry run).
+func (r *runner) journalPath() string {
+	if r.cfg.Journal != nil {
+		return r.cfg.Journal.Path()
+	}
+	return r.cfg.JournalPath
 }

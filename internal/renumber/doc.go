@@ -20,12 +20,26 @@
 // labels, so scopes and lifecycles choose as for the real create) names it.
 //
 // Invariants, and why:
-//   - No Service is lost. Before a delete, the re-create object is written to
-//     the Journal and synced; a run killed between a delete and its create
-//     leaves it there, and the next run re-creates every Service the journal
-//     holds that no longer exists. A create that fails on an address or port
-//     taken meanwhile is retried with fresh addresses (bounded) rather than
-//     given up.
+//   - No Service is lost, and none is brought back that someone else
+//     deleted. Right before its delete, a Service's re-create object and
+//     the resourceVersion its delete is conditional on are written to the
+//     Journal and synced (OpDeleting); as soon as the delete is answered,
+//     that is confirmed (OpDeleted). A run killed between a delete and its
+//     create leaves the entry pending; the next run re-creates a pending
+//     Service that no longer exists only when renumber's delete is why
+//     (Judge): the journal confirms the delete, and the Service's history
+//     since that resourceVersion (a watch from it) shows nothing created in
+//     its place. A Service changed after the read (the conditional delete
+//     cannot have deleted it) or created again and deleted since was deleted
+//     by someone else: it is reported and left deleted. A delete in flight
+//     at the kill, with the Service deleted straight after the read, is
+//     renumber's or another client's, which look the same: it is reported
+//     in doubt (exit 2) and kept in the journal until a run with
+//     RecreateInDoubt re-creates it. Only the deletes in flight (Workers at
+//     most) can be in doubt: a Service is journalled when its own delete is
+//     about to be sent, not with its batch. A create that fails on an
+//     address or port taken meanwhile is retried with fresh addresses
+//     (bounded) rather than given up.
 //   - Node ports and the kept family's address are kept. When another
 //     client's create takes one while the Service is gone, the re-create
 //     takes another and the move is Changed, naming each change (KeptChanges):

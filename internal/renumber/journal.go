@@ -20,10 +20,17 @@ import (
 // Journal ops, one JSON line each.
 const (
 	// OpDeleting: the Service is about to be deleted; Service is the
-	// object that re-creates it. Written and synced before the delete.
+	// object that re-creates it. Written and synced right before its delete
+	// is sent.
 	OpDeleting = "deleting"
-	// OpDone: the entry is settled: re-created (NewUID), or not deleted
-	// after all (its delete refused, or it was found with its old UID).
+	// OpDeleted: the delete sent after OpDeleting deleted the Service: it is
+	// gone because of renumber. Written and synced as soon as the delete is
+	// answered, so that only a kill while a delete is in flight leaves an
+	// absent Service whose deleter the journal cannot name.
+	OpDeleted = "deleted"
+	// OpDone: the entry is settled: re-created (NewUID), not deleted after
+	// all (its delete refused, or it was found with its old UID), or left
+	// deleted because someone else deleted it.
 	OpDone = "done"
 )
 
@@ -34,6 +41,13 @@ type Entry struct {
 	Name      string    `json:"name"`
 	OldUID    types.UID `json:"oldUID,omitempty"`
 	NewUID    types.UID `json:"newUID,omitempty"`
+	// ResourceVersion (OpDeleting) is the Service's resourceVersion the
+	// delete is conditional on: a resumed run reads the Service's history
+	// from there to tell renumber's delete from someone else's.
+	ResourceVersion string `json:"resourceVersion,omitempty"`
+	// Confirmed is set on a pending entry once its OpDeleted line is read or
+	// recorded: the Service was deleted by renumber. Not written.
+	Confirmed bool `json:"-"`
 	// Service is the re-create object (OpDeleting); ClusterIPs the old
 	// Service's spec.clusterIPs and Moved those of them being moved, so a
 	// resumed run can ask for other addresses if the chosen ones are taken.
@@ -84,6 +98,15 @@ type Journal struct {
 	f       *os.File
 	pending map[string]Entry // by Key
 	cut     bool             // the file ends in a line cut short
+
+	// Group commit: what callers record while another one writes is queued,
+	// then written and synced at once by the next of them (the leader), so
+	// that the workers' per-Service lines cost one sync per round, not one
+	// each. Guarded by mu; only the leader (writing) touches f.
+	writing bool
+	queue   []byte
+	queued  []Entry
+	waiters []chan error
 }
 
 // OpenJournal opens (creating it when absent) the journal at path and reads
@@ -152,7 +175,13 @@ func (j *Journal) read() error {
 func (j *Journal) apply(e Entry) {
 	switch e.Op {
 	case OpDeleting:
+		e.Confirmed = false
 		j.pending[e.Key()] = e
+	case OpDeleted:
+		if p, ok := j.pending[e.Key()]; ok && p.OldUID == e.OldUID {
+			p.Confirmed = true
+			j.pending[e.Key()] = p
+		}
 	case OpDone:
 		if p, ok := j.pending[e.Key()]; ok && p.OldUID == e.OldUID {
 			delete(j.pending, e.Key())
@@ -177,7 +206,9 @@ func (j *Journal) Pending() []Entry {
 }
 
 // Record appends entries and syncs the file before it returns: an
-// OpDeleting line must be on disk before its delete is sent.
+// OpDeleting line must be on disk before its delete is sent. Concurrent
+// calls are written and synced together (group commit); each returns once
+// its own entries are on disk.
 func (j *Journal) Record(entries ...Entry) error {
 	if len(entries) == 0 {
 		return nil
@@ -193,16 +224,44 @@ func (j *Journal) Record(entries ...Entry) error {
 	if err := w.Flush(); err != nil {
 		return err
 	}
+	done := make(chan error, 1)
 	j.mu.Lock()
-	defer j.mu.Unlock()
-	if _, err := j.f.Write(buf.Bytes()); err != nil {
+	j.queue = append(j.queue, buf.Bytes()...)
+	j.queued = append(j.queued, entries...)
+	j.waiters = append(j.waiters, done)
+	if j.writing {
+		j.mu.Unlock()
+		return <-done
+	}
+	j.writing = true
+	for len(j.waiters) > 0 {
+		data, queued, waiters := j.queue, j.queued, j.waiters
+		j.queue, j.queued, j.waiters = nil, nil, nil
+		j.mu.Unlock()
+		err := j.writeSynced(data)
+		j.mu.Lock()
+		if err == nil {
+			for _, e := range queued {
+				j.apply(e)
+			}
+		}
+		for _, w := range waiters {
+			w <- err
+		}
+	}
+	j.writing = false
+	j.mu.Unlock()
+	return <-done
+}
+
+// writeSynced appends data to the file and syncs it; only the leader of a
+// group commit calls it.
+func (j *Journal) writeSynced(data []byte) error {
+	if _, err := j.f.Write(data); err != nil {
 		return fmt.Errorf("write journal %s: %w", j.path, err)
 	}
 	if err := j.f.Sync(); err != nil {
 		return fmt.Errorf("sync journal %s: %w", j.path, err)
-	}
-	for _, e := range entries {
-		j.apply(e)
 	}
 	return nil
 }

@@ -1,9 +1,12 @@
 package renumber
 
 import (
+	"errors"
+	"fmt"
 	"net/netip"
 	"os"
 	"path/filepath"
+	"sync"
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
@@ -116,4 +119,116 @@ func keys(entries []Entry) []string {
 		out = append(out, e.Key())
 	}
 	return out
+}
+
+// TestJournalConfirmed: an OpDeleted line confirms the pending entry of the
+// same old UID, survives a reopen, and a new OpDeleting line for the
+// Service starts unconfirmed again.
+func TestJournalConfirmed(t *testing.T) {
+	t.Parallel()
+	path := filepath.Join(t.TempDir(), "j")
+	j, err := OpenJournal(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	deleted := func(name, uid string) Entry {
+		return Entry{Op: OpDeleted, Namespace: "a", Name: name, OldUID: typesUID(uid)}
+	}
+	for _, r := range [][]Entry{
+		{deleting("x", "1"), deleting("y", "2"), deleting("z", "3")},
+		{deleted("x", "1"), deleted("y", "9")},                      // y: another UID confirms nothing
+		{deleted("z", "3")}, {done("z", "3")}, {deleting("z", "4")}, // z moved again: unconfirmed
+	} {
+		if err := j.Record(r...); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, err := j.Close(); err != nil {
+		t.Fatal(err)
+	}
+	read, err := ReadJournal(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := map[string]bool{}
+	for _, e := range read {
+		got[e.Key()] = e.Confirmed
+	}
+	if diff := cmp.Diff(map[string]bool{"a/x": true, "a/y": false, "a/z": false}, got); diff != "" {
+		t.Errorf("confirmed after reopen (-want +got):\n%s", diff)
+	}
+}
+
+// TestJournalGroupCommit: concurrent Records are written together and each
+// returns with its own lines on disk: every line is whole and every entry
+// pending after a reopen.
+func TestJournalGroupCommit(t *testing.T) {
+	t.Parallel()
+	const writers, each = 32, 20
+	path := filepath.Join(t.TempDir(), "j")
+	j, err := OpenJournal(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var wg sync.WaitGroup
+	errs := make(chan error, writers)
+	for w := range writers {
+		wg.Go(func() {
+			for i := range each {
+				name := fmt.Sprintf("s-%d-%d", w, i)
+				if err := j.Record(deleting(name, name)); err != nil {
+					errs <- err
+					return
+				}
+				if len(j.Pending()) == 0 {
+					errs <- fmt.Errorf("%s recorded, nothing pending", name)
+					return
+				}
+			}
+		})
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Fatal(err)
+	}
+	if _, err := j.Close(); err != nil {
+		t.Fatal(err)
+	}
+	read, err := ReadJournal(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(read) != writers*each {
+		t.Errorf("%d entries pending after reopen, want %d", len(read), writers*each)
+	}
+}
+
+func TestJudge(t *testing.T) {
+	t.Parallel()
+	confirmed, unconfirmed := deleting("x", "1"), deleting("x", "1")
+	confirmed.Confirmed = true
+	noHistory := errors.New("too old resource version")
+	tests := []struct {
+		name  string
+		entry Entry
+		ev    Events
+		err   error
+		want  Deleter
+	}{
+		{"confirmed, deleted straight after the read", confirmed, Events{Deleted: true}, nil, DeletedByRenumber},
+		{"confirmed, no history", confirmed, Events{}, noHistory, DeletedByRenumber},
+		{"confirmed, created again since and gone", confirmed, Events{Deleted: true, Recreated: true}, nil, DeletedBySomeoneElse},
+		{"unconfirmed, changed before its delete", unconfirmed, Events{Changed: true, Deleted: true}, nil, DeletedBySomeoneElse},
+		{"unconfirmed, created again since and gone", unconfirmed, Events{Deleted: true, Recreated: true}, nil, DeletedBySomeoneElse},
+		{"unconfirmed, deleted straight after the read", unconfirmed, Events{Deleted: true}, nil, DeleterInDoubt},
+		{"unconfirmed, no history", unconfirmed, Events{}, noHistory, DeleterInDoubt},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			if got := Judge(tc.entry, tc.ev, tc.err); got != tc.want {
+				t.Errorf("Judge = %d, want %d", got, tc.want)
+			}
+		})
+	}
 }

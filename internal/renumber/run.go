@@ -44,7 +44,10 @@ type Config struct {
 	// left.
 	Journal     *Journal
 	JournalPath string
-	Progress    report.StartProgress
+	// RecreateInDoubt re-creates the journal's Services that are gone though
+	// the journal cannot tell whose delete removed them (InDoubt).
+	RecreateInDoubt bool
+	Progress        report.StartProgress
 }
 
 // Outcome is what became of one Service.
@@ -61,6 +64,13 @@ const (
 	// port or a kept address it held was taken while it was gone, so it
 	// holds another one; Move.Reason names each change.
 	Changed Outcome = "moved, node ports or kept addresses changed"
+	// LeftDeleted: journalled by a killed run and deleted by someone else
+	// since (Judge); not re-created.
+	LeftDeleted Outcome = "deleted by someone else, left deleted"
+	// InDoubt: journalled by a killed run whose delete was in flight, and
+	// gone: that delete or another client's; left pending in the journal,
+	// re-created only with Config.RecreateInDoubt.
+	InDoubt Outcome = "deleted, in doubt: not re-created"
 	// Pending: deleted by this run or a killed one and not re-created yet;
 	// the journal holds it and the next run re-creates it.
 	Pending Outcome = "deleted, not re-created"

@@ -150,7 +150,8 @@ func TestRenumberServices(t *testing.T) {
 }
 
 // TestRenumberResumesJournal: a journal as a kill leaves it, with one
-// Service deleted and not re-created and one journalled and never deleted.
+// Service deleted (its delete answered) and not re-created, and one
+// journalled and never deleted.
 // A dry run names the deleted one (exit 2); the real run re-creates it from
 // the journal with a new address, moves the other one as usual, verifies,
 // and removes the journal.
@@ -187,8 +188,14 @@ func TestRenumberResumesJournal(t *testing.T) {
 			t.Fatal(err)
 		}
 		if err := j.Record(renumber.Entry{Op: renumber.OpDeleting, Namespace: rec.Namespace, Name: rec.Name, OldUID: cand.Service.UID,
-			Service: rec, ClusterIPs: cand.Service.Spec.ClusterIPs, Moved: []string{cand.Service.Spec.ClusterIP}}); err != nil {
+			ResourceVersion: cand.Service.ResourceVersion, Service: rec, ClusterIPs: cand.Service.Spec.ClusterIPs,
+			Moved: []string{cand.Service.Spec.ClusterIP}}); err != nil {
 			t.Fatal(err)
+		}
+		if rec.Name == "deleted" { // the killed run's delete was answered
+			if err := j.Record(renumber.Entry{Op: renumber.OpDeleted, Namespace: rec.Namespace, Name: rec.Name, OldUID: cand.Service.UID}); err != nil {
+				t.Fatal(err)
+			}
 		}
 	}
 	if _, err := j.Close(); err != nil {

@@ -94,7 +94,10 @@ func TestRenumberKillAndResume(t *testing.T) {
 		t.Logf("no kill caught a delete in flight; TestRenumberResumesJournal covers that case deterministically")
 	}
 
-	cmd := exec.CommandContext(ctx, bin, args...)
+	// Nothing but renumber deletes here, so a delete in flight at a kill
+	// was renumber's: --recreate-in-doubt re-creates those too.
+	// TestRenumberKilledBesideClient resumes without it.
+	cmd := exec.CommandContext(ctx, bin, append(args, "--recreate-in-doubt")...)
 	var out, errOut bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &out, &errOut
 	resumeStart := time.Now()
