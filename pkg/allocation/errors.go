@@ -27,6 +27,11 @@ var (
 	// ErrAllocationDisabled means the bitmap model's RangeAllocation key is missing,
 	// so there is nothing to allocate from until it is initialised.
 	ErrAllocationDisabled = errors.New("cannot allocate resources of type serviceipallocations at this time")
+	// ErrOutcomeUnknown marks a claim that failed without anyone learning
+	// whether it was stored (an IPAddress create whose answer was lost and
+	// whose fence could not be closed): it may still land. What was reserved
+	// for it stays reserved; the repair frees it once the outcome is known.
+	ErrOutcomeUnknown = errors.New("the claim's outcome is unknown")
 )
 
 // NotInRangeError is returned when an address lies outside the allocator's

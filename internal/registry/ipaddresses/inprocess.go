@@ -18,6 +18,7 @@ import (
 	"k8s.io/klog/v2"
 
 	"github.com/allocator/allocator/internal/fence"
+	"github.com/allocator/allocator/pkg/allocation"
 )
 
 // upstreamManager and upstreamFields are the field ownership kube-apiserver
@@ -93,7 +94,9 @@ const settleTimeout = 30 * time.Second
 
 // settleCreate makes the outcome of a create of ip that failed with err
 // known: an IPAddress that was stored anyway is returned as created (the
-// caller holds it and releases it as any claim), otherwise err.
+// caller holds it and releases it as any claim), otherwise err, marked
+// allocation.ErrOutcomeUnknown when the outcome could not be learned (the
+// IPAddress may still land: the caller keeps what it reserved for it).
 func (p InProcess) settleCreate(ctx context.Context, ip *networkingv1.IPAddress, err error) (*networkingv1.IPAddress, error) {
 	var status apierrors.APIStatus
 	if p.outcome == nil || (errors.As(err, &status) && status.Status().Code > 0 && status.Status().Code < 500) {
@@ -106,7 +109,7 @@ func (p InProcess) settleCreate(ctx context.Context, ip *networkingv1.IPAddress,
 	switch {
 	case oerr != nil:
 		log.Info("An IPAddress create failed and its outcome is unknown; leaving it to the repair", "fenceErr", oerr)
-		return nil, err
+		return nil, fmt.Errorf("%w (%w: %v)", err, allocation.ErrOutcomeUnknown, oerr)
 	case !landed:
 		return nil, err
 	}

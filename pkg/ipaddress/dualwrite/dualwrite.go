@@ -106,7 +106,7 @@ func (a *Allocator) Allocate(ctx context.Context, ip netip.Addr, owner allocatio
 	case errors.Is(err, allocation.ErrAllocated):
 		return err // in use by another Service: its bit stays
 	default:
-		a.undoBit(ctx, ip)
+		a.undoBit(ctx, ip, err)
 		return err
 	}
 }
@@ -124,7 +124,17 @@ func (a *Allocator) claimBit(ctx context.Context, claim func(context.Context) er
 	return claim(ctx)
 }
 
-func (a *Allocator) undoBit(ctx context.Context, ip netip.Addr) {
+// undoBit frees the bit of a claim whose IPAddress create failed with
+// cause, unless that create's outcome is unknown (allocation.ErrOutcomeUnknown):
+// its IPAddress may still land, and a freed bit would let a bitmap-model
+// replica hand the address out beside it. Such a bit stays set: a leak the
+// bitmap repair frees (LeakPasses passes, LeakGrace) when no Service holds
+// the address.
+func (a *Allocator) undoBit(ctx context.Context, ip netip.Addr, cause error) {
+	if errors.Is(cause, allocation.ErrOutcomeUnknown) {
+		klog.FromContext(ctx).Info("Keeping the bit of a claim whose outcome is unknown; the bitmap repair frees it once the address is held by nothing", "ip", ip)
+		return
+	}
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), undoTimeout)
 	defer cancel()
 	if err := a.bits.Release(ctx, ip, allocation.Owner{}); err != nil {
@@ -160,7 +170,7 @@ func (a *Allocator) AllocateNext(ctx context.Context, owner allocation.Owner) (n
 			// The window's ServiceCIDR is manual-only or draining
 			// (pkg/ipaddress/lifecycle), which the bitmap does not know: the
 			// address comes from the ServiceCIDRs outside it.
-			a.undoBit(ctx, ip)
+			a.undoBit(ctx, ip, nil)
 			return a.ip.AllocateNextOutside(ctx, owner, a.window)
 		}
 		err = a.ip.Allocate(ctx, ip, owner)
@@ -172,16 +182,16 @@ func (a *Allocator) AllocateNext(ctx context.Context, owner allocation.Owner) (n
 		case errors.Is(err, allocation.ErrMismatchedNetwork):
 			// The window is in no served ServiceCIDR (the default one is
 			// being deleted): allocate from the ServiceCIDRs that are.
-			a.undoBit(ctx, ip)
+			a.undoBit(ctx, ip, nil)
 			return a.ip.AllocateNextOutside(ctx, owner, a.window)
 		case errors.As(err, new(*allocation.OutOfScopeError)), errors.As(err, new(*allocation.DrainingError)):
 			// The Service's scope keeps it out of the window's ServiceCIDR,
 			// or the ServiceCIDR began draining since TakesDynamic: the
 			// address comes from the ServiceCIDRs outside it.
-			a.undoBit(ctx, ip)
+			a.undoBit(ctx, ip, nil)
 			return a.ip.AllocateNextOutside(ctx, owner, a.window)
 		default:
-			a.undoBit(ctx, ip)
+			a.undoBit(ctx, ip, err)
 			return netip.Addr{}, err
 		}
 	}

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net/http"
 	"net/netip"
+	"slices"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -46,6 +47,10 @@ func (g gate) Begin(context.Context) (bool, func(), error) { return g.dual, func
 type failPOSTs struct {
 	armed  atomic.Bool
 	cancel atomic.Pointer[context.CancelFunc]
+	// doubt makes the next IPAddress create reach the server and then fail
+	// as the server's claim does when its outcome cannot be learned: stored,
+	// and reported as allocation.ErrOutcomeUnknown.
+	doubt atomic.Bool
 }
 
 type env struct {
@@ -73,6 +78,13 @@ func startEnv(t *testing.T, serviceRange string) *env {
 			if r.Method == http.MethodPost && strings.HasSuffix(r.URL.Path, "/ipaddresses") && e.fail.armed.CompareAndSwap(true, false) {
 				(*e.fail.cancel.Load())()
 				return nil, fmt.Errorf("test: IPAddress create cut off: %w", context.Canceled)
+			}
+			if r.Method == http.MethodPost && strings.HasSuffix(r.URL.Path, "/ipaddresses") && e.fail.doubt.CompareAndSwap(true, false) {
+				resp, err := rt.RoundTrip(r)
+				if err == nil {
+					resp.Body.Close()
+				}
+				return nil, fmt.Errorf("test: IPAddress create answer lost (%v): %w", err, allocation.ErrOutcomeUnknown)
 			}
 			return rt.RoundTrip(r)
 		})
@@ -137,6 +149,19 @@ func (e *env) owner(t *testing.T, ip netip.Addr) string {
 		t.Fatal(err)
 	}
 	return obj.Spec.ParentRef.Namespace + "/" + obj.Spec.ParentRef.Name
+}
+
+// setBits lists the addresses whose bits are set in b's window.
+func setBits(t *testing.T, b *clusterip.EtcdAllocator) []netip.Addr {
+	t.Helper()
+	var out []netip.Addr
+	rng := b.Range()
+	for ip := rng.First(); rng.Contains(ip); ip = ip.Next() {
+		if hasBit(t, b, ip) {
+			out = append(out, ip)
+		}
+	}
+	return out
 }
 
 func hasBit(t *testing.T, b *clusterip.EtcdAllocator, ip netip.Addr) bool {
@@ -320,6 +345,66 @@ func TestDualWrite(t *testing.T) {
 		}
 		if got := e.owner(t, ip); got != "" {
 			t.Errorf("IPAddress of %s owned by %q after the failed claim", ip, got)
+		}
+	})
+
+	// A claim whose IPAddress create's outcome is unknown keeps its bit: the
+	// IPAddress was stored, and a bitmap-model replica beside it, allocating
+	// every free address of the window, never hands that address out.
+	t.Run("ClaimInDoubtKeepsBit", func(t *testing.T) {
+		ctx := testContext(t)
+		b := e.bits(t, "10.0.0.96/28")
+		a := e.dual(t, b, gate{dual: true})
+		for _, call := range []struct {
+			name  string
+			ip    netip.Addr
+			claim func(ctx context.Context, ip netip.Addr) (netip.Addr, error)
+		}{
+			{"Allocate", netip.MustParseAddr("10.0.0.100"), func(ctx context.Context, ip netip.Addr) (netip.Addr, error) {
+				return ip, a.Allocate(ctx, ip, svc("in-doubt"))
+			}},
+			{"AllocateNext", netip.Addr{}, func(ctx context.Context, _ netip.Addr) (netip.Addr, error) {
+				before := setBits(t, b)
+				_, err := a.AllocateNext(ctx, svc("in-doubt-next"))
+				for _, ip := range setBits(t, b) {
+					if !slices.Contains(before, ip) {
+						return ip, err
+					}
+				}
+				return netip.Addr{}, err
+			}},
+		} {
+			e.fail.doubt.Store(true)
+			ip, err := call.claim(ctx, call.ip)
+			if !errors.Is(err, allocation.ErrOutcomeUnknown) || e.fail.doubt.Load() {
+				t.Fatalf("%s: %v, want the create's outcome unknown", call.name, err)
+			}
+			if !ip.IsValid() || !hasBit(t, b, ip) {
+				t.Fatalf("%s: the bit of the claim in doubt (%v) was freed", call.name, ip)
+			}
+			if got := e.owner(t, ip); !strings.HasPrefix(got, "default/in-doubt") {
+				t.Fatalf("%s: IPAddress %s owned by %q, want the claim in doubt's", call.name, ip, got)
+			}
+			t.Logf("%s: claim of %s in doubt, its IPAddress stored, its bit kept", call.name, ip)
+		}
+		// A bitmap-model replica takes every address left: none of the two.
+		replica := e.bits(t, "10.0.0.96/28")
+		taken := map[netip.Addr]bool{}
+		for {
+			ip, err := replica.AllocateNext(ctx, bitmapOnly)
+			if errors.Is(err, allocation.ErrFull) {
+				break
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			if owner := e.owner(t, ip); owner != "" {
+				t.Errorf("the bitmap replica handed out %s, which IPAddress of %s holds", ip, owner)
+			}
+			taken[ip] = true
+		}
+		if len(taken) == 0 {
+			t.Errorf("the bitmap replica found no free address: the test proves nothing")
 		}
 	})
 
