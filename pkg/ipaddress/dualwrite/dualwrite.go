@@ -27,7 +27,11 @@
 //     not hold the address (the repair created it for a Service deleted
 //     meanwhile) frees it.
 //   - A failed claim frees what it took on a context detached from the
-//     request, so a cancelled request leaks nothing.
+//     request, so a cancelled request leaks nothing; except a claim whose
+//     IPAddress create has an unknown outcome (allocation.ErrOutcomeUnknown):
+//     its IPAddress may still land, so its bit stays, a leak the bitmap
+//     repair frees, rather than an address a bitmap replica could hand out
+//     beside that IPAddress.
 package dualwrite
 
 import (
