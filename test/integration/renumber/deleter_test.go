@@ -3,9 +3,7 @@ package renumber_test
 import (
 	"context"
 	"fmt"
-	"net/netip"
 	"os"
-	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -48,33 +46,7 @@ func TestRenumberResumeLeavesOthersDeletes(t *testing.T) {
 	drain(ctx, t, c, "old", "10.1.0.201")
 	before := listServices(ctx, t, c)
 
-	path := filepath.Join(t.TempDir(), "renumber.journal")
-	j, err := renumber.OpenJournal(path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	var list []corev1.Service
-	for _, svc := range before {
-		list = append(list, svc)
-	}
-	for _, cand := range renumber.Select(list, []netip.Prefix{netip.MustParsePrefix("10.1.0.0/24")}) {
-		rec, err := renumber.Recreate(cand, nil)
-		if err != nil {
-			t.Fatal(err)
-		}
-		entries := []renumber.Entry{{Op: renumber.OpDeleting, Namespace: rec.Namespace, Name: rec.Name, OldUID: cand.Service.UID,
-			ResourceVersion: cand.Service.ResourceVersion, Service: rec, ClusterIPs: cand.Service.Spec.ClusterIPs,
-			Moved: []string{cand.Service.Spec.ClusterIP}}}
-		if rec.Name == "ours" || rec.Name == "recreated" {
-			entries = append(entries, renumber.Entry{Op: renumber.OpDeleted, Namespace: rec.Namespace, Name: rec.Name, OldUID: cand.Service.UID})
-		}
-		if err := j.Record(entries...); err != nil {
-			t.Fatal(err)
-		}
-	}
-	if _, err := j.Close(); err != nil {
-		t.Fatal(err)
-	}
+	path := journalAsKillLeaves(t, before, "10.1.0.0/24", "ours", "recreated")
 
 	services := c.CoreV1().Services(metav1.NamespaceDefault)
 	del := func(name string) {

@@ -7,6 +7,7 @@ import (
 	"os"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -173,34 +174,8 @@ func TestRenumberResumesJournal(t *testing.T) {
 	before := listServices(ctx, t, c)
 	delete(before, "default/kubernetes")
 
-	path := filepath.Join(t.TempDir(), "renumber.journal")
-	j, err := renumber.OpenJournal(path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	var list []corev1.Service
-	for _, svc := range before {
-		list = append(list, svc)
-	}
-	for _, cand := range renumber.Select(list, []netip.Prefix{netip.MustParsePrefix("10.1.0.0/24")}) {
-		rec, err := renumber.Recreate(cand, nil)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if err := j.Record(renumber.Entry{Op: renumber.OpDeleting, Namespace: rec.Namespace, Name: rec.Name, OldUID: cand.Service.UID,
-			ResourceVersion: cand.Service.ResourceVersion, Service: rec, ClusterIPs: cand.Service.Spec.ClusterIPs,
-			Moved: []string{cand.Service.Spec.ClusterIP}}); err != nil {
-			t.Fatal(err)
-		}
-		if rec.Name == "deleted" { // the killed run's delete was answered
-			if err := j.Record(renumber.Entry{Op: renumber.OpDeleted, Namespace: rec.Namespace, Name: rec.Name, OldUID: cand.Service.UID}); err != nil {
-				t.Fatal(err)
-			}
-		}
-	}
-	if _, err := j.Close(); err != nil {
-		t.Fatal(err)
-	}
+	// The killed run's delete of "deleted" was answered.
+	path := journalAsKillLeaves(t, before, "10.1.0.0/24", "deleted")
 	if err := c.CoreV1().Services(metav1.NamespaceDefault).Delete(ctx, "deleted", metav1.DeleteOptions{}); err != nil {
 		t.Fatal(err)
 	}
@@ -219,4 +194,40 @@ func TestRenumberResumesJournal(t *testing.T) {
 	if _, err := os.Stat(path); !os.IsNotExist(err) {
 		t.Errorf("the journal is still there (%v)", err)
 	}
+}
+
+// journalAsKillLeaves writes a journal as a run killed in the middle of
+// moving the Services of before inside drained leaves it: a "deleting"
+// entry for each, and a "deleted" one for each of answered (its delete was
+// answered). It returns the journal's path.
+func journalAsKillLeaves(t *testing.T, before map[string]corev1.Service, drained string, answered ...string) string {
+	t.Helper()
+	path := filepath.Join(t.TempDir(), "renumber.journal")
+	j, err := renumber.OpenJournal(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var list []corev1.Service
+	for _, svc := range before {
+		list = append(list, svc)
+	}
+	for _, cand := range renumber.Select(list, []netip.Prefix{netip.MustParsePrefix(drained)}) {
+		rec, err := renumber.Recreate(cand, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		entries := []renumber.Entry{{Op: renumber.OpDeleting, Namespace: rec.Namespace, Name: rec.Name, OldUID: cand.Service.UID,
+			ResourceVersion: cand.Service.ResourceVersion, Service: rec, ClusterIPs: cand.Service.Spec.ClusterIPs,
+			Moved: []string{cand.Service.Spec.ClusterIP}}}
+		if slices.Contains(answered, rec.Name) {
+			entries = append(entries, renumber.Entry{Op: renumber.OpDeleted, Namespace: rec.Namespace, Name: rec.Name, OldUID: cand.Service.UID})
+		}
+		if err := j.Record(entries...); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, err := j.Close(); err != nil {
+		t.Fatal(err)
+	}
+	return path
 }
