@@ -41,8 +41,8 @@ type clusterFlags struct {
 	// kube are the kubeconfig loading rules, kubectl's: --kubeconfig, else
 	// $KUBECONFIG, else ~/.kube/config, else the in-cluster config.
 	kube *clientcmd.ClientConfigLoadingRules
-	// plugin: run as `kubectl allocator`, with kubectl's connection flags
-	// (--context, -n, --user, -s, ...) in overrides.
+	// plugin: run as `kubectl allocator` (kubectl's wording in the help);
+	// both names take kubectl's connection flags into overrides.
 	plugin    bool
 	overrides clientcmd.ConfigOverrides
 	// namespaced: the command honours -n (status); the others work on the
@@ -59,25 +59,26 @@ func (f *clusterFlags) addFlags(fs *pflag.FlagSet) {
 	f.addRangeFlag(fs)
 }
 
-// addKubeFlags registers how the Kubernetes API is reached.
+// addKubeFlags registers how the Kubernetes API is reached: kubectl's
+// connection flags (--kubeconfig, --context, --cluster, --user, -n, -s,
+// --token, --as, ...), read the way kubectl reads them, under both names of
+// the binary. They come from client-go's clientcmd, which kubectl's own
+// (k8s.io/cli-runtime's ConfigFlags) wraps: the same names and loading
+// rules, without cli-runtime's dependencies (kustomize and its embedded
+// OpenAPI documents: +38 MB, +31%, of binary for flags client-go already
+// has). A command that works on the whole cluster refuses -n when it runs.
 func (f *clusterFlags) addKubeFlags(fs *pflag.FlagSet) {
 	f.fs = fs
 	f.kube = newLoadingRules()
-	if f.plugin {
-		// kubectl's flags, read the way kubectl reads them. They come from
-		// client-go's clientcmd, which kubectl's own (k8s.io/cli-runtime's
-		// ConfigFlags) wraps: the same names and loading rules, without
-		// cli-runtime's dependencies (kustomize and its embedded OpenAPI
-		// documents: +38 MB, +31%, of binary for flags client-go already has).
-		fs.StringVar(&f.kube.ExplicitPath, clientcmd.RecommendedConfigPathFlag, "", "Path to the kubeconfig file to use for CLI requests.")
-		clientcmd.BindOverrideFlags(&f.overrides, fs, clientcmd.RecommendedConfigOverrideFlags(""))
-		return
-	}
 	fs.StringVar(&f.kube.ExplicitPath, clientcmd.RecommendedConfigPathFlag, "",
 		"Path to the kubeconfig file to use (default: $KUBECONFIG, else ~/.kube/config, else the in-cluster config).")
-	if f.namespaced {
-		fs.StringVarP(&f.overrides.Context.Namespace, clientcmd.FlagNamespace, "n", "",
-			"Show this namespace's share of each range only (the totals stay the cluster's).")
+	flags := clientcmd.RecommendedConfigOverrideFlags("")
+	flags.ClusterOverrideFlags.APIServer.ShortName = "s" // kubectl's -s (cli-runtime adds it; clientcmd does not)
+	clientcmd.BindOverrideFlags(&f.overrides, fs, flags)
+	if f.namespaced && !f.plugin {
+		if ns := fs.Lookup(clientcmd.FlagNamespace); ns != nil {
+			ns.Usage = "Show this namespace's share of each range only (the totals stay the cluster's)."
+		}
 	}
 }
 

@@ -77,3 +77,33 @@ func TestKubeconfigLoadingRules(t *testing.T) {
 		})
 	}
 }
+
+// TestKubectlConnectionFlags: `allocator` takes kubectl's connection flags
+// as `kubectl allocator` does: -s and --server pick the server, --context
+// the kubeconfig's context (an unknown one is named), and the commands that
+// work on the whole cluster refuse -n when they run. Each server is a
+// closed loopback port of its own, so the address in the error says which
+// flag won.
+func TestKubectlConnectionFlags(t *testing.T) {
+	home := t.TempDir()
+	writeKubeconfig(t, filepath.Join(home, ".kube", "config"), "https://127.0.0.1:1")
+	t.Setenv("HOME", home)
+	t.Setenv("KUBECONFIG", "")
+	t.Setenv("KUBERNETES_SERVICE_HOST", "")
+	tests := []struct {
+		args []string
+		want string
+	}{
+		{[]string{"status", "-s", "https://127.0.0.1:4"}, "127.0.0.1:4"},
+		{[]string{"repair", "--dry-run", "--server", "https://127.0.0.1:5"}, "127.0.0.1:5"},
+		{[]string{"renumber", "--from", "old", "--context", "nope"}, `context "nope" does not exist`},
+		{[]string{"status", "--context", "c", "--user", "u", "-n", "team-a"}, "127.0.0.1:1"},
+		{[]string{"repair", "--dry-run", "-n", "team-a"}, "-n"},
+	}
+	for _, tt := range tests {
+		_, stderr, code := runApp(t, tt.args...)
+		if code == 0 || !strings.Contains(stderr, tt.want) || strings.Contains(stderr, "unknown flag") || strings.Contains(stderr, "unknown shorthand") {
+			t.Errorf("allocator %v: exit %d, stderr %q; want it to take the flags and fail naming %q", tt.args, code, stderr, tt.want)
+		}
+	}
+}
