@@ -30,15 +30,26 @@ type Streams struct {
 // plugin (`kubectl allocator ...`).
 const PluginName = "kubectl-allocator"
 
+// CompletionName is the file name under which kubectl finds the plugin's
+// shell completion (`kubectl allocator <TAB>`): kubectl runs it with the
+// words after `kubectl allocator`, the last one being completed, and reads
+// cobra's completion answer.
+const CompletionName = "kubectl_complete-allocator"
+
 // Main runs the process's command line argv (argv[0] included) and returns
 // its exit code. Installed or linked as kubectl-allocator, the binary is a
 // kubectl plugin: kubectl runs it with the words after `kubectl allocator`,
 // and it takes kubectl's connection flags (--kubeconfig, --context, -n, ...).
+// Linked as kubectl_complete-allocator, it answers the plugin's completions.
 func Main(ctx context.Context, argv []string, streams Streams) int {
 	plugin := false
 	if len(argv) > 0 {
-		plugin = strings.TrimSuffix(filepath.Base(argv[0]), ".exe") == PluginName
+		name := strings.TrimSuffix(filepath.Base(argv[0]), ".exe")
+		plugin = name == PluginName || name == CompletionName
 		argv = argv[1:]
+		if name == CompletionName {
+			argv = append([]string{cobra.ShellCompRequestCmd}, argv...)
+		}
 	}
 	return run(ctx, newRootCommand(streams, plugin), argv, streams)
 }

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"slices"
 	"strings"
 	"testing"
 )
@@ -108,5 +109,39 @@ func TestCompletion(t *testing.T) {
 	out, errOut, code := runApp(t, "completion", "bash")
 	if code != 0 || !strings.Contains(out, "bash completion V2 for allocator") || !strings.Contains(out, "__start_allocator") {
 		t.Fatalf("completion bash: exit %d, stderr %q, output starts %q", code, errOut, out[:min(len(out), 200)])
+	}
+}
+
+// TestPluginCompletion: linked as kubectl_complete-allocator, the binary
+// answers `kubectl allocator <TAB>` with the plugin's commands and their
+// flags, in cobra's completion format (candidates, then ":<directive>").
+func TestPluginCompletion(t *testing.T) {
+	tests := []struct {
+		args       []string
+		want, nope []string
+	}{
+		{[]string{""}, []string{"status", "repair", "migrate", "renumber", "version"}, []string{"serve", "transition"}},
+		{[]string{"st"}, []string{"status"}, []string{"repair"}},
+		{[]string{"status", "--con"}, []string{"--context"}, nil},
+	}
+	for _, tt := range tests {
+		var out, errOut bytes.Buffer
+		code := Main(context.Background(), append([]string{"/usr/local/bin/" + CompletionName}, tt.args...), Streams{Out: &out, Err: &errOut})
+		got := out.String()
+		if code != 0 || !strings.Contains(got, "\n:") {
+			t.Errorf("%v: exit %d, output %q, stderr %q; want cobra's completion answer", tt.args, code, got, errOut.String())
+			continue
+		}
+		lines := strings.Split(got, "\n")
+		for _, w := range tt.want {
+			if !slices.ContainsFunc(lines, func(l string) bool { return l == w || strings.HasPrefix(l, w+"\t") }) {
+				t.Errorf("%v: no candidate %q in %q", tt.args, w, got)
+			}
+		}
+		for _, n := range tt.nope {
+			if slices.ContainsFunc(lines, func(l string) bool { return l == n || strings.HasPrefix(l, n+"\t") }) {
+				t.Errorf("%v: candidate %q, which the plugin does not have, in %q", tt.args, n, got)
+			}
+		}
 	}
 }
