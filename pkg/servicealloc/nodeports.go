@@ -9,6 +9,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/util/validation/field"
+	"k8s.io/apiserver/pkg/warning"
 	"k8s.io/klog/v2"
 
 	"github.com/allocator/allocator/internal/holding"
@@ -198,10 +199,16 @@ func (a *Allocator) nodePortError(svc *corev1.Service, path *field.Path, port in
 	}
 }
 
-// nextNodePortError maps an error of picking a free node port.
-func (a *Allocator) nextNodePortError(err error) error {
+// nextNodePortError maps an error of picking a free node port to
+// upstream's 500 "failed to allocate a nodePort: ...". The allocator's hint
+// for a full range (allocation.Hint) goes to the client as a warning, as
+// for ClusterIPs.
+func (a *Allocator) nextNodePortError(ctx context.Context, err error) error {
 	if errors.Is(err, allocation.ErrNotReady) {
 		return a.notReady(err)
+	}
+	if hint := allocation.Hint(err); hint != "" {
+		warning.AddWarning(ctx, "", hint)
 	}
 	return apierrors.NewInternalError(fmt.Errorf("failed to allocate a nodePort: %w", err))
 }
@@ -232,7 +239,7 @@ func (a *Allocator) allocateNodePortsCreate(ctx context.Context, txn *Transactio
 				} else {
 					port, err := a.reserveNextPort(ctx, txn, alloc, dryRun)
 					if err != nil {
-						return a.nextNodePortError(err)
+						return a.nextNodePortError(ctx, err)
 					}
 					p.NodePort = int32(port)
 				}
@@ -282,6 +289,9 @@ func (a *Allocator) allocateHealthCheckNodePort(ctx context.Context, txn *Transa
 		if errors.Is(err, allocation.ErrNotReady) {
 			return a.notReady(err)
 		}
+		if hint := allocation.Hint(err); hint != "" {
+			warning.AddWarning(ctx, "", hint)
+		}
 		return apierrors.NewInternalError(fmt.Errorf("failed to allocate a HealthCheck NodePort: %w", err))
 	}
 	svc.Spec.HealthCheckNodePort = int32(port)
@@ -330,7 +340,7 @@ func (a *Allocator) allocateNodePortsUpdate(ctx context.Context, txn *Transactio
 			} else {
 				port, err := a.reserveNextPort(ctx, txn, alloc, dryRun)
 				if err != nil {
-					return a.nextNodePortError(err)
+					return a.nextNodePortError(ctx, err)
 				}
 				p.NodePort = int32(port)
 			}

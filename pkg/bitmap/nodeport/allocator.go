@@ -116,7 +116,7 @@ func (a *EtcdAllocator) AllocateNext(ctx context.Context) (int, error) {
 	i, err := a.AllocateNextSlot(ctx)
 	if err != nil {
 		if errors.Is(err, allocation.ErrFull) {
-			return 0, allocation.ErrFull
+			return 0, fullError(a.rng)
 		}
 		return 0, fmt.Errorf("allocate next node port: %w", err)
 	}
@@ -186,9 +186,17 @@ func (d dryRun) AllocateNext(ctx context.Context) (int, error) {
 		return 0, fmt.Errorf("dry-run allocate next node port: %w", err)
 	}
 	if !found {
-		return 0, allocation.ErrFull
+		return 0, fullError(d.a.rng)
 	}
 	return d.a.rng.Base() + slot, nil
+}
+
+// fullError is ErrFull (kube-apiserver's "range is full") with the
+// operator's hint: what makes room in r.
+func fullError(r Range) error {
+	return allocation.NewFullError(fmt.Sprintf("the node-port range %s (--service-node-port-range) has no free port: "+
+		"delete NodePort and LoadBalancer Services no longer needed, set allocateLoadBalancerNodePorts: false on "+
+		"LoadBalancers that need no node ports, or widen --service-node-port-range on every API server", r))
 }
 
 func (d dryRun) Release(context.Context, int) error              { return nil }

@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -89,8 +90,9 @@ func TestAllocateErrorsAndBands(t *testing.T) {
 	if slices.Contains(got, 30080) {
 		t.Error("dynamic allocation took the static 30080 again")
 	}
-	if _, err := a.AllocateNext(ctx); !errors.Is(err, allocation.ErrFull) || err.Error() != "range is full" {
-		t.Errorf("AllocateNext on a full range = %v", err)
+	if _, err := a.AllocateNext(ctx); !errors.Is(err, allocation.ErrFull) || err.Error() != "range is full" ||
+		!strings.Contains(allocation.Hint(err), "the node-port range 30000-30099 (--service-node-port-range) has no free port") {
+		t.Errorf("AllocateNext on a full range = %v (hint %q), want kube-apiserver's text and a hint naming the range", err, allocation.Hint(err))
 	}
 	// Another instance on the same key sees the same map (CAS, no cache lies).
 	b := open(t, etcd, "30000-30099")
