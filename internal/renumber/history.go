@@ -104,7 +104,10 @@ func (r *runner) history(ctx context.Context, e Entry) (Events, error) {
 			switch {
 			case event.Type == watch.Added:
 				ev.Recreated = true
-			case svc.UID == e.OldUID && event.Type == watch.Modified && !ev.Deleted:
+			case svc.UID == e.OldUID && event.Type == watch.Modified && !ev.Deleted && svc.DeletionTimestamp == nil:
+				// A change after the read. (One that sets or follows the
+				// deletionTimestamp is the delete itself, held by
+				// finalizers: renumber's when the journal confirms it.)
 				ev.Changed = true
 			case svc.UID == e.OldUID && event.Type == watch.Deleted:
 				ev.Deleted = true
