@@ -29,9 +29,12 @@
 //   - A failed claim frees what it took on a context detached from the
 //     request, so a cancelled request leaks nothing; except a claim whose
 //     IPAddress create has an unknown outcome (allocation.ErrOutcomeUnknown):
-//     its IPAddress may still land, so its bit stays, a leak the bitmap
-//     repair frees, rather than an address a bitmap replica could hand out
-//     beside that IPAddress.
+//     its IPAddress may still land, so its bit stays set and no bitmap
+//     replica hands the address out beside it. The bitmap repair frees such
+//     a bit as a leak after its LeakGrace (90 s by default), which is
+//     shorter than fence.LeaseTTL (5 min), the longest the create can still
+//     land: an IPAddress landing after the repair freed its bit is not
+//     covered yet.
 package dualwrite
 
 import (
@@ -131,9 +134,10 @@ func (a *Allocator) claimBit(ctx context.Context, claim func(context.Context) er
 // undoBit frees the bit of a claim whose IPAddress create failed with
 // cause, unless that create's outcome is unknown (allocation.ErrOutcomeUnknown):
 // its IPAddress may still land, and a freed bit would let a bitmap-model
-// replica hand the address out beside it. Such a bit stays set: a leak the
-// bitmap repair frees (LeakPasses passes, LeakGrace) when no Service holds
-// the address.
+// replica hand the address out beside it. Such a bit stays set until the
+// bitmap repair frees it as a leak (LeakPasses passes, LeakGrace) when no
+// Service holds the address; see the package doc for the window that
+// leaves.
 func (a *Allocator) undoBit(ctx context.Context, ip netip.Addr, cause error) {
 	if errors.Is(cause, allocation.ErrOutcomeUnknown) {
 		klog.FromContext(ctx).Info("Keeping the bit of a claim whose outcome is unknown; the bitmap repair frees it once the address is held by nothing", "ip", ip)
