@@ -98,7 +98,7 @@ func TestKubectlConnectionFlags(t *testing.T) {
 		{[]string{"repair", "--dry-run", "--server", "https://127.0.0.1:5"}, "127.0.0.1:5"},
 		{[]string{"renumber", "--from", "old", "--context", "nope"}, `context "nope" does not exist`},
 		{[]string{"status", "--context", "c", "--user", "u", "-n", "team-a"}, "127.0.0.1:1"},
-		{[]string{"repair", "--dry-run", "-n", "team-a"}, "-n"},
+		{[]string{"repair", "--dry-run", "-n", "team-a"}, "-n/--namespace team-a: this command works on the whole cluster"},
 	}
 	for _, tt := range tests {
 		_, stderr, code := runApp(t, tt.args...)
