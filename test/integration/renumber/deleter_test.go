@@ -12,7 +12,6 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/allocator/allocator/internal/renumber"
-	"github.com/allocator/allocator/internal/testserver"
 )
 
 // TestRenumberResumeLeavesOthersDeletes: a journal as a killed run leaves
@@ -32,10 +31,8 @@ func TestRenumberResumeLeavesOthersDeletes(t *testing.T) {
 	t.Parallel()
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
-	s := testserver.Start(t, testserver.Options{ServiceRange: "10.96.0.0/24", Model: "ipaddress"})
+	s := startWithOld(ctx, t, "10.96.0.0/24")
 	c := s.Client
-	createServiceCIDR(ctx, t, c, "old", "10.1.0.0/24")
-	waitServed(ctx, t, c, "10.1.0.200")
 	names := []string{"ours", "doubt", "changed", "recreated"}
 	for i, name := range names {
 		svc := service(metav1.NamespaceDefault, name, corev1.ServiceTypeClusterIP, []string{fmt.Sprintf("10.1.0.%d", 20+i)})

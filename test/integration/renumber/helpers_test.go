@@ -23,6 +23,7 @@ import (
 	"github.com/allocator/allocator/internal/app"
 	"github.com/allocator/allocator/internal/holding"
 	"github.com/allocator/allocator/internal/testbin"
+	"github.com/allocator/allocator/internal/testserver"
 	"github.com/allocator/allocator/pkg/ipaddress/lifecycle"
 )
 
@@ -197,3 +198,13 @@ func equalMaps(a, b map[string]string) bool {
 func itoa(i int) string { return fmt.Sprint(i) }
 
 func mustPrefix(s string) netip.Prefix { return netip.MustParsePrefix(s) }
+
+// startWithOld starts our server (IPAddress model) on serviceRange with a
+// ServiceCIDR "old" (10.1.0.0/24) beside it, served.
+func startWithOld(ctx context.Context, t *testing.T, serviceRange string) *testserver.Server {
+	t.Helper()
+	s := testserver.Start(t, testserver.Options{ServiceRange: serviceRange, Model: "ipaddress"})
+	createServiceCIDR(ctx, t, s.Client, "old", "10.1.0.0/24")
+	waitServed(ctx, t, s.Client, "10.1.0.200")
+	return s
+}

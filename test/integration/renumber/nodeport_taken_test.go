@@ -15,7 +15,6 @@ import (
 	"k8s.io/client-go/rest"
 
 	"github.com/allocator/allocator/internal/renumber"
-	"github.com/allocator/allocator/internal/testserver"
 )
 
 // thiefTransport creates the thief Service, through its own client, right
@@ -48,10 +47,8 @@ func TestRenumberReportsTakenNodePort(t *testing.T) {
 	t.Parallel()
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
-	s := testserver.Start(t, testserver.Options{ServiceRange: "10.96.0.0/24", Model: "ipaddress"})
+	s := startWithOld(ctx, t, "10.96.0.0/24")
 	c := s.Client
-	createServiceCIDR(ctx, t, c, "old", "10.1.0.0/24")
-	waitServed(ctx, t, c, "10.1.0.200")
 	victim := service(metav1.NamespaceDefault, "victim", corev1.ServiceTypeNodePort, []string{"10.1.0.20"})
 	victim.Spec.Ports[0].NodePort = 30080
 	if _, err := c.CoreV1().Services(victim.Namespace).Create(ctx, victim, metav1.CreateOptions{}); err != nil {

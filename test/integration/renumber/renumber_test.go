@@ -17,7 +17,6 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 
 	"github.com/allocator/allocator/internal/renumber"
-	"github.com/allocator/allocator/internal/testserver"
 	"github.com/allocator/allocator/pkg/ipaddress/lifecycle"
 )
 
@@ -41,10 +40,8 @@ func TestRenumberServices(t *testing.T) {
 	t.Parallel()
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
-	s := testserver.Start(t, testserver.Options{ServiceRange: "10.96.0.0/24,fd00:96::/112", Model: "ipaddress"})
+	s := startWithOld(ctx, t, "10.96.0.0/24,fd00:96::/112")
 	c := s.Client
-	createServiceCIDR(ctx, t, c, "old", "10.1.0.0/24")
-	waitServed(ctx, t, c, "10.1.0.200")
 	createNamespace(ctx, t, c, "a")
 	createNamespace(ctx, t, c, "b")
 	fin := service("a", "fin", corev1.ServiceTypeClusterIP, []string{"10.1.0.14"})
@@ -160,10 +157,8 @@ func TestRenumberResumesJournal(t *testing.T) {
 	t.Parallel()
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
-	s := testserver.Start(t, testserver.Options{ServiceRange: "10.96.0.0/24", Model: "ipaddress"})
+	s := startWithOld(ctx, t, "10.96.0.0/24")
 	c := s.Client
-	createServiceCIDR(ctx, t, c, "old", "10.1.0.0/24")
-	waitServed(ctx, t, c, "10.1.0.200")
 	for i, name := range []string{"deleted", "journalled"} {
 		svc := service(metav1.NamespaceDefault, name, corev1.ServiceTypeNodePort, []string{fmt.Sprintf("10.1.0.%d", 20+i)})
 		if _, err := c.CoreV1().Services(svc.Namespace).Create(ctx, svc, metav1.CreateOptions{}); err != nil {
