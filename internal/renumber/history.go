@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"strconv"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -72,11 +71,6 @@ func (r *runner) history(ctx context.Context, e Entry) (Events, error) {
 	ctx, cancel := context.WithTimeout(ctx, historyTimeout)
 	defer cancel()
 	sel := fields.OneTermEqualSelector("metadata.name", e.Name).String()
-	list, err := r.client.CoreV1().Services(e.Namespace).List(ctx, metav1.ListOptions{FieldSelector: sel})
-	if err != nil {
-		return ev, fmt.Errorf("list: %w", err)
-	}
-	now, _ := strconv.ParseUint(list.ResourceVersion, 10, 64)
 	w, err := r.client.CoreV1().Services(e.Namespace).Watch(ctx, metav1.ListOptions{FieldSelector: sel, ResourceVersion: e.ResourceVersion})
 	if err != nil {
 		return ev, fmt.Errorf("watch from %s: %w", e.ResourceVersion, err)
@@ -111,9 +105,6 @@ func (r *runner) history(ctx context.Context, e Entry) (Events, error) {
 				ev.Changed = true
 			case svc.UID == e.OldUID && event.Type == watch.Deleted:
 				ev.Deleted = true
-			}
-			if rv, err := strconv.ParseUint(svc.ResourceVersion, 10, 64); err == nil && now > 0 && rv >= now {
-				return ev, nil
 			}
 			quiet.Reset(historyQuiet)
 		}
