@@ -87,6 +87,13 @@ type Config struct {
 	RestoreCheckInterval time.Duration
 	// KubernetesServicePort is the target port of the default/kubernetes Service.
 	KubernetesServicePort int
+	// WriteLeaseTTL is the life of the etcd leases the server's fenced
+	// Service writes carry (default allocation.WriteLease): a write whose
+	// answer was lost can land until its lease ends. Tests shorten it.
+	WriteLeaseTTL time.Duration
+	// RepairGrace is the repairs' leak and orphan grace (default
+	// allocation.LeakGrace, which outlasts every request). Tests shorten it.
+	RepairGrace time.Duration
 	// TransitionTTL is the lease TTL of this replica's transition record
 	// (default transition.DefaultTTL). An InMemory server joins no
 	// transition.

@@ -25,6 +25,7 @@ import (
 	"k8s.io/utils/clock"
 
 	"github.com/allocator/allocator/internal/fence"
+	"github.com/allocator/allocator/pkg/etcdlayout"
 )
 
 // InProcessEtcd is an etcd member running in the server's own process
@@ -59,6 +60,9 @@ type etcdStores struct {
 	// history went back under the server (etcdhistory.Marker.Guard); nil:
 	// not wrapped.
 	guard func(clientv3.KV) clientv3.KV
+	// leases are the leases of the Services' and IPAddresses' fenced
+	// writes; nil: each store grants its own (tests of the stores alone).
+	leases *fence.Leases
 
 	mu        sync.Mutex
 	refs      int            // storages built and not destroyed; guarded by mu
@@ -181,13 +185,17 @@ func (p *etcdStores) rawStorage(config *storagebackend.ConfigForResource, newFun
 	}
 	kc := &kubernetes.Client{Client: client}
 	kc.Kubernetes = kc
+	leases := p.leases
+	if leases == nil {
+		leases = fence.NewLeases(client, etcdlayout.Layout{Prefix: config.Prefix}, 0)
+	}
 	switch config.GroupResource {
 	case corev1.Resource("services"):
-		kc.Kubernetes = fence.Guard(kc)
+		kc.Kubernetes = fence.Guard(kc, leases)
 	case networkingv1.Resource("ipaddresses"):
 		// An IPAddress is the address's claim, and its create writes a
 		// UID of its own: a claim is known by its value, unmarked.
-		kc.Kubernetes = fence.GuardClaims(kc)
+		kc.Kubernetes = fence.GuardClaims(kc, leases)
 	}
 	transformer := config.Transformer
 	if transformer == nil {

@@ -23,10 +23,21 @@ type serviceFencer struct {
 	layout etcdlayout.Layout
 }
 
+// fencer is the server's serviceFencer.
+func (s *Server) fencer() serviceFencer {
+	return serviceFencer{client: s.etcd, layout: etcdlayout.Layout{Prefix: s.cfg.EtcdPrefix}}
+}
+
 var errNoFence = errors.New("the request has no fence")
 
 func (f serviceFencer) Guard(ctx context.Context) context.Context {
 	return fence.NewContext(ctx, fence.New(f.layout))
+}
+
+func (f serviceFencer) Done(ctx context.Context) {
+	if fc := fence.FromContext(ctx); fc != nil {
+		fc.Done()
+	}
 }
 
 func (f serviceFencer) Close(ctx context.Context, namespace, name string) (servicealloc.FenceOutcome, error) {
@@ -35,6 +46,9 @@ func (f serviceFencer) Close(ctx context.Context, namespace, name string) (servi
 		return servicealloc.FenceOutcome{}, errNoFence
 	}
 	o, err := fc.Close(ctx, f.client, f.layout.Service(namespace, name))
+	if errors.Is(err, fence.ErrOutcomeLost) {
+		return servicealloc.FenceOutcome{}, fmt.Errorf("%w: %w", servicealloc.ErrWritesEnded, err)
+	}
 	if err != nil {
 		return servicealloc.FenceOutcome{}, err
 	}

@@ -8,7 +8,9 @@ import (
 	genericapiserver "k8s.io/apiserver/pkg/server"
 	"k8s.io/client-go/kubernetes"
 
+	"github.com/allocator/allocator/internal/fence"
 	"github.com/allocator/allocator/internal/ipallocator"
+	"github.com/allocator/allocator/pkg/etcdlayout"
 	"github.com/allocator/allocator/pkg/repair"
 	"github.com/allocator/allocator/pkg/repair/report"
 )
@@ -50,9 +52,12 @@ func (s *Server) startRepairController(hc genericapiserver.PostStartHookContext)
 }
 
 // repairOptions are the settings of the server's repairs: each has its own
-// event recorder; the graces are the defaults.
+// event recorder; the graces are Config.RepairGrace; the writes in flight
+// are read from the write leases every server registers in etcd.
 func (s *Server) repairOptions(ctx context.Context, client kubernetes.Interface) repair.Options {
-	return repair.Options{Client: client, Recorder: report.NewEventRecorder(ctx, client), Metrics: s.repairMetrics, Interval: s.cfg.RepairInterval}
+	return repair.Options{Client: client, Recorder: report.NewEventRecorder(ctx, client), Metrics: s.repairMetrics, Interval: s.cfg.RepairInterval,
+		LeakGrace: s.cfg.RepairGrace, OrphanGrace: s.cfg.RepairGrace,
+		InFlight: fence.InFlight{KV: s.etcd.KV, Layout: etcdlayout.Layout{Prefix: s.cfg.EtcdPrefix}}}
 }
 
 // startTransitionRepair runs, while dual write is on, the repair of the

@@ -34,6 +34,7 @@ import (
 	"github.com/allocator/allocator/internal/allocmetrics"
 	"github.com/allocator/allocator/internal/embedetcd"
 	"github.com/allocator/allocator/internal/etcdhistory"
+	"github.com/allocator/allocator/internal/fence"
 	"github.com/allocator/allocator/internal/ipallocator"
 	"github.com/allocator/allocator/internal/registry/events"
 	"github.com/allocator/allocator/internal/registry/ipaddresses"
@@ -56,6 +57,9 @@ type Server struct {
 	// etcd is the server's own client; every write through it is guarded
 	// by history.
 	etcd *clientv3.Client
+	// writeLeases are the leases of the fenced Service writes, registered
+	// in etcd so that the repairs see the writes in flight (internal/fence).
+	writeLeases *fence.Leases
 	// history is this process's restore marker: it ends Run when etcd's
 	// history goes back under the server, and its Guard refuses every
 	// write the server makes after that (internal/etcdhistory).
@@ -125,11 +129,13 @@ func (c CompletedConfig) New(ctx context.Context) (*Server, error) {
 	}
 	getter := newRESTOptionsGetter(c.EtcdServers, c.EtcdPrefix, c.EtcdTLS, c.InProcessEtcd,
 		embedetcd.KlogLogger(logger(ctx).WithName("etcd-client")), s.history.Guard)
+	s.writeLeases = fence.NewLeases(s.etcd, etcdlayout.Layout{Prefix: c.EtcdPrefix}, c.WriteLeaseTTL)
+	getter.stores.leases = s.writeLeases
 	ipREST, err := ipaddresses.NewREST(Scheme, getter)
 	if err != nil {
 		return nil, err
 	}
-	s.ipAddresses = ipREST.InProcess(serviceFencer{client: s.etcd, layout: etcdlayout.Layout{Prefix: c.EtcdPrefix}}.ipAddressCreated)
+	s.ipAddresses = ipREST.InProcess(s.fencer().ipAddressCreated)
 	if err := c.openAllocators(ctx, s); err != nil {
 		return nil, err
 	}
@@ -244,8 +250,7 @@ func (c CompletedConfig) newStores(s *Server, getter *restOptionsGetter, ipREST 
 	if err != nil {
 		return nil, nil, err
 	}
-	svcREST, svcStatus, err := services.NewREST(Scheme, getter, s.alloc, nsREST.Check,
-		serviceFencer{client: s.etcd, layout: etcdlayout.Layout{Prefix: c.EtcdPrefix}})
+	svcREST, svcStatus, err := services.NewREST(Scheme, getter, s.alloc, nsREST.Check, s.fencer())
 	if err != nil {
 		return nil, nil, err
 	}

@@ -35,9 +35,16 @@
 // and Close puts the fence with that lease: when Close succeeds the lease
 // was alive at its revision, so a marker that was written is still there
 // to read; when the lease is gone, Close answers ErrOutcomeLost and nothing
-// is decided. The guard grants one lease of LeaseTTL at a time and gives it
-// to the requests that start within leaseReuse of its grant, so a request
-// has minutes to settle and a busy server grants about one lease a minute.
+// is decided, but nothing marked can land any more either. Leases hands
+// the leases out: each lives allocation.WriteLease, is given to the
+// requests that start within a few seconds of its grant, and is revoked
+// once the last of them is Done. Before any request gets it, a lease is
+// registered by a key that carries it (etcdlayout's WriteLease), so the
+// registered keys are exactly the leases a write of ours may still be
+// applied with: the repair reads them (InFlight) and frees no reservation
+// while a write that was in flight when its grace ended may still land.
+// That is read from etcd, not assumed from a clock: etcd renews every lease
+// when a new leader is elected, so a lease can outlive its TTL.
 //
 // Close fences only when a write of the request lost its answer; when every
 // answer came back, the record says each outcome and the request may go on

@@ -46,6 +46,9 @@ func (e *fencedError) Status() metav1.Status {
 	}
 }
 
+// errFenceDone refuses a write under a fence whose request is Done.
+var errFenceDone = errors.New("the request's fence is done: it writes no more")
+
 // ErrOutcomeLost answers Close when a write's outcome can no longer be
 // learned: the request's lease expired before the fence was closed, or the
 // write carried no marker (a delete sent again unmarked when etcd was out of
@@ -57,10 +60,12 @@ var ErrOutcomeLost = errors.New("the write's lease expired before its outcome wa
 type Fence struct {
 	key string // the fence's etcd key
 
-	mu    sync.Mutex
-	lease clientv3.LeaseID // the lease of the request's writes; guarded by mu
-	seq   int              // writes made so far; guarded by mu
-	last  map[string]write // the last write of each key; guarded by mu
+	mu     sync.Mutex
+	leases *Leases          // where lease came from; guarded by mu
+	lease  clientv3.LeaseID // the lease of the request's writes; guarded by mu
+	done   bool             // Done was called; guarded by mu
+	seq    int              // writes made so far; guarded by mu
+	last   map[string]write // the last write of each key; guarded by mu
 }
 
 // write is what a Fence knows of one guarded write.
@@ -116,25 +121,32 @@ func FromContext(ctx context.Context) *Fence {
 }
 
 // begin names the next write of key: its lease and, when marked, its
-// marker. The request's first write takes the guard's current lease; every
-// later one uses it too.
-func (f *Fence) begin(ctx context.Context, l *leases, marked bool) (write, error) {
+// marker. The request's first write takes the guard's current lease, held
+// until Done; every later one uses it too.
+func (f *Fence) begin(ctx context.Context, l *Leases, marked bool) (write, error) {
 	f.mu.Lock()
 	lease := f.lease
 	f.mu.Unlock()
 	if lease == clientv3.NoLease {
-		id, err := l.current(ctx)
+		id, err := l.acquire(ctx)
 		if err != nil {
 			return write{}, err
 		}
 		f.mu.Lock()
-		if f.lease == clientv3.NoLease {
-			f.lease = id
+		took := f.lease == clientv3.NoLease && !f.done
+		if took {
+			f.lease, f.leases = id, l
 		}
 		f.mu.Unlock()
+		if !took { // another write of the request took one first, or it is over
+			l.release(id)
+		}
 	}
 	f.mu.Lock()
 	defer f.mu.Unlock()
+	if f.done {
+		return write{}, errFenceDone
+	}
 	w := write{lease: f.lease}
 	if marked {
 		f.seq++
@@ -160,9 +172,25 @@ func (f *Fence) renewLease(gone clientv3.LeaseID) bool {
 		return false
 	}
 	if f.lease == gone {
-		f.lease = clientv3.NoLease
+		f.leases.release(gone)
+		f.lease, f.leases = clientv3.NoLease, nil
 	}
 	return true
+}
+
+// Done says the request writes no more and needs the outcome of its writes
+// no more (it learned them, or left them to the repair): the lease it holds
+// may be revoked once no other request holds it. Call it once, when the
+// request and whatever settles its writes after it have finished; the
+// request's markers and fence key go with the lease.
+func (f *Fence) Done() {
+	f.mu.Lock()
+	l, id := f.leases, f.lease
+	f.done, f.leases, f.lease = true, nil, clientv3.NoLease
+	f.mu.Unlock()
+	if l != nil {
+		l.release(id)
+	}
 }
 
 func (f *Fence) lastWrite(key string) (write, bool) {
@@ -187,21 +215,29 @@ type Outcome struct {
 	Current *mvccpb.KeyValue
 }
 
+// closeAttempt bounds one attempt of Close: an attempt sent to a member
+// that holds it (slow, or a connection that stalls) gives way to the next,
+// which the client sends to the next endpoint.
+const closeAttempt = 3 * time.Second
+
 // Close makes the outcome of the request's last write of key known. When a
 // write of the request lost its answer, it creates the fence key, after
 // which no write of the request can be applied, and in the same transaction
 // reads key and, when that write was key's last, its marker (a claim is
 // known by key's value instead). When every answer came back there is
 // nothing to fence (the request may go on writing): the record says the
-// outcome, and key is read. A transaction whose own answer is lost is sent
-// again (creating the fence twice is harmless) until ctx ends; etcd out of
-// space fails it at once. ErrOutcomeLost says the outcome can no longer be
-// learned: the request's lease expired first, or the write (not a claim)
-// carried no marker.
+// outcome, and key is read. A transaction whose own answer is lost, or
+// that takes longer than closeAttempt, is sent again (creating the fence
+// twice is harmless) until ctx ends; etcd out of space fails it at once.
+// ErrOutcomeLost says the outcome can no longer be learned: the request's
+// lease ended first (none of its marked writes can be applied any more), or
+// the write (not a claim) carried no marker.
 func (f *Fence) Close(ctx context.Context, c *clientv3.Client, key string) (Outcome, error) {
 	var last error
 	for delay := 50 * time.Millisecond; ; delay = min(2*delay, time.Second) {
-		o, err := f.closeOnce(ctx, c, key)
+		actx, cancel := context.WithTimeout(ctx, closeAttempt)
+		o, err := f.closeOnce(actx, c, key)
+		cancel()
 		if err == nil || errors.Is(err, ErrOutcomeLost) || etcdquota.Exceeded(err) || errors.Is(err, etcdhistory.ErrRestored) {
 			// A fence etcd has no space for waits for an operator, not for
 			// a retry; one refused after a restore, for a new process.

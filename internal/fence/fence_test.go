@@ -15,15 +15,25 @@ import (
 
 	"github.com/allocator/allocator/internal/etcdtest"
 	"github.com/allocator/allocator/internal/faultproxy"
+	"github.com/allocator/allocator/pkg/allocation"
 	"github.com/allocator/allocator/pkg/etcdlayout"
 )
+
+// testLeases are write leases on c given out for as long as they live, so
+// that a test's requests after a fault is set take the lease granted
+// before it.
+func testLeases(c *clientv3.Client) *Leases {
+	l := NewLeases(c, etcdlayout.Layout{}, 0)
+	l.reuse = l.ttl
+	return l
+}
 
 // guardedClient is a store's storage client on c, guarded as the Services'
 // store is.
 func guardedClient(c *clientv3.Client) kubernetes.Interface {
 	kc := &kubernetes.Client{Client: c}
 	kc.Kubernetes = kc
-	return Guard(kc)
+	return Guard(kc, testLeases(c))
 }
 
 // claimsClient is a store's storage client on c, guarded as the
@@ -31,7 +41,7 @@ func guardedClient(c *clientv3.Client) kubernetes.Interface {
 func claimsClient(c *clientv3.Client) kubernetes.Interface {
 	kc := &kubernetes.Client{Client: c}
 	kc.Kubernetes = kc
-	return GuardClaims(kc)
+	return GuardClaims(kc, testLeases(c))
 }
 
 // TestGuardedWrites: writes without a fence are the client's own; writes
@@ -91,7 +101,7 @@ func TestGuardedWrites(t *testing.T) {
 	}
 
 	// Each applied write's marker carries the request's lease, which lives
-	// LeaseTTL.
+	// allocation.WriteLease.
 	for _, k := range []string{f.Key() + "/w1", f.Key() + "/w3", f.Key() + "/w4"} {
 		got, err := c.Get(ctx, k)
 		if err != nil || len(got.Kvs) != 1 {
@@ -101,8 +111,8 @@ func TestGuardedWrites(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if ttl.TTL < int64((LeaseTTL-time.Minute)/time.Second) || ttl.TTL > int64(LeaseTTL/time.Second) {
-			t.Errorf("%s: lease TTL %d s, want about %v", k, ttl.TTL, LeaseTTL)
+		if ttl.TTL < int64((allocation.WriteLease-time.Minute)/time.Second) || ttl.TTL > int64(allocation.WriteLease/time.Second) {
+			t.Errorf("%s: lease TTL %d s, want about %v", k, ttl.TTL, allocation.WriteLease)
 		}
 	}
 	if got, err := c.Get(ctx, f.Key()+"/w2"); err != nil || len(got.Kvs) != 0 {

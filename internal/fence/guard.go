@@ -15,10 +15,10 @@ import (
 
 // Guard returns c's storage interface with every OptimisticPut and
 // OptimisticDelete made under a context carrying a Fence conditional on the
-// fence's absence and marked (doc.go); other calls, and writes without a
-// fence, are c's own.
-func Guard(c *kubernetes.Client) kubernetes.Interface {
-	return guarded{Interface: c, kv: c.KV, leases: newLeases(c.Lease)}
+// fence's absence and marked (doc.go), with a lease from l; other calls,
+// and writes without a fence, are c's own.
+func Guard(c *kubernetes.Client, l *Leases) kubernetes.Interface {
+	return guarded{Interface: c, kv: c.KV, leases: l}
 }
 
 // GuardClaims is Guard for a store whose objects are claims: each object is
@@ -31,14 +31,14 @@ func Guard(c *kubernetes.Client) kubernetes.Interface {
 // applied and since changed or deleted reads as not landed, which a claim
 // may take as failed (its object is not, or no longer, its reservation).
 // Its other writes are marked as Guard's.
-func GuardClaims(c *kubernetes.Client) kubernetes.Interface {
-	return guarded{Interface: c, kv: c.KV, leases: newLeases(c.Lease), claims: true}
+func GuardClaims(c *kubernetes.Client, l *Leases) kubernetes.Interface {
+	return guarded{Interface: c, kv: c.KV, leases: l, claims: true}
 }
 
 type guarded struct {
 	kubernetes.Interface
 	kv     clientv3.KV
-	leases *leases
+	leases *Leases
 	claims bool // creates are claims, known by their value (GuardClaims)
 }
 

@@ -37,7 +37,7 @@ func BenchmarkGuardedCreate(b *testing.B) {
 		name   string
 		fenced bool
 		guard  kubernetes.Interface
-	}{{"plain", false, kc}, {"fenced", true, Guard(kc)}, {"claims", true, GuardClaims(kc)}} {
+	}{{"plain", false, kc}, {"fenced", true, Guard(kc, NewLeases(c, etcdlayout.Layout{}, 0))}, {"claims", true, GuardClaims(kc, NewLeases(c, etcdlayout.Layout{}, 0))}} {
 		b.Run(bc.name, func(b *testing.B) {
 			b.ReportAllocs()
 			prefix := fmt.Sprintf("/registry/services/specs/bench%d/", run.Add(1))

@@ -129,6 +129,18 @@ func (l Layout) Fence(token string) string {
 	return l.key("clusterip-allocator", "fences", token)
 }
 
+// WriteLease is this project's own key that registers one write lease of a
+// server (internal/fence): it carries the lease, so it exists exactly while
+// a write made with that lease may still be applied.
+func (l Layout) WriteLease(name string) string {
+	return l.key("clusterip-allocator", "write-leases", name)
+}
+
+// WriteLeasesPrefix is the prefix of the WriteLease keys.
+func (l Layout) WriteLeasesPrefix() string {
+	return l.key("clusterip-allocator", "write-leases", "")
+}
+
 // MapStamp is this project's own key beside the RangeAllocation at rangeKey
 // (<prefix>/ranges/<name>): a random stamp that every write of the map by
 // this server replaces in the same transaction, and every compare-and-swap

@@ -115,9 +115,13 @@ func (r *NodePortRepair) RunOnce(ctx context.Context) (*report.Report, error) {
 		for _, leak := range pass.Leaks() {
 			p := report.Problem{Resource: ResourceNodePort, Type: report.TypeLeak, IP: strconv.Itoa(leak.Key),
 				Message: fmt.Sprintf("Port %d is allocated but no Service uses it; it is freed on the %s pass that sees it", leak.Key, report.Ordinal(LeakPasses))}
-			if leak.Freed {
+			switch {
+			case leak.Freed:
 				p.Fixed = !r.cfg.DryRun
 				p.Message = fmt.Sprintf("the node port %d appears to have leaked: cleaning up", leak.Key)
+			case leak.InFlight:
+				p.Message = fmt.Sprintf("Port %d is allocated but no Service uses it; it is freed once the Service writes in flight, "+
+					"which may still store its Service, can no longer land", leak.Key)
 			}
 			found.Add(nil, p)
 		}

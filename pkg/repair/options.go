@@ -12,10 +12,6 @@ import (
 // DefaultInterval is how often a periodic repair runs, as upstream.
 const DefaultInterval = 3 * time.Minute
 
-// DefaultOrphanGrace is the default Options.OrphanGrace: upstream's 60 s, the
-// API server's default request timeout.
-const DefaultOrphanGrace = 60 * time.Second
-
 // Options are the settings every repair shares: the ClusterIP repairs of
 // both models (iprepair.BitmapConfig, iprepair.IPAddressConfig), the
 // node-port repair (NodePortConfig) and the repair core (Config) embed them,
@@ -43,6 +39,13 @@ type Options struct {
 	// OrphanGrace (IPAddress model) is how old an IPAddress must be before
 	// the repair deletes or re-creates it (default DefaultOrphanGrace).
 	OrphanGrace time.Duration
+	// InFlight lists the writes of the API servers that may still be
+	// applied (the servers' write leases in etcd). A reservation whose
+	// grace is over is freed only once every write that was in flight then
+	// has ended: one of them may still store the Service that holds it.
+	// nil: no write outlives its request (kube-apiserver's), and the graces
+	// alone decide.
+	InFlight InFlight
 	// Now is the clock the graces are measured with (default time.Now).
 	Now func() time.Time
 }

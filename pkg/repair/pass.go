@@ -55,6 +55,12 @@ type Pass[K Key] struct {
 // Begin reads the stored map and starts a pass over it: the first step of a
 // pass, taken before the Services are listed (see the package doc).
 func (r *Repairer[K]) Begin(ctx context.Context) (*Pass[K], error) {
+	// The writes in flight are read first: one that may still store the
+	// Service of a reservation the map read finds was in flight then.
+	now, err := r.inFlight.Observe(ctx)
+	if err != nil {
+		return nil, err
+	}
 	stored, err := r.cfg.Store.ReadStored(ctx)
 	if err != nil {
 		return nil, err
@@ -67,7 +73,7 @@ func (r *Repairer[K]) Begin(ctx context.Context) (*Pass[K], error) {
 	if err != nil {
 		return nil, err
 	}
-	return &Pass[K]{r: r, stored: stored, now: r.cfg.Now(), unheld: unheld, rebuilt: rebuilt,
+	return &Pass[K]{r: r, stored: stored, now: now, unheld: unheld, rebuilt: rebuilt,
 		holders: map[int]*corev1.Service{}, leaks: map[K]leakState{}}, nil
 }
 
@@ -92,8 +98,12 @@ func (p *Pass[K]) Hold(svc *corev1.Service, k K) Outcome {
 type Leak[K Key] struct {
 	Key K
 	// Freed says this pass frees it (its LeakPasses-th pass and the leak
-	// grace over); otherwise it is kept and counted.
+	// grace over, and every write in flight then ended); otherwise it is
+	// kept and counted.
 	Freed bool
+	// InFlight says it is kept only because a write that was in flight when
+	// its grace ended may still land (Options.InFlight).
+	InFlight bool
 }
 
 // Leaks returns, in ascending order, the keys allocated that no Service
@@ -115,6 +125,15 @@ func (p *Pass[K]) Leaks() []Leak[K] {
 			p.leaks[k] = state
 			p.rebuilt.Set(slot) // keep it for now
 			p.found = append(p.found, Leak[K]{Key: k})
+			return
+		}
+		if state.graceOver.IsZero() {
+			state.graceOver = p.now
+		}
+		if !p.r.inFlight.Ended(state.graceOver) {
+			p.leaks[k] = state
+			p.rebuilt.Set(slot)
+			p.found = append(p.found, Leak[K]{Key: k, InFlight: true})
 			return
 		}
 		p.toClear = append(p.toClear, slot)

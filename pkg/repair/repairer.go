@@ -48,6 +48,9 @@ type Config[K Key] struct {
 type leakState struct {
 	passesLeft int       // passes to go before it may be freed
 	firstSeen  time.Time // when a pass first saw it leaked
+	// graceOver is the first pass after the passes and the grace, zero
+	// before: the key is freed once every write in flight then has ended.
+	graceOver time.Time
 }
 
 // Repairer repairs one stored map, pass after pass. It carries the leak
@@ -57,6 +60,8 @@ type Repairer[K Key] struct {
 	// leaks counts, per key, the passes left before a leaked key is freed.
 	// Only the goroutine running a pass touches it.
 	leaks map[K]leakState
+	// inFlight tells when the writes in flight at a pass have ended.
+	inFlight *Horizon
 }
 
 // New checks cfg and returns a Repairer.
@@ -65,7 +70,7 @@ func New[K Key](cfg Config[K]) (*Repairer[K], error) {
 		return nil, errors.New("range repair: a store, a space and a client are required")
 	}
 	cfg.Options = cfg.Options.WithDefaults()
-	return &Repairer[K]{cfg: cfg, leaks: map[K]leakState{}}, nil
+	return &Repairer[K]{cfg: cfg, leaks: map[K]leakState{}, inFlight: NewHorizon(cfg.InFlight, cfg.Now)}, nil
 }
 
 func (r *Repairer[K]) newSet() (*bitset.Set, error) {

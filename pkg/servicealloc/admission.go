@@ -80,6 +80,13 @@ func (a *Allocator) Drain(ctx context.Context) error {
 	}
 }
 
+// draining reports whether Drain was called.
+func (a *Allocator) draining() bool {
+	a.writes.mu.Lock()
+	defer a.writes.mu.Unlock()
+	return a.writes.draining
+}
+
 // Open admits reservations (see Config.StartClosed). It is idempotent.
 func (a *Allocator) Open() { a.closed.Store(false) }
 

@@ -24,14 +24,26 @@ type Fencer interface {
 	// Guard returns ctx with a fence of its own: every write of the
 	// Service's storage made with it honours the fence.
 	Guard(ctx context.Context) context.Context
+	// Done says the request of ctx (from Guard) writes no more and needs
+	// the outcome of its writes no more; it is called once per request,
+	// after whatever settles its writes in the background.
+	Done(ctx context.Context)
 	// Close closes the fence of ctx (from Guard), after which no write made
 	// under it can be applied, and tells what became of the request's last
-	// write of the Service namespace/name.
+	// write of the Service namespace/name. An error that wraps
+	// ErrWritesEnded says the outcome is lost but no write of the request
+	// can be applied any more (its lease ended): a read is then final. Any
+	// other error leaves the fence as it was: a later Close may succeed.
 	Close(ctx context.Context, namespace, name string) (FenceOutcome, error)
 	// Replaced returns the Service that the request's last write of
 	// namespace/name replaced (its compare's version); nil for a create.
 	Replaced(ctx context.Context, namespace, name string) (*corev1.Service, error)
 }
+
+// ErrWritesEnded is wrapped by a Fencer's Close error when the write's
+// outcome can no longer be learned, but no write of the request can be
+// applied any more either.
+var ErrWritesEnded = errors.New("no write of the request can be applied any more")
 
 // FenceOutcome is the fate of a request's last write of a Service, known
 // for good.
@@ -51,6 +63,13 @@ func (r *REST) guard(ctx context.Context) context.Context {
 		return ctx
 	}
 	return r.fencer.Guard(ctx)
+}
+
+// fenceDone ends the request's fence, when there is a Fencer.
+func (r *REST) fenceDone(ctx context.Context) {
+	if r.fencer != nil {
+		r.fencer.Done(ctx)
+	}
 }
 
 // readBack learns the outcome of a create or update of the Service name
@@ -75,21 +94,31 @@ func (r *REST) readBack(name string) readBack {
 			}
 			klog.FromContext(ctx).Info("Could not learn a failed Service write's outcome through its fence; reading the Service",
 				"service", klog.KRef(namespace, name), "err", err)
+			// Once no write of the request can land, a read is final;
+			// before, a later Close may still learn the outcome.
+			after := r.readService(ctx, name, errors.Is(err, ErrWritesEnded) || etcdquota.Exceeded(writeErr))
+			after.retry = !errors.Is(err, ErrWritesEnded) && !etcdquota.Exceeded(err)
+			return after
 		}
-		final := etcdquota.Exceeded(writeErr)
-		obj, err := r.Store.Get(ctx, name, &metav1.GetOptions{})
-		if apierrors.IsNotFound(err) {
-			return afterWrite{final: final}
-		}
-		if err != nil {
-			return afterWrite{err: err}
-		}
-		svc, ok := obj.(*corev1.Service)
-		if !ok {
-			return afterWrite{err: fmt.Errorf("read back %s: not a Service: %T", name, obj)}
-		}
-		return afterWrite{stored: svc, final: final}
+		return r.readService(ctx, name, etcdquota.Exceeded(writeErr))
 	}
+}
+
+// readService reads the Service name back after a failed write; final says
+// no write of the request can be applied after the read.
+func (r *REST) readService(ctx context.Context, name string, final bool) afterWrite {
+	obj, err := r.Store.Get(ctx, name, &metav1.GetOptions{})
+	if apierrors.IsNotFound(err) {
+		return afterWrite{final: final}
+	}
+	if err != nil {
+		return afterWrite{err: err}
+	}
+	svc, ok := obj.(*corev1.Service)
+	if !ok {
+		return afterWrite{err: fmt.Errorf("read back %s: not a Service: %T", name, obj)}
+	}
+	return afterWrite{stored: svc, final: final}
 }
 
 // settleDelete learns, through the request's fence, whether a storage

@@ -118,7 +118,7 @@ func (r *REST) Create(ctx context.Context, obj runtime.Object, createValidation 
 	log := &writeLog{}
 	out, err := r.Store.Create(withWriteLog(ctx, log), obj, createValidation, options)
 	// The store names the Service before it reserves (generateName).
-	log.settle(ctx, err, r.readBack(svc.Name))
+	r.settle(ctx, log, err, svc.Name)
 	return out, err
 }
 
@@ -137,7 +137,7 @@ func (r *REST) Update(ctx context.Context, name string, objInfo rest.UpdatedObje
 	ctx = r.guard(ctx)
 	log := &writeLog{update: true}
 	out, created, err := r.Store.Update(withWriteLog(ctx, log), name, objInfo, createValidation, updateValidation, forceAllowCreate, options)
-	log.settle(ctx, err, r.readBack(name))
+	r.settle(ctx, log, err, name)
 	return out, created, err
 }
 
@@ -152,6 +152,7 @@ func (r *REST) Delete(ctx context.Context, name string, deleteValidation rest.Va
 	}
 	defer done()
 	ctx = r.guard(ctx)
+	defer r.fenceDone(ctx)
 	if options == nil || options.Preconditions == nil {
 		read := &cachedRead{}
 		out, deleted, err := r.Store.Delete(withCachedRead(ctx, read), name, read.guard(deleteValidation), options)
@@ -169,7 +170,9 @@ func (r *REST) DeleteCollection(ctx context.Context, deleteValidation rest.Valid
 		return nil, err
 	}
 	defer done()
-	return r.Store.DeleteCollection(r.guard(ctx), deleteValidation, options, listOptions)
+	ctx = r.guard(ctx)
+	defer r.fenceDone(ctx)
+	return r.Store.DeleteCollection(ctx, deleteValidation, options, listOptions)
 }
 
 func (r *REST) beginCreate(ctx context.Context, obj runtime.Object, options *metav1.CreateOptions) (genericregistry.FinishFunc, error) {

@@ -53,8 +53,17 @@ import (
 //	either   anything else (unreadable, not final, deleted,        leave: release nothing
 //	         re-created, changed by another writer)
 //
-// A settlement never releases what the Service read holds. What is left is
-// a leak, which the repair's leak rule frees; a duplicate is never repaired.
+// A read is final after a quota error, and once the request's fence says no
+// write of it can be applied any more (its lease ended: ErrWritesEnded).
+// When the fence could not be closed in time (a slow member, a stalled
+// connection) the request returns, holding what it reserved, and the
+// server goes on closing the fence in the background (REST.settleLater),
+// attempt after attempt, each bounded so that the next reaches another
+// endpoint, until the outcome is known or the lease has ended; it settles
+// then. A settlement never releases what the Service read holds. What is
+// left is a leak, which the repair's leak rule frees once no write that
+// was in flight can land (repair.Options.InFlight); a duplicate is never
+// repaired.
 
 // writeLog collects the transactions of one create or update request.
 type writeLog struct {
@@ -122,6 +131,9 @@ type afterWrite struct {
 	stored *corev1.Service
 	final  bool
 	err    error
+	// retry says the fence could not be closed yet and the request's
+	// writes may still land: a later Close may learn the outcome.
+	retry bool
 }
 
 // readBack learns what it can of a write that failed with err.
@@ -130,14 +142,16 @@ type readBack func(ctx context.Context, err error) afterWrite
 // settle settles the recorded attempts after the store answered err. Every
 // attempt but the last lost its compare-and-swap and is reverted; the last
 // is committed on success, and otherwise decided by settleFailedWrite on
-// what read finds.
-func (l *writeLog) settle(ctx context.Context, err error, read readBack) {
+// what read finds. When that leaves it unknown but a later read may learn
+// it (afterWrite.retry), settle returns it unsettled, holding what it
+// reserved, for the caller to settle later (REST.settleLater).
+func (l *writeLog) settle(ctx context.Context, err error, read readBack) *attempt {
 	l.mu.Lock()
 	attempts := l.attempts
 	l.attempts = nil
 	l.mu.Unlock()
 	if len(attempts) == 0 {
-		return
+		return nil
 	}
 	last := attempts[len(attempts)-1]
 	for _, a := range attempts[:len(attempts)-1] {
@@ -145,15 +159,20 @@ func (l *writeLog) settle(ctx context.Context, err error, read readBack) {
 	}
 	if err == nil {
 		last.txn.Commit(ctx)
-		return
+		return nil
 	}
 	var after afterWrite
 	if !writeRefused(err) {
-		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), releaseTimeout)
+		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), settleInline)
 		after = read(rctx, err)
 		cancel()
 	}
-	settleFailedWrite(err, last, after).apply(ctx, last.txn, after.stored, err)
+	s := settleFailedWrite(err, last, after)
+	if s == leave && after.retry {
+		return &last
+	}
+	s.apply(ctx, last.txn, after.stored, err)
+	return nil
 }
 
 // settlement is what becomes of a failed write's reservation.

@@ -205,3 +205,48 @@ func TestSettleUpdateAttempts(t *testing.T) {
 		}
 	}
 }
+
+// TestSettleLeftForLater: a create whose fence could not be closed yet
+// (afterWrite.retry) is handed back unsettled, its address still held and
+// its transaction open; settled later with what the fence then says (not
+// landed), it releases. One whose read is final is settled at once.
+func TestSettleLeftForLater(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	a, mems := newAlloc(t, "10.0.0.0/24")
+	create := func() (*writeLog, netip.Addr) {
+		t.Helper()
+		s := svc(func(s *corev1.Service) { s.UID = "u1" })
+		log := &writeLog{}
+		lctx := withWriteLog(ctx, log)
+		if err := a.PrepareCreate(lctx, s); err != nil {
+			t.Fatal(err)
+		}
+		txn, err := a.AllocateCreate(lctx, s, false)
+		if err != nil {
+			t.Fatal(err)
+		}
+		finisher(lctx, txn, s, nil)(lctx, false)
+		return log, netip.MustParseAddr(s.Spec.ClusterIP)
+	}
+	held := func(ip netip.Addr) bool {
+		h, _ := mems[0].Has(ctx, ip)
+		return h
+	}
+	timeout := apierrors.NewTimeoutError("etcd", 1)
+
+	log, ip := create()
+	left := log.settle(ctx, timeout, func(context.Context, error) afterWrite { return afterWrite{retry: true} })
+	if left == nil || left.txn.done || !held(ip) {
+		t.Fatalf("fence not closed yet: left %v, address held %v; want the attempt handed back, open, its address held", left, held(ip))
+	}
+	settleFailedWrite(timeout, *left, afterWrite{fenced: true, final: true}).apply(ctx, left.txn, nil, timeout)
+	if held(ip) {
+		t.Error("fenced later, not landed: the address is still held")
+	}
+
+	log, ip = create()
+	if left := log.settle(ctx, timeout, func(context.Context, error) afterWrite { return afterWrite{final: true} }); left != nil || held(ip) {
+		t.Errorf("the write can no longer land and the Service is absent: left %v, address held %v; want released at once", left, held(ip))
+	}
+}

@@ -184,9 +184,13 @@ func (r *BitmapRepair) addLeaks(found *repair.Findings[netip.Addr], leaks []repa
 	for _, leak := range leaks {
 		p := report.Problem{Type: report.TypeLeak, IP: leak.Key.String(),
 			Message: fmt.Sprintf("Cluster IP [%s]:%s is allocated but no Service uses it; it is freed on the %s pass that sees it", family, leak.Key, report.Ordinal(repair.LeakPasses))}
-		if leak.Freed {
+		switch {
+		case leak.Freed:
 			p.Fixed = !r.cfg.DryRun
 			p.Message = fmt.Sprintf("Cluster IP [%s]:%s appears to have leaked: cleaning up", family, leak.Key)
+		case leak.InFlight:
+			p.Message = fmt.Sprintf("Cluster IP [%s]:%s is allocated but no Service uses it; it is freed once the Service writes in flight, "+
+				"which may still store its Service, can no longer land", family, leak.Key)
 		}
 		found.Add(nil, p)
 	}

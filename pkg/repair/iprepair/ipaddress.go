@@ -90,7 +90,9 @@ type IPAddressConfig struct {
 //     Service is stored (the allocator claims first), so an IPAddress
 //     without a Service may belong to a create in flight. An orphaned
 //     IPAddress managed by ipallocator.k8s.io is deleted only when it is
-//     older than OrphanGrace, after a fresh GET of it and of its parent
+//     older than OrphanGrace and every Service write in flight when that
+//     grace ended has ended too (Options.InFlight: one of them may still
+//     store its Service), after a fresh GET of it and of its parent
 //     Service still finds no owner, and with the UID and resourceVersion of
 //     that GET as delete preconditions, so an object re-created or changed
 //     in between is never removed. Upstream deletes an IPAddress whose parent
@@ -132,6 +134,7 @@ type IPAddressConfig struct {
 type IPAddressRepair struct {
 	cfg     IPAddressConfig
 	carried atomic.Uint64
+	orphans *orphanWait
 }
 
 // CarriedOver is how many IPAddresses the repair created, while CarryOver
@@ -147,7 +150,7 @@ func NewIPAddressRepair(cfg IPAddressConfig) (*IPAddressRepair, error) {
 	if cfg.Workers <= 0 {
 		cfg.Workers = DefaultIPAddressWorkers
 	}
-	return &IPAddressRepair{cfg: cfg}, nil
+	return &IPAddressRepair{cfg: cfg, orphans: newOrphanWait(repair.NewHorizon(cfg.InFlight, cfg.Now))}, nil
 }
 
 // RunOnce makes one full pass from consistent lists of IPAddresses,

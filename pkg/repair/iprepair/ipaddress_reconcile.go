@@ -429,6 +429,9 @@ func (r *IPAddressRepair) reconcileOrphan(ctx context.Context, view ipView, ip n
 	if !ipaddress.IsManaged(cur) || r.pendingOrphan(ip, cur, out) {
 		return nil
 	}
+	if waiting, err := r.waitInFlight(ctx, ip, cur, out); err != nil || waiting {
+		return err
+	}
 	parentExists = false
 	if ipaddress.ParentIsService(cur) {
 		parent, err := r.getService(ctx, cur.Spec.ParentRef.Namespace, cur.Spec.ParentRef.Name)
