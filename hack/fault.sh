@@ -8,7 +8,8 @@
 # Each configuration asserts no duplicate ClusterIP or node port, every stored
 # Service's addresses and ports reserved, and no acknowledged write lost;
 # the test logs one line of figures per configuration and a table at the
-# end (grep for CONFIGURATION). Without the race detector, because the
+# end (grep for CONFIGURATION). The package's other tests run too: lost
+# answers, and Service writes delayed past another replica's repair grace. Without the race detector, because the
 # timings of the faults are part of what is tested; about twenty minutes on
 # two cores. `go test ./test/fault/` alone runs CI's bounded subset.
 #

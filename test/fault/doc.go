@@ -43,6 +43,14 @@
 // on two cores: ipaddress/NodePort/IPv4 and bitmap/ClusterIP/dual-stack with
 // 3 endpoints, and the first again with 1 endpoint; -short skips it.
 //
+// Beside the matrix, TestLostDeleteReleases and TestLostClaimLeavesNothing
+// lose one write's answer on purpose, and TestLateWriteAfterRepairGrace
+// delays one replica's Service writes (10 s, on its only endpoint, so its
+// fences cannot be closed either) past another replica's repair grace
+// (2 s), fills both ranges from that replica, and checks that no late write
+// lands on an address the repair freed: the repair waits for the writer's
+// write lease.
+//
 // Only loopback addresses are used, every loop is bounded in count and time,
 // and everything started is stopped by t.Cleanup.
 package fault

@@ -31,10 +31,11 @@
 //     IPAddress create has an unknown outcome (allocation.ErrOutcomeUnknown):
 //     its IPAddress may still land, so its bit stays set and no bitmap
 //     replica hands the address out beside it. The bitmap repair frees such
-//     a bit as a leak after its LeakGrace (90 s by default), which is
-//     shorter than fence.LeaseTTL (5 min), the longest the create can still
-//     land: an IPAddress landing after the repair freed its bit is not
-//     covered yet.
+//     a bit as any leak: after its LeakGrace, and once every write lease
+//     alive then has ended (repair.Options.InFlight). A claim carries no
+//     lease, so one that lands after that makes an orphan IPAddress on a free
+//     address, which the IPAddress repair deletes; never a duplicate, since a
+//     claim is refused where the address is taken.
 package dualwrite
 
 import (

@@ -25,7 +25,10 @@
 //     defaults to repair.DefaultLeakGrace (RequestTimeout 60 s + 30 s),
 //     because a create may hold a reserved address for up to the request
 //     timeout before its Service is stored (admission webhooks run in
-//     between on kube-apiserver).
+//     between on kube-apiserver). And once the grace is over the address is
+//     freed only when every write lease alive then has ended
+//     (Options.InFlight): a write whose answer was lost may land until its
+//     lease ends (design.md §7).
 //   - The write is a compare-and-swap on the map's ModRevision. A concurrent
 //     allocation makes it fail; the pass's changes (addresses to set, confirmed
 //     leaks to clear) are then merged onto a fresh read and written with a new
@@ -55,9 +58,10 @@
 // migration). The unit of work is one address. Reads come from a snapshot
 // and never justify a write alone: creates are preceded by a fresh read of
 // the Service and are create-if-absent; deletes need an IPAddress older than
-// OrphanGrace (60 s, the request timeout, because the allocator claims
-// before the Service is stored), fresh reads that still find no owner, and
-// UID+resourceVersion preconditions. parentRef is immutable, so a wrong one
+// OrphanGrace (the leak grace, because the allocator claims before the
+// Service is stored) with every write lease alive when that grace was first
+// seen over ended since (Options.InFlight), fresh reads that still find no
+// owner, and UID+resourceVersion preconditions. parentRef is immutable, so a wrong one
 // is fixed by conditional delete + create only under the same rules, and a
 // lost race is reported, never overwritten. IPAddresses managed by others
 // are never written. Shared, out-of-range and invalid ClusterIPs are
