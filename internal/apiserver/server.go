@@ -23,7 +23,6 @@ import (
 	"k8s.io/apiserver/pkg/registry/rest"
 	genericapiserver "k8s.io/apiserver/pkg/server"
 	"k8s.io/apiserver/pkg/server/healthz"
-	storagefactory "k8s.io/apiserver/pkg/storage/storagebackend/factory"
 	"k8s.io/client-go/informers"
 	restclient "k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/record"
@@ -149,7 +148,7 @@ func (c CompletedConfig) New(ctx context.Context) (*Server, error) {
 	if err := s.addPostStartHooks(); err != nil {
 		return nil, err
 	}
-	if err := s.addHealthChecks(ctx, getter); err != nil {
+	if err := s.addHealthChecks(ctx); err != nil {
 		return nil, err
 	}
 	ok = true
@@ -335,6 +334,14 @@ func (s *Server) addPostStartHooks() error {
 	return nil
 }
 
+// healthTimeout and readyTimeout bound the etcd reads of the etcd and
+// etcd-readiness checks, as kube-apiserver's --etcd-healthcheck-timeout and
+// --etcd-readycheck-timeout defaults do.
+const (
+	healthTimeout = 2 * time.Second
+	readyTimeout  = 2 * time.Second
+)
+
 // readiness is implemented by allocators that load state asynchronously
 // (the IPAddress model's informers).
 type readiness interface{ Ready() bool }
@@ -342,20 +349,16 @@ type readiness interface{ Ready() bool }
 // addHealthChecks adds etcd to /healthz, /livez and /readyz, and the
 // allocators to /readyz: not ready until bootstrap opened them and their
 // caches are synced. The etcd checks run until ctx ends.
-func (s *Server) addHealthChecks(ctx context.Context, getter *restOptionsGetter) error {
-	etcdHealth, err := storagefactory.CreateHealthCheck(getter.base, ctx.Done())
-	if err != nil {
-		return fmt.Errorf("etcd health check: %w", err)
+func (s *Server) addHealthChecks(ctx context.Context) error {
+	health := etcdlayout.Layout{Prefix: s.cfg.EtcdPrefix}.Root() + "/health"
+	if s.cfg.InProcessEtcd == nil {
+		go newEtcdReach(s.etcd, s.cfg.EtcdServers, logger(ctx).WithName("etcd")).run(ctx)
 	}
-	etcdReady, err := storagefactory.CreateReadyCheck(getter.base, ctx.Done())
-	if err != nil {
-		return fmt.Errorf("etcd readiness check: %w", err)
-	}
-	if err := s.generic.AddHealthChecks(healthz.NamedCheck("etcd", func(*http.Request) error { return etcdHealth() })); err != nil {
+	if err := s.generic.AddHealthChecks(&etcdGetCheck{name: "etcd", kv: s.etcd.KV, key: health, timeout: healthTimeout}); err != nil {
 		return err
 	}
 	return s.generic.AddReadyzChecks(
-		healthz.NamedCheck("etcd-readiness", func(*http.Request) error { return etcdReady() }),
+		&etcdGetCheck{name: "etcd-readiness", kv: s.etcd.KV, key: health, timeout: readyTimeout},
 		newEtcdAlarmCheck(s.etcd, logger(ctx)), // etcd-alarms: NOSPACE and other alarms (health_etcd.go)
 		healthz.NamedCheck("clusterip-repair", func(*http.Request) error {
 			select {

@@ -35,6 +35,7 @@ type renumberOptions struct {
 	output          string
 	progress        bool
 	recreateInDoubt bool
+	keepOffsets     bool
 	rerun           string // the command line that resumes an interrupted run
 	command         string // the command's path, for pointers at its help
 }
@@ -53,6 +54,16 @@ other family's address). The new address is the server's pick among the
 ranges the Service may use, or, with --to, a free address of that
 ServiceCIDR. Clients see a new ClusterIP: DNS follows, connections to the
 old address break.
+
+A ClusterIP in the static band of --from (its lower min(max(16, size/16),
+256) addresses, where user-chosen ones such as kube-dns's 10.96.0.10 live)
+keeps its offset: 10.96.0.10 of 10.96.0.0/16 becomes 10.100.0.10 of
+10.100.0.0/16, in --to or, without it, in the range the server picks from
+for that Service. The dry run lists these addresses. When the offset is
+beyond that range or its address is held, the Service is left and reported
+(exit 2); --keep-static-offsets=false moves it to any free address. Move
+kube-system/kube-dns together with the kubelets' clusterDNS (see
+docs/operations.md, "Replacing the default range").
 
 By default it is a dry run that lists the Services and their addresses,
 each re-create checked by a server-side dry run: pass --dry-run=false to
@@ -77,8 +88,8 @@ server's own default/kubernetes is never moved (see docs/operations.md,
 
 It ends with a verification: every re-created Service exists with its spec,
 outside --from, each address an IPAddress naming it. Exit code 0: done (or
-nothing to do), 2: Services left or in doubt, a node port or kept address changed
-(taken by another create while the Service was gone), or the verification
+nothing to do), 2: Services left or in doubt, a node port, kept address or
+static-band offset changed (taken by another create while the Service was gone), or the verification
 found problems, 1:
 error, 130: interrupted (Ctrl-C stops it between two Services).`,
 		Args: cobra.NoArgs,
@@ -101,6 +112,7 @@ error, 130: interrupted (Ctrl-C stops it between two Services).`,
 	fs.StringVarP(&o.selector, "selector", "l", "", "move only the Services this label selector matches (e.g. -l app=web)")
 	fs.StringVar(&o.journal, "journal", "", "the file that records each Service before its delete (default: allocator-renumber-<from>.journal in the current directory)")
 	fs.BoolVar(&o.recreateInDoubt, "recreate-in-doubt", false, "re-create the journal's Services that are gone while a killed run's delete of them was in flight, when it cannot be told whether that delete or another client's removed them (by default they are reported, exit 2, and kept in the journal)")
+	fs.BoolVar(&o.keepOffsets, "keep-static-offsets", true, "keep the offset of each ClusterIP in --from's static band (10.96.0.10 -> 10.100.0.10), or leave the Service; false moves it to any free address")
 	fs.StringVarP(&o.output, "output", "o", "table", "output format: table, "+machineFormats)
 	fs.BoolVar(&o.progress, "progress", false, "print progress to stderr: a redrawn line on a terminal (the default there), plain lines elsewhere")
 	return cmd
@@ -133,7 +145,8 @@ func (o *renumberOptions) config() (renumber.Config, error) {
 		return cfg, fmt.Errorf("--journal: %w", err)
 	}
 	return renumber.Config{From: o.from, To: o.to, DryRun: o.dryRun, Batch: o.batch,
-		Filter: renumber.Filter{Selector: sel}, JournalPath: o.journal, RecreateInDoubt: o.recreateInDoubt}, nil
+		Filter: renumber.Filter{Selector: sel}, JournalPath: o.journal, RecreateInDoubt: o.recreateInDoubt,
+		IgnoreStaticBand: !o.keepOffsets}, nil
 }
 
 // namespace is -n, else the kubeconfig context's namespace, else
@@ -248,7 +261,7 @@ func renumberExit(res *renumber.Result) error {
 		}
 	}
 	if len(changed) > 0 {
-		return &exitError{code: 2, msg: fmt.Sprintf("%s moved with a node port or kept address changed: %s", plural(len(changed), "Service", "Services"), strings.Join(changed, ", "))}
+		return &exitError{code: 2, msg: fmt.Sprintf("%s moved with a node port, kept address or static-band offset changed: %s", plural(len(changed), "Service", "Services"), strings.Join(changed, ", "))}
 	}
 	if !res.DryRun && !res.Verified {
 		return &exitError{code: 2, msg: fmt.Sprintf("the verification found %s", plural(len(res.Problems), "problem", "problems"))}
@@ -283,6 +296,11 @@ func writeRenumber(w io.Writer, res *renumber.Result) error {
 	}
 	for _, n := range notes {
 		fmt.Fprintln(w, n)
+	}
+	for _, m := range res.Moves {
+		if len(m.Offsets) > 0 {
+			fmt.Fprintf(w, "%s %s its static-band offset: %s\n", m.Key(), keepsVerb(res), offsetsText(m.Offsets))
+		}
 	}
 	for _, p := range res.Problems {
 		fmt.Fprintln(w, "verification: "+p)
@@ -322,6 +340,13 @@ func renumberSummary(res *renumber.Result) string {
 	if res.Outside > 0 {
 		parts = append(parts, fmt.Sprintf("%s in the range outside the selection (-A, -n and -l choose)", plural(res.Outside, "more Service", "more Services")))
 	}
+	if n := countOffsets(res); n > 0 {
+		what := "their static-band offsets"
+		if n == 1 {
+			what = "its static-band offset"
+		}
+		parts = append(parts, fmt.Sprintf("%s %s %s", plural(n, "Service", "Services"), keepsVerb(res), what))
+	}
 	switch {
 	case res.DryRun:
 		parts = append(parts, "nothing changed; --dry-run=false moves them")
@@ -329,4 +354,33 @@ func renumberSummary(res *renumber.Result) string {
 		parts = append(parts, "verified")
 	}
 	return strings.Join(parts, "; ")
+}
+
+// keepsVerb is how the output says a Service keeps its offset: in a dry run
+// it would.
+func keepsVerb(res *renumber.Result) string {
+	if res.DryRun {
+		return "would keep"
+	}
+	return "kept"
+}
+
+// offsetsText is "10.96.0.10 -> 10.100.0.10 (offset 10)" per offset.
+func offsetsText(offsets []renumber.Offset) string {
+	parts := make([]string, len(offsets))
+	for i, off := range offsets {
+		parts[i] = fmt.Sprintf("%s -> %s (offset %d)", off.Old, off.New, off.N)
+	}
+	return strings.Join(parts, ", ")
+}
+
+// countOffsets counts the Services that keep a static-band offset.
+func countOffsets(res *renumber.Result) int {
+	n := 0
+	for _, m := range res.Moves {
+		if len(m.Offsets) > 0 {
+			n++
+		}
+	}
+	return n
 }

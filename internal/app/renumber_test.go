@@ -2,6 +2,7 @@ package app
 
 import (
 	"bytes"
+	"net/netip"
 	"strings"
 	"testing"
 	"time"
@@ -39,7 +40,7 @@ func TestRenumberFlags(t *testing.T) {
 func TestRenumberHelp(t *testing.T) {
 	t.Parallel()
 	out, _, code := runApp(t, "renumber", "--help")
-	for _, want := range []string{"DNS follows, connections to the", "--dry-run=false", "--journal", "lifecycle.allocator.github.io/draining=true", "-A, --all-namespaces", "-l, --selector"} {
+	for _, want := range []string{"DNS follows, connections to the", "--dry-run=false", "--journal", "lifecycle.allocator.github.io/draining=true", "-A, --all-namespaces", "-l, --selector", "--keep-static-offsets", "keeps its offset: 10.96.0.10 of 10.96.0.0/16 becomes 10.100.0.10"} {
 		if code != 0 || !strings.Contains(out, want) {
 			t.Errorf("renumber --help (exit %d) lacks %q", code, want)
 		}
@@ -98,7 +99,26 @@ dry run: 1 Service would move out of ServiceCIDR old (10.1.0.0/24); 3 more Servi
 				{Namespace: "a", Name: "np", OldIPs: []string{"10.1.0.8"}, NewIPs: []string{"10.96.0.8"}, Outcome: renumber.Changed,
 					Reason: "taken by another Service while it was gone: node port 30080 of port 80/TCP is now 31234"},
 			}},
-			wantExit: "1 Service moved with a node port or kept address changed: a/np",
+			wantExit: "1 Service moved with a node port, kept address or static-band offset changed: a/np",
+		},
+		{
+			name: "dry run, static-band offsets kept",
+			res: renumber.Result{From: "kubernetes", FromCIDRs: []string{"10.96.0.0/16", "fd00:96::/112"}, DryRun: true, Moves: []renumber.Move{
+				{Namespace: "kube-system", Name: "kube-dns", OldIPs: []string{"10.96.0.10", "fd00:96::a"}, NewIPs: []string{"10.100.0.10", "fd00:100::a"},
+					Outcome: renumber.WouldMove, Offsets: []renumber.Offset{
+						{Old: netip.MustParseAddr("10.96.0.10"), New: netip.MustParseAddr("10.100.0.10"), N: 10},
+						{Old: netip.MustParseAddr("fd00:96::a"), New: netip.MustParseAddr("fd00:100::a"), N: 10}}},
+				{Namespace: "kube-system", Name: "metrics", OldIPs: []string{"10.96.0.11"}, Outcome: renumber.Left,
+					Reason: "10.96.0.11 is in the static band and keeps its offset 11 as 10.100.0.11, which Service a/squatter holds"},
+			}},
+			want: `NAMESPACE    NAME      CLUSTER-IPS            NEW CLUSTER-IPS          RESULT
+kube-system  kube-dns  10.96.0.10,fd00:96::a  10.100.0.10,fd00:100::a  would move
+kube-system  metrics   10.96.0.11             -                        left
+kube-system/metrics left: 10.96.0.11 is in the static band and keeps its offset 11 as 10.100.0.11, which Service a/squatter holds
+kube-system/kube-dns would keep its static-band offset: 10.96.0.10 -> 10.100.0.10 (offset 10), fd00:96::a -> fd00:100::a (offset 10)
+dry run: 1 Service would move out of ServiceCIDR kubernetes (10.96.0.0/16,fd00:96::/112); 1 left; 1 Service would keep its static-band offset; nothing changed; --dry-run=false moves them
+`,
+			wantExit: "1 Service not moved: kube-system/metrics",
 		},
 		{
 			name:     "verification problems",

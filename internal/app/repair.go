@@ -11,8 +11,10 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/record"
 
+	"github.com/allocator/allocator/internal/fence"
 	"github.com/allocator/allocator/internal/ipallocator"
 	"github.com/allocator/allocator/internal/progress"
+	"github.com/allocator/allocator/pkg/etcdlayout"
 	"github.com/allocator/allocator/pkg/model"
 	"github.com/allocator/allocator/pkg/repair"
 	"github.com/allocator/allocator/pkg/repair/iprepair"
@@ -73,19 +75,41 @@ func newRepairCommand(streams Streams, plugin bool) *cobra.Command {
 allocator model and fixes what it safely can: addresses allocated with no
 Service are freed, addresses Services hold that are not allocated are marked.
 Duplicates, out-of-range and invalid addresses are reported (as events on the
-Service, too) and never changed. While dual write is on (a model transition,
-or any bitmap-model cluster of ours), it also compares the bitmap with the
-IPAddresses and reports an address on which they disagree for 3 s (the
-servers' repairs resolve those; one seen only once is an allocation in
-flight).
+Service, too) and never changed. When it repairs the bitmap while dual write
+is on (a model transition, or any bitmap-model cluster of ours), it also
+compares the bitmap with the IPAddresses and reports an address on which
+they disagree for 3 s (the servers' repairs resolve those; one seen only
+once is an allocation in flight).
+
+--model auto (the default) repairs the model the cluster's writers allocate
+from, and prints to stderr, in one line, which one and why. The first that
+holds decides:
+  no --etcd-servers, or no ClusterIP RangeAllocation in etcd     ipaddress
+  the transition state says dual write is off (the bitmap was
+    retired by "allocator transition finish")                    ipaddress
+  a bitmap-model replica of ours is live                         bitmap
+  an IPAddress-model replica of ours is live (it dual-writes the
+    bitmap and repairs it itself)                                ipaddress
+  the API serves networking.k8s.io/v1 ServiceCIDRs
+    (kube-apiserver 1.33 or later: the maps are left over)       ipaddress
+  otherwise (kube-apiserver 1.32 or earlier)                     bitmap
+The bitmap is repaired only while something allocates from it alone: its
+repair judges every Service by the bitmap's range, and would call the
+Services of other ServiceCIDRs out of range.
 
 It reads Services, IPAddresses and ServiceCIDRs through the Kubernetes API
 (--kubeconfig, else $KUBECONFIG, else ~/.kube/config, else the in-cluster
-config, as kubectl) and the bitmap model's RangeAllocations through etcd
-(--etcd-servers). It works the same against a real kube-apiserver.
+config, as kubectl) and the bitmap model's RangeAllocations, the transition
+state and the replica records through etcd (--etcd-servers). It works the
+same against a real kube-apiserver.
 
 By default it makes one pass and exits: 0 when the cluster is consistent or was
-fixed, 2 when problems are left, 1 on errors. In the bitmap model a suspected
+fixed, or only findings left by design remain; 2 when other problems are left;
+1 on errors. Left by design, reported with the label or command that clears
+them, are the states only a person may change and no wait fixes: a Service
+outside its ServiceCIDR scope (after a namespace was relabelled) keeps its
+address until it is recreated, and an IPAddress another controller manages
+(or someone made by hand) is never written. In the bitmap model a suspected
 leak is freed only when three passes agree and the third runs at least
 --leak-grace (default 90 s: the 60 s request timeout plus a margin) after the
 first, so a one-shot run that finds one takes that long. --interval keeps it
@@ -98,13 +122,14 @@ running.`,
 	}
 	fs := cmd.Flags()
 	o.cluster.addFlags(fs)
-	fs.StringVar(&o.model, "model", "auto", "allocator model to repair: bitmap, ipaddress, or auto (bitmap when its maps exist in etcd, else ipaddress)")
+	fs.StringVar(&o.model, "model", "auto", "allocator model to repair: bitmap, ipaddress, or auto (the model the cluster's writers allocate from; see above)")
 	fs.BoolVar(&o.dryRun, "dry-run", false, "report what would change and change nothing")
 	fs.StringVarP(&o.output, "output", "o", "table", "output format: table, "+machineFormats)
 	fs.DurationVar(&o.interval, "interval", 0, "keep running, one pass every interval (0: one pass and exit)")
 	fs.DurationVar(&o.leakGrace, "leak-grace", repair.DefaultLeakGrace,
 		"bitmap model: least time between the first pass that sees a leak and the one that frees it; "+
-			"keep it above the API server's request timeout (60 s), or a slow create's address can be freed and handed out twice")
+			"keep it above the API server's request timeout (60 s), or a slow create's address can be freed and handed out twice. "+
+			"With --etcd-servers a leak is also kept until every Service write in flight when its grace ended can no longer land")
 	fs.BoolVar(&o.progress, "progress", false, "ipaddress model: print each pass's progress to stderr, a redrawn line on a terminal (the default there), plain lines elsewhere")
 	fs.DurationVar(&o.orphanGrace, "orphan-grace", repair.DefaultOrphanGrace, "ipaddress model: least age of an IPAddress with no Service before it is deleted")
 	return cmd
@@ -154,6 +179,9 @@ func runRepair(ctx context.Context, o *repairOptions, streams Streams) error {
 	if o.interval > 0 {
 		for {
 			rep, err := runner.RunOnce(ctx)
+			if err == nil {
+				explainOrWarn(ctx, client, rep, streams)
+			}
 			now := time.Now().UTC()
 			if err != nil {
 				fmt.Fprintf(streams.Err, "%s repair pass failed: %v\n", now.Format(time.RFC3339), err)
@@ -182,6 +210,7 @@ func runRepair(ctx context.Context, o *repairOptions, streams Streams) error {
 			rep.Problems = append(rep.Problems, d)
 		}
 	}
+	explainOrWarn(ctx, client, rep, streams)
 	if err := printRepair(streams, o.output, rep); err != nil {
 		return err
 	}
@@ -189,6 +218,15 @@ func runRepair(ctx context.Context, o *repairOptions, streams Streams) error {
 		return errProblemsLeft(n)
 	}
 	return nil
+}
+
+// explainOrWarn completes the findings left by design with what clears
+// them (explainByDesign); a failed read is a warning (a foreign IPAddress
+// it could not read then stays unresolved: the job exits 2).
+func explainOrWarn(ctx context.Context, client kubernetes.Interface, rep *report.Report, streams Streams) {
+	if err := explainByDesign(ctx, client, rep); err != nil {
+		fmt.Fprintf(streams.Err, "warning: %v\n", err)
+	}
 }
 
 // runner builds the repair controller of the chosen model; waitForPasses
@@ -203,23 +241,60 @@ func (o *repairOptions) runner(ctx context.Context, client kubernetes.Interface,
 	if err != nil {
 		return nil, false, explain(err)
 	}
+	if d := backend.Detection(); d.Detected() {
+		fmt.Fprintf(o.stderr, "--model auto: %s\n", d)
+	}
 	o.stores = backend.BitmapStores()
 	r, err := backend.Repair(ipallocator.RepairConfig{Options: o.shared(client, recorder), Progress: progress.Writer(o.progressWriter())})
 	return r, backend.LeaksWaitForPasses(), err
 }
 
 // shared are the settings every repair of the job takes (repair.Options),
-// from its flags.
+// from its flags. With --etcd-servers the repairs also read the servers'
+// write leases, and free nothing a write in flight may still claim.
 func (o *repairOptions) shared(client kubernetes.Interface, recorder record.EventRecorder) repair.Options {
-	return repair.Options{Client: client, Recorder: recorder, Interval: o.interval, DryRun: o.dryRun, LeakGrace: o.leakGrace, OrphanGrace: o.orphanGrace}
+	opts := repair.Options{Client: client, Recorder: recorder, Interval: o.interval, DryRun: o.dryRun, LeakGrace: o.leakGrace, OrphanGrace: o.orphanGrace}
+	if len(o.cluster.etcdServers) > 0 {
+		o.etcd.flags = &o.cluster
+		opts.InFlight = jobInFlight{conn: &o.etcd, layout: etcdlayout.Layout{Prefix: o.cluster.etcdPrefix}}
+	}
+	return opts
 }
+
+// jobInFlight reads the servers' write leases through the job's etcd
+// client, opened when first needed.
+type jobInFlight struct {
+	conn   *etcdConn
+	layout etcdlayout.Layout
+}
+
+func (j jobInFlight) Leases(ctx context.Context) ([]string, error) {
+	c, err := j.conn.open(ctx)
+	if err != nil {
+		return nil, err
+	}
+	return fence.InFlight{KV: c.KV, Layout: j.layout}.Leases(ctx)
+}
+
+// inFlightWait bounds how long a one-shot job keeps passing over leaks kept
+// for the Service writes in flight, inFlightPoll apart: a server revokes a
+// write lease a few seconds after its last request settled, so a healthy
+// cluster's wait is short; a write whose outcome stays unknown longer is
+// left to the next run (exit 2).
+const (
+	inFlightWait = 30 * time.Second
+	inFlightPoll = 2 * time.Second
+)
 
 // runOneShot makes one pass, and in the bitmap model up to two more,
 // --leak-grace/2 apart (so the third runs --leak-grace after the first, when
 // the repair may free it), while suspected leaks are pending, so a one-shot
-// job can free a leak the three-pass rule has confirmed. The reports are merged.
+// job can free a leak the three-pass rule has confirmed; then more, for up to
+// inFlightWait, while leaks are kept only for the writes in flight. The
+// reports are merged.
 func runOneShot(ctx context.Context, runner passRunner, waitForPasses bool, o *repairOptions) (*report.Report, error) {
 	var reports []*report.Report
+	deadline := time.Now().Add(inFlightWait)
 	for pass := 1; ; pass++ {
 		rep, err := runner.RunOnce(ctx)
 		if err != nil {
@@ -231,13 +306,22 @@ func runOneShot(ctx context.Context, runner passRunner, waitForPasses bool, o *r
 		pending := slices.ContainsFunc(rep.Problems, func(p report.Problem) bool {
 			return p.Type == report.TypeLeak && !p.Fixed && (waitForPasses || p.Resource == repair.ResourceNodePort)
 		})
-		if o.dryRun || !pending || pass == 3 {
+		inFlight := slices.ContainsFunc(rep.Problems, func(p report.Problem) bool { return p.InFlight && !p.Fixed })
+		var wait time.Duration
+		switch {
+		case o.dryRun:
+		case pending && pass < 3:
+			wait = o.leakGrace / 2
+		case inFlight && time.Now().Before(deadline):
+			wait = inFlightPoll
+		}
+		if wait == 0 {
 			break
 		}
 		select {
 		case <-ctx.Done():
 			return nil, ctx.Err()
-		case <-time.After(o.leakGrace / 2):
+		case <-time.After(wait):
 		}
 	}
 	return mergeReports(reports), nil

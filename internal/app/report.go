@@ -74,7 +74,8 @@ type repairJSON struct {
 	Allocated       int              `json:"allocated"`
 	Writes          int              `json:"writes"`
 	Problems        []report.Problem `json:"problems"`
-	Unresolved      int              `json:"unresolved"`
+	Unresolved      int              `json:"unresolved"` // the problems that make the job exit 2
+	ByDesign        int              `json:"byDesign"`   // the problems left by design, each with its "clear"
 	DurationSeconds float64          `json:"durationSeconds"`
 	// Time is when the pass ended (RFC 3339), set by repair --interval.
 	Time string `json:"time,omitempty"`
@@ -83,7 +84,7 @@ type repairJSON struct {
 func newRepairJSON(r *report.Report) repairJSON {
 	return repairJSON{
 		Model: r.Subject(), DryRun: r.DryRun, Services: r.Services, Allocated: r.Allocated, Writes: r.Writes,
-		Problems: problemsForOutput(r.Problems, r.DryRun), Unresolved: r.Unresolved(), DurationSeconds: seconds(r.Duration),
+		Problems: problemsForOutput(r.Problems, r.DryRun), Unresolved: r.Unresolved(), ByDesign: r.LeftByDesign(), DurationSeconds: seconds(r.Duration),
 	}
 }
 
@@ -96,12 +97,20 @@ func repairSummary(r *report.Report) string {
 	}
 	fmt.Fprintf(&b, ": %s, %d allocated, %s", plural(r.Services, "service", "services"), r.Allocated,
 		plural(len(r.Problems), "problem", "problems"))
-	if r.DryRun {
-		if n := r.Unresolved(); n > 0 {
-			fmt.Fprintf(&b, " (%d would need a fix)", n)
-		}
-	} else {
-		fmt.Fprintf(&b, " (%d unresolved), %s", r.Unresolved(), plural(r.Writes, "write", "writes"))
+	var left []string
+	if !r.DryRun {
+		left = append(left, fmt.Sprintf("%d unresolved", r.Unresolved()))
+	} else if n := r.Unresolved(); n > 0 {
+		left = append(left, fmt.Sprintf("%d would need a fix", n))
+	}
+	if n := r.LeftByDesign(); n > 0 {
+		left = append(left, fmt.Sprintf("%d left by design", n))
+	}
+	if len(left) > 0 {
+		fmt.Fprintf(&b, " (%s)", strings.Join(left, ", "))
+	}
+	if !r.DryRun {
+		fmt.Fprintf(&b, ", %s", plural(r.Writes, "write", "writes"))
 	}
 	fmt.Fprintf(&b, ", %v", r.Duration.Round(time.Millisecond))
 	return b.String()
@@ -163,7 +172,15 @@ func writeProblems(w io.Writer, problems []report.Problem, dryRun bool, summary 
 			if p.Resource != "" {
 				what = p.Resource + ":" + p.IP // a node port, not an address
 			}
-			fmt.Fprintf(tw, "%s\t%s\t%s\t%v\t%s\n", p.Type, what, svc, p.Fixed, p.Message)
+			msg := p.Message
+			if p.Standing() == report.ByDesign {
+				msg += " [left by design"
+				if p.Clear != "" {
+					msg += "; to clear: " + p.Clear
+				}
+				msg += "]"
+			}
+			fmt.Fprintf(tw, "%s\t%s\t%s\t%v\t%s\n", p.Type, what, svc, p.Fixed, msg)
 		}
 		if err := tw.Flush(); err != nil {
 			return err

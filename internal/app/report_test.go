@@ -3,6 +3,7 @@ package app
 import (
 	"bytes"
 	"encoding/json"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -23,6 +24,8 @@ var leak = report.Problem{Type: report.TypeLeak, IP: "10.0.0.200",
 	Message: "Cluster IP [IPv4]:10.0.0.200 appears to have leaked: cleaning up"}
 var notAllocated = report.Problem{Type: report.TypeRepair, IP: "10.0.0.50", Service: "default/planted",
 	Message: "Cluster IP [IPv4]:10.0.0.50 is not allocated; repairing"}
+var outOfScope = report.Problem{Type: report.TypeOutOfScope, IP: "10.1.0.3", Service: "team-a/web",
+	Message: "Cluster IP [IPv4]: 10.1.0.3 is outside the ServiceCIDRs this Service's scope allows", Clear: "kubectl label namespace team-a ..."}
 
 func TestRepairTable(t *testing.T) {
 	tests := []struct {
@@ -45,6 +48,21 @@ func TestRepairTable(t *testing.T) {
 			"bitmap repair: 1 service, 2 allocated, 1 problem (0 unresolved), 1 write, 3ms"},
 		absent: []string{"would"},
 	}, {
+		name: "left by design: the hint, counted apart",
+		rep: report.Report{Model: "ipaddress", Services: 2, Allocated: 2,
+			Problems: []report.Problem{outOfScope, {Type: report.TypeLeak, IP: "10.0.0.9", Foreign: true, Message: "left untouched"}}},
+		want: []string{"outOfScope", "scope allows [left by design; to clear: kubectl label namespace team-a ...]",
+			"leak", "left untouched [left by design]",
+			"ipaddress repair: 2 services, 2 allocated, 2 problems (0 unresolved, 2 left by design), 0 writes"},
+	}, {
+		name: "dry run: what needs a fix and what is left by design",
+		rep:  report.Report{Model: "ipaddress", DryRun: true, Problems: []report.Problem{outOfScope, notAllocated}},
+		want: []string{"(dry run, nothing changed): 0 services, 0 allocated, 2 problems (1 would need a fix, 1 left by design), 0s"},
+	}, {
+		name: "dry run with only what is left by design",
+		rep:  report.Report{Model: "ipaddress", DryRun: true, Problems: []report.Problem{outOfScope}},
+		want: []string{"1 problem (1 left by design), 0s"},
+	}, {
 		name:   "consistent",
 		rep:    report.Report{Model: "ipaddress", Services: 4, Allocated: 4},
 		want:   []string{"ipaddress repair: 4 services, 4 allocated, 0 problems (0 unresolved), 0 writes, 0s"},
@@ -57,7 +75,7 @@ func TestRepairTable(t *testing.T) {
 				t.Fatal(err)
 			}
 			checkText(t, out.String(), tt.want, tt.absent)
-			if tt.rep.Problems != nil && tt.rep.Problems[0].Message != leak.Message && tt.rep.Problems[0].Message != notAllocated.Message {
+			if tt.rep.Problems != nil && !slices.Contains([]string{leak.Message, notAllocated.Message, outOfScope.Message}, tt.rep.Problems[0].Message) {
 				t.Errorf("rendering modified the report: %q", tt.rep.Problems[0].Message)
 			}
 		})
@@ -111,6 +129,17 @@ func TestRepairJSON(t *testing.T) {
 			}
 			if m["unresolved"] != 1.0 {
 				t.Errorf("unresolved = %v", m["unresolved"])
+			}
+		},
+	}, {
+		name: "left by design: counted apart, with what clears it",
+		rep:  report.Report{Model: "ipaddress", Problems: []report.Problem{outOfScope, leak}},
+		check: func(t *testing.T, m map[string]any) {
+			if m["unresolved"] != 1.0 || m["byDesign"] != 1.0 {
+				t.Errorf("unresolved = %v, byDesign = %v; want 1 and 1", m["unresolved"], m["byDesign"])
+			}
+			if clear := m["problems"].([]any)[0].(map[string]any)["clear"]; clear != outOfScope.Clear {
+				t.Errorf("clear = %v, want %q", clear, outOfScope.Clear)
 			}
 		},
 	}}

@@ -45,9 +45,12 @@ it is safe against a production cluster, ours or kube-apiserver's.
 Sizes come from the CIDRs and counts from the objects, so an IPv6 /64 is
 never iterated.
 
---model auto (the default) measures the bitmap model when --etcd-servers is
-given and its maps exist, else the IPAddress model. -n NAMESPACE shows that
-namespace's share only (the totals stay the cluster's).
+--model auto (the default) measures the model the cluster's writers allocate
+from, decided as for "allocator repair --model auto" (its help has the rules):
+the IPAddress model without --etcd-servers, without a bitmap in etcd, or once
+the bitmap is retired; the bitmap model while a bitmap-model writer may
+allocate from it alone. -n NAMESPACE shows that namespace's share only (the
+totals stay the cluster's).
 
 A STATE column shows ServiceCIDRs that are draining or manual-only
 (lifecycle.allocator.github.io/ annotations), and a line under the table
@@ -59,7 +62,7 @@ says how many Services still hold addresses in each draining one.`,
 	}
 	fs := cmd.Flags()
 	o.cluster.addFlags(fs)
-	fs.StringVar(&o.model, "model", "auto", "allocator model to measure: bitmap, ipaddress, or auto (bitmap when --etcd-servers is given and its maps exist)")
+	fs.StringVar(&o.model, "model", "auto", "allocator model to measure: bitmap, ipaddress, or auto (the model the cluster's writers allocate from, as repair --help details)")
 	fs.StringVarP(&o.output, "output", "o", "table", "output format: table, wide, "+machineFormats)
 	fs.IntVar(&o.top, "top", 3, "how many of the largest namespaces to show per CIDR (table and wide)")
 	return cmd

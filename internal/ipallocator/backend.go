@@ -88,6 +88,8 @@ type Backend struct {
 	// unless every family has one (a repair of part of the families would
 	// take the primary map for the other family's).
 	stores []iprepair.BitmapStore
+	// detection is how a job's entry (OpenExisting) resolved the model.
+	detection Detection
 }
 
 // Open builds the allocator of each family of cfg.Model. The IPAddress

@@ -49,7 +49,8 @@ type Cluster struct {
 	Client kubernetes.Interface
 }
 
-// OpenExisting resolves c's model (model.Auto detected) and opens c's etcd
+// OpenExisting resolves c's model (model.Auto detected, with c.Client's
+// discovery as Detect's last resort) and opens c's etcd
 // when the model reads it: a Backend with neither allocators nor stores,
 // whose Usage measures the cluster. It writes nothing.
 func OpenExisting(ctx context.Context, c Cluster) (*Backend, error) {
@@ -64,19 +65,19 @@ func OpenExisting(ctx context.Context, c Cluster) (*Backend, error) {
 			return nil, err
 		}
 	}
-	var kv clientv3.KV // nil without etcd (a nil *Client would not be a nil KV)
-	if etcd != nil {
-		kv = etcd
-	}
-	m, err := Detect(ctx, m, kv, c.EtcdPrefix)
+	d, err := Detect(ctx, m, etcd, c.EtcdPrefix, c.Client)
 	if err != nil {
 		return nil, err
 	}
-	if m != model.Bitmap && m != model.IPAddress {
-		return nil, fmt.Errorf("%w %q", ErrUnknownModel, m)
+	if d.Model != model.Bitmap && d.Model != model.IPAddress {
+		return nil, fmt.Errorf("%w %q", ErrUnknownModel, d.Model)
 	}
-	return &Backend{cfg: Config{Model: m, Etcd: etcd, EtcdPrefix: c.EtcdPrefix, Client: c.Client}}, nil
+	return &Backend{cfg: Config{Model: d.Model, Etcd: etcd, EtcdPrefix: c.EtcdPrefix, Client: c.Client}, detection: d}, nil
 }
+
+// Detection is how OpenExisting or OpenRepair resolved the Cluster's model
+// (see Detect); the zero Detection for a Backend built by Open.
+func (b *Backend) Detection() Detection { return b.detection }
 
 // OpenRepair is a Backend over the maps c already has, for the standalone
 // repair job: no allocators, the repairs only. In the bitmap model it reads

@@ -77,7 +77,7 @@ func (r *runner) moveOne(ctx context.Context, p *plan) (*Entry, error) {
 	defer cancel()
 	svc := p.c.Service
 	entry := Entry{Op: OpDeleting, Namespace: svc.Namespace, Name: svc.Name, OldUID: svc.UID, ResourceVersion: svc.ResourceVersion,
-		Service: p.rec, ClusterIPs: storedClusterIPs(p.c.Service), Moved: ipStrings(p.c.Moved)}
+		Service: p.rec, ClusterIPs: storedClusterIPs(p.c.Service), Moved: ipStrings(p.c.Moved), Offsets: p.offsets}
 	if err := r.cfg.Journal.Record(entry); err != nil {
 		r.record(leftMove(p.c, err.Error()), nil)
 		return nil, err
@@ -107,16 +107,19 @@ func (r *runner) moveOne(ctx context.Context, p *plan) (*Entry, error) {
 	}
 	m := Move{Namespace: svc.Namespace, Name: svc.Name, OldIPs: ipStrings(holding.IPs(svc)),
 		NewIPs: ipStrings(holding.IPs(got)), Outcome: Moved, Reason: note}
-	markChanged(&m, p.c, got)
+	markChanged(&m, p, got)
 	r.record(m, p.rec)
 	settled.NewUID = got.UID
 	return settled, nil
 }
 
-// markChanged makes m a Changed move when created lost a node port or a
-// kept address of c's Service.
-func markChanged(m *Move, c Candidate, created *corev1.Service) {
-	changes := KeptChanges(c, created)
+// markChanged records the offsets created keeps in m, and makes m a Changed
+// move when created lost a node port, a kept address or an offset p asked
+// for.
+func markChanged(m *Move, p *plan, created *corev1.Service) {
+	held := holding.IPs(created)
+	m.Offsets = keptOffsets(p.offsets, held)
+	changes := append(KeptChanges(p.c, created), offsetChanges(p.offsets, held)...)
 	if len(changes) == 0 {
 		return
 	}
@@ -218,7 +221,8 @@ func (r *runner) resumeOne(ctx context.Context, e Entry) error {
 	}
 	createCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), moveTimeout)
 	defer cancel()
-	created, note, err := r.create(createCtx, &plan{c: e.Candidate(), rec: e.Service})
+	p := &plan{c: e.Candidate(), rec: e.Service, offsets: e.Offsets}
+	created, note, err := r.create(createCtx, p)
 	if err != nil {
 		m.Outcome, m.Reason = Pending, fmt.Sprintf("%v; the journal %s holds it: run the same command again", err, r.cfg.Journal.Path())
 		r.record(m, nil)
@@ -229,7 +233,7 @@ func (r *runner) resumeOne(ctx context.Context, e Entry) error {
 		m.Reason = strings.TrimPrefix(m.Reason+"; ", "; ") + fmt.Sprintf("the journal confirms the killed run deleted it; "+
 			"its history could not be read (%v), so a re-create and delete by another client since cannot be ruled out", herr)
 	}
-	markChanged(&m, e.Candidate(), created)
+	markChanged(&m, p, created)
 	r.record(m, e.Service)
 	return r.cfg.Journal.Record(Entry{Op: OpDone, Namespace: e.Namespace, Name: e.Name, OldUID: e.OldUID, NewUID: created.UID})
 }

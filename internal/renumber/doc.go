@@ -9,9 +9,12 @@
 // What a Service's re-create asks for, per IP family:
 //
 //	family's address          --to given                    no --to
+//	inside --from's static    the address at the same       the address at the same offset of the
+//	band (moved, offset       offset of --to (static)       narrowest open CIDR holding a dry run's
+//	kept)                                                   pick (static)
 //	inside --from (moved)     a free address of --to        the server's pick: left empty, or, when a
-//	                          (a static request)            later family keeps its address, a static
-//	                                                        request for what a dry run picked
+//	                          (a static request)            later family is pinned, a static request
+//	                                                        for what a dry run picked
 //	outside --from (kept)     the same address (static)     the same address (static)
 //
 // The API refuses an empty entry before a given one in spec.clusterIPs, so a
@@ -40,10 +43,19 @@
 //     about to be sent, not with its batch. A create that fails on an
 //     address or port taken meanwhile is retried with fresh addresses
 //     (bounded) rather than given up.
+//   - A static-band address keeps its offset (KeepOffset: 10.96.0.10 of
+//     10.96.0.0/16 becomes 10.100.0.10 of 10.100.0.0/16), because users
+//     choose those addresses and name them elsewhere (a kubelet's
+//     clusterDNS names kube-dns's). When the offset lies beyond the target
+//     range, inside --from, or at an address held, the Service is left
+//     where it is and reported (Config.IgnoreStaticBand moves it to any
+//     free address instead): an address that moves silently breaks what
+//     names it, while the old one keeps working until the range is deleted.
 //   - Node ports and the kept family's address are kept. When another
-//     client's create takes one while the Service is gone, the re-create
-//     takes another and the move is Changed, naming each change (KeptChanges):
-//     reported, never silent.
+//     client's create takes one, or a kept offset's address, while the
+//     Service is gone, the re-create takes another and the move is
+//     Changed, naming each change (KeptChanges, offsetChanges): reported,
+//     never silent, and never a Service left deleted for it.
 //   - A Service that cannot be moved is left untouched: the dry run of its
 //     re-create must pass first (a type, a scope or a full range the API
 //     would refuse), a Service with finalizers is not deleted (its delete

@@ -54,6 +54,9 @@ type Entry struct {
 	Service    *corev1.Service `json:"service,omitempty"`
 	ClusterIPs []string        `json:"clusterIPs,omitempty"`
 	Moved      []string        `json:"moved,omitempty"`
+	// Offsets are the static-band addresses Service keeps the offset of,
+	// so a resumed run reports one it had to give up.
+	Offsets []Offset `json:"keptOffsets,omitempty"`
 }
 
 // Candidate rebuilds the Candidate the entry was written for: the old

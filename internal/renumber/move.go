@@ -29,21 +29,29 @@ const (
 	moveTimeout = 2 * time.Minute
 )
 
-// plan is a Service ready to move: the object that re-creates it and the
-// addresses pinned in it.
+// plan is a Service ready to move: the object that re-creates it, the
+// addresses pinned in it, and the offsets among them (static-band addresses
+// that keep their offset).
 type plan struct {
-	c    Candidate
-	rec  *corev1.Service
-	pins Pins
+	c       Candidate
+	rec     *corev1.Service
+	pins    Pins
+	offsets []Offset
 }
 
-// planMove chooses c's new addresses and checks with a server-side dry run
-// that the API would create the re-create object; an error says why c is
-// left untouched.
+// planMove chooses c's new addresses, static-band offsets kept unless
+// Config.IgnoreStaticBand, and checks with a server-side dry run that the
+// API would create the re-create object; an error says why c is left
+// untouched.
 func (r *runner) planMove(ctx context.Context, c Candidate) (*plan, error) {
+	return r.planMoveKeeping(ctx, c, !r.cfg.IgnoreStaticBand)
+}
+
+// planMoveKeeping is planMove with the offsets kept or not (keep).
+func (r *runner) planMoveKeeping(ctx context.Context, c Candidate, keep bool) (*plan, error) {
 	var last error
 	for range probeAttempts {
-		pins, err := r.pick(c)
+		pins, offsets, err := r.choose(ctx, c, keep)
 		if err != nil {
 			return nil, err
 		}
@@ -51,9 +59,15 @@ func (r *runner) planMove(ctx context.Context, c Candidate) (*plan, error) {
 			metav1.CreateOptions{DryRun: []string{metav1.DryRunAll}, FieldManager: FieldManager})
 		if err != nil {
 			last = err
-			if r.picker != nil && isTaken(err) {
-				for _, pin := range pins {
-					r.picker.Taken(pin)
+			if off, ok := takenOffset(err, offsets); ok {
+				return nil, offsetTaken(off, "another Service")
+			}
+			if isTaken(err) && (r.picker != nil || len(pins) > 0) {
+				// A pin was taken since it was chosen: choose again.
+				if r.picker != nil {
+					for _, pin := range pins {
+						r.picker.Taken(pin)
+					}
 				}
 				continue
 			}
@@ -70,13 +84,17 @@ func (r *runner) planMove(ctx context.Context, c Candidate) (*plan, error) {
 		if err != nil {
 			return nil, err
 		}
-		return &plan{c: c, rec: rec, pins: pins}, nil
+		return &plan{c: c, rec: rec, pins: pins, offsets: offsets}, nil
+	}
+	if r.cfg.To == "" {
+		return nil, fmt.Errorf("no free address after %d tries: %w", probeAttempts, last)
 	}
 	return nil, fmt.Errorf("no free address of --to %s after %d tries: %w", r.cfg.To, probeAttempts, last)
 }
 
-// pick returns the pins of c's moved families from --to, or none without it.
-func (r *runner) pick(c Candidate) (Pins, error) {
+// pick returns the pins of c's moved families from --to, but for the
+// families in skip, or none without --to.
+func (r *runner) pick(c Candidate, skip map[bool]bool) (Pins, error) {
 	if r.picker == nil {
 		return nil, nil
 	}
@@ -85,6 +103,9 @@ func (r *runner) pick(c Candidate) (Pins, error) {
 		v6 := ip.Is6()
 		if !r.picker.Has(v6) {
 			return nil, fmt.Errorf("--to %s has no %s CIDR for %s", r.cfg.To, subrange.FamilyName(v6), ip)
+		}
+		if skip[v6] {
+			continue
 		}
 		addr, ok := r.picker.Next(v6)
 		if !ok {
@@ -140,9 +161,9 @@ func (r *runner) deleteService(ctx context.Context, p *plan) error {
 
 // create creates p's re-create object after its delete: as planned, then,
 // when an address or port it asks for was taken while the Service was gone,
-// with fresh pins, then without the addresses and ports it kept. Transient
-// errors are retried. It returns the created Service and a note when it had
-// to give up kept values.
+// with fresh pins, then with its static-band offsets given up, then without
+// the addresses and ports it kept. Transient errors are retried. It returns
+// the created Service and a note when it had to give up kept values.
 func (r *runner) create(ctx context.Context, p *plan) (*corev1.Service, string, error) {
 	obj, note := p.rec, ""
 	level := 0
@@ -162,22 +183,10 @@ func (r *runner) create(ctx context.Context, p *plan) (*corev1.Service, string, 
 			last = err
 		case apierrors.IsInvalid(err) || isTaken(err):
 			last = err
-			level++
-			switch level {
-			case 1:
-				if fresh, perr := r.planMove(ctx, p.c); perr == nil {
-					obj = fresh.rec
-					continue
-				}
-				fallthrough
-			case 2:
-				obj = WithoutKept(p.c, obj)
-				note = fmt.Sprintf("its kept addresses or node ports were refused while it was gone (%v)", err)
-				level = 2
-				continue
-			default:
+			if obj, note = r.fallback(ctx, p, obj, &level, err); obj == nil {
 				return nil, "", fmt.Errorf("create: %w", err)
 			}
+			continue
 		default:
 			last = err
 		}
@@ -188,4 +197,30 @@ func (r *runner) create(ctx context.Context, p *plan) (*corev1.Service, string, 
 		}
 	}
 	return nil, "", fmt.Errorf("create: %d attempts, last error: %w", createAttempts, last)
+}
+
+// fallback returns the object the next create of p asks for after obj was
+// refused with err (an address or port taken, or invalid), one level lower
+// than *level, and the note that says what was given up; nil when nothing
+// is left to give up.
+func (r *runner) fallback(ctx context.Context, p *plan, obj *corev1.Service, level *int, err error) (*corev1.Service, string) {
+	for *level < 3 {
+		*level++
+		switch *level {
+		case 1: // fresh pins, offsets kept
+			if fresh, perr := r.planMove(ctx, p.c); perr == nil {
+				return fresh.rec, ""
+			}
+		case 2: // the offsets given up, node ports and kept addresses kept
+			if len(p.offsets) == 0 {
+				continue
+			}
+			if fresh, perr := r.planMoveKeeping(ctx, p.c, false); perr == nil {
+				return fresh.rec, fmt.Sprintf("the addresses at its static-band offsets were refused while it was gone (%v)", err)
+			}
+		case 3:
+			return WithoutKept(p.c, obj), fmt.Sprintf("its kept addresses or node ports were refused while it was gone (%v)", err)
+		}
+	}
+	return nil, ""
 }

@@ -16,10 +16,11 @@ import (
 // client took the address meanwhile marks it taken and asks again. Safe for
 // concurrent use.
 type Picker struct {
-	mu     sync.Mutex
-	ranges map[bool]subrange.Range // by family (true: IPv6)
-	next   map[bool]uint64         // index of the next candidate
-	taken  map[netip.Addr]bool
+	ranges map[bool]subrange.Range // by family (true: IPv6); not written after NewPicker
+
+	mu    sync.Mutex      // guards next and taken
+	next  map[bool]uint64 // index of the next candidate
+	taken map[netip.Addr]bool
 }
 
 // NewPicker returns a Picker over cidrs (one per family at most) that skips
@@ -51,6 +52,12 @@ func NewPicker(cidrs []string, taken []netip.Addr) (*Picker, error) {
 func (p *Picker) Has(v6 bool) bool {
 	_, ok := p.ranges[v6]
 	return ok
+}
+
+// Range returns the Picker's range of the family.
+func (p *Picker) Range(v6 bool) (subrange.Range, bool) {
+	r, ok := p.ranges[v6] // written by NewPicker only
+	return r, ok
 }
 
 // Next returns a free address of the family's CIDR and counts it taken, or

@@ -17,6 +17,7 @@ import (
 	"k8s.io/client-go/kubernetes"
 
 	"github.com/allocator/allocator/internal/holding"
+	"github.com/allocator/allocator/pkg/ipaddress"
 	"github.com/allocator/allocator/pkg/ipaddress/lifecycle"
 	"github.com/allocator/allocator/pkg/repair/report"
 )
@@ -47,7 +48,12 @@ type Config struct {
 	// RecreateInDoubt re-creates the journal's Services that are gone though
 	// the journal cannot tell whose delete removed them (InDoubt).
 	RecreateInDoubt bool
-	Progress        report.StartProgress
+	// IgnoreStaticBand moves the Services holding addresses of --from's
+	// static band as the others, to any free address. By default such an
+	// address keeps its offset in the range it moves to (KeepOffset), or
+	// the Service is left where it is.
+	IgnoreStaticBand bool
+	Progress         report.StartProgress
 }
 
 // Outcome is what became of one Service.
@@ -84,6 +90,9 @@ type Move struct {
 	NewIPs    []string `json:"newClusterIPs,omitempty"`
 	Outcome   Outcome  `json:"outcome"`
 	Reason    string   `json:"reason,omitempty"`
+	// Offsets are its static-band addresses that keep their offset: the
+	// ones it would ask for in a dry run, the ones it holds after a move.
+	Offsets []Offset `json:"keptOffsets,omitempty"`
 }
 
 // Key is namespace/name.
@@ -128,9 +137,15 @@ type runner struct {
 	client   kubernetes.Interface
 	prefixes []netip.Prefix
 	picker   *Picker
-	res      *Result
-	mu       sync.Mutex // guards res.Moves and recs
-	recs     map[string]*corev1.Service
+	// holders names who holds each address with an IPAddress, as listed
+	// before the moves ("Service ns/name"); written by plan only.
+	holders map[netip.Addr]string
+	res     *Result
+	mu      sync.Mutex // guards res.Moves and recs
+	recs    map[string]*corev1.Service
+
+	openMu sync.Mutex     // guards open
+	open   []netip.Prefix // the open ServiceCIDRs' CIDRs, once listed
 }
 
 // Run lists the Services holding addresses in cfg.From and, unless
@@ -266,11 +281,10 @@ func (r *runner) plan(ctx context.Context) ([]Candidate, error) {
 	if err := checkIPAddressModel(candidates, addrs); err != nil {
 		return nil, err
 	}
+	r.holders = holders(addrs)
 	if r.picker != nil {
-		for name := range addrs {
-			if ip, err := netip.ParseAddr(name); err == nil {
-				r.picker.Taken(ip)
-			}
+		for ip := range r.holders {
+			r.picker.Taken(ip)
 		}
 	}
 	var movable []Candidate
@@ -287,7 +301,24 @@ func (r *runner) plan(ctx context.Context) ([]Candidate, error) {
 		}
 		movable = append(movable, c)
 	}
+	r.reserveOffsets(movable)
 	return movable, nil
+}
+
+// holders names the holder of each address of addrs.
+func holders(addrs map[string]networkingv1.IPAddress) map[netip.Addr]string {
+	out := make(map[netip.Addr]string, len(addrs))
+	for name, a := range addrs {
+		ip, err := netip.ParseAddr(name)
+		if err != nil {
+			continue
+		}
+		out[ip] = "IPAddress " + name + " (no Service parent)"
+		if ref := a.Spec.ParentRef; ipaddress.ParentIsService(&a) {
+			out[ip] = "Service " + ref.Namespace + "/" + ref.Name
+		}
+	}
+	return out
 }
 
 // checkIPAddressModel refuses a cluster whose Services in the range have
@@ -325,8 +356,9 @@ func (r *runner) check(ctx context.Context, candidates []Candidate) {
 			r.record(leftMove(c, err.Error()), nil)
 			return
 		}
-		m := Move{Namespace: c.Service.Namespace, Name: c.Service.Name, OldIPs: ipStrings(holding.IPs(c.Service)), Outcome: WouldMove}
-		if r.picker != nil {
+		m := Move{Namespace: c.Service.Namespace, Name: c.Service.Name, OldIPs: ipStrings(holding.IPs(c.Service)), Outcome: WouldMove,
+			Offsets: p.offsets}
+		if r.picker != nil || len(p.offsets) > 0 {
 			m.NewIPs = p.rec.Spec.ClusterIPs
 		}
 		r.record(m, nil)

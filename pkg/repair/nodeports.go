@@ -120,6 +120,7 @@ func (r *NodePortRepair) RunOnce(ctx context.Context) (*report.Report, error) {
 				p.Fixed = !r.cfg.DryRun
 				p.Message = fmt.Sprintf("the node port %d appears to have leaked: cleaning up", leak.Key)
 			case leak.InFlight:
+				p.InFlight = true
 				p.Message = fmt.Sprintf("Port %d is allocated but no Service uses it; it is freed once the Service writes in flight, "+
 					"which may still store its Service, can no longer land", leak.Key)
 			}

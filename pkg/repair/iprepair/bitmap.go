@@ -189,6 +189,7 @@ func (r *BitmapRepair) addLeaks(found *repair.Findings[netip.Addr], leaks []repa
 			p.Fixed = !r.cfg.DryRun
 			p.Message = fmt.Sprintf("Cluster IP [%s]:%s appears to have leaked: cleaning up", family, leak.Key)
 		case leak.InFlight:
+			p.InFlight = true
 			p.Message = fmt.Sprintf("Cluster IP [%s]:%s is allocated but no Service uses it; it is freed once the Service writes in flight, "+
 				"which may still store its Service, can no longer land", family, leak.Key)
 		}

@@ -77,7 +77,7 @@ func (r *IPAddressRepair) waitInFlight(ctx context.Context, ip netip.Addr, ipa *
 	if err != nil || ended {
 		return false, err
 	}
-	out.note(nil, report.Problem{Type: report.TypeLeak, IP: ip.String(), Service: parentString(ipa),
+	out.note(nil, report.Problem{Type: report.TypeLeak, IP: ip.String(), Service: parentString(ipa), InFlight: true,
 		Message: fmt.Sprintf("IPAddress %s (parent %s) is held by no Service; it is deleted once the Service writes in flight, "+
 			"which may still store its Service, can no longer land", ip, parentString(ipa))})
 	out.retryAfter = inFlightRecheck

@@ -50,6 +50,70 @@ type Problem struct {
 	Message string `json:"message"`
 	// Fixed is true when the pass changed the stored state to resolve it.
 	Fixed bool `json:"fixed"`
+	// InFlight is true on a leak kept only because a Service write that was
+	// in flight when its grace ended may still claim it
+	// (repair.Options.InFlight); it is freed once that write can no longer
+	// land.
+	InFlight bool `json:"inFlight,omitempty"`
+	// Foreign is true when the object concerned is managed by another
+	// controller (an IPAddress without the label managed-by=ipallocator.k8s.io),
+	// which no repair writes. The repairs leave it false; the standalone
+	// job sets it once it has read the object.
+	Foreign bool `json:"foreign,omitempty"`
+	// Clear is the label or command that clears a finding left by design
+	// (Standing ByDesign), for an operator; empty otherwise.
+	Clear string `json:"clear,omitempty"`
+}
+
+// Standing is what a finding leaves for an operator, and whether it fails
+// the job that reports it.
+type Standing int
+
+const (
+	// Resolved: the pass changed the stored state to resolve it.
+	Resolved Standing = iota
+	// ByDesign: a state the repairs leave on purpose and that no pass or
+	// wait will change, because only a person may decide it: a Service
+	// outside its scope keeps its address until it is recreated, and an
+	// IPAddress another controller manages is never written. It does not
+	// fail the job; Problem.Clear says what clears it.
+	ByDesign
+	// Unresolved: anything else the pass left (a duplicate, an address out
+	// of range, a leak not freed yet, ...). It fails the job.
+	Unresolved
+)
+
+func (s Standing) String() string {
+	switch s {
+	case Resolved:
+		return "resolved"
+	case ByDesign:
+		return "by design"
+	}
+	return "unresolved"
+}
+
+// byDesignTypes are the problem types that are by design whoever's object
+// is concerned; foreignByDesignTypes are by design when the object is
+// another controller's (Problem.Foreign): one referencing a Service that
+// does not hold its address (leak), or holding the address for its Service
+// with other labels (repair). A foreign object that holds a Service's
+// address for another parent is a duplicate, and fails the job.
+var (
+	byDesignTypes        = map[string]bool{TypeOutOfScope: true}
+	foreignByDesignTypes = map[string]bool{TypeLeak: true, TypeRepair: true}
+)
+
+// Standing classifies the finding: Resolved when the pass fixed it, ByDesign
+// for the types above, Unresolved otherwise.
+func (p Problem) Standing() Standing {
+	switch {
+	case p.Fixed:
+		return Resolved
+	case byDesignTypes[p.Type], p.Foreign && foreignByDesignTypes[p.Type]:
+		return ByDesign
+	}
+	return Unresolved
 }
 
 // Report is the outcome of one repair pass.
@@ -74,11 +138,17 @@ type Report struct {
 	Duration time.Duration `json:"duration"`
 }
 
-// Unresolved counts the problems the pass did not fix.
-func (r *Report) Unresolved() int {
+// Unresolved counts the problems the pass did not fix, other than those
+// left by design: the ones that fail the job.
+func (r *Report) Unresolved() int { return r.count(Unresolved) }
+
+// LeftByDesign counts the problems left by design (Standing ByDesign).
+func (r *Report) LeftByDesign() int { return r.count(ByDesign) }
+
+func (r *Report) count(s Standing) int {
 	n := 0
 	for _, p := range r.Problems {
-		if !p.Fixed {
+		if p.Standing() == s {
 			n++
 		}
 	}
@@ -108,6 +178,6 @@ func (r *Report) Subject() string {
 }
 
 func (r *Report) String() string {
-	return fmt.Sprintf("%s repair: %d services, %d allocated, %d problems (%d unresolved), %d writes, %v",
-		r.Subject(), r.Services, r.Allocated, len(r.Problems), r.Unresolved(), r.Writes, r.Duration.Round(time.Millisecond))
+	return fmt.Sprintf("%s repair: %d services, %d allocated, %d problems (%d unresolved, %d by design), %d writes, %v",
+		r.Subject(), r.Services, r.Allocated, len(r.Problems), r.Unresolved(), r.LeftByDesign(), r.Writes, r.Duration.Round(time.Millisecond))
 }

@@ -128,7 +128,8 @@ func TestStatusKnownFill(t *testing.T) {
 			fillStatusRange(t, srv.Client)
 			args := []string{"status", "--kubeconfig", srv.KubeconfigPath}
 			if tt.etcdFlags {
-				// auto picks the bitmap model because its map exists.
+				// auto picks the bitmap model: a bitmap-model replica (the
+				// server) is live.
 				args = append(args, "--etcd-servers", strings.Join(srv.Etcd.Endpoints(), ","))
 			}
 			out, errOut, code := runApp(t, append(args, "--top", "2")...)

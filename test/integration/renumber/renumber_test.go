@@ -29,13 +29,16 @@ var (
 // (IPv4) is drained and renumbered in one namespace. The dry run (the
 // default) lists the Services and changes nothing; the real run re-creates
 // each one outside "old": a single-stack Service, a dual-stack one that
-// keeps its IPv6 address (its IPv4 primary pinned from a dry-run pick), an
-// IPv6-first one whose IPv4 secondary moves, a NodePort Service that keeps
-// its node port. A Service with a finalizer is left untouched and named
-// (exit 2); a Service in another namespace is counted outside the
-// selection, then moved with --to into a manual-only ServiceCIDR (a --to
-// scoped to other namespaces is refused by the dry run and leaves it). A
-// --from that is not draining is refused, naming the annotation.
+// keeps its IPv6 address, an IPv6-first one whose IPv4 secondary moves, a
+// NodePort Service that keeps its node port. Their addresses lie in the
+// static band of "old" (10.1.0.1-10.1.0.16), so each keeps its offset in
+// the default range the server picks from (10.1.0.10 becomes 10.96.0.10),
+// which the dry run shows. A Service with a finalizer is left untouched and
+// named (exit 2); a Service in another namespace is counted outside the
+// selection, then moved with --to into a manual-only ServiceCIDR, at its
+// offset there (a --to scoped to other namespaces is refused by the dry run
+// and leaves it). A --from that is not draining is refused, naming the
+// annotation.
 func TestRenumberServices(t *testing.T) {
 	t.Parallel()
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
@@ -76,8 +79,9 @@ func TestRenumberServices(t *testing.T) {
 
 	out, errOut, code := runCLI(ctx, "renumber", kube, "--from=old", "-n", "a", "-l", "tier=web", "--journal="+journal)
 	for _, row := range []string{
-		`(?m)^a\s+single\s+10\.1\.0\.10\s+-\s+would move$`,
-		`(?m)^a\s+dual4\s+10\.1\.0\.11,fd00:96::11\s+-\s+would move$`,
+		`(?m)^a\s+single\s+10\.1\.0\.10\s+10\.96\.0\.10\s+would move$`,
+		`(?m)^a\s+dual4\s+10\.1\.0\.11,fd00:96::11\s+10\.96\.0\.11,fd00:96::11\s+would move$`,
+		`(?m)^a/single would keep its static-band offset: 10\.1\.0\.10 -> 10\.96\.0\.10 \(offset 10\)$`,
 		`(?m)^a\s+fin\s+10\.1\.0\.14\s+-\s+left$`,
 		`(?m)^a/fin left: has finalizers example.com/hold`,
 		`dry run: 4 Services would move out of ServiceCIDR old \(10\.1\.0\.0/24\); 1 left; 1 more Service in the range outside the selection`,
@@ -113,6 +117,16 @@ func TestRenumberServices(t *testing.T) {
 	if got, had := after["a/np"].Spec.Ports[0].NodePort, before["a/np"].Spec.Ports[0].NodePort; got != had {
 		t.Errorf("a/np: nodePort %d, had %d", got, had)
 	}
+	for key, want := range map[string][]string{
+		"a/single": {"10.96.0.10"},
+		"a/dual4":  {"10.96.0.11", "fd00:96::11"},
+		"a/dual6":  {"fd00:96::12", "10.96.0.12"},
+		"a/np":     {"10.96.0.13"},
+	} {
+		if got := after[key].Spec.ClusterIPs; !slices.Equal(got, want) {
+			t.Errorf("%s: clusterIPs %v, want %v (the static-band offsets kept)", key, got, want)
+		}
+	}
 
 	// --to: into a manual-only ServiceCIDR, which takes only static
 	// requests, as renumber makes them.
@@ -134,16 +148,15 @@ func TestRenumberServices(t *testing.T) {
 		return strings.Contains(out, "b/other left: the API refuses its re-create") && strings.Contains(out, "scoped to other Services"), nil
 	})
 	out, _, code = runCLI(ctx, "renumber", kube, "--from=old", "-n", "b", "--to=new", "--journal="+journal)
-	if row := regexp.MustCompile(`(?m)^b\s+other\s+10\.1\.0\.15\s+10\.2\.0\.\d+\s+would move$`); code != 0 || !row.MatchString(out) {
+	if row := regexp.MustCompile(`(?m)^b\s+other\s+10\.1\.0\.15\s+10\.2\.0\.15\s+would move$`); code != 0 || !row.MatchString(out) {
 		t.Errorf("dry run --to new: exit %d, want 0 and %s:\n%s", code, row, out)
 	}
 	out, errOut, code = runCLI(ctx, "renumber", kube, "--from=old", "-n", "b", "--to=new", "--dry-run=false", "--journal="+journal, "-o", "json")
 	if code != 0 || !strings.Contains(out, `"verified": true`) {
 		t.Fatalf("renumber -n b --to new: exit %d:\n%s%s", code, out, errOut)
 	}
-	other := listServices(ctx, t, c)["b/other"]
-	if ip := netip.MustParseAddr(other.Spec.ClusterIP); !netip.MustParsePrefix("10.2.0.0/24").Contains(ip) {
-		t.Errorf("b/other got %s, want an address of --to new (10.2.0.0/24)", ip)
+	if other := listServices(ctx, t, c)["b/other"]; other.Spec.ClusterIP != "10.2.0.15" {
+		t.Errorf("b/other got %s, want 10.2.0.15: 10.1.0.15's static-band offset in --to new (10.2.0.0/24)", other.Spec.ClusterIP)
 	}
 }
 
