@@ -1,9 +1,9 @@
 # The allocator image the manifests in deploy/ run:
 #   hack/image.sh    (docker, podman or nerdctl; tags ghcr.io/allocator/allocator:<version>)
-# tagged with the binary's version (`allocator version`), never :latest: the
-# manifests name that version with imagePullPolicy IfNotPresent. The version
-# and VCS revision Go embeds come from the build context's .git, so build
-# from a checkout.
+# tagged with the release in internal/version/VERSION (what `allocator
+# version` prints), never :latest: the manifests name that version with
+# imagePullPolicy IfNotPresent. The VCS revision Go embeds beside it comes
+# from the build context's .git, when there is one.
 # One static binary (serve, repair, migrate, ...) on distroless. Its default
 # user is 65532; the repair Jobs run as it (the etcd key readable through
 # fsGroup), the static pod as root, as kube-apiserver (kubeadm's keys are

@@ -3,8 +3,10 @@
 # REAL kube-apiserver started with --authorization-mode=RBAC (loopback only):
 #
 #  1. `kubectl apply --dry-run=server -f deploy/` is accepted and creates no
-#     Pod (the static pod lives in deploy/static-pod/, which apply does not
-#     recurse into).
+#     Pod and no Job (the static pod lives in deploy/static-pod/, the one-off
+#     Jobs in deploy/jobs/; apply does not recurse into them), and
+#     deploy/jobs/ is accepted on its own. Every manifest names the image
+#     `hack/image.sh --print-tag` gives (the release).
 #  2. `allocator repair` runs as the ServiceAccount of deploy/rbac.yaml
 #     (kubeconfig with `as:` impersonation) and deletes a seeded orphan
 #     IPAddress; with any one of the rules' verbs it needs taken away from
@@ -97,9 +99,21 @@ k -n kube-system create serviceaccount default >/dev/null 2>&1 || true
 # 1. Server-side dry run of every manifest.
 if out=$(k apply --dry-run=server -f deploy/ 2>&1); then
   if grep -q '^pod/' <<<"$out"; then failed "kubectl apply -f deploy/ would create a Pod: $out"; fi
-  pass "kubectl apply --dry-run=server -f deploy/ ($(echo "$out" | wc -l) objects, no Pod)"
+  if grep -q '^job\.batch/' <<<"$out"; then failed "kubectl apply -f deploy/ would start a one-off Job: $out"; fi
+  pass "kubectl apply --dry-run=server -f deploy/ ($(echo "$out" | wc -l) objects, no Pod, no Job)"
 else
   failed "kubectl apply --dry-run=server -f deploy/: $out"
+fi
+if out=$(k apply --dry-run=server -f deploy/jobs/ 2>&1); then
+  pass "kubectl apply --dry-run=server -f deploy/jobs/ ($(echo "$out" | wc -l) objects)"
+else
+  failed "kubectl apply --dry-run=server -f deploy/jobs/: $out"
+fi
+release_image=$(env -u TAG -u IMAGE hack/image.sh --print-tag)
+if others=$(grep -rh '^ *image:' deploy/ | sed 's|^ *image: *||' | grep -vxF "$release_image"); then
+  failed "deploy/ names images other than $release_image: $others"
+else
+  pass "every manifest of deploy/ runs $release_image"
 fi
 
 # 2. repair as the ServiceAccount.

@@ -1,44 +1,27 @@
 #!/usr/bin/env bash
 # Builds the allocator image from this checkout with docker, podman or
-# nerdctl (the first found; TOOL=… picks one), tagged with the binary's
-# version: what `allocator version` prints for a build of this checkout (Go
-# stamps it from git: the tag on a tagged commit, else a pseudo-version;
-# "+dirty" with uncommitted changes, written "-dirty" here because an image
-# tag cannot hold "+"). Never :latest: the manifests in deploy/ name a
-# version with imagePullPolicy IfNotPresent, so a node uses the image built
-# or loaded on it instead of pulling one.
+# nerdctl (the first found; TOOL=… picks one), tagged with the release in
+# internal/version/VERSION: the version `allocator --version` prints and the
+# tag the manifests in deploy/ name (test/e2e fails when they differ). Never
+# :latest: deploy/ names the version with imagePullPolicy IfNotPresent, so a
+# node uses the image built or loaded on it instead of pulling one. Every
+# build of one release gets its tag; give a build of a changed tree its own
+# (TAG=…) to tell it apart on a node that already has the release.
 #
-#   hack/image.sh                 build ghcr.io/allocator/allocator:<version>
-#   TAG=v0.1.0 hack/image.sh      build with another tag (e.g. the one deploy/ names)
+#   hack/image.sh                 build ghcr.io/allocator/allocator:<release>
+#   TAG=dev-$(git rev-parse --short HEAD) hack/image.sh   build with another tag
 #   IMAGE=registry.example/allocator hack/image.sh
 #   hack/image.sh --print-tag     print the image name and tag only, build nothing
 #
 # Exit status: 0 built; 1 failed; 2 no container tool here: nothing built,
 # and it prints how to build the image elsewhere (or the binary alone).
-# The version comes from a host build of cmd/allocator (cached by Go), so
-# the tag is exactly the binary's version rather than a reimplementation of
-# Go's pseudo-version rules.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
 IMAGE=${IMAGE:-ghcr.io/allocator/allocator}
 
-version() {
-  local dir v
-  dir=$(mktemp -d)
-  # -buildvcs=true: the version comes from git even where GOFLAGS turns
-  # VCS stamping off.
-  CGO_ENABLED=0 go build -buildvcs=true -o "$dir/allocator" ./cmd/allocator
-  v=$(go version -m "$dir/allocator" | awk '$1 == "mod" { print $3; exit }')
-  rm -rf "$dir"
-  if [ -z "$v" ] || [ "$v" = "(devel)" ]; then
-    echo "image: Go recorded no version for this build (not a git checkout?); give one with TAG=v…" >&2
-    exit 1
-  fi
-  echo "${v//+/-}"
-}
-
-tag=${TAG:-$(version)}
+release=$(<internal/version/VERSION)
+tag=${TAG:-$release}
 ref="$IMAGE:$tag"
 if [ "${1:-}" = --print-tag ]; then
   echo "$ref"
@@ -59,8 +42,7 @@ fi
 if [ -z "$tool" ]; then
   cat >&2 <<EOF
 image: no usable container tool here (docker, podman or nerdctl${unusable[*]:+; found ${unusable[*]}, but its info fails: no daemon?}); nothing built.
-Build the image on a machine with one, from this checkout (the Dockerfile
-reads the version from its .git):
+Build the image on a machine with one, from this checkout:
   docker build -t $ref .
 and put it on each node that runs it, e.g. for containerd (kubeadm):
   docker save $ref | ssh NODE sudo ctr -n k8s.io images import -
@@ -83,7 +65,7 @@ echo "$ref"
 if [ "$ref" != "$deployed" ]; then
   cat >&2 <<EOF
 image: deploy/ names $deployed; to run this build, point the manifests at it:
-  sed -i 's|image: $IMAGE:.*|image: $ref|' deploy/*.yaml deploy/static-pod/*.yaml
+  sed -i 's|image: ${deployed%:*}:.*|image: $ref|' deploy/*.yaml deploy/jobs/*.yaml deploy/static-pod/*.yaml
 EOF
 fi
 if [ "$tool" != nerdctl ]; then

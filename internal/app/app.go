@@ -126,6 +126,7 @@ func newRootCommand(streams Streams, plugin bool) *cobra.Command {
 	if !plugin {
 		root.AddCommand(newServeCommand(streams))
 		root.AddCommand(newTransitionCommand(streams))
+		root.AddCommand(newWebhookCommand(streams))
 	}
 	return root
 }

@@ -1,15 +1,23 @@
-// Package version says which allocator a binary is: its module version and
-// the VCS revision Go embedded when it was built from a checkout
+// Package version says which allocator a binary is: the release it belongs
+// to, the VCS revision Go embedded when it was built from a checkout
 // (runtime/debug.ReadBuildInfo), and the Kubernetes API level it serves (the
 // release of k8s.io/apiserver it is built on).
 //
-// Invariants: nothing here needs -ldflags. component-base's version variables
-// are only set by Kubernetes' own build scripts; without them a binary said
-// "v0.0.0-master+$Format:%H$" built on 1970-01-01, and /version claimed a
-// made-up "v1.37.2-allocator". Unknown facts are left empty, never invented.
+// Invariants:
+//   - The release is the one line of the file VERSION in this directory,
+//     compiled in (go:embed), so `go run ./cmd/allocator --version` in any
+//     clone prints it without -ldflags or git. hack/image.sh tags the image
+//     with the same file, and deploy/ names that tag; test/e2e fails when
+//     deploy/, the image tag, `allocator --version` or CHANGELOG.md's latest
+//     release disagree with it.
+//   - Nothing here needs -ldflags. component-base's version variables are
+//     only set by Kubernetes' own build scripts; without them a binary says
+//     "v0.0.0-master+$Format:%H$" built on 1970-01-01. Unknown facts (the
+//     revision of a build outside a checkout) are left empty, never invented.
 package version
 
 import (
+	_ "embed"
 	"fmt"
 	"runtime"
 	"runtime/debug"
@@ -19,11 +27,19 @@ import (
 	componentversion "k8s.io/component-base/version"
 )
 
+// releaseFile is the content of VERSION: the release and a newline.
+//
+//go:embed VERSION
+var releaseFile string
+
+// Release is the version this tree ships, e.g. v0.1.0: the image tag
+// deploy/ names and the latest release of CHANGELOG.md.
+func Release() string { return strings.TrimSpace(releaseFile) }
+
 // Info describes this binary.
 type Info struct {
-	// Version is the main module's version: a tag, or the pseudo-version Go
-	// derives from the commit; "devel" when Go recorded none (go test, go run
-	// outside a checkout).
+	// Version is the release (Release), the same for every build of a
+	// tree; Revision and Modified tell builds of one release apart.
 	Version string `json:"version"`
 	// Revision is the VCS commit the binary was built from, if known.
 	Revision string `json:"revision,omitempty"`
@@ -49,13 +65,10 @@ func Get() Info {
 
 // fromBuildInfo is Get on given build information (nil: none recorded).
 func fromBuildInfo(bi *debug.BuildInfo) Info {
-	info := Info{Version: "devel", GoVersion: runtime.Version(), Platform: runtime.GOOS + "/" + runtime.GOARCH}
+	info := Info{Version: Release(), GoVersion: runtime.Version(), Platform: runtime.GOOS + "/" + runtime.GOARCH}
 	info.KubernetesVersion = "v" + componentversion.DefaultKubeBinaryVersion + ".0"
 	if bi == nil {
 		return info
-	}
-	if v := bi.Main.Version; v != "" && v != "(devel)" {
-		info.Version = v
 	}
 	for _, s := range bi.Settings {
 		switch s.Key {

@@ -23,7 +23,7 @@ func TestFromBuildInfo(t *testing.T) {
 		name: "built from a clean checkout",
 		bi: &debug.BuildInfo{Main: debug.Module{Version: "v0.0.0-20261123150237-0123456789ab"}, Deps: deps,
 			Settings: []debug.BuildSetting{{Key: "vcs.revision", Value: rev}, {Key: "vcs.time", Value: "2026-11-23T15:02:37Z"}, {Key: "vcs.modified", Value: "false"}}},
-		wantLine: "allocator v0.0.0-20261123150237-0123456789ab (revision " + rev + ", committed 2026-11-23T15:02:37Z), ",
+		wantLine: "allocator " + Release() + " (revision " + rev + ", committed 2026-11-23T15:02:37Z), ",
 		want: apimachineryversion.Info{Major: "1", Minor: "37", GitVersion: "v1.37.2+allocator.0123456789ab", GitCommit: rev,
 			GitTreeState: "clean", BuildDate: "2026-11-23T15:02:37Z"},
 	}, {
@@ -36,7 +36,7 @@ func TestFromBuildInfo(t *testing.T) {
 	}, {
 		name:     "no VCS information (go test, -buildvcs=false)",
 		bi:       &debug.BuildInfo{Main: debug.Module{Version: "(devel)"}, Deps: deps},
-		wantLine: "allocator devel, ",
+		wantLine: "allocator " + Release() + ", ",
 		want:     apimachineryversion.Info{Major: "1", Minor: "37", GitVersion: "v1.37.2+allocator"},
 	}}
 	for _, tt := range tests {
@@ -72,7 +72,21 @@ func TestGetInThisBinary(t *testing.T) {
 	if !strings.HasPrefix(info.KubernetesVersion, "v1.37.") {
 		t.Errorf("KubernetesVersion = %q", info.KubernetesVersion)
 	}
-	if info.Version == "" || strings.Contains(info.String(), "$Format") {
-		t.Errorf("Get() = %+v", info)
+	if info.Version != Release() || strings.Contains(info.String(), "$Format") {
+		t.Errorf("Get() = %+v, want version %s", info, Release())
+	}
+}
+
+// TestRelease: VERSION holds one semantic version with a leading v that is
+// also a valid image tag (no "+" build metadata), and nothing else.
+func TestRelease(t *testing.T) {
+	t.Parallel()
+	r := Release()
+	if releaseFile != r+"\n" {
+		t.Errorf("VERSION is %q; want one line, the version and a newline", releaseFile)
+	}
+	v, err := utilversion.ParseSemantic(r)
+	if err != nil || !strings.HasPrefix(r, "v") || v.BuildMetadata() != "" {
+		t.Errorf("VERSION %q: want v<major>.<minor>.<patch>[-<pre-release>], the image tag too (%v)", r, err)
 	}
 }

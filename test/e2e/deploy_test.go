@@ -15,12 +15,13 @@ import (
 	"sigs.k8s.io/yaml"
 )
 
-// TestDeployApplyCreatesNoPod reads deploy/ as `kubectl apply -f deploy/`
-// does (its files, not its subdirectories) and checks it holds only what a
-// user means to apply: no Pod (the static pod belongs in the kubelet's
-// manifest directory, deploy/static-pod/), and every document an object.
+// TestDeployApplyStartsNothingOnce reads deploy/ as `kubectl apply -f
+// deploy/` does (its files, not its subdirectories) and checks it holds only
+// what a user means to apply and keep: no Pod (the static pod belongs in the
+// kubelet's manifest directory, deploy/static-pod/), no Job (a one-off run,
+// deploy/jobs/, applied on purpose), and every document an object.
 // hack/deploy-check.sh sends the same directory to a real kube-apiserver.
-func TestDeployApplyCreatesNoPod(t *testing.T) {
+func TestDeployApplyStartsNothingOnce(t *testing.T) {
 	t.Parallel()
 	dir := filepath.Join("..", "..", "deploy")
 	entries, err := os.ReadDir(dir)
@@ -57,16 +58,21 @@ func TestDeployApplyCreatesNoPod(t *testing.T) {
 				continue
 			}
 			objects++
-			if tm.Kind == "Pod" {
-				t.Errorf("%s: `kubectl apply -f deploy/` would create a bare Pod", e.Name())
+			switch tm.Kind {
+			case "Pod":
+				t.Errorf("%s: `kubectl apply -f deploy/` would create a bare Pod; a static pod goes in deploy/static-pod/", e.Name())
+			case "Job":
+				t.Errorf("%s: `kubectl apply -f deploy/` would start a one-off Job; it goes in deploy/jobs/", e.Name())
 			}
 		}
 	}
 	if objects == 0 {
 		t.Fatal("deploy/ holds no object")
 	}
-	if _, err := os.Stat(filepath.Join(dir, "static-pod", "allocator-serve.yaml")); err != nil {
-		t.Errorf("the static pod manifest: %v", err)
+	for _, f := range []string{"static-pod/allocator-serve.yaml", "jobs/repair-job.yaml"} {
+		if _, err := os.Stat(filepath.Join(dir, f)); err != nil {
+			t.Errorf("deploy/%s: %v", f, err)
+		}
 	}
 }
 

@@ -47,11 +47,18 @@ type testCluster struct {
 // not what these tests look at (hack/deploy-check.sh does).
 func startTestCluster(t *testing.T, bin string, serveArgs, users []string) *testCluster {
 	t.Helper()
-	dir := t.TempDir()
-	pki, err := embedetcd.EnsurePKI(filepath.Join(dir, "etcd-pki"))
+	pki, err := embedetcd.EnsurePKI(filepath.Join(t.TempDir(), "etcd-pki"))
 	if err != nil {
 		t.Fatal(err)
 	}
+	return startTestClusterWithPKI(t, bin, pki, serveArgs, users)
+}
+
+// startTestClusterWithPKI is startTestCluster with the etcd's certificates
+// given: the API server is etcd's client with pki's client certificate.
+func startTestClusterWithPKI(t *testing.T, bin string, pki embedetcd.PKI, serveArgs, users []string) *testCluster {
+	t.Helper()
+	dir := t.TempDir()
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	etcd, err := embedetcd.Start(ctx, embedetcd.Config{DataDir: filepath.Join(dir, "etcd"), PKI: &pki, UnsafeNoFsync: true})
 	cancel()

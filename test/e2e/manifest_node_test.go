@@ -76,8 +76,9 @@ func newControlPlaneNode(t *testing.T, c *testCluster, deployDir string) *contro
 		writeOwned(t, filepath.Join(n.host, f.path), f.data, f.mode, 0, 0)
 	}
 	// repair-cronjob.yaml: kubectl create secret generic allocator-etcd-client
-	// --from-file=ca.crt=…/etcd/ca.crt --from-file=tls.crt=…/apiserver-etcd-client.crt
-	// --from-file=tls.key=…/apiserver-etcd-client.key
+	// of the etcd CA and a client certificate of it. With etcd's RBAC off, as
+	// here, any client certificate of the CA serves; TestRepairJobsWithTheirEtcdRole
+	// runs the Jobs with the dedicated one and its role.
 	n.secrets["allocator-etcd-client"] = map[string][]byte{
 		"ca.crt":  read(c.etcdPKI.CAFile),
 		"tls.crt": read(c.etcdPKI.ClientCertFile),

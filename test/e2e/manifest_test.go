@@ -27,6 +27,8 @@ import (
 	"k8s.io/apimachinery/pkg/util/wait"
 	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
 	"sigs.k8s.io/yaml"
+
+	"github.com/allocator/allocator/internal/version"
 )
 
 const (
@@ -36,21 +38,22 @@ const (
 	imageRepository = "ghcr.io/allocator/allocator"
 )
 
-// TestManifestImages: every container of deploy/ runs the same image, by a
-// version tag (the binary's version, as hack/image.sh tags a build), with
+// TestManifestImages: every container of deploy/ (the one-off Jobs and the
+// static pod too) runs the image of this release, tagged with the version
+// in internal/version/VERSION as hack/image.sh tags it, with
 // imagePullPolicy IfNotPresent. ":latest" without a policy means Always: a
 // node pulls on every start and never uses an image built and loaded on it.
 func TestManifestImages(t *testing.T) {
 	t.Parallel()
 	img := readImageConfig(t, dockerfile)
+	want := imageRepository + ":" + version.Release()
 	images := map[string][]string{}
 	for _, file := range workloadManifests(t) {
 		p := readManifestPod(t, deployDir, file, img)
 		image := p.container.Image
 		images[image] = append(images[image], file)
-		repo, tag, ok := strings.Cut(image, ":")
-		if !ok || repo != imageRepository || !strings.HasPrefix(tag, "v") || strings.ContainsAny(tag, "@/") {
-			t.Errorf("%s: image %q: want %s:v<version> (the binary's version)", file, image, imageRepository)
+		if image != want {
+			t.Errorf("%s: image %q: want %s (the release, internal/version/VERSION)", file, image, want)
 		}
 		if p.container.ImagePullPolicy != corev1.PullIfNotPresent {
 			t.Errorf("%s: imagePullPolicy %q: want IfNotPresent (unset with a :latest tag means Always)", file, p.container.ImagePullPolicy)

@@ -1,0 +1,111 @@
+package app
+
+import (
+	"context"
+	"crypto/tls"
+	"errors"
+	"fmt"
+	"net"
+	"net/http"
+	"strconv"
+	"time"
+
+	"github.com/spf13/cobra"
+	"k8s.io/klog/v2"
+
+	"github.com/allocator/allocator/internal/apiserver"
+	"github.com/allocator/allocator/internal/registry/servicecidrs"
+	"github.com/allocator/allocator/internal/webhook"
+)
+
+type webhookOptions struct {
+	cluster    clusterFlags
+	bind       string
+	port       int
+	certFile   string
+	keyFile    string
+	hold       time.Duration
+	guardrails apiserver.GuardrailOptions
+}
+
+func newWebhookCommand(streams Streams) *cobra.Command {
+	o := &webhookOptions{}
+	cmd := &cobra.Command{
+		Use:   "webhook",
+		Short: "Run the admission webhook that brings scopes, lifecycle and guardrails to a stock kube-apiserver",
+		Long: `Run the allocator as an admission webhook in front of kube-apiserver 1.33 or later
+(the IPAddress model). It picks each new Service's ClusterIP by the rules of
+` + "`allocator serve`" + ` (scoped ServiceCIDRs, never a draining or manual-only range, the
+dynamic band first) and sets spec.clusterIP(s); kube-apiserver then allocates
+that address as the user's choice, so it is never handed out twice. An address
+a user asks for in a draining range, or outside the Service's scope, is refused
+with serve's text. ServiceCIDR writes are judged by serve's guardrails
+(--service-cidr-* flags) and lifecycle and scope annotations.
+
+It reads IPAddresses, ServiceCIDRs and Namespaces through the API (--kubeconfig,
+else the in-cluster config) and serves HTTPS on --bind-address:--secure-port:
+` + webhook.ServicesPath + ` (mutating, Services) and ` + webhook.ServiceCIDRsPath + ` (validating,
+ServiceCIDRs), /healthz, /readyz and /metrics. The serving certificate is read
+again when its files change. deploy/webhook installs it.`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			return runWebhook(cmd.Context(), o, streams)
+		},
+	}
+	fs := cmd.Flags()
+	o.cluster.addKubeFlags(fs)
+	fs.StringVar(&o.bind, "bind-address", "0.0.0.0", "address to serve on")
+	fs.IntVar(&o.port, "secure-port", 9443, "HTTPS port to serve on")
+	fs.StringVar(&o.certFile, "tls-cert-file", "", "serving certificate (PEM), read again when it changes")
+	fs.StringVar(&o.keyFile, "tls-private-key-file", "", "serving key (PEM), read again when it changes")
+	fs.DurationVar(&o.hold, "hold", webhook.DefaultHold,
+		"how long a picked ClusterIP is not picked again while kube-apiserver has not stored its IPAddress")
+	o.guardrails.AddFlags(fs)
+	return cmd
+}
+
+func runWebhook(ctx context.Context, o *webhookOptions, streams Streams) error {
+	if o.certFile == "" || o.keyFile == "" {
+		return &usageError{errors.New("--tls-cert-file and --tls-private-key-file are required: kube-apiserver calls webhooks over HTTPS")}
+	}
+	cert, err := webhook.LoadCertificate(o.certFile, o.keyFile)
+	if err != nil {
+		return err
+	}
+	guardrails, err := o.guardrails.Guardrails()
+	if err != nil {
+		return &usageError{err}
+	}
+	client, err := o.cluster.kubeClient()
+	if err != nil {
+		return err
+	}
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	w, err := webhook.New(ctx, webhook.Config{Client: client, Hold: o.hold,
+		Policy: servicecidrs.Policy{Guardrails: guardrails, WarnOverlaps: o.guardrails.OverlapWarnings}})
+	if err != nil {
+		return err
+	}
+	ln, err := net.Listen("tcp", net.JoinHostPort(o.bind, strconv.Itoa(o.port)))
+	if err != nil {
+		return fmt.Errorf("listen: %w", err)
+	}
+	srv := &http.Server{
+		Handler:           w.Handler(),
+		TLSConfig:         &tls.Config{GetCertificate: cert.GetCertificate, MinVersion: tls.VersionTLS12},
+		ReadHeaderTimeout: 10 * time.Second,
+	}
+	fmt.Fprintf(streams.Out, "allocator webhook listening on https://%s\n", ln.Addr())
+	errCh := make(chan error, 1)
+	go func() { errCh <- srv.ServeTLS(ln, "", "") }()
+	select {
+	case err := <-errCh:
+		return fmt.Errorf("serve: %w", err)
+	case <-ctx.Done():
+	}
+	klog.FromContext(ctx).Info("Stopping the webhook")
+	sctx, scancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer scancel()
+	return srv.Shutdown(sctx)
+}

@@ -1,0 +1,172 @@
+package webhook
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"net/netip"
+	"time"
+
+	admissionv1 "k8s.io/api/admission/v1"
+	networkingv1 "k8s.io/api/networking/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/client-go/informers"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/klog/v2"
+
+	"github.com/allocator/allocator/internal/registry/servicecidrs"
+	"github.com/allocator/allocator/pkg/allocation"
+	"github.com/allocator/allocator/pkg/ipaddress"
+	"github.com/allocator/allocator/pkg/ipaddress/servicecidr"
+	"github.com/allocator/allocator/pkg/servicealloc"
+	"github.com/allocator/allocator/pkg/subrange"
+)
+
+// Config is what New needs.
+type Config struct {
+	// Client talks to the kube-apiserver the webhook serves.
+	Client kubernetes.Interface
+	// Hold is how long a picked address is held while kube-apiserver has
+	// not stored its IPAddress (default DefaultHold).
+	Hold time.Duration
+	// Policy is the ServiceCIDR guardrails and warnings.
+	Policy servicecidrs.Policy
+}
+
+// Webhook answers kube-apiserver's admission requests for Services and
+// ServiceCIDRs. It is safe for concurrent use.
+type Webhook struct {
+	alloc    *servicealloc.Allocator
+	families []*ipaddress.Allocator
+	holds    *holds
+	cidrs    servicecidrs.Admission
+	counts   *pickCounts
+	log      klog.Logger
+}
+
+// maxReviewBytes bounds an AdmissionReview's body: kube-apiserver sends at
+// most its own request limit (3 MiB) plus the review around it.
+const maxReviewBytes = 7 << 20
+
+// New reads the cluster's families from the default ServiceCIDR
+// ("kubernetes", which kube-apiserver 1.33 and later keeps from its
+// --service-cluster-ip-range, primary family first), starts the informers
+// of IPAddresses, ServiceCIDRs and Namespaces, and returns at once; the
+// Webhook is ready (Ready) once they have synced. Cancel ctx to stop it.
+func New(ctx context.Context, cfg Config) (*Webhook, error) {
+	if cfg.Client == nil {
+		return nil, errors.New("webhook: no client")
+	}
+	def, err := cfg.Client.NetworkingV1().ServiceCIDRs().Get(ctx, servicecidr.DefaultName, metav1.GetOptions{})
+	if err != nil {
+		return nil, fmt.Errorf("read the default ServiceCIDR %q (the webhook needs kube-apiserver 1.33 or later, which keeps it): %w",
+			servicecidr.DefaultName, err)
+	}
+	factory := informers.NewSharedInformerFactory(cfg.Client, 0)
+	counts := newPickCounts()
+	ipInf := factory.Networking().V1().IPAddresses()
+	h := newHolds(ipInf.Lister(), cfg.Hold, counts)
+	if _, err := ipInf.Informer().AddEventHandler(h.handlers()); err != nil {
+		return nil, fmt.Errorf("webhook: watch IPAddresses: %w", err)
+	}
+	w := &Webhook{holds: h, counts: counts, log: klog.FromContext(ctx).WithName("webhook")}
+	var allocs []allocation.Interface
+	for _, cidr := range def.Spec.CIDRs {
+		p, err := subrange.ParsePrefix(cidr)
+		if err != nil {
+			return nil, fmt.Errorf("the default ServiceCIDR's %q: %w", cidr, err)
+		}
+		var a *ipaddress.Allocator
+		objects := h.forFamily(func(ip netip.Addr) { a.Forget(ip) })
+		a, err = ipaddress.New(ctx, ipaddress.Config{Client: cfg.Client, IPv6: p.Addr().Is6(), Informers: factory, Objects: objects})
+		if err != nil {
+			return nil, fmt.Errorf("webhook: %w", err)
+		}
+		w.families = append(w.families, a)
+		allocs = append(allocs, recording{a})
+	}
+	w.alloc, err = servicealloc.New(servicealloc.Config{Allocators: allocs, NodePorts: newPassPorts()})
+	if err != nil {
+		return nil, fmt.Errorf("webhook: %w", err)
+	}
+	cidrLister := factory.Networking().V1().ServiceCIDRs().Lister()
+	w.cidrs = servicecidrs.NewAdmission(cfg.Policy, func(context.Context) ([]*networkingv1.ServiceCIDR, error) {
+		return cidrLister.List(labels.Everything())
+	})
+	factory.Start(ctx.Done())
+	go h.run(ctx)
+	return w, nil
+}
+
+// Ready reports whether every family's allocator has synced.
+func (w *Webhook) Ready() bool {
+	for _, a := range w.families {
+		if !a.Ready() {
+			return false
+		}
+	}
+	return true
+}
+
+// Paths the webhook serves.
+const (
+	ServicesPath     = "/mutate-services"
+	ServiceCIDRsPath = "/validate-servicecidrs"
+)
+
+// Handler serves the admission endpoints, /healthz, /readyz and /metrics.
+func (w *Webhook) Handler() http.Handler {
+	mux := http.NewServeMux()
+	mux.HandleFunc(ServicesPath, w.review("services", w.admitService))
+	mux.HandleFunc(ServiceCIDRsPath, w.review("servicecidrs", w.admitServiceCIDR))
+	mux.HandleFunc("/healthz", func(rw http.ResponseWriter, _ *http.Request) { _, _ = io.WriteString(rw, "ok") })
+	mux.HandleFunc("/readyz", func(rw http.ResponseWriter, _ *http.Request) {
+		if !w.Ready() {
+			http.Error(rw, "the allocators' informers have not synced", http.StatusServiceUnavailable)
+			return
+		}
+		_, _ = io.WriteString(rw, "ok")
+	})
+	mux.Handle("/metrics", w.counts.handler())
+	return mux
+}
+
+// review decodes an AdmissionReview, answers its request with admit, and
+// encodes the review back.
+func (w *Webhook) review(resource string, admit func(context.Context, *admissionv1.AdmissionRequest) *admissionv1.AdmissionResponse) http.HandlerFunc {
+	return func(rw http.ResponseWriter, r *http.Request) {
+		if r.Method != http.MethodPost {
+			http.Error(rw, "POST an AdmissionReview", http.StatusMethodNotAllowed)
+			return
+		}
+		var review admissionv1.AdmissionReview
+		if err := json.NewDecoder(io.LimitReader(r.Body, maxReviewBytes)).Decode(&review); err != nil || review.Request == nil {
+			http.Error(rw, fmt.Sprintf("decode the AdmissionReview: %v", err), http.StatusBadRequest)
+			return
+		}
+		resp := admit(r.Context(), review.Request)
+		resp.UID = review.Request.UID
+		w.counts.answered(resource, result(resp))
+		review.Response, review.Request = resp, nil
+		rw.Header().Set("Content-Type", "application/json")
+		if err := json.NewEncoder(rw).Encode(&review); err != nil {
+			w.log.Error(err, "Could not answer an admission request", "resource", resource)
+		}
+	}
+}
+
+func result(r *admissionv1.AdmissionResponse) string {
+	switch {
+	case r.Allowed && r.Patch != nil:
+		return "patched"
+	case r.Allowed:
+		return "allowed"
+	case r.Result != nil && r.Result.Code >= 500:
+		return "error"
+	}
+	return "denied"
+}
