@@ -7,7 +7,9 @@ import (
 	"fmt"
 	"net"
 	"net/http"
+	"os"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/spf13/cobra"
@@ -26,6 +28,8 @@ type webhookOptions struct {
 	keyFile    string
 	hold       time.Duration
 	guardrails apiserver.GuardrailOptions
+	namespace  string
+	identity   string
 }
 
 func newWebhookCommand(streams Streams) *cobra.Command {
@@ -60,8 +64,33 @@ again when its files change. deploy/webhook installs it.`,
 	fs.StringVar(&o.keyFile, "tls-private-key-file", "", "serving key (PEM), read again when it changes")
 	fs.DurationVar(&o.hold, "hold", webhook.DefaultHold,
 		"how long a picked ClusterIP is not picked again while kube-apiserver has not stored its IPAddress")
+	fs.StringVar(&o.namespace, "namespace", inClusterNamespace(),
+		"namespace of the replicas' member Leases, through which they spread their picks (default: $POD_NAMESPACE, else the service account's); empty: picks anywhere")
+	fs.StringVar(&o.identity, "identity", defaultIdentity(), "this replica's name among the replicas (default: $POD_NAME, else the host name)")
 	o.guardrails.AddFlags(fs)
 	return cmd
+}
+
+// inClusterNamespace is $POD_NAMESPACE, else the namespace of the pod's
+// service account, else "".
+func inClusterNamespace() string {
+	if ns := os.Getenv("POD_NAMESPACE"); ns != "" {
+		return ns
+	}
+	b, err := os.ReadFile("/var/run/secrets/kubernetes.io/serviceaccount/namespace")
+	if err != nil {
+		return ""
+	}
+	return strings.TrimSpace(string(b))
+}
+
+// defaultIdentity is $POD_NAME, else the host name.
+func defaultIdentity() string {
+	if name := os.Getenv("POD_NAME"); name != "" {
+		return name
+	}
+	name, _ := os.Hostname()
+	return name
 }
 
 func runWebhook(ctx context.Context, o *webhookOptions, streams Streams) error {
@@ -82,7 +111,7 @@ func runWebhook(ctx context.Context, o *webhookOptions, streams Streams) error {
 	}
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
-	w, err := webhook.New(ctx, webhook.Config{Client: client, Hold: o.hold,
+	w, err := webhook.New(ctx, webhook.Config{Client: client, Hold: o.hold, Namespace: o.namespace, Identity: o.identity,
 		Policy: servicecidrs.Policy{Guardrails: guardrails, WarnOverlaps: o.guardrails.OverlapWarnings}})
 	if err != nil {
 		return err

@@ -11,23 +11,26 @@ import (
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
-	"github.com/allocator/allocator/internal/registry/servicecidrs"
 	"github.com/allocator/allocator/internal/testserver"
 )
 
-// TestWebhookReplicasRace: two webhook replicas and 32 concurrent clients
-// create Services through the API server with the addresses the replicas
-// pick. No address is held twice (the API server refuses a taken one), and
-// fewer than 1 create in 1,000 is refused as "provided IP is already
-// allocated" while the range has room.
+// TestWebhookReplicasRace: two webhook replicas, each preferring its stripe
+// of the range (members.go; fixed here, as our server serves no Leases),
+// and 32 concurrent clients create Services through the API server with the
+// addresses the replicas pick, until the range is 90% full. No address is
+// held twice (the API server refuses a taken one), and fewer than 1 create
+// in 1,000 is refused as "provided IP is already allocated".
 func TestWebhookReplicasRace(t *testing.T) {
 	if testing.Short() {
 		t.Skip("creates thousands of Services; not in -short")
 	}
 	t.Parallel()
-	const creates, clients = 2000, 32
-	srv := testserver.Start(t, testserver.Options{Model: "ipaddress", ServiceRange: "10.96.0.0/16"})
-	replicas := []replica{startReplica(t, srv.Client, servicecidrs.Policy{}), startReplica(t, srv.Client, servicecidrs.Policy{})}
+	const creates, clients = 3600, 32 // 90% of a /20's 4,094 addresses
+	srv := testserver.Start(t, testserver.Options{Model: "ipaddress", ServiceRange: "10.96.0.0/20"})
+	var replicas []replica
+	for k := range 2 {
+		replicas = append(replicas, startReplicaWith(t, Config{Client: srv.Client, members: &members{k: k, n: 2, active: true}}))
+	}
 	ctx := context.Background()
 	var next, conflicts, failed atomic.Int64
 	var wg sync.WaitGroup

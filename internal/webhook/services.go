@@ -17,6 +17,7 @@ import (
 
 	"github.com/allocator/allocator/pkg/allocation"
 	"github.com/allocator/allocator/pkg/bitmap/nodeport"
+	"github.com/allocator/allocator/pkg/ipaddress"
 	"github.com/allocator/allocator/pkg/servicealloc"
 )
 
@@ -200,8 +201,13 @@ func withAllocErrors(ctx context.Context, r *allocErrors) context.Context {
 }
 
 // recording is a family's allocator whose errors are recorded in the
-// admission's allocErrors.
-type recording struct{ allocation.Interface }
+// admission's allocErrors, and whose dynamic picks prefer this replica's
+// stripe (members.go).
+type recording struct {
+	allocation.Interface
+	family  *ipaddress.Allocator // nil: a dry-run view
+	members *members
+}
 
 func (r recording) note(ctx context.Context, err error) error {
 	if rec, ok := ctx.Value(allocErrorsKey{}).(*allocErrors); ok && err != nil {
@@ -215,11 +221,18 @@ func (r recording) Allocate(ctx context.Context, ip netip.Addr, owner allocation
 }
 
 func (r recording) AllocateNext(ctx context.Context, owner allocation.Owner) (netip.Addr, error) {
+	if k, n := r.members.stripe(); n > 1 && r.family != nil {
+		ip, err := r.family.AllocateNextOutside(ctx, owner, otherStripes{k: k, n: n})
+		if !errors.Is(err, ipaddress.ErrTooManyCollisions) {
+			return ip, r.note(ctx, err)
+		}
+		// The stripe is full (or unlucky): anywhere.
+	}
 	ip, err := r.Interface.AllocateNext(ctx, owner)
 	return ip, r.note(ctx, err)
 }
 
-func (r recording) DryRun() allocation.Interface { return recording{r.Interface.DryRun()} }
+func (r recording) DryRun() allocation.Interface { return recording{Interface: r.Interface.DryRun()} }
 
 // passPorts is the node-port allocator of the webhook's servicealloc:
 // kube-apiserver allocates node ports, so every port is accepted and none

@@ -35,7 +35,20 @@ type Config struct {
 	Hold time.Duration
 	// Policy is the ServiceCIDR guardrails and warnings.
 	Policy servicecidrs.Policy
+	// Namespace and Identity name this replica's member Lease, through
+	// which the replicas spread their picks (members.go); either empty:
+	// this replica picks anywhere.
+	Namespace, Identity string
+
+	// members, if set, replaces the Lease-counted members (tests run
+	// replicas against a server that serves no Leases).
+	members *members
 }
+
+// pickTries bounds the candidates a replica passes over to find one of its
+// stripe before it picks anywhere: with n replicas a candidate is in the
+// stripe about once in n, so 64 misses in a row mean the stripe is full.
+const pickTries = 64
 
 // Webhook answers kube-apiserver's admission requests for Services and
 // ServiceCIDRs. It is safe for concurrent use.
@@ -45,6 +58,7 @@ type Webhook struct {
 	holds    *holds
 	cidrs    servicecidrs.Admission
 	counts   *pickCounts
+	members  *members // nil: no Lease, picks anywhere
 	log      klog.Logger
 }
 
@@ -74,6 +88,13 @@ func New(ctx context.Context, cfg Config) (*Webhook, error) {
 		return nil, fmt.Errorf("webhook: watch IPAddresses: %w", err)
 	}
 	w := &Webhook{holds: h, counts: counts, log: klog.FromContext(ctx).WithName("webhook")}
+	switch {
+	case cfg.members != nil:
+		w.members = cfg.members
+	case cfg.Namespace != "" && cfg.Identity != "":
+		w.members = newMembers(cfg.Client, cfg.Namespace, cfg.Identity, w.log)
+		go w.members.run(ctx)
+	}
 	var allocs []allocation.Interface
 	for _, cidr := range def.Spec.CIDRs {
 		p, err := subrange.ParsePrefix(cidr)
@@ -82,12 +103,13 @@ func New(ctx context.Context, cfg Config) (*Webhook, error) {
 		}
 		var a *ipaddress.Allocator
 		objects := h.forFamily(func(ip netip.Addr) { a.Forget(ip) })
-		a, err = ipaddress.New(ctx, ipaddress.Config{Client: cfg.Client, IPv6: p.Addr().Is6(), Informers: factory, Objects: objects})
+		a, err = ipaddress.New(ctx, ipaddress.Config{Client: cfg.Client, IPv6: p.Addr().Is6(), Informers: factory, Objects: objects,
+			MaxCollisions: pickTries})
 		if err != nil {
 			return nil, fmt.Errorf("webhook: %w", err)
 		}
 		w.families = append(w.families, a)
-		allocs = append(allocs, recording{a})
+		allocs = append(allocs, recording{Interface: a, family: a, members: w.members})
 	}
 	w.alloc, err = servicealloc.New(servicealloc.Config{Allocators: allocs, NodePorts: newPassPorts()})
 	if err != nil {

@@ -45,9 +45,14 @@ type replica struct {
 
 func startReplica(t *testing.T, client kubernetes.Interface, policy servicecidrs.Policy) replica {
 	t.Helper()
+	return startReplicaWith(t, Config{Client: client, Policy: policy})
+}
+
+func startReplicaWith(t *testing.T, cfg Config) replica {
+	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
 	t.Cleanup(cancel)
-	w, err := New(ctx, Config{Client: client, Policy: policy})
+	w, err := New(ctx, cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
