@@ -64,7 +64,7 @@ again when its files change. deploy/webhook installs it.`,
 	fs.StringVar(&o.keyFile, "tls-private-key-file", "", "serving key (PEM), read again when it changes")
 	fs.DurationVar(&o.hold, "hold", webhook.DefaultHold,
 		"how long a picked ClusterIP is not picked again while kube-apiserver has not stored its IPAddress")
-	fs.StringVar(&o.namespace, "namespace", inClusterNamespace(),
+	fs.StringVar(&o.namespace, "lease-namespace", inClusterNamespace(),
 		"namespace of the replicas' member Leases, through which they spread their picks (default: $POD_NAMESPACE, else the service account's); empty: picks anywhere")
 	fs.StringVar(&o.identity, "identity", defaultIdentity(), "this replica's name among the replicas (default: $POD_NAME, else the host name)")
 	o.guardrails.AddFlags(fs)
