@@ -26,6 +26,9 @@ const (
 	memberLabel    = "allocator.github.io/webhook-member"
 	memberDuration = 30 * time.Second
 	memberRenew    = 10 * time.Second
+	// memberRecount is how often the Leases are read again: a replica
+	// that starts is counted by the others within it.
+	memberRecount = 2 * time.Second
 )
 
 // members is a replica's view of the live replicas.
@@ -54,13 +57,20 @@ func (m *members) stripe() (k, n int) {
 	return m.k, m.n
 }
 
-// run renews this replica's Lease and recounts the members every
-// memberRenew until ctx ends; its Lease is deleted then.
+// run renews this replica's Lease every memberRenew and recounts the
+// members every memberRecount until ctx ends; its Lease is deleted then.
 func (m *members) run(ctx context.Context) {
-	t := time.NewTicker(memberRenew)
+	t := time.NewTicker(memberRecount)
 	defer t.Stop()
+	var renewed time.Time
 	for {
-		if err := m.renew(ctx); err != nil && ctx.Err() == nil {
+		err := m.recount(ctx)
+		if time.Since(renewed) >= memberRenew {
+			if err = m.renew(ctx); err == nil {
+				renewed = time.Now()
+			}
+		}
+		if err != nil && ctx.Err() == nil {
 			m.log.V(2).Info("Cannot renew the webhook's member Lease; picking anywhere", "err", err)
 			m.mu.Lock()
 			m.k, m.n = 0, 1
@@ -98,7 +108,12 @@ func (m *members) renew(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	list, err := leases.List(ctx, metav1.ListOptions{LabelSelector: memberLabel + "=true"})
+	return m.recount(ctx)
+}
+
+// recount reads the live Leases and takes this replica's index among them.
+func (m *members) recount(ctx context.Context) error {
+	list, err := m.client.CoordinationV1().Leases(m.namespace).List(ctx, metav1.ListOptions{LabelSelector: memberLabel + "=true"})
 	if err != nil {
 		return err
 	}

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"net/netip"
 	"slices"
+	"strings"
 	"sync"
 
 	admissionv1 "k8s.io/api/admission/v1"
@@ -82,6 +83,16 @@ func (w *Webhook) admitService(ctx context.Context, req *admissionv1.AdmissionRe
 	if err != nil {
 		return w.refusal(err, record, warnings.texts)
 	}
+	if dryRun {
+		// kube-apiserver's dry run checks a requested address against one
+		// of its ServiceCIDRs only, and refuses it when it lies in another:
+		// it picks by its own rules here, and the warning says what the
+		// create would get.
+		if picks := w.picked(svc, picked); len(picks) > 0 {
+			warnings.texts = append(warnings.texts, fmt.Sprintf("dry run: the create would get ClusterIP(s) %s", strings.Join(picks, ",")))
+		}
+		return allowed(warnings.texts)
+	}
 	patch, err := familyPatch(svc, picked)
 	if err != nil {
 		return errored(err)
@@ -91,6 +102,19 @@ func (w *Webhook) admitService(ctx context.Context, req *admissionv1.AdmissionRe
 	}
 	pt := admissionv1.PatchTypeJSONPatch
 	return &admissionv1.AdmissionResponse{Allowed: true, Patch: patch, PatchType: &pt, Warnings: warnings.texts}
+}
+
+// picked returns the addresses the webhook picked for svc: those of
+// picked that svc did not ask for.
+func (w *Webhook) picked(svc, picked *corev1.Service) []string {
+	asked := append([]string{svc.Spec.ClusterIP}, svc.Spec.ClusterIPs...)
+	var out []string
+	for _, text := range picked.Spec.ClusterIPs {
+		if _, err := netip.ParseAddr(text); err == nil && !slices.Contains(asked, text) {
+			out = append(out, text)
+		}
+	}
+	return out
 }
 
 // refusal turns an allocation error into the answer: denied with serve's
@@ -123,11 +147,7 @@ func (w *Webhook) refusal(err error, record *allocErrors, warnings []string) *ad
 // fields picked holds, nil when the webhook picked no address: what else
 // servicealloc normalized or defaulted, kube-apiserver does itself.
 func familyPatch(svc, picked *corev1.Service) ([]byte, error) {
-	asked := append([]string{svc.Spec.ClusterIP}, svc.Spec.ClusterIPs...)
-	if !slices.ContainsFunc(picked.Spec.ClusterIPs, func(ip string) bool {
-		_, err := netip.ParseAddr(ip)
-		return err == nil && !slices.Contains(asked, ip)
-	}) {
+	if len((*Webhook)(nil).picked(svc, picked)) == 0 {
 		return nil, nil
 	}
 	ops := []jsonPatchOp{

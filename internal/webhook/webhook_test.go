@@ -142,7 +142,8 @@ func inPrefix(t *testing.T, ip, prefix string) bool {
 // choice; one in a namespace a scoped ServiceCIDR selects is given one of
 // that scope; a requested address in a draining ServiceCIDR is refused
 // with serve's text, and one that is taken is left to the API server; a
-// dry run holds nothing; a headless Service is left alone.
+// dry run is let through with a warning and holds nothing; a headless
+// Service is left alone.
 func TestWebhookServices(t *testing.T) {
 	t.Parallel()
 	srv := testserver.Start(t, testserver.Options{Model: "ipaddress", ServiceRange: "10.96.0.0/16"})
@@ -186,9 +187,13 @@ func TestWebhookServices(t *testing.T) {
 		t.Errorf("a requested address that is taken: %+v; want it let through unchanged for the API server to refuse", resp)
 	}
 
+	// kube-apiserver's dry run accepts a requested address of one of its
+	// ServiceCIDRs only: a dry run is let through for it to pick, with a
+	// warning naming what the create would get, and holds nothing.
 	before := r.w.holds.held()
-	if _, resp := r.admitService(t, service("default", "dry"), true); !resp.Allowed || resp.Patch == nil {
-		t.Errorf("a dry run: %+v, want a patch", resp)
+	if _, resp := r.admitService(t, service("default", "dry"), true); !resp.Allowed || resp.Patch != nil ||
+		len(resp.Warnings) != 1 || !strings.Contains(resp.Warnings[0], "the create would get ClusterIP(s) 10.96.") {
+		t.Errorf("a dry run: %+v, want it let through with a warning naming the address", resp)
 	}
 	if after := r.w.holds.held(); after != before {
 		t.Errorf("a dry run left %d holds, had %d", after, before)
