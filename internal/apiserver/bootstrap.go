@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"strings"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -15,6 +16,7 @@ import (
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/kubernetes"
 	restclient "k8s.io/client-go/rest"
+	"k8s.io/klog/v2"
 
 	"github.com/allocator/allocator/internal/holding"
 	"github.com/allocator/allocator/pkg/allocation"
@@ -71,6 +73,9 @@ func (s *Server) bootstrapOnce(ctx context.Context, client kubernetes.Interface,
 	// The default ServiceCIDR comes first: the IPAddress model serves only
 	// addresses inside a ServiceCIDR, the carry-over below included.
 	if err := s.ensureDefaultServiceCIDR(ctx, client); err != nil {
+		return err
+	}
+	if err := s.markModel(ctx, client); err != nil {
 		return err
 	}
 	if !s.migrated && !s.cfg.ManualRepair {
@@ -143,7 +148,7 @@ func (s *Server) ensureDefaultServiceCIDR(ctx context.Context, client kubernetes
 	switch {
 	case apierrors.IsNotFound(err):
 		sc = &networkingv1.ServiceCIDR{
-			ObjectMeta: metav1.ObjectMeta{Name: DefaultServiceCIDRName},
+			ObjectMeta: metav1.ObjectMeta{Name: DefaultServiceCIDRName, Annotations: s.modelAnnotations()},
 			Spec:       networkingv1.ServiceCIDRSpec{CIDRs: want},
 		}
 		if _, err := api.Create(ctx, sc, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
@@ -169,12 +174,30 @@ func (s *Server) ensureDefaultServiceCIDR(ctx context.Context, client kubernetes
 		}
 		return nil
 	}
-	logger(ctx).Info("Default ServiceCIDR differs from --service-cluster-ip-range and can only grow from single- to dual-stack; leaving it",
-		"stored", sc.Spec.CIDRs, "flag", want)
-	s.warnDefaultServiceCIDROnce(ctx, sc, ReasonKubernetesDefaultServiceCIDRInconsistent,
-		"The default ServiceCIDR has %v but --service-cluster-ip-range is %v; it can only grow from single- to dual-stack, so it is left as it is. "+
-			"Add a ServiceCIDR for a new range instead", sc.Spec.CIDRs, want)
+	s.warnDefaultServiceCIDROnce(ctx, sc, ReasonKubernetesDefaultServiceCIDRInconsistent, "%s",
+		rangeMismatch(sc.Spec.CIDRs, want, s.backend == nil || s.backend.AllocatesFromServiceCIDRs()))
 	return nil
+}
+
+// rangeMismatch is the warning of a --service-cluster-ip-range (flag) that
+// differs from the stored default ServiceCIDR other than by gaining a
+// family: which one is in effect, and how to change it. fromServiceCIDRs
+// says the server allocates from the ServiceCIDRs (the IPAddress model);
+// the bitmap model allocates from the flag's range.
+func rangeMismatch(stored, flag []string, fromServiceCIDRs bool) string {
+	storedText, flagText := strings.Join(stored, ","), strings.Join(flag, ",")
+	effect := fmt.Sprintf("the stored ServiceCIDR is in effect: this server allocates from the ServiceCIDRs, so new ClusterIPs come from %s and "+
+		"%s is served only where another ServiceCIDR holds it", storedText, flagText)
+	if !fromServiceCIDRs {
+		effect = fmt.Sprintf("this server (--allocator=bitmap) allocates from the flag's %s, while IPAddress-model servers and "+
+			"kube-apiservers on this etcd allocate from the stored %s", flagText, storedText)
+	}
+	return fmt.Sprintf("--service-cluster-ip-range is %s but the stored default ServiceCIDR %q has %s, and a ServiceCIDR can only grow "+
+		"from single- to dual-stack, so it is left as it is: %s. "+
+		"To keep the stored range, set --service-cluster-ip-range=%s on every replica; "+
+		"to move to the flag's range, follow \"Replacing the default range\" in docs/operations.md "+
+		"(add a ServiceCIDR with %s, drain and renumber %q, then delete it: it is re-created from the flag)",
+		flagText, DefaultServiceCIDRName, storedText, effect, storedText, flagText, DefaultServiceCIDRName)
 }
 
 // Reasons of the Warning events on the default ServiceCIDR.
@@ -183,8 +206,9 @@ const (
 	ReasonKubernetesDefaultServiceCIDRInconsistent = "KubernetesDefaultServiceCIDRInconsistent" // upstream's reason
 )
 
-// warnDefaultServiceCIDROnce emits a Warning event on sc and logs it, once
-// per reason and object UID (the check runs every 10 s).
+// warnDefaultServiceCIDROnce emits a Warning event on sc and logs it as a
+// warning line, once per reason and object UID (the check runs every
+// 10 s): at start-up, and when the default ServiceCIDR changes.
 func (s *Server) warnDefaultServiceCIDROnce(ctx context.Context, sc *networkingv1.ServiceCIDR, reason, format string, args ...any) {
 	key := reason + "/" + string(sc.UID)
 	s.warnedMu.Lock()
@@ -198,7 +222,7 @@ func (s *Server) warnDefaultServiceCIDROnce(ctx context.Context, sc *networkingv
 		return
 	}
 	msg := fmt.Sprintf(format, args...)
-	logger(ctx).Info("Default ServiceCIDR needs attention", "reason", reason, "message", msg)
+	warningLine(reason + ": " + msg)
 	if s.recorder != nil {
 		s.recorder.Event(sc, corev1.EventTypeWarning, reason, msg)
 	}
@@ -283,4 +307,11 @@ func (s *Server) keepDefaultServiceCIDR(ctx context.Context, client kubernetes.I
 			logger(ctx).Info("kubernetes Service check failed", "err", err)
 		}
 	}, defaultServiceCIDRInterval)
+}
+
+// warningLine logs msg at klog's warning severity: a "W" line in the text
+// format, which an operator's log filter keeps where it drops info lines.
+// The structured logger has no warning level (logr: info and error).
+func warningLine(msg string) {
+	klog.WarningDepth(1, "allocator: "+msg)
 }

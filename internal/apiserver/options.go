@@ -66,7 +66,7 @@ func NewOptions() *Options {
 		Allocator:             string(model.IPAddress),
 		RepairInterval:        repair.DefaultInterval,
 		Security:              NewSecurityOptions(),
-		Guardrails:            GuardrailOptions{OverlapWarnings: true},
+		Guardrails:            NewGuardrailOptions(),
 	}
 }
 

@@ -12,13 +12,26 @@ import (
 )
 
 // GuardrailOptions are serve's flags on which CIDRs a ServiceCIDR may hold
-// (servicecidrs.Guardrails). Unset, every CIDR upstream accepts is accepted.
+// (servicecidrs.Guardrails). By default (NewGuardrailOptions) they refuse
+// only CIDRs wider than /8 (IPv4) and /64 (IPv6); zero lengths and no
+// prefixes accept every CIDR upstream accepts.
 type GuardrailOptions struct {
 	AllowedPrefixes   []string
 	ForbiddenPrefixes []string
 	IPv4, IPv6        servicecidrs.PrefixLengths
-	// OverlapWarnings: servicecidrs.Policy.WarnOverlaps.
+	// OverlapWarnings: servicecidrs.Policy.WarnOverlaps, and the Service
+	// storage's warning of a ClusterIP in a ServiceCIDR being deleted.
 	OverlapWarnings bool
+}
+
+// NewGuardrailOptions returns the defaults: the shortest prefix lengths of
+// servicecidrs.DefaultMinPrefixLengthIPv4 and IPv6, and overlap warnings.
+func NewGuardrailOptions() GuardrailOptions {
+	return GuardrailOptions{
+		IPv4:            servicecidrs.PrefixLengths{Min: servicecidrs.DefaultMinPrefixLengthIPv4},
+		IPv6:            servicecidrs.PrefixLengths{Min: servicecidrs.DefaultMinPrefixLengthIPv6},
+		OverlapWarnings: true,
+	}
 }
 
 // addFlags registers the guardrail flags in their own section, after the
@@ -30,15 +43,15 @@ func (o *GuardrailOptions) addFlags(fss *cliflag.NamedFlagSets) {
 	fs.StringSliceVar(&o.ForbiddenPrefixes, servicecidrs.FlagForbiddenPrefixes, o.ForbiddenPrefixes,
 		"CIDRs, comma separated, that no CIDR of a ServiceCIDR may overlap: networks never to be served as ClusterIPs, such as the pod and node networks.")
 	fs.IntVar(&o.IPv4.Min, servicecidrs.FlagMinPrefixLengthIPv4, o.IPv4.Min,
-		"The shortest prefix length (widest range) an IPv4 CIDR of a ServiceCIDR may have. 0: no bound.")
+		"The shortest prefix length (widest range) an IPv4 CIDR of a ServiceCIDR may have: the default refuses CIDRs wider than 10.0.0.0/8, such as 0.0.0.0/0. 0: no bound.")
 	fs.IntVar(&o.IPv4.Max, servicecidrs.FlagMaxPrefixLengthIPv4, o.IPv4.Max,
 		"The longest prefix length (narrowest range) an IPv4 CIDR of a ServiceCIDR may have. 0: no bound.")
 	fs.IntVar(&o.IPv6.Min, servicecidrs.FlagMinPrefixLengthIPv6, o.IPv6.Min,
-		"The shortest prefix length (widest range) an IPv6 CIDR of a ServiceCIDR may have. 0: no bound (the ipaddress model serves /64 or longer).")
+		"The shortest prefix length (widest range) an IPv6 CIDR of a ServiceCIDR may have: the ipaddress model serves /64 or longer, and the default refuses wider ones rather than store them unserved. 0: no bound.")
 	fs.IntVar(&o.IPv6.Max, servicecidrs.FlagMaxPrefixLengthIPv6, o.IPv6.Max,
 		"The longest prefix length (narrowest range) an IPv6 CIDR of a ServiceCIDR may have. 0: no bound.")
 	fs.BoolVar(&o.OverlapWarnings, servicecidrs.FlagOverlapWarnings, o.OverlapWarnings,
-		"Warn the client that creates a ServiceCIDR, or adds a CIDR to one, of each ServiceCIDR it overlaps (overlaps stay allowed, as in Kubernetes). false: kube-apiserver's answers exactly, which carry no such warning.")
+		"Warn the client that creates a ServiceCIDR, or adds a CIDR to one, of each ServiceCIDR it overlaps (overlaps stay allowed, as in Kubernetes), and the client that sets a lifecycle annotation of each overlap whose addresses a draining or manual-only ServiceCIDR closes; warn the client that asks for a ClusterIP only ServiceCIDRs being deleted hold. false: kube-apiserver's answers exactly, which carry no such warning.")
 }
 
 // Guardrails parses the flags strictly and refuses guardrails that

@@ -1,6 +1,7 @@
 package apiserver
 
 import (
+	"net/netip"
 	"strings"
 	"testing"
 
@@ -21,11 +22,34 @@ func TestGuardrailFlags(t *testing.T) {
 		wantErr string // "" valid
 		check   func(t *testing.T, g servicecidrs.Guardrails)
 	}{
-		{name: "none", args: nil, check: func(t *testing.T, g servicecidrs.Guardrails) {
-			if !g.IsZero() {
-				t.Errorf("no flags: %+v", g)
+		{name: "defaults", args: nil, check: func(t *testing.T, g servicecidrs.Guardrails) {
+			want := servicecidrs.Guardrails{IPv4: servicecidrs.PrefixLengths{Min: 8}, IPv6: servicecidrs.PrefixLengths{Min: 64}}
+			if len(g.Allowed) != 0 || len(g.Forbidden) != 0 || g.IPv4 != want.IPv4 || g.IPv6 != want.IPv6 {
+				t.Errorf("no flags: %+v, want %+v", g, want)
+			}
+			for _, p := range []string{"0.0.0.0/0", "10.0.0.0/7", "fd00::/48"} {
+				if g.Refusal(netip.MustParsePrefix(p)) == "" {
+					t.Errorf("the defaults accept %s", p)
+				}
+			}
+			for _, p := range []string{"10.0.0.0/8", "10.96.0.0/12", "fd00::/64", "fd00:10:96::/108"} {
+				if reason := g.Refusal(netip.MustParsePrefix(p)); reason != "" {
+					t.Errorf("the defaults refuse %s: %s", p, reason)
+				}
 			}
 		}},
+		{name: "none", args: []string{"--service-cidr-min-prefix-length-ipv4=0", "--service-cidr-min-prefix-length-ipv6=0"},
+			check: func(t *testing.T, g servicecidrs.Guardrails) {
+				if !g.IsZero() {
+					t.Errorf("no bounds: %+v", g)
+				}
+			}},
+		{name: "kubeadm's default range", args: []string{"--service-cluster-ip-range=10.96.0.0/12,fd00:10:96::/108"},
+			check: func(t *testing.T, g servicecidrs.Guardrails) {}},
+		{name: "a range wider than the default bound", args: []string{"--service-cluster-ip-range=10.0.0.0/7"},
+			wantErr: `--service-cluster-ip-range 10.0.0.0/7 breaks the ServiceCIDR guardrails (prefix length /7 is shorter than the shortest allowed, /8 (--service-cidr-min-prefix-length-ipv4))`},
+		{name: "a range wider than the default bound, allowed", args: []string{"--service-cluster-ip-range=10.0.0.0/7", "--service-cidr-min-prefix-length-ipv4=7"},
+			check: func(t *testing.T, g servicecidrs.Guardrails) {}},
 		{name: "all", args: []string{
 			"--service-cluster-ip-range=10.96.0.0/16,fd00:10:96::/112",
 			"--service-cidr-allowed-prefixes=10.96.0.0/12,fd00:10::/32",

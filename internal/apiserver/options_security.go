@@ -154,7 +154,39 @@ func (o *SecurityOptions) Warnings() []string {
 		out = append(out, "--audit-log-path is set without --audit-policy-file: no audit event is recorded (as on kube-apiserver); "+
 			"give a policy, e.g. deploy/examples/audit-policy.yaml")
 	}
+	if w := o.unauthorizedWarning(); w != "" {
+		out = append(out, w)
+	}
 	return out
+}
+
+// unauthorizedWarning is the warning of a server that authenticates
+// identities other than the generated admin (a token file, client
+// certificates, TokenReview, a front proxy) and lets each of them do
+// everything, because no --authorization-kubeconfig asks the cluster's
+// RBAC; "" otherwise.
+func (o *SecurityOptions) unauthorizedWarning() string {
+	if o.Authorization.RemoteKubeConfigFile != "" {
+		return ""
+	}
+	var sources []string
+	for _, f := range []struct{ flag, value string }{
+		{"--token-auth-file", o.TokenAuthFile},
+		{"--client-ca-file", o.Authentication.ClientCert.ClientCA},
+		{"--authentication-kubeconfig", o.Authentication.RemoteKubeConfigFile},
+		{"--requestheader-client-ca-file", o.Authentication.RequestHeader.ClientCAFile},
+	} {
+		if f.value != "" {
+			sources = append(sources, f.flag)
+		}
+	}
+	if len(sources) == 0 {
+		return ""
+	}
+	return fmt.Sprintf("--authorization-kubeconfig is not set: every identity that %s authenticates may do everything on this server "+
+		"(delete any Service, default/kubernetes included, and any ServiceCIDR or IPAddress), as under kube-apiserver's AlwaysAllow; "+
+		"give --authorization-kubeconfig so that the cluster's RBAC decides (SubjectAccessReview; deploy/serve-rbac.yaml)",
+		strings.Join(sources, ", "))
 }
 
 // checkCAFile checks that path, when set, holds at least one PEM certificate.

@@ -1,6 +1,7 @@
 package apiserver
 
 import (
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
@@ -169,5 +170,41 @@ func TestCheckEtcdServers(t *testing.T) {
 	o.EtcdServers = []string{"127.0.0.1:2379"}
 	if err := o.Validate(); err == nil || !strings.Contains(err.Error(), "--etcd-servers 127.0.0.1:2379: missing scheme") {
 		t.Errorf("Validate does not check --etcd-servers: %v", err)
+	}
+}
+
+// TestUnauthorizedIdentitiesWarn: when identities other than the generated
+// admin can authenticate and no --authorization-kubeconfig decides what
+// they may do, serve says so in one line naming the flags.
+func TestUnauthorizedIdentitiesWarn(t *testing.T) {
+	t.Parallel()
+	const want = "--authorization-kubeconfig is not set: every identity that %s authenticates may do everything on this server"
+	cases := []struct {
+		name  string
+		set   func(o *SecurityOptions)
+		flags string // "" no warning
+	}{
+		{name: "the admin only", set: func(*SecurityOptions) {}},
+		{name: "token file", set: func(o *SecurityOptions) { o.TokenAuthFile = "tokens.csv" }, flags: "--token-auth-file"},
+		{name: "client CA and TokenReview", set: func(o *SecurityOptions) {
+			o.Authentication.ClientCert.ClientCA = "ca.crt"
+			o.Authentication.RemoteKubeConfigFile = "authn.kubeconfig"
+		}, flags: "--client-ca-file, --authentication-kubeconfig"},
+		{name: "front proxy", set: func(o *SecurityOptions) { o.Authentication.RequestHeader.ClientCAFile = "front.crt" }, flags: "--requestheader-client-ca-file"},
+		{name: "authorized", set: func(o *SecurityOptions) {
+			o.TokenAuthFile = "tokens.csv"
+			o.Authorization.RemoteKubeConfigFile = "authz.kubeconfig"
+		}},
+	}
+	for _, tc := range cases {
+		o := NewSecurityOptions()
+		tc.set(o)
+		w := o.Warnings()
+		switch {
+		case tc.flags == "" && len(w) != 0:
+			t.Errorf("%s: warns %q", tc.name, w)
+		case tc.flags != "" && (len(w) != 1 || !strings.HasPrefix(w[0], fmt.Sprintf(want, tc.flags))):
+			t.Errorf("%s: warns %q, want one line naming %s", tc.name, w, tc.flags)
+		}
 	}
 }

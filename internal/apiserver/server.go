@@ -249,7 +249,7 @@ func (c CompletedConfig) newStores(s *Server, getter *restOptionsGetter, ipREST 
 	if err != nil {
 		return nil, nil, err
 	}
-	svcREST, svcStatus, err := services.NewREST(Scheme, getter, s.alloc, nsREST.Check, s.fencer())
+	svcREST, svcStatus, err := services.NewREST(Scheme, getter, s.alloc, nsREST.Check, s.fencer(), c.staticHint(s))
 	if err != nil {
 		return nil, nil, err
 	}

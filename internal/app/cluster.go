@@ -31,6 +31,9 @@ import (
 // RangeAllocations through etcd. They work unchanged against a real
 // kube-apiserver cluster, whose etcd layout is the same (design.md §5).
 type clusterFlags struct {
+	// dataDir is --data-dir: the etcd flags not given are read from the
+	// data dir of an `allocator serve` running its embedded etcd.
+	dataDir      string
 	etcdServers  []string
 	etcdPrefix   string
 	etcdCAFile   string
@@ -84,6 +87,7 @@ func (f *clusterFlags) addKubeFlags(fs *pflag.FlagSet) {
 
 // addEtcdFlags registers how etcd is reached.
 func (f *clusterFlags) addEtcdFlags(fs *pflag.FlagSet) {
+	fs.StringVar(&f.dataDir, "data-dir", "", "the --data-dir of an allocator serve running its embedded etcd: its endpoint and client certificate are read from there (the --etcd-* flags given win)")
 	fs.StringSliceVar(&f.etcdServers, "etcd-servers", nil, "etcd client URLs (http:// or https://) holding the bitmap model's RangeAllocations")
 	fs.StringVar(&f.etcdPrefix, "etcd-prefix", etcdlayout.DefaultPrefix, "etcd key prefix of the cluster's data")
 	fs.StringVar(&f.etcdCAFile, "etcd-cafile", "", "CA bundle to verify the etcd servers")
@@ -96,8 +100,12 @@ func (f *clusterFlags) addRangeFlag(fs *pflag.FlagSet) {
 	fs.StringVar(&f.serviceRange, "service-cluster-ip-range", "", "the bitmap ranges, primary family first (default: read from the stored maps, or from the ServiceCIDR \"kubernetes\")")
 }
 
-// validate checks the flags' values before anything is reached.
+// validate fills the etcd flags not given from --data-dir and checks the
+// flags' values, before anything is reached.
 func (f *clusterFlags) validate() error {
+	if err := f.useDataDir(); err != nil {
+		return err
+	}
 	return apiserver.CheckEtcdServers(f.etcdServers)
 }
 
@@ -191,8 +199,12 @@ var quietGRPC sync.Once
 // endpoint fails the job in seconds instead of being retried forever.
 const etcdProbeTimeout = 5 * time.Second
 
-// errNoEtcdServers is the answer to a bitmap-model job without etcd.
-var errNoEtcdServers = errors.New("--etcd-servers is required for the bitmap model")
+// etcdHint says how a job is given etcd.
+const etcdHint = "pass --data-dir DIR (the --data-dir of an allocator serve running its embedded etcd) " +
+	"or --etcd-servers URL (with --etcd-cafile, --etcd-certfile and --etcd-keyfile for TLS)"
+
+// errNoEtcd is the answer to a job that needs etcd and was given none.
+var errNoEtcd = errors.New("no etcd given: " + etcdHint)
 
 // etcdClient connects to --etcd-servers, with TLS when certificates are
 // given, and checks with one bounded read that etcd answers. clientv3.New
@@ -201,7 +213,7 @@ var errNoEtcdServers = errors.New("--etcd-servers is required for the bitmap mod
 // minutes.
 func (f *clusterFlags) etcdClient(ctx context.Context) (*clientv3.Client, error) {
 	if len(f.etcdServers) == 0 {
-		return nil, errNoEtcdServers
+		return nil, errNoEtcd
 	}
 	endpoints := strings.Join(f.etcdServers, ",")
 	quietGRPC.Do(func() {
@@ -228,7 +240,11 @@ func (f *clusterFlags) etcdClient(ctx context.Context) (*clientv3.Client, error)
 	if _, err := client.Get(probeCtx, etcdlayout.Layout{Prefix: f.etcdPrefix}.RangesPrefix(), clientv3.WithPrefix(), clientv3.WithCountOnly()); err != nil {
 		client.Close()
 		if errors.Is(err, context.DeadlineExceeded) || probeCtx.Err() != nil {
-			return nil, fmt.Errorf("etcd %s did not answer within %v (is it running, and are --etcd-cafile/--etcd-certfile/--etcd-keyfile right?)", endpoints, etcdProbeTimeout)
+			hint := "is it running, and are --etcd-cafile/--etcd-certfile/--etcd-keyfile right?"
+			if f.dataDir != "" {
+				hint = "is allocator serve running on --data-dir " + f.dataDir + "?"
+			}
+			return nil, fmt.Errorf("etcd %s did not answer within %v (%s)", endpoints, etcdProbeTimeout, hint)
 		}
 		return nil, fmt.Errorf("etcd %s: %w", endpoints, err)
 	}
@@ -261,7 +277,8 @@ func (c *etcdConn) close() {
 }
 
 // ipCluster is the cluster as internal/ipallocator's job entries take it, its
-// etcd (when --etcd-servers is given) opened through conn.
+// etcd (when --etcd-servers is given, or read from --data-dir) opened
+// through conn.
 func (f *clusterFlags) ipCluster(m model.Name, client kubernetes.Interface, conn *etcdConn) ipallocator.Cluster {
 	c := ipallocator.Cluster{Model: m, EtcdPrefix: f.etcdPrefix, Ranges: f.ranges(), Client: client}
 	if len(f.etcdServers) > 0 {
@@ -284,7 +301,7 @@ func (f *clusterFlags) ranges() []string {
 func explain(err error) error {
 	switch {
 	case errors.Is(err, ipallocator.ErrNoEtcd):
-		return errNoEtcdServers
+		return fmt.Errorf("%w; %s", err, etcdHint)
 	case errors.Is(err, ipallocator.ErrNoMap):
 		return fmt.Errorf("%w: give --service-cluster-ip-range to create it", err)
 	}

@@ -1,13 +1,17 @@
 package app
 
 import (
+	"encoding/json"
 	"errors"
 	"fmt"
+	"io/fs"
 	"os"
 	"path/filepath"
 	"strconv"
 	"strings"
 	"syscall"
+
+	"github.com/allocator/allocator/internal/embedetcd"
 )
 
 // serveLockFile is the lock one `allocator serve` holds on its data dir; it
@@ -58,4 +62,50 @@ func lockDataDir(dir string) (release func(), err error) {
 		return nil, fmt.Errorf("write %s: %w", path, err)
 	}
 	return func() { f.Close() }, nil
+}
+
+// useDataDir fills the etcd flags not given on the command line from
+// --data-dir, as `allocator serve` left them there for its embedded etcd:
+// the client URL in <data-dir>/allocator-urls.json (the one serve listens
+// on now, rewritten at each start), the CA and client certificate in
+// <data-dir>/etcd-pki. A flag given wins over what the data dir holds.
+func (f *clusterFlags) useDataDir() error {
+	if f.dataDir == "" {
+		return nil
+	}
+	if len(f.etcdServers) == 0 {
+		path := filepath.Join(f.dataDir, etcdURLsFile)
+		data, err := os.ReadFile(path)
+		if errors.Is(err, fs.ErrNotExist) {
+			return fmt.Errorf("--data-dir %s: no embedded etcd recorded there (%s not found): give the --data-dir of an allocator serve "+
+				"started without --etcd-servers, or --etcd-servers", f.dataDir, etcdURLsFile)
+		}
+		if err != nil {
+			return fmt.Errorf("--data-dir: %w", err)
+		}
+		var urls etcdURLs
+		if err := json.Unmarshal(data, &urls); err != nil || urls.ClientURL == "" {
+			return fmt.Errorf("--data-dir: %s holds no client URL (%v)", path, err)
+		}
+		f.etcdServers = []string{urls.ClientURL}
+	}
+	pki := embedetcd.PKIIn(filepath.Join(f.dataDir, etcdPKIDir))
+	for _, file := range []struct {
+		flag *string
+		path string
+		name string
+	}{
+		{&f.etcdCAFile, pki.CAFile, "--etcd-cafile"},
+		{&f.etcdCertFile, pki.ClientCertFile, "--etcd-certfile"},
+		{&f.etcdKeyFile, pki.ClientKeyFile, "--etcd-keyfile"},
+	} {
+		if *file.flag != "" {
+			continue
+		}
+		if _, err := os.Stat(file.path); err != nil {
+			return fmt.Errorf("--data-dir %s: the embedded etcd's client certificate is not there (%w); give %s", f.dataDir, err, file.name)
+		}
+		*file.flag = file.path
+	}
+	return nil
 }

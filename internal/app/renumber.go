@@ -217,9 +217,10 @@ func runRenumber(ctx context.Context, o *renumberOptions, streams Streams) error
 }
 
 // checkIPAddressModel refuses the bitmap model, detected as the other
-// commands detect it: its maps in etcd when --etcd-servers is given.
-// Without etcd, internal/renumber refuses a range whose Services hold no
-// IPAddress.
+// commands detect it: from etcd's maps and replica records when etcd is
+// given, else through the API (the model the ServiceCIDR "kubernetes"
+// names, or no ServiceCIDR API at all). internal/renumber also refuses a
+// range whose Services hold no IPAddress.
 func checkIPAddressModel(ctx context.Context, o *renumberOptions, client kubernetes.Interface) error {
 	var etcd etcdConn
 	defer etcd.close()
@@ -228,7 +229,8 @@ func checkIPAddressModel(ctx context.Context, o *renumberOptions, client kuberne
 		return explain(err)
 	}
 	if !backend.AllocatesFromServiceCIDRs() {
-		return errors.New("renumber needs the IPAddress model: this cluster allocates ClusterIPs in the bitmap model, which serves --service-cluster-ip-range only and has no ServiceCIDR to drain")
+		return fmt.Errorf("renumber needs the IPAddress model: this cluster allocates ClusterIPs in the bitmap model, which serves "+
+			"--service-cluster-ip-range only and has no ServiceCIDR to drain (detected: %s)", backend.Detection())
 	}
 	return nil
 }

@@ -39,6 +39,8 @@ type repairOptions struct {
 	// bitmap, or for the node-port map); stores are the bitmap model's maps.
 	etcd   etcdConn
 	stores []iprepair.BitmapStore
+	// ipAddresses: the repair judges IPAddress objects (explainByDesign).
+	ipAddresses bool
 }
 
 // compareModels reports where the bitmap and the IPAddress objects disagree,
@@ -84,7 +86,10 @@ once is an allocation in flight).
 --model auto (the default) repairs the model the cluster's writers allocate
 from, and prints to stderr, in one line, which one and why. The first that
 holds decides:
-  no --etcd-servers, or no ClusterIP RangeAllocation in etcd     ipaddress
+  no etcd given (--etcd-servers, --data-dir)                    as the API shows it: the model
+    allocator serve names on the ServiceCIDR "kubernetes", else
+    ipaddress where ServiceCIDRs are served, bitmap where not
+  no ClusterIP RangeAllocation in etcd                          ipaddress
   the transition state says dual write is off (the bitmap was
     retired by "allocator transition finish")                    ipaddress
   a bitmap-model replica of ours is live                         bitmap
@@ -180,7 +185,7 @@ func runRepair(ctx context.Context, o *repairOptions, streams Streams) error {
 		for {
 			rep, err := runner.RunOnce(ctx)
 			if err == nil {
-				explainOrWarn(ctx, client, rep, streams)
+				explainOrWarn(ctx, client, rep, o.ipAddresses, streams)
 			}
 			now := time.Now().UTC()
 			if err != nil {
@@ -210,7 +215,7 @@ func runRepair(ctx context.Context, o *repairOptions, streams Streams) error {
 			rep.Problems = append(rep.Problems, d)
 		}
 	}
-	explainOrWarn(ctx, client, rep, streams)
+	explainOrWarn(ctx, client, rep, o.ipAddresses, streams)
 	if err := printRepair(streams, o.output, rep); err != nil {
 		return err
 	}
@@ -223,8 +228,8 @@ func runRepair(ctx context.Context, o *repairOptions, streams Streams) error {
 // explainOrWarn completes the findings left by design with what clears
 // them (explainByDesign); a failed read is a warning (a foreign IPAddress
 // it could not read then stays unresolved: the job exits 2).
-func explainOrWarn(ctx context.Context, client kubernetes.Interface, rep *report.Report, streams Streams) {
-	if err := explainByDesign(ctx, client, rep); err != nil {
+func explainOrWarn(ctx context.Context, client kubernetes.Interface, rep *report.Report, ipAddresses bool, streams Streams) {
+	if err := explainByDesign(ctx, client, rep, ipAddresses); err != nil {
 		fmt.Fprintf(streams.Err, "warning: %v\n", err)
 	}
 }
@@ -245,6 +250,7 @@ func (o *repairOptions) runner(ctx context.Context, client kubernetes.Interface,
 		fmt.Fprintf(o.stderr, "--model auto: %s\n", d)
 	}
 	o.stores = backend.BitmapStores()
+	o.ipAddresses = backend.RepairsIPAddresses()
 	r, err := backend.Repair(ipallocator.RepairConfig{Options: o.shared(client, recorder), Progress: progress.Writer(o.progressWriter())})
 	return r, backend.LeaksWaitForPasses(), err
 }

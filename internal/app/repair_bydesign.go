@@ -14,7 +14,6 @@ import (
 	"github.com/allocator/allocator/pkg/allocation"
 	"github.com/allocator/allocator/pkg/ipaddress"
 	"github.com/allocator/allocator/pkg/ipaddress/scope"
-	"github.com/allocator/allocator/pkg/model"
 	"github.com/allocator/allocator/pkg/repair/report"
 )
 
@@ -27,10 +26,10 @@ import (
 // ServiceCIDRs. A failed read leaves those findings as they are (a foreign
 // IPAddress unresolved, an outOfScope with a Clear naming no ServiceCIDR)
 // and is returned.
-func explainByDesign(ctx context.Context, client kubernetes.Interface, rep *report.Report) error {
+func explainByDesign(ctx context.Context, client kubernetes.Interface, rep *report.Report, ipAddresses bool) error {
 	var wantForeign, wantCIDRs bool
 	for _, p := range rep.Problems {
-		wantForeign = wantForeign || mayBeForeign(rep.Model, p)
+		wantForeign = wantForeign || mayBeForeign(ipAddresses, p)
 		wantCIDRs = wantCIDRs || p.Type == report.TypeOutOfScope
 	}
 	var errs []error
@@ -52,7 +51,7 @@ func explainByDesign(ctx context.Context, client kubernetes.Interface, rep *repo
 	}
 	for i := range rep.Problems {
 		p := &rep.Problems[i]
-		if manager, ok := managers[p.IP]; ok && mayBeForeign(rep.Model, *p) {
+		if manager, ok := managers[p.IP]; ok && mayBeForeign(ipAddresses, *p) {
 			p.Foreign = true
 			p.Clear = clearForeign(*p, manager)
 		}
@@ -67,10 +66,11 @@ func explainByDesign(ctx context.Context, client kubernetes.Interface, rep *repo
 }
 
 // mayBeForeign reports whether p can be about an IPAddress another
-// controller manages: a ClusterIP finding of the IPAddress repair that it
-// left as a leak or a repair (the repair names no owner for those).
-func mayBeForeign(m model.Name, p report.Problem) bool {
-	return m == model.IPAddress && p.Resource == "" && !p.Fixed && (p.Type == report.TypeLeak || p.Type == report.TypeRepair)
+// controller manages: a ClusterIP finding of the IPAddress repair
+// (ipAddresses) that it left as a leak or a repair (the repair names no
+// owner for those).
+func mayBeForeign(ipAddresses bool, p report.Problem) bool {
+	return ipAddresses && p.Resource == "" && !p.Fixed && (p.Type == report.TypeLeak || p.Type == report.TypeRepair)
 }
 
 // foreignIPAddresses returns the IPAddresses not managed by

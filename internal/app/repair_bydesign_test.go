@@ -88,7 +88,7 @@ func TestExplainByDesign(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
 			rep := &report.Report{Model: tc.model, Problems: []report.Problem{tc.p}}
-			if err := explainByDesign(context.Background(), client, rep); err != nil {
+			if err := explainByDesign(context.Background(), client, rep, rep.Model == model.IPAddress); err != nil {
 				t.Fatal(err)
 			}
 			got := rep.Problems[0]
@@ -119,7 +119,7 @@ func TestExplainByDesignReadsOnlyWhatItNeeds(t *testing.T) {
 	rep := &report.Report{Model: model.IPAddress, Problems: []report.Problem{
 		{Type: report.TypeDuplicate, IP: "10.0.0.1"}, {Type: report.TypeLeak, IP: "10.0.0.2", Fixed: true},
 	}}
-	if err := explainByDesign(context.Background(), client, rep); err != nil {
+	if err := explainByDesign(context.Background(), client, rep, rep.Model == model.IPAddress); err != nil {
 		t.Fatal(err)
 	}
 	if n := len(client.Actions()); n != 0 {

@@ -143,6 +143,7 @@ func runServe(ctx context.Context, opts *apiserver.Options, streams Streams) err
 	if embedded {
 		fmt.Fprintf(streams.Out, "The embedded etcd takes only its client certificate; repair and migrate reach it with:\n  %s\n",
 			etcdFlags(endpoints, absPath(opts.EtcdCAFile), absPath(opts.EtcdCertFile), absPath(opts.EtcdKeyFile)))
+		fmt.Fprintf(streams.Out, "or, on this machine, with:\n  --data-dir %s\n", absPath(opts.DataDir))
 	}
 	if err := server.Run(ctx); err != nil {
 		return fmt.Errorf("serve: %w", err)

@@ -16,15 +16,17 @@ import (
 	"github.com/allocator/allocator/internal/ipallocator"
 	"github.com/allocator/allocator/internal/rangeusage"
 	"github.com/allocator/allocator/internal/transition"
+	"github.com/allocator/allocator/pkg/bitmap/nodeport"
 	"github.com/allocator/allocator/pkg/ipaddress/lifecycle"
 	"github.com/allocator/allocator/pkg/model"
 )
 
 type statusOptions struct {
-	cluster clusterFlags
-	model   string
-	output  string
-	top     int
+	cluster       clusterFlags
+	model         string
+	output        string
+	top           int
+	nodePortRange string
 }
 
 func newStatusCommand(streams Streams, plugin bool) *cobra.Command {
@@ -40,17 +42,27 @@ first.
 
 In the IPAddress model it lists ServiceCIDRs and IPAddresses through the
 Kubernetes API. In the bitmap model it reads the RangeAllocations from etcd
-(--etcd-servers) and lists Services for their namespaces. It only reads:
-it is safe against a production cluster, ours or kube-apiserver's.
+(--data-dir or --etcd-servers) and lists Services for their namespaces;
+without etcd it counts the addresses the Services hold, on
+--service-cluster-ip-range or else the ServiceCIDR "kubernetes". It only
+reads: it is safe against a production cluster, ours or kube-apiserver's.
 Sizes come from the CIDRs and counts from the objects, so an IPv6 /64 is
 never iterated.
 
+A second table shows the node ports, which both models share, read as the
+repair reads them: the RangeAllocation servicenodeports in etcd, or, without
+etcd (or without that map), the node ports the Services hold, counted
+against --service-node-port-range. The line under it names the source. A
+WARNING line follows a family's addresses, or the node ports, once they are
+90% allocated or full.
+
 --model auto (the default) measures the model the cluster's writers allocate
 from, decided as for "allocator repair --model auto" (its help has the rules):
-the IPAddress model without --etcd-servers, without a bitmap in etcd, or once
-the bitmap is retired; the bitmap model while a bitmap-model writer may
-allocate from it alone. -n NAMESPACE shows that namespace's share only (the
-totals stay the cluster's).
+with etcd, from its maps and replica records; without it, through the API:
+the model the ServiceCIDR "kubernetes" names (allocator serve annotates it),
+the bitmap model when the API serves no ServiceCIDRs, else the IPAddress
+model. -n NAMESPACE shows that namespace's share only (the totals stay the
+cluster's).
 
 A STATE column shows ServiceCIDRs that are draining or manual-only
 (lifecycle.allocator.github.io/ annotations), and a line under the table
@@ -65,12 +77,18 @@ says how many Services still hold addresses in each draining one.`,
 	fs.StringVar(&o.model, "model", "auto", "allocator model to measure: bitmap, ipaddress, or auto (the model the cluster's writers allocate from, as repair --help details)")
 	fs.StringVarP(&o.output, "output", "o", "table", "output format: table, wide, "+machineFormats)
 	fs.IntVar(&o.top, "top", 3, "how many of the largest namespaces to show per CIDR (table and wide)")
+	fs.StringVar(&o.nodePortRange, "service-node-port-range", nodeport.Default,
+		"the node ports to count the Services' against when etcd holds no node-port map or none is given")
 	return cmd
 }
 
 func runStatus(ctx context.Context, o *statusOptions, streams Streams) error {
 	if err := checkOutputFormat(o.output, "table", "wide"); err != nil {
 		return err
+	}
+	portRange, err := nodeport.Parse(o.nodePortRange)
+	if err != nil {
+		return &usageError{fmt.Errorf("--service-node-port-range: %w", err)}
 	}
 	if err := o.cluster.validate(); err != nil {
 		return err
@@ -93,10 +111,15 @@ func runStatus(ctx context.Context, o *statusOptions, streams Streams) error {
 	}
 	usage, err := backend.Usage(ctx)
 	if apierrors.IsNotFound(err) {
-		return fmt.Errorf("status: the cluster serves no networking.k8s.io/v1 ServiceCIDRs (a kube-apiserver ≤ 1.32 is in the bitmap model): give --etcd-servers to read its maps (%w)", err)
+		return fmt.Errorf("status: the cluster serves no networking.k8s.io/v1 ServiceCIDRs (a kube-apiserver ≤ 1.32 is in the bitmap model): "+
+			"give %s to read its maps (%w)", etcdGivenBy, err)
 	}
 	if err != nil {
-		return fmt.Errorf("status: %w", err)
+		return fmt.Errorf("status: %w", explain(err))
+	}
+	ports, err := o.nodePorts(ctx, client, &etcd, portRange)
+	if err != nil {
+		return fmt.Errorf("status: node ports: %w", err)
 	}
 	if usage.Scoped() && len(o.cluster.etcdServers) > 0 {
 		kv, err := etcd.open(ctx)
@@ -111,11 +134,24 @@ func runStatus(ctx context.Context, o *statusOptions, streams Streams) error {
 		for i := range usage.CIDRs {
 			usage.CIDRs[i].Namespaces = onlyNamespace(usage.CIDRs[i].Namespaces, ns)
 		}
+		ports.Namespaces = onlyNamespace(ports.Namespaces, ns)
 	}
+	grows := backend.AllocatesFromServiceCIDRs()
 	if isMachine(o.output) {
-		return writeMachine(streams.Out, o.output, newStatusJSON(usage))
+		doc := newStatusJSON(usage)
+		for i, f := range usage.Families {
+			doc.Families[i].Warning = familyWarning(f, grows)
+		}
+		doc.NodePorts = newNodePortsJSON(ports)
+		return writeMachine(streams.Out, o.output, doc)
 	}
-	return writeStatusTable(streams.Out, usage, o.output == "wide", o.top)
+	if err := writeStatusTable(streams.Out, usage, o.output == "wide", o.top); err != nil {
+		return err
+	}
+	if err := writeFamilyWarnings(streams.Out, usage, grows); err != nil {
+		return err
+	}
+	return writeNodePortsTable(streams.Out, ports, o.top)
 }
 
 func onlyNamespace(counts []rangeusage.NamespaceCount, ns string) []rangeusage.NamespaceCount {
@@ -166,6 +202,8 @@ type familyJSON struct {
 	Free    *big.Int `json:"free"`
 	Percent float64  `json:"percent"`
 	Outside uint64   `json:"outside"`
+	// Warning is the line the table prints when the family is nearly full.
+	Warning string `json:"warning,omitempty"`
 }
 
 type statusJSON struct {
@@ -174,10 +212,16 @@ type statusJSON struct {
 	CIDRs    []cidrJSON   `json:"cidrs"`
 	// ScopesIgnoredBy: see rangeusage.Usage.
 	ScopesIgnoredBy []string `json:"scopesIgnoredBy,omitempty"`
+	// CountedFrom is "Services" when the addresses were counted from the
+	// Services rather than read from the model's record (rangeusage.Usage).
+	CountedFrom string `json:"countedFrom,omitempty"`
+	// NodePorts is the node-port range's fill.
+	NodePorts *nodePortsJSON `json:"nodePorts,omitempty"`
 }
 
 func newStatusJSON(u *rangeusage.Usage) statusJSON {
-	out := statusJSON{Model: u.Model.String(), Families: []familyJSON{}, CIDRs: []cidrJSON{}, ScopesIgnoredBy: u.ScopesIgnoredBy}
+	out := statusJSON{Model: u.Model.String(), Families: []familyJSON{}, CIDRs: []cidrJSON{}, ScopesIgnoredBy: u.ScopesIgnoredBy,
+		CountedFrom: u.CountedFrom}
 	for _, f := range u.Families {
 		out.Families = append(out.Families, familyJSON{Family: f.Family, Size: f.Size, Used: f.Used, Free: f.Free(),
 			Percent: rangeusage.Round2(f.Percent()), Outside: f.Outside})
@@ -297,6 +341,10 @@ func writeStatusTable(w io.Writer, u *rangeusage.Usage, wide bool, top int) erro
 		}
 	}
 	summary := fmt.Sprintf("%s model: %s, %s allocated", u.Model, plural(len(u.CIDRs), "CIDR", "CIDRs"), plural(int(used), "address", "addresses"))
+	if u.CountedFrom == rangeusage.SourceServices {
+		summary = fmt.Sprintf("%s model: %s, %s held by Services, counted through the API (no etcd given; %s reads the bitmap itself)",
+			u.Model, plural(len(u.CIDRs), "CIDR", "CIDRs"), plural(int(used), "address", "addresses"), etcdGivenBy)
+	}
 	if len(outside) > 0 {
 		summary += fmt.Sprintf("; outside every CIDR: %s (allocator repair reports them)", strings.Join(outside, ", "))
 	}

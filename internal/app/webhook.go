@@ -13,6 +13,8 @@ import (
 	"time"
 
 	"github.com/spf13/cobra"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/kubernetes"
 	"k8s.io/klog/v2"
 
 	"github.com/allocator/allocator/internal/apiserver"
@@ -30,10 +32,17 @@ type webhookOptions struct {
 	guardrails apiserver.GuardrailOptions
 	namespace  string
 	identity   string
+	selfSigned selfSignedFlags
+}
+
+// selfSignedFlags are the flags of the self-signed serving certificate,
+// used when no certificate files are given.
+type selfSignedFlags struct {
+	secret, service, configurations string
 }
 
 func newWebhookCommand(streams Streams) *cobra.Command {
-	o := &webhookOptions{}
+	o := &webhookOptions{guardrails: apiserver.NewGuardrailOptions()}
 	cmd := &cobra.Command{
 		Use:   "webhook",
 		Short: "Run the admission webhook that brings scopes, lifecycle and guardrails to a stock kube-apiserver",
@@ -50,7 +59,10 @@ It reads IPAddresses, ServiceCIDRs and Namespaces through the API (--kubeconfig,
 else the in-cluster config) and serves HTTPS on --bind-address:--secure-port:
 ` + webhook.ServicesPath + ` (mutating, Services) and ` + webhook.ServiceCIDRsPath + ` (validating,
 ServiceCIDRs), /healthz, /readyz and /metrics. The serving certificate is read
-again when its files change. deploy/webhook installs it.`,
+again when its files change. Without them, --self-signed-secret keeps a CA and a
+serving certificate for --webhook-service in that Secret (created when absent,
+shared by the replicas, renewed after two thirds of its life) and sets the
+caBundle of --webhook-configurations. deploy/webhook installs it.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			return runWebhook(cmd.Context(), o, streams)
@@ -67,8 +79,80 @@ again when its files change. deploy/webhook installs it.`,
 	fs.StringVar(&o.namespace, "lease-namespace", inClusterNamespace(),
 		"namespace of the replicas' member Leases, through which they spread their picks (default: $POD_NAMESPACE, else the service account's); empty: picks anywhere")
 	fs.StringVar(&o.identity, "identity", defaultIdentity(), "this replica's name among the replicas (default: $POD_NAME, else the host name)")
+	fs.StringVar(&o.selfSigned.secret, "self-signed-secret", "",
+		"NAMESPACE/NAME of the Secret holding a self-signed CA and serving certificate, used without --tls-cert-file (created when absent)")
+	fs.StringVar(&o.selfSigned.service, "webhook-service", "",
+		"NAMESPACE/NAME of the Service kube-apiserver calls the webhook through: the names the self-signed certificate holds")
+	fs.StringVar(&o.selfSigned.configurations, "webhook-configurations", "",
+		"MUTATING,VALIDATING: the webhook configurations whose caBundle is set to the self-signed CA (either may be empty)")
 	o.guardrails.AddFlags(fs)
 	return cmd
+}
+
+// servingCertificate is the certificate files' (read again when they
+// change), or else the self-signed one kept in --self-signed-secret.
+func (o *webhookOptions) servingCertificate(ctx context.Context, client kubernetes.Interface) (func(*tls.ClientHelloInfo) (*tls.Certificate, error), error) {
+	if o.certFile != "" {
+		cert, err := webhook.LoadCertificate(o.certFile, o.keyFile)
+		if err != nil {
+			return nil, err
+		}
+		return cert.GetCertificate, nil
+	}
+	cfg, err := o.selfSigned.config(client)
+	if err != nil {
+		return nil, err
+	}
+	s, err := webhook.StartSelfSigned(ctx, cfg)
+	if err != nil {
+		return nil, err
+	}
+	return s.GetCertificate, nil
+}
+
+// checkCertificateFlags wants the certificate files or --self-signed-secret.
+func (o *webhookOptions) checkCertificateFlags() error {
+	files := o.certFile != "" || o.keyFile != ""
+	switch {
+	case files && (o.certFile == "" || o.keyFile == ""):
+		return errors.New("--tls-cert-file and --tls-private-key-file go together")
+	case files && o.selfSigned.secret != "":
+		return errors.New("--self-signed-secret is for a serving certificate without --tls-cert-file: give one or the other")
+	case !files && o.selfSigned.secret == "":
+		return errors.New("--tls-cert-file and --tls-private-key-file, or --self-signed-secret, are required: kube-apiserver calls webhooks over HTTPS")
+	case !files:
+		_, err := o.selfSigned.config(nil)
+		return err
+	}
+	return nil
+}
+
+// config parses the flags into the bootstrap's configuration.
+func (f selfSignedFlags) config(client kubernetes.Interface) (webhook.SelfSignedConfig, error) {
+	cfg := webhook.SelfSignedConfig{Client: client}
+	var err error
+	if cfg.Secret, err = objectName(f.secret); err != nil {
+		return cfg, fmt.Errorf("--self-signed-secret %w", err)
+	}
+	if cfg.Service, err = objectName(f.service); err != nil {
+		return cfg, fmt.Errorf("--webhook-service %w", err)
+	}
+	if f.configurations != "" {
+		var ok bool
+		if cfg.MutatingConfiguration, cfg.ValidatingConfiguration, ok = strings.Cut(f.configurations, ","); !ok || strings.Contains(cfg.ValidatingConfiguration, ",") {
+			return cfg, fmt.Errorf("--webhook-configurations %q: want MUTATING,VALIDATING", f.configurations)
+		}
+	}
+	return cfg, nil
+}
+
+// objectName parses NAMESPACE/NAME.
+func objectName(s string) (types.NamespacedName, error) {
+	ns, name, ok := strings.Cut(s, "/")
+	if !ok || ns == "" || name == "" || strings.Contains(name, "/") {
+		return types.NamespacedName{}, fmt.Errorf("%q: want NAMESPACE/NAME", s)
+	}
+	return types.NamespacedName{Namespace: ns, Name: name}, nil
 }
 
 // inClusterNamespace is $POD_NAMESPACE, else the namespace of the pod's
@@ -94,12 +178,8 @@ func defaultIdentity() string {
 }
 
 func runWebhook(ctx context.Context, o *webhookOptions, streams Streams) error {
-	if o.certFile == "" || o.keyFile == "" {
-		return &usageError{errors.New("--tls-cert-file and --tls-private-key-file are required: kube-apiserver calls webhooks over HTTPS")}
-	}
-	cert, err := webhook.LoadCertificate(o.certFile, o.keyFile)
-	if err != nil {
-		return err
+	if err := o.checkCertificateFlags(); err != nil {
+		return &usageError{err}
 	}
 	guardrails, err := o.guardrails.Guardrails()
 	if err != nil {
@@ -111,6 +191,10 @@ func runWebhook(ctx context.Context, o *webhookOptions, streams Streams) error {
 	}
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
+	getCertificate, err := o.servingCertificate(ctx, client)
+	if err != nil {
+		return err
+	}
 	w, err := webhook.New(ctx, webhook.Config{Client: client, Hold: o.hold, Namespace: o.namespace, Identity: o.identity,
 		Policy: servicecidrs.Policy{Guardrails: guardrails, WarnOverlaps: o.guardrails.OverlapWarnings}})
 	if err != nil {
@@ -122,7 +206,7 @@ func runWebhook(ctx context.Context, o *webhookOptions, streams Streams) error {
 	}
 	srv := &http.Server{
 		Handler:           w.Handler(),
-		TLSConfig:         &tls.Config{GetCertificate: cert.GetCertificate, MinVersion: tls.VersionTLS12},
+		TLSConfig:         &tls.Config{GetCertificate: getCertificate, MinVersion: tls.VersionTLS12},
 		ReadHeaderTimeout: 10 * time.Second,
 	}
 	fmt.Fprintf(streams.Out, "allocator webhook listening on https://%s\n", ln.Addr())

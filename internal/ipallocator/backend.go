@@ -90,6 +90,8 @@ type Backend struct {
 	stores []iprepair.BitmapStore
 	// detection is how a job's entry (OpenExisting) resolved the model.
 	detection Detection
+	// ranges are a job's --service-cluster-ip-range (Cluster.Ranges).
+	ranges []string
 }
 
 // Open builds the allocator of each family of cfg.Model. The IPAddress

@@ -38,7 +38,8 @@ func (d Detection) String() string {
 // model the cluster's writers allocate from, decided by the first of these
 // that holds:
 //
-//	etcd not given (nil)                                      ipaddress  (read through the API)
+//	etcd not given (nil)                                      as the API shows it (detectThroughAPI: an annotation
+//	                                                          allocator serve sets, or whether ServiceCIDRs are served)
 //	no ClusterIP RangeAllocation in etcd                      ipaddress
 //	transition state stored with dual write off               ipaddress  (`allocator transition finish` retired the bitmap)
 //	a bitmap-model replica record is live                     bitmap     (it allocates from the bitmap alone)
@@ -56,10 +57,13 @@ func Detect(ctx context.Context, n model.Name, etcd *clientv3.Client, prefix str
 	if n != model.Auto {
 		return Detection{Model: n}, nil
 	}
+	var d Detection
+	var err error
 	if etcd == nil {
-		return Detection{Model: model.IPAddress, Reason: "no etcd was given, so there is no bitmap to read"}, nil
+		d, err = detectThroughAPI(ctx, client)
+	} else {
+		d, err = detect(ctx, etcd, prefix, client)
 	}
-	d, err := detect(ctx, etcd, prefix, client)
 	if err != nil {
 		return Detection{}, fmt.Errorf("detect the allocator model: %w", err)
 	}

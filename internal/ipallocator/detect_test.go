@@ -7,6 +7,7 @@ import (
 	"testing"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
+	networkingv1 "k8s.io/api/networking/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/kubernetes/fake"
@@ -53,11 +54,18 @@ func TestDetect(t *testing.T) {
 		stored   string // which ClusterIP map is stored
 		replicas string // the transition history
 		api      []*metav1.APIResourceList
+		marked   string // AnnotationModel on the ServiceCIDR "kubernetes"; no ServiceCIDR when empty
 		want     model.Name
 		reason   string // a fragment of the reason
 	}{
 		{name: "named model kept", named: model.Bitmap, noEtcd: true, want: model.Bitmap},
 		{name: "no etcd", noEtcd: true, want: model.IPAddress, reason: "no etcd was given"},
+		{name: "no etcd, kube-apiserver 1.32", noEtcd: true, api: apiWithoutServiceCIDRs, want: model.Bitmap, reason: "serves no networking.k8s.io/v1 ServiceCIDRs"},
+		{name: "no etcd, no networking.k8s.io/v1", noEtcd: true, api: apiWithoutNetworkingV1, want: model.Bitmap, reason: "kube-apiserver 1.32 or earlier"},
+		{name: "no etcd, kube-apiserver 1.33", noEtcd: true, api: apiWithServiceCIDRs, want: model.IPAddress, reason: "no allocator serve naming another model"},
+		{name: "no etcd, a bitmap-model server", noEtcd: true, api: apiWithServiceCIDRs, marked: "bitmap", want: model.Bitmap, reason: "annotation " + ipallocator.AnnotationModel},
+		{name: "no etcd, an IPAddress-model server", noEtcd: true, api: apiWithServiceCIDRs, marked: "ipaddress", want: model.IPAddress, reason: "allocates in the ipaddress model"},
+		{name: "etcd wins over the annotation", stored: primary, replicas: joinIP, api: apiWithServiceCIDRs, marked: "bitmap", want: model.IPAddress, reason: "every live replica runs the IPAddress model"},
 		{name: "no map", stored: none, want: model.IPAddress, reason: "no ClusterIP RangeAllocation"},
 		{name: "no map, IPAddress replica", stored: none, replicas: joinIP, want: model.IPAddress, reason: "no ClusterIP RangeAllocation"},
 		{name: "secondary map, nothing else to ask", stored: secondary, want: model.Bitmap, reason: "kube-apiserver 1.32 or earlier"},
@@ -98,6 +106,9 @@ func TestDetect(t *testing.T) {
 			var client kubernetes.Interface
 			if tc.api != nil {
 				c := fake.NewClientset()
+				if tc.marked != "" {
+					c = fake.NewClientset(defaultServiceCIDR(tc.marked))
+				}
 				c.Resources = tc.api
 				client = c
 			}
@@ -118,6 +129,25 @@ func TestDetect(t *testing.T) {
 			}
 		})
 	}
+}
+
+// TestDetectThroughAPIBadAnnotation: a model annotation that names no
+// model is an error naming it, never a guess.
+func TestDetectThroughAPIBadAnnotation(t *testing.T) {
+	t.Parallel()
+	c := fake.NewClientset(defaultServiceCIDR("bitmaps"))
+	c.Resources = apiWithServiceCIDRs
+	_, err := ipallocator.Detect(context.Background(), model.Auto, nil, "/registry", c)
+	if err == nil || !strings.Contains(err.Error(), ipallocator.AnnotationModel) || !strings.Contains(err.Error(), `"bitmaps"`) {
+		t.Errorf("Detect = %v, want an error naming the annotation and its value", err)
+	}
+}
+
+// defaultServiceCIDR is the ServiceCIDR "kubernetes" as allocator serve
+// annotates it with model.
+func defaultServiceCIDR(model string) *networkingv1.ServiceCIDR {
+	return &networkingv1.ServiceCIDR{ObjectMeta: metav1.ObjectMeta{Name: "kubernetes", Annotations: map[string]string{ipallocator.AnnotationModel: model}},
+		Spec: networkingv1.ServiceCIDRSpec{CIDRs: []string{"10.0.0.0/24"}}}
 }
 
 func put(t *testing.T, etcd *clientv3.Client, key string) {

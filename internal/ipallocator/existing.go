@@ -17,6 +17,7 @@ import (
 	"github.com/allocator/allocator/internal/rangeusage"
 	"github.com/allocator/allocator/pkg/bitmap"
 	"github.com/allocator/allocator/pkg/etcdlayout"
+	"github.com/allocator/allocator/pkg/ipaddress/servicecidr"
 	"github.com/allocator/allocator/pkg/model"
 	"github.com/allocator/allocator/pkg/repair/iprepair"
 	"github.com/allocator/allocator/pkg/subrange"
@@ -49,10 +50,12 @@ type Cluster struct {
 	Client kubernetes.Interface
 }
 
-// OpenExisting resolves c's model (model.Auto detected, with c.Client's
-// discovery as Detect's last resort) and opens c's etcd
-// when the model reads it: a Backend with neither allocators nor stores,
-// whose Usage measures the cluster. It writes nothing.
+// OpenExisting resolves c's model (model.Auto detected, through c.Client's
+// API when c.Etcd is nil) and opens c's etcd when the model reads it: a
+// Backend with neither allocators nor stores, whose Usage measures the
+// cluster. The bitmap model detected without etcd gives a Backend without
+// etcd: its Usage counts the Services' addresses, and OpenRepair refuses it
+// with ErrNoEtcd. It writes nothing.
 func OpenExisting(ctx context.Context, c Cluster) (*Backend, error) {
 	m := c.Model
 	var etcd *clientv3.Client
@@ -72,7 +75,7 @@ func OpenExisting(ctx context.Context, c Cluster) (*Backend, error) {
 	if d.Model != model.Bitmap && d.Model != model.IPAddress {
 		return nil, fmt.Errorf("%w %q", ErrUnknownModel, d.Model)
 	}
-	return &Backend{cfg: Config{Model: d.Model, Etcd: etcd, EtcdPrefix: c.EtcdPrefix, Client: c.Client}, detection: d}, nil
+	return &Backend{cfg: Config{Model: d.Model, Etcd: etcd, EtcdPrefix: c.EtcdPrefix, Client: c.Client}, detection: d, ranges: c.Ranges}, nil
 }
 
 // Detection is how OpenExisting or OpenRepair resolved the Cluster's model
@@ -87,6 +90,9 @@ func OpenRepair(ctx context.Context, c Cluster) (*Backend, error) {
 	b, err := OpenExisting(ctx, c)
 	if err != nil || b.cfg.Model != model.Bitmap {
 		return b, err
+	}
+	if b.cfg.Etcd == nil {
+		return nil, fmt.Errorf("%w: %s", ErrNoEtcd, b.detection)
 	}
 	if b.stores, err = ExistingBitmapStores(ctx, b.cfg.Etcd, c.EtcdPrefix, c.Ranges, nil); err != nil {
 		return nil, err
@@ -107,20 +113,57 @@ func (b *Backend) LeaksWaitForPasses() bool { return b.cfg.Model == model.Bitmap
 // model); the bitmap model serves --service-cluster-ip-range only.
 func (b *Backend) AllocatesFromServiceCIDRs() bool { return b.cfg.Model == model.IPAddress }
 
+// RepairsIPAddresses reports whether the model's repair judges IPAddress
+// objects (the IPAddress model), so that its findings can be about one
+// another controller manages.
+func (b *Backend) RepairsIPAddresses() bool { return b.cfg.Model == model.IPAddress }
+
 // Etcd returns the etcd client the Backend reads, or nil.
 func (b *Backend) Etcd() *clientv3.Client { return b.cfg.Etcd }
 
 // Usage measures how full the service ranges are under the Backend's
 // model, from the bitmap model's maps in etcd or the IPAddress model's
-// objects. It writes nothing.
+// objects; without etcd, the bitmap model from the Services' addresses
+// (servicesUsage). It writes nothing.
 func (b *Backend) Usage(ctx context.Context) (*rangeusage.Usage, error) {
 	switch b.cfg.Model {
 	case model.Bitmap:
+		if b.cfg.Etcd == nil {
+			return b.servicesUsage(ctx)
+		}
 		return rangeusage.FromBitmap(ctx, b.cfg.Etcd, b.cfg.EtcdPrefix, b.cfg.Client)
 	case model.IPAddress:
 		return rangeusage.FromIPAddresses(ctx, b.cfg.Client)
 	}
 	return nil, fmt.Errorf("%w %q", ErrUnknownModel, b.cfg.Model)
+}
+
+// servicesUsage measures the bitmap model without its maps: the addresses
+// the Services hold, on the ranges given (--service-cluster-ip-range), else
+// on the default ServiceCIDR's, which allocator serve creates from its own
+// flag. A bit no Service holds (a leak) is not seen.
+func (b *Backend) servicesUsage(ctx context.Context) (*rangeusage.Usage, error) {
+	texts, source := b.ranges, "--service-cluster-ip-range"
+	if len(texts) == 0 {
+		sc, err := ListDefaultServiceCIDR(ctx, b.cfg.Client)
+		if err != nil {
+			return nil, err
+		}
+		if sc == nil {
+			return nil, fmt.Errorf("%w to read its maps, and no ServiceCIDR %q names its range (--service-cluster-ip-range counts the Services' addresses)",
+				ErrNoEtcd, servicecidr.DefaultName)
+		}
+		texts, source = sc.Spec.CIDRs, "ServiceCIDR/"+sc.Name
+	}
+	var ranges []rangeusage.Range
+	for _, text := range texts {
+		p, err := subrange.ParsePrefix(strings.TrimSpace(text))
+		if err != nil {
+			return nil, fmt.Errorf("service range: %w", err)
+		}
+		ranges = append(ranges, rangeusage.Range{Prefix: p, Source: source, Ready: true})
+	}
+	return rangeusage.FromServices(ctx, b.cfg.Client, model.Bitmap, ranges)
 }
 
 // Migrate carries c's allocations over to the model to (cfg.Client is

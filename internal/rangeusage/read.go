@@ -136,6 +136,27 @@ func FromBitmap(ctx context.Context, etcd clientv3.KV, prefix string, client kub
 	return Compute(model.Bitmap, ranges, addrs)
 }
 
+// FromServices measures ranges, under m's usable-address rules, against the
+// addresses the Services hold, listed through the API: the bitmap model
+// when its maps in etcd cannot be read. An allocated address no Service
+// holds (a leak) is not seen; Usage.CountedFrom says so.
+func FromServices(ctx context.Context, client kubernetes.Interface, m model.Name, ranges []Range) (*Usage, error) {
+	owners, err := serviceNamespaces(ctx, client)
+	if err != nil {
+		return nil, err
+	}
+	addrs := make([]Address, 0, len(owners))
+	for ip, ns := range owners {
+		addrs = append(addrs, Address{IP: ip, Namespace: ns})
+	}
+	usage, err := Compute(m, ranges, addrs)
+	if err != nil {
+		return nil, err
+	}
+	usage.CountedFrom = SourceServices
+	return usage, nil
+}
+
 // serviceNamespaces maps every Service address to the Service's namespace.
 func serviceNamespaces(ctx context.Context, client kubernetes.Interface) (map[netip.Addr]string, error) {
 	owners := map[netip.Addr]string{}

@@ -2,12 +2,16 @@ package rangeusage
 
 import (
 	"context"
+	"net/netip"
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
+	corev1 "k8s.io/api/core/v1"
 	networkingv1 "k8s.io/api/networking/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes/fake"
+
+	"github.com/allocator/allocator/pkg/model"
 )
 
 // TestFromIPAddressesHolders: an IPAddress is a Service's, and counts for
@@ -41,5 +45,30 @@ func TestFromIPAddressesHolders(t *testing.T) {
 	}
 	if got.Total().Used != 5 || got.Services != 2 {
 		t.Errorf("used %d, Services %d; want 5 and 2", got.Total().Used, got.Services)
+	}
+}
+
+// TestFromServicesCountsHeldAddresses: without the bitmap, the addresses
+// the Services hold are counted on the ranges given, an address outside
+// them as outside, and the Usage says it was counted from the Services.
+func TestFromServicesCountsHeldAddresses(t *testing.T) {
+	t.Parallel()
+	svc := func(ns, name, ip string) *corev1.Service {
+		return &corev1.Service{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name}, Spec: corev1.ServiceSpec{ClusterIP: ip, ClusterIPs: []string{ip}}}
+	}
+	client := fake.NewClientset(svc("web", "a", "10.0.0.5"), svc("web", "b", "10.0.0.200"), svc("edge", "c", "10.1.0.1"),
+		svc("edge", "headless", corev1.ClusterIPNone))
+	ranges := []Range{{Prefix: netip.MustParsePrefix("10.0.0.0/24"), Source: "ServiceCIDR/kubernetes", Ready: true}}
+	usage, err := FromServices(context.Background(), client, model.Bitmap, ranges)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := usage.CIDRs[0]
+	if got.Static.Used != 1 || got.Dynamic.Used != 1 || usage.Families[0].Outside != 1 || usage.CountedFrom != SourceServices {
+		t.Errorf("static %d, dynamic %d, outside %d, counted from %q; want 1, 1, 1, %q",
+			got.Static.Used, got.Dynamic.Used, usage.Families[0].Outside, usage.CountedFrom, SourceServices)
+	}
+	if diff := cmp.Diff([]NamespaceCount{{Namespace: "web", Used: 2}}, got.Namespaces); diff != "" {
+		t.Errorf("namespaces (-want +got):\n%s", diff)
 	}
 }

@@ -28,6 +28,16 @@ func (b Band) Free() uint64 { return b.Size - b.Used }
 // Percent is Used as a percentage of Size (0 for an empty band).
 func (b Band) Percent() float64 { return percent(float64(b.Used), float64(b.Size)) }
 
+// NearlyFullPercent is the fill from which a range is nearly full.
+const NearlyFullPercent = 90
+
+// NearlyFull reports whether a range of this fill has no free slot left, or
+// is at least NearlyFullPercent allocated: a request that asks for no
+// particular address or port fails with "range is full" once Free is 0.
+func (b Band) NearlyFull() bool {
+	return b.Size > 0 && (b.Free() == 0 || b.Percent() >= NearlyFullPercent)
+}
+
 func percent(used, size float64) float64 {
 	if size == 0 {
 		return 0
@@ -94,6 +104,11 @@ func (f Family) Percent() float64 {
 	return percent(float64(f.Used), size)
 }
 
+// NearlyFull is Band.NearlyFull for the family's outermost CIDRs together.
+func (f Family) NearlyFull() bool {
+	return f.Size.Sign() > 0 && (f.Free().Sign() == 0 || f.Percent() >= NearlyFullPercent)
+}
+
 // Usage is the fill of a cluster's service ranges under one model.
 type Usage struct {
 	// Model is the allocator model measured.
@@ -105,6 +120,11 @@ type Usage struct {
 	// (transition.WritersIgnoringScopes), when some CIDR is scoped and the
 	// caller could look.
 	ScopesIgnoredBy []string
+	// CountedFrom is "Services" when the used counts are the addresses the
+	// Services hold rather than the model's own record (FromServices: the
+	// bitmap model without etcd, where a leaked bit is not seen); "" when
+	// they are the model's record.
+	CountedFrom string
 }
 
 // HasLifecycle reports whether some CIDR is draining or manual-only.
@@ -224,12 +244,7 @@ func Compute(m model.Name, ranges []Range, addrs []Address) (*Usage, error) {
 		for ns, n := range m.ns {
 			m.out.Namespaces = append(m.out.Namespaces, NamespaceCount{Namespace: ns, Used: n})
 		}
-		slices.SortFunc(m.out.Namespaces, func(a, b NamespaceCount) int {
-			if c := cmp.Compare(b.Used, a.Used); c != 0 {
-				return c
-			}
-			return cmp.Compare(a.Namespace, b.Namespace)
-		})
+		sortNamespaces(m.out.Namespaces)
 		usage.CIDRs = append(usage.CIDRs, m.out)
 	}
 	for _, name := range []string{subrange.IPv4, subrange.IPv6} {
@@ -238,6 +253,17 @@ func Compute(m model.Name, ranges []Range, addrs []Address) (*Usage, error) {
 		}
 	}
 	return usage, nil
+}
+
+// sortNamespaces orders counts by most addresses (or ports) first, then by
+// name.
+func sortNamespaces(counts []NamespaceCount) {
+	slices.SortFunc(counts, func(a, b NamespaceCount) int {
+		if c := cmp.Compare(b.Used, a.Used); c != 0 {
+			return c
+		}
+		return cmp.Compare(a.Namespace, b.Namespace)
+	})
 }
 
 // compareCIDRs orders CIDRs by family (IPv4 first), then prefix.

@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/google/go-cmp/cmp"
+	"github.com/google/go-cmp/cmp/cmpopts"
 	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -40,6 +41,8 @@ var (
 )
 
 const testConfiguration = "allocator-webhook"
+
+var secretsResource = corev1.SchemeGroupVersion.WithResource("secrets")
 
 // apiServer is the fake clientset with optimistic concurrency on Secrets
 // and webhook configurations.
@@ -285,8 +288,7 @@ func TestSelfSignedCreatesSecretAndPatchesCABundles(t *testing.T) {
 	for _, cc := range append(mutatingClientConfigs(m), validatingClientConfigs(v)...) {
 		cc.CABundle = nil
 	}
-	m.ResourceVersion, v.ResourceVersion = "", ""
-	if diff := cmp.Diff(want, []runtime.Object{m, v}); diff != "" {
+	if diff := cmp.Diff(want, []runtime.Object{m, v}, cmpopts.IgnoreFields(metav1.ObjectMeta{}, "ResourceVersion", "ManagedFields")); diff != "" {
 		t.Errorf("the configurations changed beyond their caBundles (-before +after):\n%s", diff)
 	}
 
@@ -420,16 +422,43 @@ func TestSelfSignedConflictReadsTheOtherReplicasRenewal(t *testing.T) {
 	a, b := replicaOf(t, api, clk.Now), replicaOf(t, api, clk.Now)
 	mustSync(t, a)
 	clk.set(start.Add(DefaultServingLifetime * 2 / 3).Add(time.Hour))
-	// a's update is judged only after b renewed first: a loses on the
-	// resourceVersion, reads b's certificate and keeps it.
+	// a's update is judged only after b stored its renewal: a loses on the
+	// resourceVersion, reads b's certificate and keeps it. (b's write goes
+	// to the tracker directly: the fake clientset is locked while a reactor
+	// runs.)
 	var once sync.Once
 	api.beforeSecretUpdate = func() {
-		once.Do(func() { mustSync(t, b) })
+		once.Do(func() {
+			obj, err := api.Tracker().Get(secretsResource, testSecret.Namespace, testSecret.Name)
+			if err != nil {
+				t.Error(err)
+				return
+			}
+			stored := obj.(*corev1.Secret).DeepCopy()
+			pair, err := parsePair(stored.Data)
+			if err != nil {
+				t.Error(err)
+				return
+			}
+			next, err := b.renew(pair, clk.Now())
+			if err != nil {
+				t.Error(err)
+				return
+			}
+			stored.Data = next.data()
+			api.mu.Lock()
+			defer api.mu.Unlock()
+			api.versions["secrets/"+testSecret.Namespace+"/"+testSecret.Name]++
+			if err := api.Tracker().Update(secretsResource, stored, testSecret.Namespace); err != nil {
+				t.Error(err)
+			}
+		})
 	}
 	mustSync(t, a)
-	if n := api.updates.Load(); n != 1 {
-		t.Errorf("%d Secret updates, want 1 (b's)", n)
+	if n := api.updates.Load(); n != 0 {
+		t.Errorf("%d Secret updates by a, want 0 (b's renewal came first)", n)
 	}
+	mustSync(t, b)
 	if !served(t, a).Equal(served(t, b)) {
 		t.Error("the replicas serve different certificates after the race")
 	}

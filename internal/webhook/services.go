@@ -264,9 +264,9 @@ func newPassPorts() passPorts {
 	return passPorts{rng: rng}
 }
 
-func (passPorts) Allocate(context.Context, int) error            { return nil }
-func (p passPorts) AllocateNext(context.Context) (int, error)    { return p.rng.Last(), nil }
-func (passPorts) Release(context.Context, int) error             { return nil }
-func (passPorts) Has(context.Context, int) (bool, error)         { return false, nil }
-func (p passPorts) Range() nodeport.Range                        { return p.rng }
-func (p passPorts) DryRun() nodeport.Interface                   { return p }
+func (passPorts) Allocate(context.Context, int) error         { return nil }
+func (p passPorts) AllocateNext(context.Context) (int, error) { return p.rng.Last(), nil }
+func (passPorts) Release(context.Context, int) error          { return nil }
+func (passPorts) Has(context.Context, int) (bool, error)      { return false, nil }
+func (p passPorts) Range() nodeport.Range                     { return p.rng }
+func (p passPorts) DryRun() nodeport.Interface                { return p }

@@ -10,6 +10,7 @@ import (
 	networkingv1 "k8s.io/api/networking/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
+	"github.com/allocator/allocator/pkg/allocation"
 	"github.com/allocator/allocator/pkg/ipaddress/lifecycle"
 	"github.com/allocator/allocator/pkg/ipaddress/scope"
 	"github.com/allocator/allocator/pkg/model"
@@ -65,6 +66,48 @@ func IsReady(cidr *networkingv1.ServiceCIDR) bool {
 		}
 	}
 	return true
+}
+
+// DeletedHolders returns the names of the ServiceCIDRs being deleted whose
+// usable range holds ip, sorted, when no ready ServiceCIDR's does; nil
+// otherwise. A new request for ip is then refused with upstream's
+// ErrMismatchedNetwork ("the provided network does not match the current
+// range"), kube-apiserver's text for an address of a ServiceCIDR being
+// deleted, which does not say why: the API server adds a warning naming
+// them (DeletedWarning).
+func DeletedHolders(cidrs []*networkingv1.ServiceCIDR, ip netip.Addr) []string {
+	var deleted []string
+	for _, sc := range cidrs {
+		holds := false
+		for _, s := range sc.Spec.CIDRs {
+			p, err := subrange.ParsePrefix(s)
+			if err != nil || p.Addr().Is6() != ip.Is6() {
+				continue
+			}
+			if r, err := subrange.New(p, model.IPAddress); err == nil && r.Contains(ip) {
+				holds = true
+			}
+		}
+		switch {
+		case !holds:
+		case IsReady(sc):
+			return nil
+		case sc.DeletionTimestamp != nil:
+			deleted = append(deleted, sc.Name)
+		}
+	}
+	return sortedUnique(deleted)
+}
+
+// DeletedWarning is the warning of a request for ip, which only the
+// ServiceCIDRs names, being deleted, hold (DeletedHolders).
+func DeletedWarning(ip netip.Addr, names []string) string {
+	verb := "is"
+	if len(names) > 1 {
+		verb = "are"
+	}
+	return fmt.Sprintf("spec.clusterIPs: %s is in ServiceCIDR %s, which %s being deleted and takes no new allocation; "+
+		"choose an address of another ServiceCIDR, or leave spec.clusterIP empty", ip, allocation.QuoteNames(names), verb)
 }
 
 // concerns reports whether a ServiceCIDR added or deleted can change what

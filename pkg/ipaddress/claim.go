@@ -147,9 +147,10 @@ func (a *Allocator) create(ctx context.Context, ip netip.Addr, owner allocation.
 }
 
 // pickLocked returns the first candidate of the first of ranges that takes
-// dynamic picks and has a free address. all says ranges are all the served
-// ones (a.ranges), not a scope's: the pick then starts at fullBefore, and
-// moves it past the full or closed ranges it finds before any excluded one.
+// dynamic picks and has a free address outside its holes. all says ranges
+// are all the served ones (a.ranges), not a scope's: the pick then starts
+// at fullBefore, and moves it past the full or closed ranges it finds
+// before any excluded one.
 func (a *Allocator) pickLocked(ranges []*cidrRange, all bool, excluded Excluded) (netip.Addr, bool) {
 	start := 0
 	if all {
@@ -157,7 +158,7 @@ func (a *Allocator) pickLocked(ranges []*cidrRange, all bool, excluded Excluded)
 	}
 	for i := start; i < len(ranges); i++ {
 		r := ranges[i]
-		if !r.dynamic {
+		if !r.mode.Dynamic() {
 			if all {
 				a.fullBefore = i + 1
 			}
@@ -167,7 +168,7 @@ func (a *Allocator) pickLocked(ranges []*cidrRange, all bool, excluded Excluded)
 			all = false // not full, perhaps: the hint stops here
 			continue
 		}
-		if ip, ok := r.index.Next(); ok {
+		if ip, ok := r.index.NextOutside(r.holes); ok {
 			return ip, true
 		}
 		if all && r.index.Free() == 0 {

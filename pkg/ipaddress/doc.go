@@ -73,14 +73,17 @@
 //     allocation.Owner.Scoped takes addresses only from the ranges its
 //     Service may use, in their order; a re-mark of a stored address
 //     carries no scope and is never refused.
-//   - ServiceCIDR lifecycles (lifecycle.go, pkg/ipaddress/lifecycle): no dynamic
-//     pick ever lands in a range whose every ServiceCIDR is manual-only or
-//     draining, and a new static request (Owner.Scoped) for an address
-//     whose every ServiceCIDR is draining gets *allocation.DrainingError.
-//     A re-mark of a stored address is never refused, so draining a range
-//     leaves every Service its address. A replica applies a lifecycle
-//     change once its ServiceCIDR informer delivers it: the rebuild runs in
-//     the event handler, under the lock every pick takes.
+//   - ServiceCIDR lifecycles (lifecycle.go, pkg/ipaddress/lifecycle): where
+//     ServiceCIDRs overlap, the most closed lifecycle wins. No dynamic pick
+//     ever lands inside a manual-only or draining ServiceCIDR, whatever
+//     other ServiceCIDR also holds the address (a pick from a wider range
+//     passes over the nested closed ones, holes.go), and a new static
+//     request (Owner.Scoped) for an address inside a draining ServiceCIDR
+//     gets *allocation.DrainingError. A re-mark of a stored address is never
+//     refused, so draining a range leaves every Service its address. A
+//     replica applies a lifecycle change once its ServiceCIDR informer
+//     delivers it: the rebuild runs in the event handler, under the lock
+//     every pick takes.
 //   - Dry-run never writes: Allocate answers from a fresh read and
 //     AllocateNext reports the candidate it would try first.
 //   - The user-facing sentinels (ErrFull, ErrAllocated, ErrMismatchedNetwork,

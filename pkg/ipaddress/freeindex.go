@@ -44,6 +44,8 @@ type offsets interface {
 	count() uint64
 	countStatic() uint64
 	next() (uint64, bool)
+	// nextOutside is next passing over the holes (holes.go).
+	nextOutside(h holes) (uint64, bool)
 }
 
 // NewFreeIndex returns an empty index over rng.

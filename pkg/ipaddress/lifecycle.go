@@ -13,14 +13,20 @@ import (
 	"github.com/allocator/allocator/pkg/subrange"
 )
 
-// ServiceCIDR lifecycles (pkg/ipaddress/lifecycle, design.md §11). A range takes a
-// dynamic pick when some ServiceCIDR carrying it is automatic, and a new
-// user-chosen address when some ServiceCIDR carrying it is not draining: a
-// prefix carried by several ServiceCIDRs is served as the most open of
-// them, as a prefix carried by a scoped and an unscoped one serves both
-// audiences. Only new allocations are refused: a re-mark of a stored
-// address (Owner.Scoped nil) and the server's own default/kubernetes are
-// never refused, so no Service loses or is refused the address it holds.
+// ServiceCIDR lifecycles (pkg/ipaddress/lifecycle, design.md §11). Where
+// ServiceCIDRs overlap, the most closed lifecycle wins: an address inside a
+// draining ServiceCIDR takes no new allocation, and one inside a draining or
+// manual-only ServiceCIDR no dynamic pick, whatever other ServiceCIDR also
+// holds it (the same prefix, a wider one, a narrower one). Draining is the
+// step before a ServiceCIDR is emptied (`allocator renumber`) and deleted: a
+// wider open ServiceCIDR that went on handing out its addresses would put
+// re-created Services back into the range being emptied, and its Draining
+// condition would say "takes no new allocation" while it does. The open
+// ServiceCIDR keeps every other address, and its conditions and the
+// overlap's warnings name what is closed. Only new allocations are refused:
+// a re-mark of a stored address (Owner.Scoped nil) and the server's own
+// default/kubernetes never are, so no Service loses or is refused the
+// address it holds.
 
 // use is what a request wants of a range.
 type use int
@@ -34,48 +40,121 @@ const (
 	useStatic
 )
 
-// takes reports whether the carrier's lifecycle takes use u.
-func (c carrier) takes(u use) bool {
+// takes reports whether the range's lifecycle takes use u.
+func (r *cidrRange) takes(u use) bool {
 	switch u {
 	case useDynamic:
-		return c.mode.Dynamic()
+		return r.mode.Dynamic()
 	case useStatic:
-		return c.mode.Static()
+		return r.mode.Static()
 	default:
 		return true
 	}
 }
 
-// TakesDynamic reports whether some served range holding ip takes dynamic
-// picks. The dual write asks it of the candidate its bitmap picks, which
-// knows nothing of lifecycles.
+// closeRangesLocked sets each served range's mode (the most closed of its
+// carriers' and of those of the ranges holding it), the ServiceCIDRs that
+// set it, and its holes (the ranges nested inside it that take no dynamic
+// pick). The cost is the closed ranges times the served ones: closed
+// ranges are few, and a cluster without lifecycles pays one pass.
+func (a *Allocator) closeRangesLocked() {
+	type own struct {
+		mode  lifecycle.Mode
+		names []string
+	}
+	owns := make([]own, len(a.ranges))
+	var closed []int
+	for i, r := range a.ranges {
+		for _, c := range r.carriers {
+			switch {
+			case c.mode > owns[i].mode:
+				owns[i] = own{c.mode, []string{c.name}}
+			case c.mode == owns[i].mode && c.mode != lifecycle.Automatic:
+				owns[i].names = append(owns[i].names, c.name)
+			}
+		}
+		r.mode, r.closedBy, r.holes = owns[i].mode, slices.Clone(owns[i].names), nil
+		if owns[i].mode != lifecycle.Automatic {
+			closed = append(closed, i)
+		}
+	}
+	nested := map[*cidrRange][]netip.Prefix{}
+	for _, j := range closed {
+		o := a.ranges[j].rng.Prefix()
+		for i, r := range a.ranges {
+			p := r.rng.Prefix()
+			switch {
+			case i == j || !o.Overlaps(p):
+			case o.Bits() < p.Bits(): // r lies inside the closed range
+				if owns[j].mode > r.mode {
+					r.mode, r.closedBy = owns[j].mode, nil
+				}
+				if owns[j].mode == r.mode {
+					r.closedBy = append(r.closedBy, owns[j].names...)
+				}
+			default: // the closed range lies inside r
+				nested[r] = append(nested[r], o)
+			}
+		}
+	}
+	for _, r := range a.ranges {
+		r.closedBy = sortedUnique(r.closedBy)
+		if ps := nested[r]; len(ps) > 0 && r.mode.Dynamic() {
+			r.holes = holesIn(r.rng, ps)
+		}
+	}
+}
+
+// TakesDynamic reports whether ip lies in a served range and every served
+// range whose prefix holds it takes dynamic picks. The dual write asks it
+// of the candidate its bitmap picks, which knows nothing of lifecycles.
 func (a *Allocator) TakesDynamic(ip netip.Addr) bool {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	var buf [4]int
+	served := false
 	for _, i := range a.lookup.appendHolding(buf[:0], ip) {
-		if r := a.ranges[i]; r.dynamic && r.rng.Contains(ip) {
-			return true
+		r := a.ranges[i]
+		if !r.mode.Dynamic() {
+			return false
+		}
+		served = served || r.rng.Contains(ip)
+	}
+	return served
+}
+
+// InHole reports whether ip lies in a hole of a served range that takes
+// dynamic picks: a draining or manual-only ServiceCIDR nested inside an
+// open one closes ip, while the open one has other addresses. The dual
+// write asks it when TakesDynamic refuses its bitmap's candidate: another
+// candidate of the same window may be open.
+func (a *Allocator) InHole(ip netip.Addr) bool {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	var buf [4]int
+	for _, i := range a.lookup.appendHolding(buf[:0], ip) {
+		r := a.ranges[i]
+		if !r.mode.Dynamic() || len(r.holes) == 0 {
+			continue
+		}
+		if off, ok := r.rng.Index(ip); ok {
+			if _, in := r.holes.at(off); in {
+				return true
+			}
 		}
 	}
 	return false
 }
 
-// checkDrainingLocked returns an *allocation.DrainingError when ip (inside
-// a served range) lies only in ranges whose every carrier is draining.
+// checkDrainingLocked returns an *allocation.DrainingError when a draining
+// ServiceCIDR governs ip (inside a served range): ip lies in a range whose
+// mode is draining, its own or that of a range holding it.
 func (a *Allocator) checkDrainingLocked(ip netip.Addr) error {
 	var draining []string
 	var buf [4]int
 	for _, i := range a.lookup.appendHolding(buf[:0], ip) {
-		r := a.ranges[i]
-		if !r.rng.Contains(ip) {
-			continue
-		}
-		for _, c := range r.carriers {
-			if c.mode.Static() {
-				return nil
-			}
-			draining = append(draining, c.name)
+		if r := a.ranges[i]; r.mode == lifecycle.Draining {
+			draining = append(draining, r.closedBy...)
 		}
 	}
 	if len(draining) == 0 {
@@ -85,9 +164,11 @@ func (a *Allocator) checkDrainingLocked(ip netip.Addr) error {
 }
 
 // notesLocked describes the carriers of ranges that keep accepts, for a
-// dynamic request that found nothing free: full lists the automatic ones
-// (`"a" (10.0.0.0/24)`), closed the others with their mode
-// (`"b" (10.1.0.0/24) is draining`). Both are sorted, each entry once.
+// dynamic request that found nothing free: full lists those of automatic
+// ranges (`"a" (10.0.0.0/24)`), closed the others with the mode that
+// governs them (`"b" (10.1.0.0/24) is draining`, or `"c" (10.2.0.0/24)
+// lies in ServiceCIDR "old", which is draining`). Both are sorted, each
+// entry once.
 func (a *Allocator) notesLocked(ranges []*cidrRange, keep func(carrier) bool) (full, closed []string) {
 	for _, r := range ranges {
 		for _, c := range r.carriers {
@@ -95,13 +176,16 @@ func (a *Allocator) notesLocked(ranges []*cidrRange, keep func(carrier) bool) (f
 				continue
 			}
 			entry := fmt.Sprintf("%q (%s)", c.name, r.rng.Prefix())
-			switch c.mode {
+			if c.mode < r.mode {
+				entry += fmt.Sprintf(" lies in ServiceCIDR %s, which", allocation.QuoteNames(r.closedBy))
+			}
+			switch r.mode {
 			case lifecycle.Automatic:
 				full = append(full, entry)
 			case lifecycle.Manual:
 				closed = append(closed, entry+" is manual-only (user-chosen ClusterIPs only)")
 			default:
-				closed = append(closed, entry+" is "+c.mode.String())
+				closed = append(closed, entry+" is "+r.mode.String())
 			}
 		}
 	}

@@ -46,18 +46,16 @@ func allocatorOver(t *testing.T, cidrs ...*networkingv1.ServiceCIDR) *Allocator 
 
 var newAllocation = allocation.Owner{Namespace: "ns", Name: "svc", Scoped: &allocation.ScopedRequest{}}
 
-// TestLifecyclePicksAndStatics: dynamic picks come only from ranges some
-// automatic ServiceCIDR carries; a new static address is refused only where
-// every ServiceCIDR holding it drains; a re-mark never is; the hint of a
-// dynamic request that found nothing names what is full and what is closed.
+// TestLifecyclePicksAndStatics: dynamic picks come only from automatic
+// ranges; a new static address is refused where a ServiceCIDR holding it
+// drains; a re-mark never is; the hint of a dynamic request that found
+// nothing names what is full and what is closed.
 func TestLifecyclePicksAndStatics(t *testing.T) {
 	t.Parallel()
 	a := allocatorOver(t,
 		serviceCIDR("open", 6*time.Hour, "10.0.0.0/29"),
 		annotated(serviceCIDR("manual", 5*time.Hour, "10.0.1.0/29"), lifecycle.ManualOnlyAnnotation, "true"),
 		annotated(serviceCIDR("old", 4*time.Hour, "10.0.2.0/29"), lifecycle.DrainingAnnotation, "true"),
-		annotated(serviceCIDR("shared-drain", 3*time.Hour, "10.0.3.0/29"), lifecycle.DrainingAnnotation, "true"),
-		serviceCIDR("shared-open", 2*time.Hour, "10.0.3.0/29"),
 		annotated(serviceCIDR("typo", 1*time.Hour, "10.0.4.0/29"), lifecycle.DrainingAnnotation, "yes"),
 	)
 	picked := 0
@@ -66,14 +64,14 @@ func TestLifecyclePicksAndStatics(t *testing.T) {
 		if !ok {
 			break
 		}
-		if !netip.MustParsePrefix("10.0.0.0/29").Contains(ip) && !netip.MustParsePrefix("10.0.3.0/29").Contains(ip) {
+		if !netip.MustParsePrefix("10.0.0.0/29").Contains(ip) {
 			t.Fatalf("picked %s from a range no automatic ServiceCIDR carries", ip)
 		}
 		a.markLocked(ip, true)
 		picked++
 	}
-	if picked != 12 { // two /29s of 6 usable addresses each
-		t.Fatalf("picked %d addresses, want 12", picked)
+	if picked != 6 { // a /29 has 6 usable addresses
+		t.Fatalf("picked %d addresses, want 6", picked)
 	}
 
 	cases := []struct {
@@ -84,7 +82,6 @@ func TestLifecyclePicksAndStatics(t *testing.T) {
 		{ip: "10.0.1.3", owner: newAllocation},
 		{ip: "10.0.2.3", owner: newAllocation, want: `"old"`},
 		{ip: "10.0.2.3", owner: allocation.Owner{Namespace: "ns", Name: "svc"}}, // a re-mark
-		{ip: "10.0.3.3", owner: newAllocation},                                  // shared-open still serves it
 		{ip: "10.0.4.3", owner: newAllocation, want: `"typo"`},                  // an invalid value reads as draining
 	}
 	for _, tc := range cases {
@@ -104,7 +101,7 @@ func TestLifecyclePicksAndStatics(t *testing.T) {
 	}
 	hint := allocation.Hint(err)
 	for _, want := range []string{
-		`"open" (10.0.0.0/29), "shared-open" (10.0.3.0/29) full`,
+		`"open" (10.0.0.0/29) full`,
 		`"manual" (10.0.1.0/29) is manual-only (user-chosen ClusterIPs only)`,
 		`"old" (10.0.2.0/29) is draining`,
 		`"typo" (10.0.4.0/29) is draining`,
@@ -117,7 +114,7 @@ func TestLifecyclePicksAndStatics(t *testing.T) {
 	for _, tc := range []struct {
 		ip   string
 		want bool
-	}{{"10.0.0.1", true}, {"10.0.1.1", false}, {"10.0.2.1", false}, {"10.0.3.1", true}, {"10.9.0.1", false}} {
+	}{{"10.0.0.1", true}, {"10.0.1.1", false}, {"10.0.2.1", false}, {"10.9.0.1", false}} {
 		if got := a.TakesDynamic(netip.MustParseAddr(tc.ip)); got != tc.want {
 			t.Errorf("TakesDynamic(%s) = %v, want %v", tc.ip, got, tc.want)
 		}

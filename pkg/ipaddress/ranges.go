@@ -7,6 +7,7 @@ import (
 	"k8s.io/apimachinery/pkg/labels"
 
 	"github.com/allocator/allocator/pkg/ipaddress/addrindex"
+	"github.com/allocator/allocator/pkg/ipaddress/lifecycle"
 	"github.com/allocator/allocator/pkg/subrange"
 )
 
@@ -14,9 +15,15 @@ import (
 type cidrRange struct {
 	activeRange
 	index *FreeIndex
-	// dynamic: some carrier takes dynamic picks (its lifecycle is
-	// automatic); every pick passes over a range without one.
-	dynamic bool
+	// mode is the lifecycle that governs the range's addresses: the most
+	// closed of its carriers' and of those of every served range holding
+	// it (lifecycle.go); closedBy names the ServiceCIDRs that set it when
+	// it is not automatic.
+	mode     lifecycle.Mode
+	closedBy []string
+	// holes are the addresses of the served ranges nested inside this one
+	// that take no dynamic pick: a pick from this range passes over them.
+	holes holes
 }
 
 // rangeLookup finds the served ranges whose prefix holds an address by the
@@ -179,6 +186,7 @@ func (a *Allocator) setRangesLocked(ranges []*cidrRange) {
 	a.ranges = ranges
 	a.lookup = newRangeLookup(ranges)
 	a.fullBefore = 0
+	a.closeRangesLocked()
 	a.splitScopesLocked()
 }
 

@@ -69,9 +69,10 @@ func (a *Allocator) scopeLabels(ctx context.Context, owner allocation.Owner) (ns
 // is in, highest priority first (then in allocation order); after them the
 // unscoped ranges, when it is in no scope or every scope it is in falls
 // back. A Service in no scope never takes a scoped range's address. A
-// ServiceCIDR whose lifecycle refuses u (lifecycle.go) brings no range to
-// the route; it still counts for the scopes the Service is in, so closing a
-// scope's ServiceCIDRs never lets its Services spill elsewhere.
+// range whose lifecycle refuses u (lifecycle.go: the most closed of the
+// ServiceCIDRs holding it) is not on the route; its ServiceCIDRs still
+// count for the scopes the Service is in, so closing a scope's
+// ServiceCIDRs never lets its Services spill elsewhere.
 func (a *Allocator) routeLocked(nsLabels, svcLabels labels.Set, u use) route {
 	type hit struct {
 		r        *cidrRange
@@ -92,7 +93,7 @@ func (a *Allocator) routeLocked(nsLabels, svcLabels labels.Set, u use) route {
 				continue
 			}
 			rt.matched = append(rt.matched, c.name)
-			if !c.takes(u) {
+			if !r.takes(u) {
 				continue
 			}
 			rt.allowed = append(rt.allowed, c.name)
@@ -115,7 +116,7 @@ func (a *Allocator) routeLocked(nsLabels, svcLabels labels.Set, u use) route {
 		for _, r := range a.unscoped {
 			open := false
 			for _, c := range r.carriers {
-				if c.scope == nil && c.takes(u) {
+				if c.scope == nil && r.takes(u) {
 					rt.allowed = append(rt.allowed, c.name)
 					open = true
 				}
@@ -137,13 +138,11 @@ func sortedUnique(names []string) []string {
 
 // splitScopesLocked sorts the served ranges into the unscoped ones (some
 // carrier is unscoped) and the scoped ones (some carrier is scoped), in
-// allocation order; a range carried both ways is in both. It marks the
-// ranges that take dynamic picks.
+// allocation order; a range carried both ways is in both.
 func (a *Allocator) splitScopesLocked() {
 	a.unscoped, a.scopedRanges = a.unscoped[:0], a.scopedRanges[:0]
 	for _, r := range a.ranges {
 		scoped, unscoped := false, false
-		r.dynamic = slices.ContainsFunc(r.carriers, func(c carrier) bool { return c.mode.Dynamic() })
 		for _, c := range r.carriers {
 			if c.scope == nil {
 				unscoped = true

@@ -10,6 +10,7 @@ import (
 	"strings"
 	"testing"
 
+	appsv1 "k8s.io/api/apps/v1"
 	batchv1 "k8s.io/api/batch/v1"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -21,7 +22,7 @@ import (
 // image before it starts: who it runs as, and what it runs.
 type manifestPod struct {
 	file      string // relative to deploy/
-	kind      string // Pod, Job or CronJob
+	kind      string // Pod, Job, CronJob or Deployment
 	spec      corev1.PodSpec
 	container corev1.Container
 	image     imageConfig
@@ -114,7 +115,7 @@ func readImageConfig(t *testing.T, path string) imageConfig {
 	return img
 }
 
-// readManifestPod parses dir/file, a Pod, Job or CronJob with one
+// readManifestPod parses dir/file, a Pod, Job, CronJob or Deployment with one
 // container, and resolves its identity as the kubelet does; it fails the
 // test where the kubelet would refuse to start the container.
 func readManifestPod(t *testing.T, dir, file string, img imageConfig) *manifestPod {
@@ -141,8 +142,12 @@ func readManifestPod(t *testing.T, dir, file string, img imageConfig) *manifestP
 		var cj batchv1.CronJob
 		err = yaml.UnmarshalStrict(data, &cj)
 		p.spec = cj.Spec.JobTemplate.Spec.Template.Spec
+	case "Deployment":
+		var d appsv1.Deployment
+		err = yaml.UnmarshalStrict(data, &d)
+		p.spec = d.Spec.Template.Spec
 	default:
-		t.Fatalf("%s: kind %q: only Pod, Job and CronJob are started here", file, tm.Kind)
+		t.Fatalf("%s: kind %q: only Pod, Job, CronJob and Deployment are read here", file, tm.Kind)
 	}
 	if err != nil {
 		t.Fatalf("%s: %v", file, err)

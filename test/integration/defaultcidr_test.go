@@ -64,15 +64,45 @@ func TestDeletedDefaultServiceCIDR(t *testing.T) {
 
 // TestChangedRangeIsNotSilent: a --service-cluster-ip-range the default
 // ServiceCIDR cannot follow raises upstream's
-// KubernetesDefaultServiceCIDRInconsistent event.
+// KubernetesDefaultServiceCIDRInconsistent event (and a warning line),
+// saying which range is in effect and how to change it; the server is
+// ready, allocating from the stored range.
 func TestChangedRangeIsNotSilent(t *testing.T) {
 	t.Parallel()
 	s := startServer(t, serverOptions{model: string(model.IPAddress), serviceRange: "10.96.0.0/24"})
 	s.stop()
 	s = startServer(t, serverOptions{model: string(model.IPAddress), serviceRange: "10.97.0.0/24", etcd: s.etcd})
+	var message string
 	eventually(t, 30*time.Second, "a KubernetesDefaultServiceCIDRInconsistent event", func(ctx context.Context) (bool, error) {
-		return hasEvent(ctx, s.client, apiserver.ReasonKubernetesDefaultServiceCIDRInconsistent, apiserver.DefaultServiceCIDRName)
+		ev, err := s.client.CoreV1().Events(metav1.NamespaceAll).List(ctx, metav1.ListOptions{
+			FieldSelector: "reason=" + apiserver.ReasonKubernetesDefaultServiceCIDRInconsistent})
+		if err != nil || len(ev.Items) == 0 {
+			return false, err
+		}
+		message = ev.Items[0].Message
+		return ev.Items[0].InvolvedObject.Name == apiserver.DefaultServiceCIDRName, nil
 	})
+	for _, want := range []string{
+		`--service-cluster-ip-range is 10.97.0.0/24 but the stored default ServiceCIDR "kubernetes" has 10.96.0.0/24`,
+		"the stored ServiceCIDR is in effect",
+		"set --service-cluster-ip-range=10.96.0.0/24 on every replica",
+		`"Replacing the default range" in docs/operations.md`,
+	} {
+		if !strings.Contains(message, want) {
+			t.Errorf("event %q lacks %q", message, want)
+		}
+	}
+	ctx := testContext(t)
+	if body, err := s.client.Discovery().RESTClient().Get().AbsPath("/readyz").DoRaw(ctx); err != nil {
+		t.Errorf("/readyz: %v %s", err, body)
+	}
+	svc, err := create(ctx, s.client, newService("after-restart"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if ip := svc.Spec.ClusterIP; !strings.HasPrefix(ip, "10.96.0.") {
+		t.Errorf("a new Service got %s, want an address of the stored 10.96.0.0/24", ip)
+	}
 }
 
 func mustCreateServiceCIDR(t *testing.T, ctx context.Context, c kubernetes.Interface, name string, cidrs ...string) {

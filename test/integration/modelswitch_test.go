@@ -10,12 +10,14 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	networkingv1 "k8s.io/api/networking/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
 
 	"github.com/allocator/allocator/internal/apiserver"
 	"github.com/allocator/allocator/internal/etcdtest"
 	"github.com/allocator/allocator/internal/fixtures"
+	"github.com/allocator/allocator/internal/testserver"
 	"github.com/allocator/allocator/pkg/allocation"
 	"github.com/allocator/allocator/pkg/bitmap"
 	"github.com/allocator/allocator/pkg/bitmap/clusterip"
@@ -173,13 +175,22 @@ func testMetricsEndpoint(t *testing.T, model string) {
 	}
 }
 
-// TestRefusedServiceCIDRIsVisible: an IPv6 ServiceCIDR shorter than /64 is
+// TestRefusedServiceCIDRIsVisible: the default guardrails refuse an IPv6
+// ServiceCIDR shorter than /64, naming the flag; without that bound it is
 // stored (as upstream does) but not served, and says so in an event.
 func TestRefusedServiceCIDRIsVisible(t *testing.T) {
 	t.Parallel()
 	ctx := testContext(t)
-	s := startServer(t, serverOptions{model: "ipaddress", serviceRange: "10.0.0.0/24,fd00::/112"})
+	guarded := startServer(t, serverOptions{model: "ipaddress", serviceRange: "10.0.0.0/24,fd00::/112"})
 	wide := &networkingv1.ServiceCIDR{ObjectMeta: metav1.ObjectMeta{Name: "wide"}, Spec: networkingv1.ServiceCIDRSpec{CIDRs: []string{"fd01::/48"}}}
+	_, err := guarded.client.NetworkingV1().ServiceCIDRs().Create(ctx, wide, metav1.CreateOptions{})
+	if !apierrors.IsInvalid(err) || !strings.Contains(err.Error(), "prefix length /48 is shorter than the shortest allowed, /64 (--service-cidr-min-prefix-length-ipv6)") {
+		t.Fatalf("the default guardrails: %v, want 422 naming --service-cidr-min-prefix-length-ipv6", err)
+	}
+	guarded.stop()
+	srv := testserver.Start(t, testserver.Options{Model: "ipaddress", ServiceRange: "10.0.0.0/24,fd00::/112", WithRepair: true,
+		Flags: func(o *apiserver.Options) { o.Guardrails.IPv6.Min = 0 }})
+	s := &server{client: srv.Client}
 	if _, err := s.client.NetworkingV1().ServiceCIDRs().Create(ctx, wide, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}

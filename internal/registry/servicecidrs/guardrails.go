@@ -24,6 +24,23 @@ const (
 	FlagOverlapWarnings     = "service-cidr-overlap-warnings"
 )
 
+// The default shortest prefix lengths of serve's guardrails. kube-apiserver's
+// own flag check refuses a --service-cluster-ip-range of more than 2^20
+// addresses (/12, /108) while a bitmap backs it, and none once the IPAddress
+// model alone allocates (MultiCIDRServiceAllocator with
+// DisableAllocatorDualWrite); its ServiceCIDRs are refused nothing wider.
+// The defaults refuse what no cluster means to serve as ClusterIPs: an
+// IPv4 CIDR wider than the widest private block (10.0.0.0/8), such as
+// 0.0.0.0/0, which would shadow every other network for the Services'
+// clients; an IPv6 CIDR wider than /64, which the IPAddress model would
+// store and never serve. They keep kube-apiserver's answers to every CIDR
+// it accepts up to those lengths (testdata/parity creates 10.0.0.0/8 and
+// fd00:30::/64); 0 lifts them.
+const (
+	DefaultMinPrefixLengthIPv4 = 8
+	DefaultMinPrefixLengthIPv6 = 64
+)
+
 // Guardrails are the server's rules on which CIDRs a ServiceCIDR may hold,
 // beyond upstream's: a create, or an update that adds a CIDR, outside them
 // is refused with 422 on spec.cidrs. The zero value allows every CIDR.

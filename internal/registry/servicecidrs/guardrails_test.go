@@ -222,7 +222,7 @@ func TestOverlapWarnings(t *testing.T) {
 		{ObjectMeta: metav1.ObjectMeta{Name: "new"}, Spec: networkingv1.ServiceCIDRSpec{CIDRs: []string{"10.0.5.0/24"}}}, // itself
 	}
 	sc := &networkingv1.ServiceCIDR{ObjectMeta: metav1.ObjectMeta{Name: "new"}, Spec: networkingv1.ServiceCIDRSpec{CIDRs: []string{"10.0.5.0/24", "fd00::/112"}}}
-	got := overlapWarnings(sc, nil, others)
+	got := overlapWarnings(sc, nil, others, false)
 	want := []string{
 		`ServiceCIDR "new": 10.0.5.0/24 lies inside ServiceCIDR "wide" (10.0.0.0/16); overlapping ServiceCIDRs are allowed, as in Kubernetes, and share their addresses`,
 		`ServiceCIDR "new": 10.0.5.0/24 contains ServiceCIDR "narrow" (10.0.5.0/28); overlapping ServiceCIDRs are allowed, as in Kubernetes, and share their addresses`,
@@ -231,14 +231,14 @@ func TestOverlapWarnings(t *testing.T) {
 	if diff := cmp.Diff(want, got); diff != "" {
 		t.Errorf("(-want +got)\n%s", diff)
 	}
-	if got := overlapWarnings(sc, []string{"10.0.5.0/24"}, others); len(got) != 1 || !strings.Contains(got[0], "fd00::/112") {
+	if got := overlapWarnings(sc, []string{"10.0.5.0/24"}, others, false); len(got) != 1 || !strings.Contains(got[0], "fd00::/112") {
 		t.Errorf("an update keeping 10.0.5.0/24 warns %v, want only the added fd00::/112", got)
 	}
 	var many []*networkingv1.ServiceCIDR
 	for i := range 8 {
 		many = append(many, &networkingv1.ServiceCIDR{ObjectMeta: metav1.ObjectMeta{Name: string(rune('a' + i))}, Spec: networkingv1.ServiceCIDRSpec{CIDRs: []string{"10.0.5.0/24"}}})
 	}
-	got = overlapWarnings(sc, nil, many)
+	got = overlapWarnings(sc, nil, many, false)
 	if len(got) != maxOverlapWarnings+1 || got[len(got)-1] != `ServiceCIDR "new" overlaps 3 more ServiceCIDR CIDRs` {
 		t.Errorf("8 overlaps: %q", got)
 	}

@@ -121,11 +121,12 @@ func (s strategy) guardrails() Guardrails {
 
 var annotationsPath = field.NewPath("metadata", "annotations")
 
-// validateScope checks the scope annotations (pkg/ipaddress/scope, design.md §11).
+// validateScope checks the scope annotations (pkg/ipaddress/scope, design.md §11)
+// and the bounds of their selectors.
 // The default ServiceCIDR stays unscoped: the API server's own Service and
 // every Service of a cluster without other ServiceCIDRs live in it.
 func validateScope(sc *networkingv1.ServiceCIDR) field.ErrorList {
-	errs := scope.Validate(sc.Annotations, annotationsPath)
+	errs := append(scope.Validate(sc.Annotations, annotationsPath), scope.ValidateBounds(sc.Annotations, annotationsPath)...)
 	if sc.Name == servicecidr.DefaultName && scope.Scoped(sc.Annotations) {
 		errs = append(errs, field.Forbidden(annotationsPath.Key(scope.NamespaceSelectorAnnotation),
 			fmt.Sprintf("the default ServiceCIDR %q cannot be scoped; scope another ServiceCIDR", servicecidr.DefaultName)))
@@ -197,15 +198,25 @@ func (s strategy) WarningsOnUpdate(ctx context.Context, obj, old runtime.Object)
 	return s.warnings(ctx, sc, oldSC.Spec.CIDRs, lifecycle.Same(sc.Annotations, oldSC.Annotations))
 }
 
+// warnings are those of a write of sc; kept are the CIDRs stored before it
+// (none on a create), sameLifecycle says it keeps the lifecycle
+// annotations as stored. With WarnOverlaps, a new CIDR warns of its
+// overlaps, and a new CIDR or a changed lifecycle of the overlaps whose
+// addresses a draining or manual-only ServiceCIDR closes (on a server
+// whose model applies lifecycles).
 func (s strategy) warnings(ctx context.Context, sc *networkingv1.ServiceCIDR, kept []string, sameLifecycle bool) []string {
 	if s.extra == nil {
 		return nil
 	}
+	p := s.extra.policy
 	var out []string
-	if w := s.extra.policy.lifecycleIgnoredWarning(sc); w != "" && !sameLifecycle {
+	if w := p.lifecycleIgnoredWarning(sc); w != "" && !sameLifecycle {
 		out = append(out, w)
 	}
-	if !s.extra.policy.WarnOverlaps || s.extra.list == nil || len(kept) == len(sc.Spec.CIDRs) {
+	added := len(kept) != len(sc.Spec.CIDRs)
+	overlaps := p.WarnOverlaps && added
+	lifecycles := p.WarnOverlaps && !p.LifecycleIgnored && (added || !sameLifecycle)
+	if s.extra.list == nil || (!overlaps && !lifecycles) {
 		return out
 	}
 	others, err := s.extra.list(ctx)
@@ -213,7 +224,16 @@ func (s strategy) warnings(ctx context.Context, sc *networkingv1.ServiceCIDR, ke
 		klog.FromContext(ctx).V(2).Info("Cannot list ServiceCIDRs for the overlap warning", "err", err)
 		return out
 	}
-	return append(out, overlapWarnings(sc, kept, others)...)
+	if overlaps {
+		out = append(out, overlapWarnings(sc, kept, others, lifecycles)...)
+	}
+	if lifecycles {
+		if !sameLifecycle {
+			kept = nil // a changed lifecycle concerns every CIDR
+		}
+		out = append(out, closedOverlapWarnings(sc, kept, others)...)
+	}
+	return out
 }
 
 func (strategy) Canonicalize(obj runtime.Object)               {}

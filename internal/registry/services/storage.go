@@ -3,6 +3,8 @@ package services
 import (
 	"context"
 	"fmt"
+	"net/netip"
+
 	statusrest "github.com/allocator/allocator/internal/registry/status"
 
 	corev1 "k8s.io/api/core/v1"
@@ -20,16 +22,24 @@ import (
 // namespace (it does not exist, or is being deleted).
 type NamespaceCheck func(ctx context.Context, namespace string) error
 
+// StaticHint returns a warning for a user-chosen ClusterIP that the
+// allocators refuse with kube-apiserver's text, which does not say why (its
+// ServiceCIDR is being deleted), or "".
+type StaticHint func(ip netip.Addr) string
+
 // REST is the Service storage served as "services".
 type REST struct {
 	*servicealloc.REST
 	namespaceCheck NamespaceCheck
+	hint           StaticHint
 }
 
 // NewREST builds the Service storages. alloc reserves and releases cluster
 // IPs; check refuses Services in namespaces that do not exist; fencer
-// fences the writes of optsGetter's storage (servicealloc.Fencer).
-func NewREST(scheme *runtime.Scheme, optsGetter generic.RESTOptionsGetter, alloc *servicealloc.Allocator, check NamespaceCheck, fencer servicealloc.Fencer) (*REST, *statusrest.REST, error) {
+// fences the writes of optsGetter's storage (servicealloc.Fencer); hint,
+// if not nil, warns of the ClusterIPs a write asks for (hints.go).
+func NewREST(scheme *runtime.Scheme, optsGetter generic.RESTOptionsGetter, alloc *servicealloc.Allocator, check NamespaceCheck,
+	fencer servicealloc.Fencer, hint StaticHint) (*REST, *statusrest.REST, error) {
 	main, status := servicealloc.NewStrategies(scheme)
 	store := &genericregistry.Store{
 		NewFunc:                   func() runtime.Object { return &corev1.Service{} },
@@ -58,7 +68,7 @@ func NewREST(scheme *runtime.Scheme, optsGetter generic.RESTOptionsGetter, alloc
 	// A status update that removes a deleting Service's last finalizer
 	// deletes it too: it must release (exactly once) like any other delete.
 	statusStore.AfterDelete = store.AfterDelete
-	return &REST{REST: rest, namespaceCheck: check}, statusrest.NewREST(&statusStore), nil
+	return &REST{REST: rest, namespaceCheck: check, hint: hint}, statusrest.NewREST(&statusStore), nil
 }
 
 // Create refuses Services in namespaces that do not exist before anything
@@ -68,6 +78,9 @@ func (r *REST) Create(ctx context.Context, obj runtime.Object, createValidation 
 		if err := r.namespaceCheck(ctx, ns); err != nil {
 			return nil, err
 		}
+	}
+	if svc, ok := obj.(*corev1.Service); ok {
+		r.warnRequested(ctx, svc, nil)
 	}
 	return r.REST.Create(ctx, obj, createValidation, options)
 }
@@ -86,6 +99,9 @@ func (r *REST) Update(ctx context.Context, name string, objInfo rest.UpdatedObje
 			return createValidation(ctx, obj)
 		}
 		return nil
+	}
+	if r.hint != nil {
+		objInfo = hintedInfo{UpdatedObjectInfo: objInfo, r: r}
 	}
 	return r.REST.Update(ctx, name, objInfo, checked, updateValidation, forceAllowCreate, options)
 }

@@ -162,6 +162,7 @@ func (a *Allocator) AllocateNext(ctx context.Context, owner allocation.Owner) (n
 	if !dual {
 		return a.ip.AllocateNext(ctx, owner)
 	}
+	holeHits := 0
 	for collisions := 0; collisions <= ipaddress.DefaultMaxCollisions; {
 		var ip netip.Addr
 		err := a.claimBit(ctx, func(ctx context.Context) error {
@@ -176,10 +177,17 @@ func (a *Allocator) AllocateNext(ctx context.Context, owner allocation.Owner) (n
 			return netip.Addr{}, err
 		}
 		if !a.ip.TakesDynamic(ip) {
-			// The window's ServiceCIDR is manual-only or draining
-			// (pkg/ipaddress/lifecycle), which the bitmap does not know: the
-			// address comes from the ServiceCIDRs outside it.
 			a.undoBit(ctx, ip, nil)
+			if a.ip.InHole(ip) && holeHits < ipaddress.DefaultMaxCollisions {
+				// A manual-only or draining ServiceCIDR nested in the
+				// window's closes this address only: the bitmap picks again.
+				holeHits++
+				continue
+			}
+			// The window's ServiceCIDR is manual-only or draining
+			// (pkg/ipaddress/lifecycle), which the bitmap does not know, or
+			// mostly closed by nested ones: the address comes from the
+			// ServiceCIDRs outside it.
 			return a.ip.AllocateNextOutside(ctx, owner, a.window)
 		}
 		err = a.ip.Allocate(ctx, ip, owner)

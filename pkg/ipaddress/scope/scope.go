@@ -37,6 +37,21 @@ const (
 // MaxPriority bounds the priority annotation (and its negative).
 const MaxPriority = 1000
 
+// The bounds of a selector annotation that a create or update writes
+// (ValidateBounds). Every dynamic or user-chosen allocation for a Service
+// evaluates the selectors of every scoped ServiceCIDR of its family, so
+// a selector's cost is part of every Service create's: a 129 kB selector
+// made each create take 256 ms. The bounds leave room for a list of some
+// hundred namespaces by name ("kubernetes.io/metadata.name in (a,b,...)")
+// and for any selector written by hand.
+const (
+	// MaxSelectorBytes bounds the length of a selector.
+	MaxSelectorBytes = 4096
+	// MaxSelectorRequirements bounds the number of a selector's
+	// requirements: its comma-separated terms ("team=a", "tier in (x,y)").
+	MaxSelectorRequirements = 32
+)
+
 var known = []string{FallbackAnnotation, NamespaceSelectorAnnotation, PriorityAnnotation, ServiceSelectorAnnotation}
 
 // Scope is the parsed scope of one ServiceCIDR.
@@ -170,6 +185,38 @@ func Validate(annotations map[string]string, path *field.Path) field.ErrorList {
 	if len(unanchored) > 0 {
 		errs = append(errs, field.Required(path.Key(NamespaceSelectorAnnotation),
 			fmt.Sprintf("a ServiceCIDR with %s is scoped and must say which namespaces it serves (\"\" for all)", strings.Join(unanchored, ", "))))
+	}
+	return errs
+}
+
+// ValidateBounds refuses a selector annotation longer than
+// MaxSelectorBytes or with more than MaxSelectorRequirements requirements;
+// path is metadata.annotations. The API server runs it on the selectors a
+// create or update writes; a selector stored before (or by kube-apiserver)
+// is served as it is.
+func ValidateBounds(annotations map[string]string, path *field.Path) field.ErrorList {
+	var errs field.ErrorList
+	for _, k := range []string{NamespaceSelectorAnnotation, ServiceSelectorAnnotation} {
+		v, ok := annotations[k]
+		if !ok {
+			continue
+		}
+		p := path.Key(k)
+		if len(v) > MaxSelectorBytes {
+			errs = append(errs, &field.Error{Type: field.ErrorTypeTooLong, Field: p.String(), BadValue: "",
+				Detail: fmt.Sprintf("a scope selector may be at most %d bytes, this one is %d: select the namespaces or Services by a label they share "+
+					"(every Service create evaluates every scope's selectors)", MaxSelectorBytes, len(v))})
+			continue
+		}
+		sel, err := labels.Parse(v)
+		if err != nil {
+			continue // Validate reports it
+		}
+		if reqs, _ := sel.Requirements(); len(reqs) > MaxSelectorRequirements {
+			errs = append(errs, &field.Error{Type: field.ErrorTypeTooMany, Field: p.String(), BadValue: len(reqs),
+				Detail: fmt.Sprintf("a scope selector may have at most %d requirements (comma-separated terms): select the namespaces or Services by a label they share, "+
+					"or list values in one term (\"team in (a,b,c)\")", MaxSelectorRequirements)})
+		}
 	}
 	return errs
 }

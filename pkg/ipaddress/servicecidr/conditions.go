@@ -52,6 +52,21 @@ const (
 	ReasonManualOnly = "ManualOnly"       // ManualOnly True
 	ReasonOverlaps   = "Overlaps"         // Overlapping True
 	ReasonNoOverlap  = "NoOverlap"        // Overlapping False
+	// ReasonDeleting: Draining True, ManualOnly False: the ServiceCIDR is
+	// being deleted and takes no new allocation.
+	ReasonDeleting = "Deleting"
+	// ReasonInsideDraining: Draining True: every CIDR of it lies in a
+	// draining ServiceCIDR, whose lifecycle wins.
+	ReasonInsideDraining = "InsideDraining"
+	// ReasonPartlyDraining: Draining False: a draining ServiceCIDR overlaps
+	// it, and its addresses take no new allocation.
+	ReasonPartlyDraining = "PartlyDraining"
+	// ReasonInsideManualOnly: ManualOnly True: every CIDR of it lies in a
+	// manual-only (or draining) ServiceCIDR.
+	ReasonInsideManualOnly = "InsideManualOnly"
+	// ReasonPartlyManualOnly: ManualOnly False: a manual-only ServiceCIDR
+	// overlaps it, and its addresses take no dynamic pick.
+	ReasonPartlyManualOnly = "PartlyManualOnly"
 )
 
 // maxOverlapNames is how many overlapping ServiceCIDRs a message names
@@ -59,10 +74,13 @@ const (
 // read in `kubectl get -o yaml` whatever the number of ServiceCIDRs.
 const maxOverlapNames = 10
 
-// namedCIDR is a ServiceCIDR's name and parsed prefixes.
+// namedCIDR is a ServiceCIDR's name, parsed prefixes, lifecycle mode (as
+// the allocators read it) and whether it is being deleted.
 type namedCIDR struct {
 	name     string
 	prefixes []netip.Prefix
+	mode     lifecycle.Mode
+	deleting bool
 }
 
 // conditionInput is what the conditions of one ServiceCIDR are computed
@@ -112,7 +130,7 @@ func computeConditions(in conditionInput) []metav1.Condition {
 			out = append(out, c)
 		}
 	}
-	out = append(out, lifecycleConditions(in.sc, len(services))...)
+	out = append(out, lifecycleConditions(in.sc, len(services), in.others)...)
 	return append(out, overlapCondition(in.sc.Name, prefixes(in.sc), in.others))
 }
 
@@ -143,38 +161,6 @@ func capacityCondition(kind string, v6 bool, ranges []subrange.Range, used []uin
 		c.Status, c.Reason = metav1.ConditionFalse, ReasonFull
 	}
 	return c, true
-}
-
-// lifecycleConditions are Draining and ManualOnly, read from the lifecycle
-// annotations as the allocators read them (lifecycle.Parse: an invalid
-// value drains).
-func lifecycleConditions(sc *networkingv1.ServiceCIDR, services int) []metav1.Condition {
-	mode, err := lifecycle.Parse(sc.Annotations)
-	draining := metav1.Condition{Type: ConditionDraining, Status: metav1.ConditionFalse, Reason: ReasonOpen,
-		Message: "takes new allocations"}
-	held := fmt.Sprintf("%d Services still hold addresses in it", services)
-	if services == 1 {
-		held = "1 Service still holds an address in it"
-	}
-	switch {
-	case err != nil:
-		draining = metav1.Condition{Type: ConditionDraining, Status: metav1.ConditionTrue, Reason: ReasonInvalid,
-			Message: fmt.Sprintf("%v; %s", err, held)}
-	case mode == lifecycle.Draining && services > 0:
-		draining.Status, draining.Reason, draining.Message = metav1.ConditionTrue, ReasonDraining, "takes no new allocation; "+held
-	case mode == lifecycle.Draining:
-		draining.Status, draining.Reason, draining.Message = metav1.ConditionTrue, ReasonDrained,
-			"takes no new allocation; no Service holds an address in it, it can be deleted"
-	}
-	manual := metav1.Condition{Type: ConditionManualOnly, Status: metav1.ConditionFalse, Reason: ReasonOpen,
-		Message: "takes dynamic picks and user-chosen ClusterIPs"}
-	switch mode {
-	case lifecycle.Manual:
-		manual.Status, manual.Reason, manual.Message = metav1.ConditionTrue, ReasonManualOnly, "takes user-chosen ClusterIPs only, never a dynamic pick"
-	case lifecycle.Draining:
-		manual.Reason, manual.Message = ReasonDraining, "draining: takes no new allocation"
-	}
-	return []metav1.Condition{draining, manual}
 }
 
 // overlapCondition names the other ServiceCIDRs with a CIDR overlapping

@@ -16,6 +16,7 @@ import (
 	"k8s.io/klog/v2"
 
 	"github.com/allocator/allocator/pkg/ipaddress/addrindex"
+	"github.com/allocator/allocator/pkg/ipaddress/lifecycle"
 )
 
 // DefaultConditionInterval is the shortest time between two writes of a
@@ -154,8 +155,8 @@ func (c *Controller) queueCapacity(obj any) {
 	}
 }
 
-// allCIDRs returns every ServiceCIDR with its prefixes, from the cache,
-// parsed again only after a ServiceCIDR event.
+// allCIDRs returns every ServiceCIDR with its prefixes and lifecycle, from
+// the cache, parsed again only after a ServiceCIDR event.
 func (c *Controller) allCIDRs() []namedCIDR {
 	out, _ := c.all.Get(func() ([]namedCIDR, error) {
 		all, err := c.cidrLister.List(labels.Everything())
@@ -164,7 +165,8 @@ func (c *Controller) allCIDRs() []namedCIDR {
 		}
 		list := make([]namedCIDR, 0, len(all)) // a new slice: callers may still read the old one
 		for _, sc := range all {
-			list = append(list, namedCIDR{name: sc.Name, prefixes: prefixes(sc)})
+			mode, _ := lifecycle.Parse(sc.Annotations) // an invalid value reads as draining
+			list = append(list, namedCIDR{name: sc.Name, prefixes: prefixes(sc), mode: mode, deleting: sc.DeletionTimestamp != nil})
 		}
 		slices.SortFunc(list, func(a, b namedCIDR) int { return strings.Compare(a.name, b.name) })
 		return list, nil

@@ -26,6 +26,7 @@ import (
 
 	"github.com/allocator/allocator/internal/lazy"
 	"github.com/allocator/allocator/pkg/ipaddress/addrindex"
+	"github.com/allocator/allocator/pkg/ipaddress/lifecycle"
 	"github.com/allocator/allocator/pkg/subrange"
 )
 
@@ -209,7 +210,8 @@ func (c *Controller) addServiceCIDR(obj any) {
 }
 
 // updateServiceCIDR queues a changed ServiceCIDR; a widened one may
-// unblock terminating ones and changes its overlaps.
+// unblock terminating ones and changes its overlaps; a changed lifecycle
+// or a deletion changes the lifecycle conditions of those it overlaps.
 func (c *Controller) updateServiceCIDR(oldObj, obj any) {
 	c.terminating.Invalidate()
 	c.all.Invalidate()
@@ -221,9 +223,13 @@ func (c *Controller) updateServiceCIDR(oldObj, obj any) {
 		return
 	}
 	c.noteConditionsChanged(old, cur)
-	if !slices.Equal(old.Spec.CIDRs, cur.Spec.CIDRs) {
+	switch {
+	case !slices.Equal(old.Spec.CIDRs, cur.Spec.CIDRs):
 		c.enqueueTerminating()
 		c.queueOverlapping(cur.Name, append(prefixes(old), prefixes(cur)...))
+	case !lifecycle.Same(old.Annotations, cur.Annotations) || (old.DeletionTimestamp == nil) != (cur.DeletionTimestamp == nil):
+		// The lifecycle conditions of those it overlaps name it.
+		c.queueOverlapping(cur.Name, prefixes(cur))
 	}
 }
 

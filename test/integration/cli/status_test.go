@@ -53,9 +53,20 @@ IPv4    10.0.0.0/24  dynamic  238   5     233   2.1%
 IPv4    10.0.0.0/24  all      254   8     246   3.1%   team-a=5 default=2 (+1 more)
 `
 
+// wantNodePortsTable is the node-port table of a server on the default
+// --service-node-port-range holding none, and the line naming its source.
+func wantNodePortsTable(summary string) string {
+	return `
+NODE PORTS   BAND     SIZE  USED  FREE  USED%  TOP NAMESPACES
+30000-32767  static   86    0     86    0.0%
+30000-32767  dynamic  2682  0     2682  0.0%
+30000-32767  all      2768  0     2768  0.0%
+node ports: ` + summary + "\n"
+}
+
 // wantStatusJSON is the JSON of the fill above; source names the object
-// the range comes from in each model.
-func wantStatusJSON(model, source string) string {
+// the range comes from in each model, portSource the node ports'.
+func wantStatusJSON(model, source, portSource string) string {
 	return `{
   "model": "` + model + `",
   "families": [
@@ -107,7 +118,29 @@ func wantStatusJSON(model, source string) string {
         }
       ]
     }
-  ]
+  ],
+  "nodePorts": {
+    "range": "30000-32767",
+    "source": "` + portSource + `",
+    "size": 2768,
+    "used": 0,
+    "free": 2768,
+    "percent": 0,
+    "static": {
+      "size": 86,
+      "used": 0,
+      "free": 86,
+      "percent": 0
+    },
+    "dynamic": {
+      "size": 2682,
+      "used": 0,
+      "free": 2682,
+      "percent": 0
+    },
+    "outside": 0,
+    "namespaces": []
+  }
 }
 `
 }
@@ -117,11 +150,13 @@ func wantStatusJSON(model, source string) string {
 // in table and JSON form.
 func TestStatusKnownFill(t *testing.T) {
 	for _, tt := range []struct {
-		model, source string
-		etcdFlags     bool
+		model, source, portSource, portSummary string
+		etcdFlags                              bool
 	}{
-		{model: "ipaddress", source: "ServiceCIDR/kubernetes"},
-		{model: "bitmap", source: "RangeAllocation/serviceips", etcdFlags: true},
+		{model: "ipaddress", source: "ServiceCIDR/kubernetes", portSource: "Services",
+			portSummary: "0 ports held by Services, counted through the API against --service-node-port-range (no etcd given; --data-dir or --etcd-servers reads the map itself)"},
+		{model: "bitmap", source: "RangeAllocation/serviceips", etcdFlags: true, portSource: "RangeAllocation/servicenodeports",
+			portSummary: "0 ports allocated, read from RangeAllocation/servicenodeports in etcd"},
 	} {
 		t.Run(tt.model, func(t *testing.T) {
 			srv := testserver.Start(t, testserver.Options{ServiceRange: "10.0.0.0/24", Model: tt.model})
@@ -136,7 +171,7 @@ func TestStatusKnownFill(t *testing.T) {
 			if code != 0 {
 				t.Fatalf("status: exit %d\n%s", code, errOut)
 			}
-			want := wantStatusTable + tt.model + " model: 1 CIDR, 8 addresses allocated\n"
+			want := wantStatusTable + tt.model + " model: 1 CIDR, 8 addresses allocated\n" + wantNodePortsTable(tt.portSummary)
 			if diff := cmp.Diff(want, out); diff != "" {
 				t.Errorf("table (-want +got):\n%s", diff)
 			}
@@ -144,12 +179,12 @@ func TestStatusKnownFill(t *testing.T) {
 			if code != 0 {
 				t.Fatalf("status -o json: exit %d\n%s", code, errOut)
 			}
-			if diff := cmp.Diff(wantStatusJSON(tt.model, tt.source), out); diff != "" {
+			if diff := cmp.Diff(wantStatusJSON(tt.model, tt.source, tt.portSource), out); diff != "" {
 				t.Errorf("json (-want +got):\n%s", diff)
 			}
 			// yaml and jsonpath are the same document, as kubectl's -o spells them.
 			out, errOut, code = runApp(t, append(args, "-o", "yaml")...)
-			if want, err := yaml.JSONToYAML([]byte(wantStatusJSON(tt.model, tt.source))); code != 0 || err != nil || out != string(want) {
+			if want, err := yaml.JSONToYAML([]byte(wantStatusJSON(tt.model, tt.source, tt.portSource))); code != 0 || err != nil || out != string(want) {
 				t.Errorf("status -o yaml: exit %d (%v), got\n%s%s\nwant\n%s", code, err, out, errOut, want)
 			}
 			out, errOut, code = runApp(t, append(args, "-o", "jsonpath={.cidrs[0].cidr}")...)
@@ -195,7 +230,8 @@ IPv6    fd00::/64    static   256                   1     255                   
 IPv6    fd00::/64    dynamic  18446744073709551359  0     18446744073709551359  0.0%
 IPv6    fd00::/64    all      18446744073709551615  1     18446744073709551614  <0.1%  default=1
 ipaddress model: 2 CIDRs, 3 addresses allocated
-`
+` + wantNodePortsTable("0 ports held by Services, counted through the API against --service-node-port-range "+
+		"(no etcd given; --data-dir or --etcd-servers reads the map itself)")
 	if diff := cmp.Diff(want, out); diff != "" {
 		t.Errorf("table (-want +got):\n%s", diff)
 	}

@@ -18,9 +18,10 @@ import (
 )
 
 // TestRenumberRefusesBitmap: on a bitmap-model server renumber refuses,
-// saying it needs the IPAddress model: detected from the maps in etcd with
-// --etcd-servers, as status and repair detect it, and without etcd from
-// Services in the range that hold no IPAddress.
+// saying it needs the IPAddress model, detected as status and repair detect
+// it: from the maps and replica records in etcd with --etcd-servers, and
+// without etcd from the model the server names on the ServiceCIDR
+// "kubernetes".
 func TestRenumberRefusesBitmap(t *testing.T) {
 	t.Parallel()
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
@@ -39,7 +40,8 @@ func TestRenumberRefusesBitmap(t *testing.T) {
 		want string
 	}{
 		{[]string{"--etcd-servers=" + strings.Join(s.Etcd.Endpoints(), ",")}, "error: renumber needs the IPAddress model: this cluster allocates ClusterIPs in the bitmap model"},
-		{nil, "error: the Services in the range hold no IPAddress objects: the cluster allocates ClusterIPs in the bitmap model, and renumber needs the IPAddress model"},
+		{nil, `error: renumber needs the IPAddress model: this cluster allocates ClusterIPs in the bitmap model, which serves --service-cluster-ip-range only ` +
+			`and has no ServiceCIDR to drain (detected: the bitmap model, because no etcd was given, and the ServiceCIDR "kubernetes" says its server allocates in the bitmap model`},
 	} {
 		args := append([]string{"renumber", kube, "--from=kubernetes", "-A", "--dry-run=false", "--journal=" + filepath.Join(t.TempDir(), "j")}, tc.args...)
 		_, errOut, code := runCLI(ctx, args...)
