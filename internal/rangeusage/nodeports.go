@@ -6,7 +6,7 @@ import (
 	"path"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	corev1 "k8s.io/api/core/v1"
 	"k8s.io/client-go/kubernetes"
 
 	"github.com/allocator/allocator/internal/holding"
@@ -142,21 +142,10 @@ func countNodePorts(rng nodeport.Range, source string, ports []heldPort) *NodePo
 // namespace.
 func serviceNodePorts(ctx context.Context, client kubernetes.Interface) (map[int]string, error) {
 	owners := map[int]string{}
-	opts := metav1.ListOptions{Limit: listPage}
-	for {
-		list, err := client.CoreV1().Services(metav1.NamespaceAll).List(ctx, opts)
-		if err != nil {
-			return nil, fmt.Errorf("list services: %w", err)
+	err := eachService(ctx, client, func(svc *corev1.Service) {
+		for _, port := range holding.NodePorts(svc) {
+			owners[port] = svc.Namespace
 		}
-		for i := range list.Items {
-			svc := &list.Items[i]
-			for _, port := range holding.NodePorts(svc) {
-				owners[port] = svc.Namespace
-			}
-		}
-		if list.Continue == "" {
-			return owners, nil
-		}
-		opts.Continue = list.Continue
-	}
+	})
+	return owners, err
 }

@@ -7,6 +7,7 @@ import (
 	"path"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
+	corev1 "k8s.io/api/core/v1"
 	networkingv1 "k8s.io/api/networking/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
@@ -160,20 +161,27 @@ func FromServices(ctx context.Context, client kubernetes.Interface, m model.Name
 // serviceNamespaces maps every Service address to the Service's namespace.
 func serviceNamespaces(ctx context.Context, client kubernetes.Interface) (map[netip.Addr]string, error) {
 	owners := map[netip.Addr]string{}
+	err := eachService(ctx, client, func(svc *corev1.Service) {
+		for _, ip := range holding.IPs(svc) {
+			owners[ip] = svc.Namespace
+		}
+	})
+	return owners, err
+}
+
+// eachService calls fn with every Service, listed listPage at a time.
+func eachService(ctx context.Context, client kubernetes.Interface, fn func(*corev1.Service)) error {
 	opts := metav1.ListOptions{Limit: listPage}
 	for {
 		list, err := client.CoreV1().Services(metav1.NamespaceAll).List(ctx, opts)
 		if err != nil {
-			return nil, fmt.Errorf("list services: %w", err)
+			return fmt.Errorf("list services: %w", err)
 		}
 		for i := range list.Items {
-			svc := &list.Items[i]
-			for _, ip := range holding.IPs(svc) {
-				owners[ip] = svc.Namespace
-			}
+			fn(&list.Items[i])
 		}
 		if list.Continue == "" {
-			return owners, nil
+			return nil
 		}
 		opts.Continue = list.Continue
 	}

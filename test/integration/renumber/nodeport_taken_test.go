@@ -15,6 +15,7 @@ import (
 	"k8s.io/client-go/rest"
 
 	"github.com/allocator/allocator/internal/renumber"
+	"github.com/allocator/allocator/internal/testserver"
 )
 
 // thiefTransport creates the thief Service, through its own client, right
@@ -38,26 +39,12 @@ func (tt *thiefTransport) RoundTrip(req *http.Request) (*http.Response, error) {
 	return resp, err
 }
 
-// TestRenumberReportsTakenNodePort: a NodePort Service in the draining
-// ServiceCIDR "old" is moved; between its delete and its create another
-// Service takes its node port. The move re-creates it with another node
-// port and reports the change (outcome Changed, naming the port), never
-// silently; the other Service keeps the port it took.
-func TestRenumberReportsTakenNodePort(t *testing.T) {
-	t.Parallel()
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
-	defer cancel()
-	s := startWithOld(ctx, t, "10.96.0.0/24")
+// renumberWhileThiefTakes renumbers "old", whose only Service is
+// default/victim, through a client that creates thief right after the
+// victim's delete, and returns the victim's move.
+func renumberWhileThiefTakes(ctx context.Context, t *testing.T, s *testserver.Server, thief *corev1.Service) renumber.Move {
+	t.Helper()
 	c := s.Client
-	victim := service(metav1.NamespaceDefault, "victim", corev1.ServiceTypeNodePort, []string{"10.1.0.20"})
-	victim.Spec.Ports[0].NodePort = 30080
-	if _, err := c.CoreV1().Services(victim.Namespace).Create(ctx, victim, metav1.CreateOptions{}); err != nil {
-		t.Fatal(err)
-	}
-	drain(ctx, t, c, "old", "10.1.0.201")
-
-	thief := service(metav1.NamespaceDefault, "thief", corev1.ServiceTypeNodePort, nil)
-	thief.Spec.Ports[0].NodePort = 30080
 	cfg := rest.CopyConfig(s.RESTConfig)
 	tt := &thiefTransport{victim: "/api/v1/namespaces/default/services/victim", steal: func() error {
 		_, err := c.CoreV1().Services(thief.Namespace).Create(ctx, thief, metav1.CreateOptions{})
@@ -85,7 +72,30 @@ func TestRenumberReportsTakenNodePort(t *testing.T) {
 	if len(res.Moves) != 1 {
 		t.Fatalf("moves %+v, want the victim's only", res.Moves)
 	}
-	m := res.Moves[0]
+	return res.Moves[0]
+}
+
+// TestRenumberReportsTakenNodePort: a NodePort Service in the draining
+// ServiceCIDR "old" is moved; between its delete and its create another
+// Service takes its node port. The move re-creates it with another node
+// port and reports the change (outcome Changed, naming the port), never
+// silently; the other Service keeps the port it took.
+func TestRenumberReportsTakenNodePort(t *testing.T) {
+	t.Parallel()
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	s := startWithOld(ctx, t, "10.96.0.0/24")
+	c := s.Client
+	victim := service(metav1.NamespaceDefault, "victim", corev1.ServiceTypeNodePort, []string{"10.1.0.20"})
+	victim.Spec.Ports[0].NodePort = 30080
+	if _, err := c.CoreV1().Services(victim.Namespace).Create(ctx, victim, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	drain(ctx, t, c, "old", "10.1.0.201")
+
+	thief := service(metav1.NamespaceDefault, "thief", corev1.ServiceTypeNodePort, nil)
+	thief.Spec.Ports[0].NodePort = 30080
+	m := renumberWhileThiefTakes(ctx, t, s, thief)
 	if m.Outcome != renumber.Changed || !strings.Contains(m.Reason, "node port 30080 of port 80/TCP is now ") {
 		t.Errorf("the victim's move: %s (%s), want %q naming node port 30080", m.Outcome, m.Reason, renumber.Changed)
 	}

@@ -2,9 +2,7 @@ package renumber_test
 
 import (
 	"context"
-	"net/http"
 	"net/netip"
-	"path/filepath"
 	"regexp"
 	"slices"
 	"strings"
@@ -14,8 +12,6 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/intstr"
-	"k8s.io/client-go/kubernetes"
-	"k8s.io/client-go/rest"
 
 	"github.com/allocator/allocator/internal/renumber"
 	"github.com/allocator/allocator/internal/testserver"
@@ -163,34 +159,7 @@ func TestRenumberReportsTakenOffset(t *testing.T) {
 	drain(ctx, t, c, "old", "10.1.0.201")
 
 	thief := service(metav1.NamespaceDefault, "thief", corev1.ServiceTypeClusterIP, []string{"10.96.0.10"})
-	cfg := rest.CopyConfig(s.RESTConfig)
-	tt := &thiefTransport{victim: "/api/v1/namespaces/default/services/victim", steal: func() error {
-		_, err := c.CoreV1().Services(thief.Namespace).Create(ctx, thief, metav1.CreateOptions{})
-		return err
-	}}
-	cfg.Wrap(func(rt http.RoundTripper) http.RoundTripper { tt.next = rt; return tt })
-	client, err := kubernetes.NewForConfig(cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	journal, err := renumber.OpenJournal(filepath.Join(t.TempDir(), "renumber.journal"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	res, err := renumber.Run(ctx, renumber.Config{Client: client, From: "old", Journal: journal, JournalPath: journal.Path()})
-	if err != nil {
-		t.Fatalf("renumber: %v", err)
-	}
-	if _, err := journal.Close(); err != nil {
-		t.Fatal(err)
-	}
-	if tt.err != nil {
-		t.Fatalf("the thief's create between the delete and the re-create: %v", tt.err)
-	}
-	if len(res.Moves) != 1 {
-		t.Fatalf("moves %+v, want the victim's only", res.Moves)
-	}
-	m := res.Moves[0]
+	m := renumberWhileThiefTakes(ctx, t, s, thief)
 	if want := "static-band address 10.1.0.10 was to keep its offset 10 as 10.96.0.10, is now 10.96.0."; m.Outcome != renumber.Changed || !strings.Contains(m.Reason, want) {
 		t.Errorf("the victim's move: %s (%s), want %q and %q", m.Outcome, m.Reason, renumber.Changed, want)
 	}
