@@ -40,10 +40,16 @@ type Config struct {
 	// this replica picks anywhere.
 	Namespace, Identity string
 
-	// members, if set, replaces the Lease-counted members (tests run
-	// replicas against a server that serves no Leases).
-	members *members
+	// Stripe, when Of is above 1, fixes this replica's stripe (its Index of
+	// Of replicas) instead of counting the member Leases: replicas with
+	// stable ordinals (a StatefulSet), or an API server that serves no
+	// Leases.
+	Stripe Stripe
 }
+
+// Stripe is a replica's share of each range: the addresses whose offset is
+// Index modulo Of.
+type Stripe struct{ Index, Of int }
 
 // pickTries bounds the candidates a replica passes over to find one of its
 // stripe before it picks anywhere: with n replicas a candidate is in the
@@ -89,8 +95,8 @@ func New(ctx context.Context, cfg Config) (*Webhook, error) {
 	}
 	w := &Webhook{holds: h, counts: counts, log: klog.FromContext(ctx).WithName("webhook")}
 	switch {
-	case cfg.members != nil:
-		w.members = cfg.members
+	case cfg.Stripe.Of > 1:
+		w.members = &members{k: cfg.Stripe.Index, n: cfg.Stripe.Of, active: true}
 	case cfg.Namespace != "" && cfg.Identity != "":
 		w.members = newMembers(cfg.Client, cfg.Namespace, cfg.Identity, w.log)
 		go w.members.run(ctx)
@@ -122,6 +128,33 @@ func New(ctx context.Context, cfg Config) (*Webhook, error) {
 	factory.Start(ctx.Done())
 	go h.run(ctx)
 	return w, nil
+}
+
+// Stripe returns this replica's stripe; Of is 1 when it picks anywhere.
+func (w *Webhook) Stripe() Stripe {
+	k, n := w.members.stripe()
+	return Stripe{Index: k, Of: n}
+}
+
+// Held is how many picked addresses are held, waiting for kube-apiserver's
+// IPAddress.
+func (w *Webhook) Held() int { return w.holds.held() }
+
+// Serves reports whether the replica's allocator of p's family serves p: a
+// ready ServiceCIDR holds it and the informer has it.
+func (w *Webhook) Serves(ctx context.Context, p netip.Prefix) bool {
+	for _, a := range w.families {
+		if a.IPv6() != p.Addr().Is6() {
+			continue
+		}
+		usage, err := a.UsageByCIDR(ctx)
+		if err != nil {
+			return false
+		}
+		_, ok := usage[p]
+		return ok
+	}
+	return false
 }
 
 // Ready reports whether every family's allocator has synced.

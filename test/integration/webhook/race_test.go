@@ -1,4 +1,4 @@
-package webhook
+package webhook_test
 
 import (
 	"context"
@@ -12,6 +12,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/allocator/allocator/internal/testserver"
+	"github.com/allocator/allocator/internal/webhook"
 )
 
 // TestWebhookReplicasRace: two webhook replicas, each preferring its stripe
@@ -29,7 +30,7 @@ func TestWebhookReplicasRace(t *testing.T) {
 	srv := testserver.Start(t, testserver.Options{Model: "ipaddress", ServiceRange: "10.96.0.0/20"})
 	var replicas []replica
 	for k := range 2 {
-		replicas = append(replicas, startReplicaWith(t, Config{Client: srv.Client, members: &members{k: k, n: 2, active: true}}))
+		replicas = append(replicas, startReplicaWith(t, webhook.Config{Client: srv.Client, Stripe: webhook.Stripe{Index: k, Of: 2}}))
 	}
 	ctx := context.Background()
 	var next, conflicts, failed atomic.Int64

@@ -1,4 +1,4 @@
-package webhook
+package webhook_test
 
 import (
 	"context"
@@ -29,6 +29,7 @@ import (
 
 	"github.com/allocator/allocator/internal/etcdtest"
 	"github.com/allocator/allocator/internal/registry/servicecidrs"
+	"github.com/allocator/allocator/internal/webhook"
 )
 
 // kube is a real kube-apiserver (KUBE_APISERVER_BIN) with the ServiceCIDR
@@ -175,7 +176,7 @@ func (f *front) register(t *testing.T, client kubernetes.Interface) {
 	}
 	if _, err := client.AdmissionregistrationV1().MutatingWebhookConfigurations().Create(ctx, &admissionregistrationv1.MutatingWebhookConfiguration{
 		ObjectMeta: metav1.ObjectMeta{Name: "allocator"},
-		Webhooks: []admissionregistrationv1.MutatingWebhook{{Name: "services.allocator.github.io", ClientConfig: endpoint(ServicesPath),
+		Webhooks: []admissionregistrationv1.MutatingWebhook{{Name: "services.allocator.github.io", ClientConfig: endpoint(webhook.ServicesPath),
 			Rules: rule("", "services"), FailurePolicy: &ignore, SideEffects: &none, TimeoutSeconds: &timeout,
 			ReinvocationPolicy: &ifNeeded, AdmissionReviewVersions: []string{"v1"}}},
 	}, metav1.CreateOptions{}); err != nil {
@@ -183,7 +184,7 @@ func (f *front) register(t *testing.T, client kubernetes.Interface) {
 	}
 	if _, err := client.AdmissionregistrationV1().ValidatingWebhookConfigurations().Create(ctx, &admissionregistrationv1.ValidatingWebhookConfiguration{
 		ObjectMeta: metav1.ObjectMeta{Name: "allocator"},
-		Webhooks: []admissionregistrationv1.ValidatingWebhook{{Name: "servicecidrs.allocator.github.io", ClientConfig: endpoint(ServiceCIDRsPath),
+		Webhooks: []admissionregistrationv1.ValidatingWebhook{{Name: "servicecidrs.allocator.github.io", ClientConfig: endpoint(webhook.ServiceCIDRsPath),
 			Rules: rule("networking.k8s.io", "servicecidrs"), FailurePolicy: &ignore, SideEffects: &none, TimeoutSeconds: &timeout,
 			AdmissionReviewVersions: []string{"v1"}}},
 	}, metav1.CreateOptions{}); err != nil {
@@ -196,7 +197,7 @@ func startWebhookOn(t *testing.T, k kube, n int, policy servicecidrs.Policy) (*f
 	t.Helper()
 	var replicas []replica
 	for i := range n {
-		replicas = append(replicas, startReplicaWith(t, Config{Client: k.client, Policy: policy,
+		replicas = append(replicas, startReplicaWith(t, webhook.Config{Client: k.client, Policy: policy,
 			Namespace: "default", Identity: fmt.Sprintf("replica-%d", i)}))
 	}
 	f := startFront(t, replicas...)

@@ -1,4 +1,4 @@
-package webhook
+package webhook_test
 
 import (
 	"context"
@@ -40,7 +40,7 @@ func TestWebhookKube(t *testing.T) {
 		for _, p := range []string{"10.210.0.0/20", "10.200.0.0/24", "10.201.0.0/24"} {
 			waitServed(t, r, p)
 		}
-		waitUntilT(t, 30*time.Second, "the replicas count each other", func() bool { _, n := r.w.members.stripe(); return n == len(replicas) })
+		waitUntilT(t, 30*time.Second, "the replicas count each other", func() bool { n := r.w.Stripe().Of; return n == len(replicas) })
 	}
 	if _, err := k.client.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{
 		Name: "a", Labels: map[string]string{"team": "a"}}}, metav1.CreateOptions{}); err != nil {

@@ -1,4 +1,4 @@
-package webhook
+package webhook_test
 
 import (
 	"bytes"
@@ -25,6 +25,7 @@ import (
 
 	"github.com/allocator/allocator/internal/registry/servicecidrs"
 	"github.com/allocator/allocator/internal/testserver"
+	"github.com/allocator/allocator/internal/webhook"
 	"github.com/allocator/allocator/pkg/ipaddress/lifecycle"
 	"github.com/allocator/allocator/pkg/ipaddress/scope"
 )
@@ -39,20 +40,20 @@ import (
 
 // replica is one webhook on an HTTPS test server.
 type replica struct {
-	w   *Webhook
+	w   *webhook.Webhook
 	srv *httptest.Server
 }
 
 func startReplica(t *testing.T, client kubernetes.Interface, policy servicecidrs.Policy) replica {
 	t.Helper()
-	return startReplicaWith(t, Config{Client: client, Policy: policy})
+	return startReplicaWith(t, webhook.Config{Client: client, Policy: policy})
 }
 
-func startReplicaWith(t *testing.T, cfg Config) replica {
+func startReplicaWith(t *testing.T, cfg webhook.Config) replica {
 	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
 	t.Cleanup(cancel)
-	w, err := New(ctx, cfg)
+	w, err := webhook.New(ctx, cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -106,7 +107,7 @@ func (r replica) review(t *testing.T, path string, op admissionv1.Operation, nam
 // the webhook's answer applied.
 func (r replica) admitService(t *testing.T, svc *corev1.Service, dryRun bool) (*corev1.Service, *admissionv1.AdmissionResponse) {
 	t.Helper()
-	resp := r.review(t, ServicesPath, admissionv1.Create, svc.Namespace, svc, nil, dryRun)
+	resp := r.review(t, webhook.ServicesPath, admissionv1.Create, svc.Namespace, svc, nil, dryRun)
 	if !resp.Allowed || resp.Patch == nil {
 		return svc, resp
 	}
@@ -190,12 +191,12 @@ func TestWebhookServices(t *testing.T) {
 	// kube-apiserver's dry run accepts a requested address of one of its
 	// ServiceCIDRs only: a dry run is let through for it to pick, with a
 	// warning naming what the create would get, and holds nothing.
-	before := r.w.holds.held()
+	before := r.w.Held()
 	if _, resp := r.admitService(t, service("default", "dry"), true); !resp.Allowed || resp.Patch != nil ||
 		len(resp.Warnings) != 1 || !strings.Contains(resp.Warnings[0], "the create would get ClusterIP(s) 10.96.") {
 		t.Errorf("a dry run: %+v, want it let through with a warning naming the address", resp)
 	}
-	if after := r.w.holds.held(); after != before {
+	if after := r.w.Held(); after != before {
 		t.Errorf("a dry run left %d holds, had %d", after, before)
 	}
 
@@ -220,15 +221,15 @@ func TestWebhookServiceCIDRs(t *testing.T) {
 		return &networkingv1.ServiceCIDR{ObjectMeta: metav1.ObjectMeta{Name: name, Annotations: annotations},
 			Spec: networkingv1.ServiceCIDRSpec{CIDRs: []string{prefix}}}
 	}
-	resp := r.review(t, ServiceCIDRsPath, admissionv1.Create, "", cidr("pods", "10.250.1.0/24", nil), nil, false)
+	resp := r.review(t, webhook.ServiceCIDRsPath, admissionv1.Create, "", cidr("pods", "10.250.1.0/24", nil), nil, false)
 	if resp.Allowed || resp.Result.Code != 422 || !strings.Contains(resp.Result.Message, "10.250.0.0/16") {
 		t.Errorf("a ServiceCIDR inside a forbidden prefix: %+v, want 422 naming it", resp.Result)
 	}
-	resp = r.review(t, ServiceCIDRsPath, admissionv1.Create, "", cidr("typo", "10.220.0.0/24", map[string]string{lifecycle.DrainingAnnotation: "yes"}), nil, false)
+	resp = r.review(t, webhook.ServiceCIDRsPath, admissionv1.Create, "", cidr("typo", "10.220.0.0/24", map[string]string{lifecycle.DrainingAnnotation: "yes"}), nil, false)
 	if resp.Allowed || resp.Result.Code != 422 {
 		t.Errorf("a bad lifecycle annotation: %+v, want 422", resp.Result)
 	}
-	if resp := r.review(t, ServiceCIDRsPath, admissionv1.Create, "", cidr("ok", "10.220.0.0/24", nil), nil, false); !resp.Allowed {
+	if resp := r.review(t, webhook.ServiceCIDRsPath, admissionv1.Create, "", cidr("ok", "10.220.0.0/24", nil), nil, false); !resp.Allowed {
 		t.Errorf("an allowed ServiceCIDR: %+v", resp.Result)
 	}
 }
@@ -243,18 +244,12 @@ func mustCreateCIDR(t *testing.T, client kubernetes.Interface, name, prefix stri
 	}
 }
 
-// waitServed waits until the replica's IPv4 allocator serves prefix (the
-// ServiceCIDR is ready and in its cache).
+// waitServed waits until the replica serves prefix (the ServiceCIDR is
+// ready and in its cache).
 func waitServed(t *testing.T, r replica, prefix string) {
 	t.Helper()
 	p := netip.MustParsePrefix(prefix)
-	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(50 * time.Millisecond) {
-		usage, err := r.w.families[0].UsageByCIDR(context.Background())
-		if err == nil {
-			if _, ok := usage[p]; ok {
-				return
-			}
-		}
+	for deadline := time.Now().Add(30 * time.Second); !r.w.Serves(context.Background(), p); time.Sleep(50 * time.Millisecond) {
 		if time.Now().After(deadline) {
 			t.Fatalf("the webhook does not serve %s within 30 s", prefix)
 		}
