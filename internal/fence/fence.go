@@ -215,9 +215,11 @@ type Outcome struct {
 	Current *mvccpb.KeyValue
 }
 
-// closeAttempt bounds one attempt of Close: an attempt sent to a member
-// that holds it (slow, or a connection that stalls) gives way to the next,
-// which the client sends to the next endpoint.
+// closeAttempt bounds Close's first attempt, and each next one is given
+// twice as long: an attempt sent to a member that holds it (a stalled
+// connection) gives way to the next, which the client sends to the next
+// endpoint, and a member that is only slow (the one endpoint there is) is
+// still waited for.
 const closeAttempt = 3 * time.Second
 
 // Close makes the outcome of the request's last write of key known. When a
@@ -227,15 +229,17 @@ const closeAttempt = 3 * time.Second
 // known by key's value instead). When every answer came back there is
 // nothing to fence (the request may go on writing): the record says the
 // outcome, and key is read. A transaction whose own answer is lost, or
-// that takes longer than closeAttempt, is sent again (creating the fence
-// twice is harmless) until ctx ends; etcd out of space fails it at once.
+// that takes longer than its attempt's bound (closeAttempt, doubling), is
+// sent again (creating the fence twice is harmless) until ctx ends; etcd
+// out of space fails it at once.
 // ErrOutcomeLost says the outcome can no longer be learned: the request's
 // lease ended first (none of its marked writes can be applied any more), or
 // the write (not a claim) carried no marker.
 func (f *Fence) Close(ctx context.Context, c *clientv3.Client, key string) (Outcome, error) {
 	var last error
-	for delay := 50 * time.Millisecond; ; delay = min(2*delay, time.Second) {
-		actx, cancel := context.WithTimeout(ctx, closeAttempt)
+	attempt := closeAttempt
+	for delay := 50 * time.Millisecond; ; delay, attempt = min(2*delay, time.Second), 2*attempt {
+		actx, cancel := context.WithTimeout(ctx, attempt)
 		o, err := f.closeOnce(actx, c, key)
 		cancel()
 		if err == nil || errors.Is(err, ErrOutcomeLost) || etcdquota.Exceeded(err) || errors.Is(err, etcdhistory.ErrRestored) {

@@ -55,8 +55,12 @@ func (h *Horizon) Observe(ctx context.Context) (time.Time, error) {
 	defer h.mu.Unlock()
 	next := make(map[string]time.Time, len(alive))
 	for _, id := range alive {
+		// The earlier of the two: Observes run concurrently, and one that
+		// took its moment first may finish last; a lease it lists was
+		// alive at its moment, or came after it (counting it alive then
+		// only waits longer).
 		first, ok := h.seen[id]
-		if !ok {
+		if !ok || t.Before(first) {
 			first = t
 		}
 		next[id] = first

@@ -146,9 +146,9 @@ func testEtcdRestoredUnderLoad(t *testing.T, bin, model string, sc restoreScenar
 			t.Errorf("repair --model ipaddress of the bitmap fleet's IPAddresses: exit %d\n%s", code, out)
 		}
 	}
-	repairOnce(t, f, model)
+	kept := repairOnce(t, f, model)
 	after := auditClaims(t, ctx, etcd.Client(), model, restoreRange)
-	reportAudit(t, "after one repair pass", after, false)
+	reportAudit(t, "after one repair pass", after, kept)
 	if t.Failed() {
 		t.Logf("replica logs:\n%s", f.logs(40))
 	}

@@ -5,6 +5,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -121,4 +122,50 @@ func TestHorizon(t *testing.T) {
 	if none := repair.NewHorizon(nil, clock.Now); !none.Ended(clock.Now()) {
 		t.Error("without a source a moment has not ended")
 	}
+}
+
+// TestHorizonConcurrentObserves: an Observe that took its moment first and
+// finishes last still finds the lease it listed alive at that moment, though
+// a later Observe recorded it first.
+func TestHorizonConcurrentObserves(t *testing.T) {
+	t.Parallel()
+	clock := clocktesting.NewFakeClock(tableEpoch)
+	leases := &leaseList{}
+	leases.set("a")
+	listing := make(chan struct{})
+	slow := &blockingList{leaseList: leases, hold: listing, entered: make(chan struct{})}
+	h := repair.NewHorizon(slow, clock.Now)
+	early := make(chan time.Time)
+	go func() {
+		at, _ := h.Observe(context.Background()) // its moment: tableEpoch; waits in its list
+		early <- at
+	}()
+	<-slow.entered
+	clock.Step(time.Second)
+	slow.pass.Store(true)
+	if _, err := h.Observe(context.Background()); err != nil { // a later moment, done first
+		t.Fatal(err)
+	}
+	close(listing)
+	at := <-early
+	if h.Ended(at) {
+		t.Errorf("lease a, listed by the Observe of %v, counts as ended at that moment", at)
+	}
+}
+
+// blockingList is a leaseList whose first listing waits for hold.
+type blockingList struct {
+	*leaseList
+	hold    chan struct{}
+	entered chan struct{}
+	pass    atomic.Bool
+	once    sync.Once
+}
+
+func (b *blockingList) Leases(ctx context.Context) ([]string, error) {
+	if !b.pass.Load() {
+		b.once.Do(func() { close(b.entered) })
+		<-b.hold
+	}
+	return b.leaseList.Leases(ctx)
 }
