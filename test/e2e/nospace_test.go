@@ -344,13 +344,23 @@ func repairOnce(t *testing.T, f *fleet, model string) (keptInFlight bool) {
 		}
 	}
 	t.Logf("repair --model %s: exit %d, %d problems, fixed %v", model, code, len(rep.Problems), fixed)
+	kept := 0
+	for _, p := range rep.Problems {
+		if p.InFlight && !p.Fixed {
+			kept++
+		}
+	}
+	if kept > 0 {
+		t.Logf("repair --model %s keeps %d leaks for the Service writes in flight (write leases still alive, such as those a restore brings back)", model, kept)
+	}
+	// A dry run's single pass cannot tell a leak kept for the writes in
+	// flight from any other: those the repair kept are leaks still.
 	out, _, code = runCLI(t, f.bin, append([]string{"repair", "--dry-run"}, common...)...)
 	rep = report.Report{}
-	if err := json.Unmarshal([]byte(out), &rep); err != nil || ((code != 0 || len(rep.Problems) != 0) && !inFlightOnly(rep)) {
+	err := json.Unmarshal([]byte(out), &rep)
+	remaining := slices.DeleteFunc(slices.Clone(rep.Problems), func(p report.Problem) bool { return kept > 0 && p.Type == report.TypeLeak })
+	if err != nil || len(remaining) != 0 || (code != 0 && kept == 0) {
 		t.Errorf("repair --dry-run --model %s after one pass: exit %d, %v, problems %+v", model, code, err, rep.Problems)
 	}
-	if keptInFlight = len(rep.Problems) > 0; keptInFlight {
-		t.Logf("repair --model %s keeps %d leaks for the Service writes in flight (write leases still alive, such as those a restore brings back)", model, len(rep.Problems))
-	}
-	return keptInFlight
+	return kept > 0
 }
