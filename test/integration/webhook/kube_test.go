@@ -16,7 +16,9 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -136,6 +138,16 @@ func freePort(t *testing.T) int {
 type front struct {
 	srv  *httptest.Server
 	down atomic.Bool
+
+	mu    sync.Mutex
+	calls []time.Duration // how long each call through the front took; guarded by mu
+}
+
+// took returns the durations of the calls through the front so far.
+func (f *front) took() []time.Duration {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return slices.Clone(f.calls)
 }
 
 func startFront(t *testing.T, replicas ...replica) *front {
@@ -151,7 +163,11 @@ func startFront(t *testing.T, replicas ...replica) *front {
 			http.Error(w, "no webhook replica", http.StatusServiceUnavailable)
 			return
 		}
+		start := time.Now()
 		proxy.ServeHTTP(w, r)
+		f.mu.Lock()
+		f.calls = append(f.calls, time.Since(start))
+		f.mu.Unlock()
 	}))
 	t.Cleanup(f.srv.Close)
 	return f
