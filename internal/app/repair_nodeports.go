@@ -2,7 +2,6 @@ package app
 
 import (
 	"context"
-	"fmt"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"k8s.io/client-go/kubernetes"
@@ -21,23 +20,11 @@ import (
 // job does not know the server's --service-node-port-range), or nil when
 // there is no map (a cluster that never served node ports).
 func (o *repairOptions) nodePortRepair(ctx context.Context, etcd *clientv3.Client, client kubernetes.Interface, recorder record.EventRecorder) (*repair.NodePortRepair, error) {
-	key := etcdlayout.Layout{Prefix: o.cluster.etcdPrefix}.ServiceNodePortRange()
-	resp, err := etcd.Get(ctx, key)
-	if err != nil {
-		return nil, fmt.Errorf("read %s: %w", key, err)
+	m, found, err := nodeport.ReadStoredMap(ctx, etcd, etcdlayout.Layout{Prefix: o.cluster.etcdPrefix})
+	if err != nil || !found {
+		return nil, err
 	}
-	if len(resp.Kvs) == 0 {
-		return nil, nil
-	}
-	ra, err := etcdlayout.DecodeRangeAllocation(resp.Kvs[0].Value)
-	if err != nil {
-		return nil, fmt.Errorf("%s: %w", key, err)
-	}
-	rng, err := nodeport.Parse(ra.Range)
-	if err != nil {
-		return nil, fmt.Errorf("%s holds range %q: %w", key, ra.Range, err)
-	}
-	store, err := nodeport.NewEtcd(etcd, key, rng, bitmap.EtcdOptions{})
+	store, err := nodeport.NewEtcd(etcd, m.Key, m.Range, bitmap.EtcdOptions{})
 	if err != nil {
 		return nil, err
 	}

@@ -51,27 +51,16 @@ func (n *NodePorts) Total() Band {
 // listed through the API, say which namespace holds each port. found is
 // false when no map is stored (no server ever allocated node ports there).
 func NodePortsFromMap(ctx context.Context, kv clientv3.KV, prefix string, client kubernetes.Interface) (usage *NodePorts, found bool, err error) {
-	key := etcdlayout.Layout{Prefix: prefix}.ServiceNodePortRange()
-	resp, err := kv.Get(ctx, key)
-	if err != nil {
-		return nil, false, fmt.Errorf("read %s: %w", key, err)
+	m, found, err := nodeport.ReadStoredMap(ctx, kv, etcdlayout.Layout{Prefix: prefix})
+	if err != nil || !found {
+		return nil, false, err
 	}
-	if len(resp.Kvs) == 0 {
-		return nil, false, nil
-	}
-	ra, err := etcdlayout.DecodeRangeAllocation(resp.Kvs[0].Value)
-	if err != nil {
-		return nil, false, etcdlayout.WithKey(key, err)
-	}
-	rng, err := nodeport.Parse(ra.Range)
-	if err != nil {
-		return nil, false, fmt.Errorf("%s holds range %q: %w", key, ra.Range, err)
-	}
+	key, rng := m.Key, m.Range
 	bits, err := bitset.New(rng.Size(), rng.StaticSize())
 	if err != nil {
 		return nil, false, fmt.Errorf("%s: %w", key, err)
 	}
-	if err := bits.SetBytes(ra.Data); err != nil {
+	if err := bits.SetBytes(m.Data); err != nil {
 		return nil, false, fmt.Errorf("%s: %w", key, err)
 	}
 	owners, err := serviceNodePorts(ctx, client)
