@@ -12,16 +12,17 @@ import (
 	networkinglisters "k8s.io/client-go/listers/networking/v1"
 	"k8s.io/client-go/tools/cache"
 
+	"github.com/allocator/allocator/pkg/allocation"
 	"github.com/allocator/allocator/pkg/ipaddress"
 	"github.com/allocator/allocator/pkg/subrange"
 )
 
 // DefaultHold is how long a picked address stays out of the webhook's
-// picks while kube-apiserver has not stored its IPAddress: far longer than
-// the rest of the create (kube-apiserver allocates right after its
-// mutating admission), short enough that a create refused later frees it
-// soon.
-const DefaultHold = 30 * time.Second
+// picks while kube-apiserver has not stored its IPAddress: the leak grace
+// (allocation.LeakGrace), longer than the request that carries the pick
+// can run, so a slow create's address is not picked again before its
+// IPAddress lands; a create refused later frees it after that.
+const DefaultHold = allocation.LeakGrace
 
 // hold is one address the webhook handed out.
 type hold struct {

@@ -64,11 +64,13 @@ func (m *members) run(ctx context.Context) {
 	defer t.Stop()
 	var renewed time.Time
 	for {
-		err := m.recount(ctx)
+		var err error
 		if time.Since(renewed) >= memberRenew {
-			if err = m.renew(ctx); err == nil {
+			if err = m.renew(ctx); err == nil { // renew recounts
 				renewed = time.Now()
 			}
+		} else {
+			err = m.recount(ctx)
 		}
 		if err != nil && ctx.Err() == nil {
 			m.log.V(2).Info("Cannot renew the webhook's member Lease; picking anywhere", "err", err)

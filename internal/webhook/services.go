@@ -88,7 +88,7 @@ func (w *Webhook) admitService(ctx context.Context, req *admissionv1.AdmissionRe
 		// of its ServiceCIDRs only, and refuses it when it lies in another:
 		// it picks by its own rules here, and the warning says what the
 		// create would get.
-		if picks := w.picked(svc, picked); len(picks) > 0 {
+		if picks := pickedFor(svc, picked); len(picks) > 0 {
 			warnings.texts = append(warnings.texts, fmt.Sprintf("dry run: the create would get ClusterIP(s) %s", strings.Join(picks, ",")))
 		}
 		return allowed(warnings.texts)
@@ -104,9 +104,9 @@ func (w *Webhook) admitService(ctx context.Context, req *admissionv1.AdmissionRe
 	return &admissionv1.AdmissionResponse{Allowed: true, Patch: patch, PatchType: &pt, Warnings: warnings.texts}
 }
 
-// picked returns the addresses the webhook picked for svc: those of
+// pickedFor returns the addresses the webhook picked for svc: those of
 // picked that svc did not ask for.
-func (w *Webhook) picked(svc, picked *corev1.Service) []string {
+func pickedFor(svc, picked *corev1.Service) []string {
 	asked := append([]string{svc.Spec.ClusterIP}, svc.Spec.ClusterIPs...)
 	var out []string
 	for _, text := range picked.Spec.ClusterIPs {
@@ -147,7 +147,7 @@ func (w *Webhook) refusal(err error, record *allocErrors, warnings []string) *ad
 // fields picked holds, nil when the webhook picked no address: what else
 // servicealloc normalized or defaulted, kube-apiserver does itself.
 func familyPatch(svc, picked *corev1.Service) ([]byte, error) {
-	if len((*Webhook)(nil).picked(svc, picked)) == 0 {
+	if len(pickedFor(svc, picked)) == 0 {
 		return nil, nil
 	}
 	ops := []jsonPatchOp{
