@@ -7,7 +7,8 @@
 # fit CI's time; `go test ./test/integration/webhook/` runs the rest (our server as
 # the API server) and skips these.
 #
-# Extra arguments go to `go test` (e.g. -run TestWebhookKube -v).
+# Extra arguments go to `go test` (e.g. -run TestWebhookKube -v; -run '^$'
+# -bench KubeCreate -benchtime 300x for the create latency with and without it).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 

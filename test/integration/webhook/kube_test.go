@@ -45,7 +45,7 @@ type kube struct {
 
 // startKube starts kube-apiserver with serviceRange, or skips the test
 // without the binaries.
-func startKube(t *testing.T, serviceRange string) kube {
+func startKube(t testing.TB, serviceRange string) kube {
 	t.Helper()
 	kasBin, kcmBin := os.Getenv("KUBE_APISERVER_BIN"), os.Getenv("KUBE_CONTROLLER_MANAGER_BIN")
 	if kasBin == "" || kcmBin == "" {
@@ -107,7 +107,7 @@ current-context: kas
 }
 
 // run starts a process until the test ends, its output in dir/<name>.log.
-func run(t *testing.T, dir, name, bin string, args ...string) {
+func run(t testing.TB, dir, name, bin string, args ...string) {
 	t.Helper()
 	log, err := os.Create(filepath.Join(dir, name+".log"))
 	if err != nil {
@@ -122,7 +122,7 @@ func run(t *testing.T, dir, name, bin string, args ...string) {
 	t.Cleanup(func() { stop(); _ = cmd.Wait(); log.Close() })
 }
 
-func freePort(t *testing.T) int {
+func freePort(t testing.TB) int {
 	t.Helper()
 	l, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
@@ -150,7 +150,7 @@ func (f *front) took() []time.Duration {
 	return slices.Clone(f.calls)
 }
 
-func startFront(t *testing.T, replicas ...replica) *front {
+func startFront(t testing.TB, replicas ...replica) *front {
 	t.Helper()
 	var next atomic.Int64
 	f := &front{}
@@ -175,7 +175,7 @@ func startFront(t *testing.T, replicas ...replica) *front {
 
 // register makes kube-apiserver call f for Services and ServiceCIDRs, as
 // deploy/webhook configures it, by URL.
-func (f *front) register(t *testing.T, client kubernetes.Interface) {
+func (f *front) register(t testing.TB, client kubernetes.Interface) {
 	t.Helper()
 	ctx := context.Background()
 	ca := pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: f.srv.Certificate().Raw})
@@ -209,7 +209,7 @@ func (f *front) register(t *testing.T, client kubernetes.Interface) {
 }
 
 // startWebhookOn starts n replicas on k behind one front, registered.
-func startWebhookOn(t *testing.T, k kube, n int, policy servicecidrs.Policy) (*front, []replica) {
+func startWebhookOn(t testing.TB, k kube, n int, policy servicecidrs.Policy) (*front, []replica) {
 	t.Helper()
 	var replicas []replica
 	for i := range n {

@@ -44,12 +44,12 @@ type replica struct {
 	srv *httptest.Server
 }
 
-func startReplica(t *testing.T, client kubernetes.Interface, policy servicecidrs.Policy) replica {
+func startReplica(t testing.TB, client kubernetes.Interface, policy servicecidrs.Policy) replica {
 	t.Helper()
 	return startReplicaWith(t, webhook.Config{Client: client, Policy: policy})
 }
 
-func startReplicaWith(t *testing.T, cfg webhook.Config) replica {
+func startReplicaWith(t testing.TB, cfg webhook.Config) replica {
 	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
 	t.Cleanup(cancel)
@@ -70,7 +70,7 @@ func startReplicaWith(t *testing.T, cfg webhook.Config) replica {
 }
 
 // review sends obj (old for an update) to path and returns the response.
-func (r replica) review(t *testing.T, path string, op admissionv1.Operation, namespace string, obj, old runtime.Object, dryRun bool) *admissionv1.AdmissionResponse {
+func (r replica) review(t testing.TB, path string, op admissionv1.Operation, namespace string, obj, old runtime.Object, dryRun bool) *admissionv1.AdmissionResponse {
 	t.Helper()
 	raw, err := json.Marshal(obj)
 	if err != nil {
@@ -105,7 +105,7 @@ func (r replica) review(t *testing.T, path string, op admissionv1.Operation, nam
 
 // admitService is kube-apiserver's mutating admission of a Service create:
 // the webhook's answer applied.
-func (r replica) admitService(t *testing.T, svc *corev1.Service, dryRun bool) (*corev1.Service, *admissionv1.AdmissionResponse) {
+func (r replica) admitService(t testing.TB, svc *corev1.Service, dryRun bool) (*corev1.Service, *admissionv1.AdmissionResponse) {
 	t.Helper()
 	resp := r.review(t, webhook.ServicesPath, admissionv1.Create, svc.Namespace, svc, nil, dryRun)
 	if !resp.Allowed || resp.Patch == nil {
@@ -133,7 +133,7 @@ func service(namespace, name string) *corev1.Service {
 			Ports: []corev1.ServicePort{{Port: 80, TargetPort: intstr.FromInt32(8080)}}}}
 }
 
-func inPrefix(t *testing.T, ip, prefix string) bool {
+func inPrefix(t testing.TB, ip, prefix string) bool {
 	t.Helper()
 	return netip.MustParsePrefix(prefix).Contains(netip.MustParseAddr(ip))
 }
@@ -234,7 +234,7 @@ func TestWebhookServiceCIDRs(t *testing.T) {
 	}
 }
 
-func mustCreateCIDR(t *testing.T, client kubernetes.Interface, name, prefix string, annotations map[string]string) {
+func mustCreateCIDR(t testing.TB, client kubernetes.Interface, name, prefix string, annotations map[string]string) {
 	t.Helper()
 	_, err := client.NetworkingV1().ServiceCIDRs().Create(context.Background(), &networkingv1.ServiceCIDR{
 		ObjectMeta: metav1.ObjectMeta{Name: name, Annotations: annotations},
@@ -246,7 +246,7 @@ func mustCreateCIDR(t *testing.T, client kubernetes.Interface, name, prefix stri
 
 // waitServed waits until the replica serves prefix (the ServiceCIDR is
 // ready and in its cache).
-func waitServed(t *testing.T, r replica, prefix string) {
+func waitServed(t testing.TB, r replica, prefix string) {
 	t.Helper()
 	p := netip.MustParsePrefix(prefix)
 	for deadline := time.Now().Add(30 * time.Second); !r.w.Serves(context.Background(), p); time.Sleep(50 * time.Millisecond) {
