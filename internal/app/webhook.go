@@ -33,6 +33,7 @@ type webhookOptions struct {
 	namespace  string
 	identity   string
 	selfSigned selfSignedFlags
+	conditions bool
 }
 
 // selfSignedFlags are the flags of the self-signed serving certificate,
@@ -85,6 +86,8 @@ caBundle of --webhook-configurations. deploy/webhook installs it.`,
 		"NAMESPACE/NAME of the Service kube-apiserver calls the webhook through: the names the self-signed certificate holds")
 	fs.StringVar(&o.selfSigned.configurations, "webhook-configurations", "",
 		"MUTATING,VALIDATING: the webhook configurations whose caBundle is set to the self-signed CA (either may be empty)")
+	fs.BoolVar(&o.conditions, "write-conditions", true,
+		"write the ServiceCIDR conditions (capacity, draining, manual-only, overlap) into servicecidrs/status; kube-controller-manager keeps the finalizer and Ready")
 	o.guardrails.AddFlags(fs)
 	return cmd
 }
@@ -195,7 +198,7 @@ func runWebhook(ctx context.Context, o *webhookOptions, streams Streams) error {
 	if err != nil {
 		return err
 	}
-	w, err := webhook.New(ctx, webhook.Config{Client: client, Hold: o.hold, Namespace: o.namespace, Identity: o.identity,
+	w, err := webhook.New(ctx, webhook.Config{Client: client, Hold: o.hold, Namespace: o.namespace, Identity: o.identity, Conditions: o.conditions,
 		Policy: servicecidrs.Policy{Guardrails: guardrails, WarnOverlaps: o.guardrails.OverlapWarnings}})
 	if err != nil {
 		return err

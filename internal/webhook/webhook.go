@@ -40,6 +40,12 @@ type Config struct {
 	// this replica picks anywhere.
 	Namespace, Identity string
 
+	// Conditions makes the webhook write our ServiceCIDR conditions
+	// (capacity, lifecycle, overlap) into servicecidrs/status, as serve's
+	// controller does, leaving the finalizer and Ready to
+	// kube-controller-manager.
+	Conditions bool
+
 	// Stripe, when Of is above 1, fixes this replica's stripe (its Index of
 	// Of replicas) instead of counting the member Leases: replicas with
 	// stable ordinals (a StatefulSet), or an API server that serves no
@@ -125,6 +131,17 @@ func New(ctx context.Context, cfg Config) (*Webhook, error) {
 	w.cidrs = servicecidrs.NewAdmission(cfg.Policy, func(context.Context) ([]*networkingv1.ServiceCIDR, error) {
 		return cidrLister.List(labels.Everything())
 	})
+	if cfg.Conditions {
+		ctrl, err := servicecidr.New(cfg.Client, factory.Networking().V1().ServiceCIDRs(), ipInf, servicecidr.WithConditionsOnly())
+		if err != nil {
+			return nil, fmt.Errorf("webhook: %w", err)
+		}
+		go func() {
+			if err := ctrl.Run(ctx, 1); err != nil {
+				w.log.Error(err, "The ServiceCIDR conditions controller stopped")
+			}
+		}()
+	}
 	factory.Start(ctx.Done())
 	go h.run(ctx)
 	return w, nil

@@ -35,7 +35,7 @@ import (
 // install's ServiceAccount and nothing more: the self-signed certificate
 // is created once, both replicas serve it, and it verifies for the
 // Service's name with the caBundle written into both webhook
-// configurations. Every variant's objects, kustomized and templated, pass
+// configurations; they write the ServiceCIDR conditions. Every variant's objects, kustomized and templated, pass
 // a server-side dry run (the cert-manager and Prometheus Operator objects
 // aside: no CRDs here), and the ServiceAccount may do nothing beyond its
 // rules' names.
@@ -61,23 +61,10 @@ func TestWebhookInstallOnKubeAPIServer(t *testing.T) {
 		out, err := cmd.CombinedOutput()
 		return string(out), err
 	}
+	applied := time.Now()
 	if out, err := kubectl(nil, "apply", "-k", filepath.Join(deployDir, "webhook")); err != nil {
 		t.Fatalf("kubectl apply -k deploy/webhook: %v\n%s", err, out)
 	}
-	for _, v := range installVariants {
-		for _, r := range []struct {
-			how  string
-			data []byte
-		}{
-			{"kubectl kustomize", kubectlKustomize(t, filepath.Join(deployDir, v.kustomize))},
-			{"helm template", helmTemplate(t, helm, v.helmArgs...)},
-		} {
-			if out, err := kubectl(withoutCRDObjects(t, r.data), "apply", "--dry-run=server", "-f", "-"); err != nil {
-				t.Errorf("%s (%s): kubectl apply --dry-run=server: %v\n%s", r.how, v.name, err, out)
-			}
-		}
-	}
-
 	sa := "system:serviceaccount:allocator-system:allocator-webhook"
 	asSA := filepath.Join(dir, "webhook.kubeconfig")
 	writeImpersonating(t, admin, asSA, sa)
@@ -107,7 +94,42 @@ func TestWebhookInstallOnKubeAPIServer(t *testing.T) {
 	if !bytes.Equal(leaves[0], leaves[1]) {
 		t.Error("the two replicas serve different certificates")
 	}
+	t.Logf("from kubectl apply -k to both replicas ready (started one after the other, as processes: no image pull, no kubelet) "+
+		"and the caBundle set: %s", time.Since(applied).Round(10*time.Millisecond))
 	checkServiceAccountRights(t, admin, sa)
+
+	for _, v := range installVariants {
+		for _, r := range []struct {
+			how  string
+			data []byte
+		}{
+			{"kubectl kustomize", kubectlKustomize(t, filepath.Join(deployDir, v.kustomize))},
+			{"helm template", helmTemplate(t, helm, v.helmArgs...)},
+		} {
+			if out, err := kubectl(withoutCRDObjects(t, r.data), "apply", "--dry-run=server", "-f", "-"); err != nil {
+				t.Errorf("%s (%s): kubectl apply --dry-run=server: %v\n%s", r.how, v.name, err, out)
+			}
+		}
+	}
+
+	// The conditions the replicas write into servicecidrs/status as the
+	// install's ServiceAccount (no kube-controller-manager here, so no
+	// Ready beside them).
+	if out, err := kubectl([]byte(`{"apiVersion": "networking.k8s.io/v1", "kind": "ServiceCIDR", "metadata": {"name": "extra"}, "spec": {"cidrs": ["10.97.0.0/24"]}}`),
+		"create", "-f", "-"); err != nil {
+		t.Fatalf("create a ServiceCIDR: %v\n%s", err, out)
+	}
+	err = wait.PollUntilContextTimeout(context.Background(), 200*time.Millisecond, time.Minute, true, func(context.Context) (bool, error) {
+		out, err := kubectl(nil, "get", "servicecidr", "extra", "-o", `jsonpath={.status.conditions[?(@.type=="allocator.github.io/CapacityIPv4")].status}`)
+		return err == nil && out == "True", nil
+	})
+	if err != nil {
+		t.Errorf("the replicas did not write the capacity condition of ServiceCIDR extra within a minute: %v", err)
+	}
+	// The finalizer and Ready are kube-controller-manager's, absent here.
+	if out, err := kubectl(nil, "get", "servicecidr", "extra", "-o", `jsonpath={.metadata.finalizers}{.status.conditions[?(@.type=="Ready")]}`); err != nil || out != "" {
+		t.Errorf("ServiceCIDR extra's finalizers and Ready: %q, %v; want none: the webhook writes only its conditions", out, err)
+	}
 }
 
 // startKubeAPIServer starts kube-apiserver with RBAC on an etcd of its own
@@ -313,7 +335,9 @@ func checkServiceAccountRights(t *testing.T, admin, user string) {
 		{false, []string{"update", "validatingwebhookconfigurations/other"}},
 		{false, []string{"create", "services", "-n", "default"}},
 		{false, []string{"create", "ipaddresses.networking.k8s.io"}},
+		{true, []string{"update", "servicecidrs.networking.k8s.io/kubernetes", "--subresource", "status"}},
 		{false, []string{"update", "servicecidrs.networking.k8s.io/kubernetes"}},
+		{false, []string{"patch", "servicecidrs.networking.k8s.io/kubernetes", "--subresource", "status"}},
 		{false, []string{"create", "leases.coordination.k8s.io", "-n", "kube-system"}},
 	} {
 		out, _ := exec.Command("kubectl", append([]string{"--kubeconfig", admin, "auth", "can-i", "--as", user}, c.args...)...).Output()

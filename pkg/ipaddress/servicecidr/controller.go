@@ -101,6 +101,15 @@ func (l ListNames) Names(ctx context.Context, prefixes []netip.Prefix) ([]string
 // WithResyncPeriod sets the periodic re-check (default DefaultResyncPeriod).
 func WithResyncPeriod(d time.Duration) Option { return func(c *Controller) { c.resyncPeriod = d } }
 
+// WithConditionsOnly makes the controller write our conditions only,
+// leaving the finalizer and the Ready condition to another controller:
+// kube-controller-manager's service-cidr-controller, beside a stock
+// kube-apiserver. Ready is written there by server-side apply under that
+// controller's field manager, and ours by an update of the whole status
+// at the resourceVersion read, which keeps every condition it does not
+// own: neither write removes the other's.
+func WithConditionsOnly() Option { return func(c *Controller) { c.conditionsOnly = true } }
+
 // Controller reconciles ServiceCIDRs. Build it with New, run it with Run.
 type Controller struct {
 	client        kubernetes.Interface
@@ -113,6 +122,9 @@ type Controller struct {
 	deletionGrace time.Duration
 	resyncPeriod  time.Duration
 	syncs         atomic.Int64 // syncs run, for tests of the resync
+	// conditionsOnly: the finalizer and Ready are another controller's
+	// (WithConditionsOnly).
+	conditionsOnly bool
 
 	// The ServiceCIDRs being deleted, with their prefixes parsed, rebuilt
 	// after a ServiceCIDR event: every IPAddress event looks for those
@@ -369,7 +381,11 @@ func (c *Controller) next(ctx context.Context) bool {
 	}
 	defer c.queue.Done(name)
 	c.syncs.Add(1)
-	requeue, err := c.sync(ctx, name)
+	var requeue time.Duration
+	var err error
+	if !c.conditionsOnly {
+		requeue, err = c.sync(ctx, name)
+	}
 	if err == nil {
 		var again time.Duration
 		again, err = c.syncConditions(ctx, name)

@@ -208,13 +208,17 @@ func (f *front) register(t testing.TB, client kubernetes.Interface) {
 	}
 }
 
-// startWebhookOn starts n replicas on k behind one front, registered.
-func startWebhookOn(t testing.TB, k kube, n int, policy servicecidrs.Policy) (*front, []replica) {
+// startWebhookOn starts n replicas on k behind one front, registered;
+// each option changes every replica's configuration.
+func startWebhookOn(t testing.TB, k kube, n int, policy servicecidrs.Policy, options ...func(*webhook.Config)) (*front, []replica) {
 	t.Helper()
 	var replicas []replica
 	for i := range n {
-		replicas = append(replicas, startReplicaWith(t, webhook.Config{Client: k.client, Policy: policy,
-			Namespace: "default", Identity: fmt.Sprintf("replica-%d", i)}))
+		cfg := webhook.Config{Client: k.client, Policy: policy, Namespace: "default", Identity: fmt.Sprintf("replica-%d", i)}
+		for _, o := range options {
+			o(&cfg)
+		}
+		replicas = append(replicas, startReplicaWith(t, cfg))
 	}
 	f := startFront(t, replicas...)
 	f.register(t, k.client)
