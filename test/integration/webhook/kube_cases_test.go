@@ -154,11 +154,17 @@ func fillScope(t *testing.T, k kube, namespace string, clients int, room int64) 
 	return nWithRoom.Load(), nConflicts.Load(), nCreated.Load()
 }
 
-func waitUntilT(t *testing.T, limit time.Duration, what string, cond func() bool) {
+// waitUntilT waits for cond, failing the test after limit with what and
+// the details last seen.
+func waitUntilT(t *testing.T, limit time.Duration, what string, cond func() bool, details ...func() string) {
 	t.Helper()
 	for deadline := time.Now().Add(limit); !cond(); time.Sleep(100 * time.Millisecond) {
 		if time.Now().After(deadline) {
-			t.Fatalf("%s: not within %v", what, limit)
+			var seen []string
+			for _, d := range details {
+				seen = append(seen, d())
+			}
+			t.Fatalf("%s: not within %v %s", what, limit, strings.Join(seen, "; "))
 		}
 	}
 }
