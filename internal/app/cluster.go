@@ -17,6 +17,7 @@ import (
 	"go.uber.org/zap"
 	"google.golang.org/grpc/grpclog"
 	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
 	"k8s.io/client-go/util/homedir"
 
@@ -126,7 +127,7 @@ func newLoadingRules() *clientcmd.ClientConfigLoadingRules {
 
 // kubeClient builds a clientset from the kubeconfig the loading rules find,
 // else the in-cluster config.
-func (f *clusterFlags) kubeClient() (kubernetes.Interface, error) {
+func (f *clusterFlags) kubeClient(options ...func(*rest.Config)) (kubernetes.Interface, error) {
 	if ns := f.namespace(); ns != "" && !f.namespaced {
 		// A repair or migration of one namespace would take every other
 		// namespace's addresses for leaks.
@@ -141,6 +142,9 @@ func (f *clusterFlags) kubeClient() (kubernetes.Interface, error) {
 	}
 	cfg.QPS, cfg.Burst = 200, 400
 	cfg.UserAgent = "allocator-repair"
+	for _, o := range options {
+		o(cfg)
+	}
 	client, err := kubernetes.NewForConfig(cfg)
 	if err != nil {
 		return nil, fmt.Errorf("kubernetes client: %w", err)

@@ -173,7 +173,7 @@ func runRenumber(ctx context.Context, o *renumberOptions, streams Streams) error
 	if err := o.cluster.validate(); err != nil {
 		return err
 	}
-	client, err := o.cluster.kubeClient()
+	client, err := o.cluster.kubeClient(renumber.CaptureWarnings)
 	if err != nil {
 		return err
 	}

@@ -21,6 +21,13 @@
 // dual-stack Service that keeps its secondary address needs a concrete
 // primary one: a server-side dry run of a probe Service (same namespace and
 // labels, so scopes and lifecycles choose as for the real create) names it.
+// kube-apiserver's dry run picks no real address (it answers the first
+// address of one of its ranges) and checks a requested address against one
+// of its ServiceCIDRs only: in front of it, the allocator webhook names its
+// pick in a warning that renumber reads (dryrun.go, CaptureWarnings); a
+// pick no open ServiceCIDR hands out leaves the Service untouched, and a
+// pin refused as "not in the valid range" while it lies in an open
+// ServiceCIDR is checked free through its IPAddress instead.
 //
 // Invariants, and why:
 //   - No Service is lost, and none is brought back that someone else

@@ -55,8 +55,7 @@ func (r *runner) planMoveKeeping(ctx context.Context, c Candidate, keep bool) (*
 		if err != nil {
 			return nil, err
 		}
-		probed, err := r.client.CoreV1().Services(c.Service.Namespace).Create(ctx, Probe(c, pins),
-			metav1.CreateOptions{DryRun: []string{metav1.DryRunAll}, FieldManager: FieldManager})
+		probed, err := r.checkPinned(ctx, c, pins)
 		if err != nil {
 			last = err
 			if off, ok := takenOffset(err, offsets); ok {
@@ -77,6 +76,9 @@ func (r *runner) planMoveKeeping(ctx context.Context, c Candidate, keep bool) (*
 			ip, ok := holding.ParseClusterIP(probed.Spec.ClusterIP)
 			if !ok {
 				return nil, fmt.Errorf("the dry run of its re-create picked no address (%q)", probed.Spec.ClusterIP)
+			}
+			if err := r.checkPick(ctx, ip); err != nil {
+				return nil, err
 			}
 			pins = Pins{ip.Is6(): ip}
 		}

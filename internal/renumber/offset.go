@@ -181,13 +181,15 @@ func takenOffset(err error, offsets []Offset) (Offset, bool) {
 // serverPicks returns the addresses a server-side dry run of c's probe
 // picks in its moved families.
 func (r *runner) serverPicks(ctx context.Context, c Candidate) (Pins, error) {
-	probed, err := r.client.CoreV1().Services(c.Service.Namespace).Create(ctx, Probe(c, nil),
-		metav1.CreateOptions{DryRun: []string{metav1.DryRunAll}, FieldManager: FieldManager})
+	probed, err := r.dryRunCreate(ctx, Probe(c, nil))
 	if err != nil {
 		return nil, fmt.Errorf("the API refuses its re-create: %w", err)
 	}
 	pins := Pins{}
 	for _, ip := range holding.IPs(probed) {
+		if err := r.checkPick(ctx, ip); err != nil {
+			return nil, err
+		}
 		pins[ip.Is6()] = ip
 	}
 	for _, ip := range c.Moved {

@@ -7,15 +7,16 @@ import (
 	"fmt"
 	"net/netip"
 	"slices"
-	"strings"
 	"sync"
 
 	admissionv1 "k8s.io/api/admission/v1"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apiserver/pkg/storage/names"
 	"k8s.io/apiserver/pkg/warning"
 
+	"github.com/allocator/allocator/internal/webhook/drypick"
 	"github.com/allocator/allocator/pkg/allocation"
 	"github.com/allocator/allocator/pkg/bitmap/nodeport"
 	"github.com/allocator/allocator/pkg/ipaddress"
@@ -63,7 +64,17 @@ func (w *Webhook) admitService(ctx context.Context, req *admissionv1.AdmissionRe
 	picked := svc.DeepCopy()
 	var err error
 	if old == nil {
+		// kube-apiserver names a generateName create after its admission:
+		// the validation judges it under a name of that form, and the pick
+		// is held for a Service without a name (holds.go).
+		generated := picked.Name == "" && picked.GenerateName != ""
+		if generated {
+			picked.Name = names.SimpleNameGenerator.GenerateName(picked.GenerateName)
+		}
 		err = w.alloc.PrepareCreate(ctx, picked)
+		if generated {
+			picked.Name = ""
+		}
 	} else {
 		err = w.alloc.PrepareUpdate(ctx, picked, old)
 	}
@@ -89,7 +100,7 @@ func (w *Webhook) admitService(ctx context.Context, req *admissionv1.AdmissionRe
 		// it picks by its own rules here, and the warning says what the
 		// create would get.
 		if picks := pickedFor(svc, picked); len(picks) > 0 {
-			warnings.texts = append(warnings.texts, fmt.Sprintf("dry run: the create would get ClusterIP(s) %s", strings.Join(picks, ",")))
+			warnings.texts = append(warnings.texts, drypick.Warning(picks))
 		}
 		return allowed(warnings.texts)
 	}

@@ -39,8 +39,9 @@ import (
 // on an etcd of its own, both built by hack/lib/kube-apiserver-build.sh;
 // hack/webhook-e2e.sh builds them and runs these tests.
 type kube struct {
-	client kubernetes.Interface
-	config *rest.Config
+	client     kubernetes.Interface
+	config     *rest.Config
+	kubeconfig string // an admin kubeconfig's path
 }
 
 // startKube starts kube-apiserver with serviceRange, or skips the test
@@ -103,7 +104,7 @@ current-context: kas
 `, host, token))
 	run(t, dir, "kube-controller-manager", kcmBin, "--kubeconfig", kubeconfig, "--controllers=service-cidr-controller",
 		"--leader-elect=false", "--bind-address=127.0.0.1", "--secure-port=0")
-	return kube{client: client, config: cfg}
+	return kube{client: client, config: cfg, kubeconfig: kubeconfig}
 }
 
 // run starts a process until the test ends, its output in dir/<name>.log.

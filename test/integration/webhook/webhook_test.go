@@ -170,6 +170,14 @@ func TestWebhookServices(t *testing.T) {
 		t.Fatalf("the API server's create of the picked address: %v, %v", created, err)
 	}
 
+	// A generateName create: kube-apiserver names it after its admission,
+	// so the review carries no name.
+	gen := service("a", "")
+	gen.GenerateName = "gen-"
+	if got, resp := r.admitService(t, gen, false); !resp.Allowed || !inPrefix(t, got.Spec.ClusterIP, "10.210.0.0/24") {
+		t.Errorf("a generateName Service of a namespace the scope selects: %+v, ClusterIP %q; want one of 10.210.0.0/24 patched in", resp, got.Spec.ClusterIP)
+	}
+
 	scoped, _ := r.admitService(t, service("a", "api"), false)
 	if !inPrefix(t, scoped.Spec.ClusterIP, "10.210.0.0/24") {
 		t.Errorf("a Service of a namespace the scope selects got %q, want one of its 10.210.0.0/24", scoped.Spec.ClusterIP)
