@@ -44,7 +44,9 @@ func (l legacyWarnings) HandleWarningHeaderWithContext(_ context.Context, code i
 
 // captured hands a drypick warning to the sink in the request's context,
 // and any other warning to next.
-type captured struct{ next rest.WarningHandlerWithContext }
+type captured struct {
+	next rest.WarningHandlerWithContext
+}
 
 func (c captured) HandleWarningHeaderWithContext(ctx context.Context, code int, agent, text string) {
 	if s, ok := ctx.Value(sinkKey{}).(*pickSink); ok {

@@ -85,7 +85,6 @@ func TestWebhookKubeDualStack(t *testing.T) {
 	}
 	checkIPs(t, "second family added", up, []string{"10.210.0.0/24", "fd00:210::/112"})
 
-
 	// An ExternalName Service turned ClusterIP, dual-stack.
 	en := &corev1.Service{ObjectMeta: metav1.ObjectMeta{Namespace: "a", Name: "external"},
 		Spec: corev1.ServiceSpec{Type: corev1.ServiceTypeExternalName, ExternalName: "example.com"}}
