@@ -1,15 +1,30 @@
 #!/usr/bin/env bash
 # Scale (KEP-1880's "O(10K) Services and O(1K) ranges"): starts a
 # dual-stack IPAddress-model `allocator serve` (embedded etcd, temporary data
-# dir), creates CIDRS ServiceCIDRs (V4_CIDRS IPv4 /24s, the rest IPv6 /112s)
-# and then SERVICES Services (one in ten IPv6) at CONCURRENCY clients while
+# dir, default ServiceCIDR V4_RANGE,V6_RANGE), creates CIDRS ServiceCIDRs
+# (V4_CIDRS IPv4 /24s, the rest IPv6 /112s) and then SERVICES Services (one
+# in V6_EVERY IPv6, ten by default) at CONCURRENCY clients while
 # ServiceCIDRs are added and deleted, and prints: the create rate, latency
 # and CPU per create for each tenth of the IPv4 space filled; the server's
 # memory; etcd's database size; the time from start to ready with every
 # Service stored; and one `allocator repair` pass.
 #
+# It ends with a summary table: Services, ServiceCIDRs, the server's RSS
+# (etcd included: it runs in the server's process) after the creates and
+# after the restart, in total and per Service, and its peak since the
+# restart; the Go heap in use and live; etcd's database file; the start-up
+# to ready; the create rate at the last whole tenth of the fill against
+# the first; one repair pass; and the first page of a paged list.
+#
 #   hack/scale.sh                                            1,000 ranges, 100,000 Services (a few minutes)
-#   CIDRS=100 V4_CIDRS=40 SERVICES=10000 hack/scale.sh       a tenth of it
+#   CIDRS=100 V4_CIDRS=40 SERVICES=10000 hack/scale.sh       a tenth of it (half a minute): the smoke form CI can run;
+#       like every form, it fails on a failed create, a duplicate ClusterIP or a repair pass that finds a problem
+#       (its figures are no timings to compare). CHURN=0 turns the ServiceCIDR churn off (CHURN=2s: its interval)
+#   V4_RANGE=10.96.0.0/12 CIDRS=10000 SERVICES=1000000 READY_TIMEOUT=600 hack/scale.sh
+#       the million: the default ServiceCIDR's IPv4 range a /12 (V4_RANGE; V6_RANGE is its IPv6 one, fd00::/112)
+#       and 10,000 ServiceCIDRs, all IPv6 /112s (V4_CIDRS defaults to 0 with V4_RANGE; IPv4 /24s placed after the
+#       /12 when asked for). 900,000 IPv4 Services fill the /12 to 85.8%, so the rate ratio is of 70–80% to 0–10%;
+#       SERVICES=1050000 fills it to 90.1% (80–90% whole), V6_EVERY=20 (one in twenty IPv6) to 90.6%
 #   RUNS=3 hack/scale.sh                                     three runs, each on a fresh server, then what they
 #       agree on: each run's rate ratio (ninth tenth / first) and the median, and the CPU per create in the
 #       first and the last whole tenth averaged over the runs (one run's ratio moves by ±0.15 on a 2-core machine)
@@ -20,7 +35,9 @@
 #       (test/scale/paired.go); the restart's figures then follow that extra history. PAIRED_PROFILES=DIR also
 #       saves a CPU profile of each burst's server into DIR
 #   HEAP_PROFILE=/tmp/heap.pprof hack/scale.sh               also saves the server's heap profile right after the
-#       creates (/tmp/heap.pprof.creates) and after the restart (/tmp/heap.pprof)
+#       creates (/tmp/heap.pprof.creates) and after the restart (/tmp/heap.pprof), each taken after a garbage
+#       collection (gc=1), so that it holds what is live then; read them with
+#       go tool pprof -top -sample_index=inuse_space /tmp/heap.pprof.bin /tmp/heap.pprof
 #   KUBE=v1.37.2 hack/scale.sh                                the same against a real kube-apiserver v1.37.2
 #       (hack/lib/kube-apiserver-serve.sh: on the etcd ours embeds, run as a process of its own, with
 #       kube-controller-manager's service-cidr-controller, which finalizes deleted ServiceCIDRs);
@@ -30,10 +47,16 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 
 CIDRS=${CIDRS:-1000}
-V4_CIDRS=${V4_CIDRS:-392}
+if [ -n "${V4_RANGE:-}" ]; then V4_CIDRS=${V4_CIDRS:-0}; else V4_CIDRS=${V4_CIDRS:-392}; fi
+V4_RANGE=${V4_RANGE:-10.96.0.0/24}
+V6_RANGE=${V6_RANGE:-fd00::/112}
+V6_EVERY=${V6_EVERY:-10}
 SERVICES=${SERVICES:-100000}
 CONCURRENCY=${CONCURRENCY:-32}
-args=(--service-cluster-ip-range 10.96.0.0/24,fd00::/112 --allocator ipaddress)
+CHURN=${CHURN:-2s}
+args=(--service-cluster-ip-range "$V4_RANGE,$V6_RANGE" --allocator ipaddress)
+scale_args=(--cidrs "$CIDRS" --v4-cidrs "$V4_CIDRS" --services "$SERVICES" --concurrency "$CONCURRENCY"
+  --default-v4-range "$V4_RANGE" --v6-every "$V6_EVERY" --churn "$CHURN")
 
 KUBE=${KUBE:-}
 RUNS=${RUNS:-1}
@@ -71,40 +94,98 @@ fi
 . hack/lib/serve.sh
 go build -o "$work/scale" ./test/scale
 serve_build
-since() { echo "$(( ($(date +%s%N) - $1) / 1000000 )) ms"; }
-rss() { echo "$(( $(awk '/^VmRSS:/ {print $2}' "/proc/$1/status") >> 10 )) MiB"; }
+ms_since() { echo "$(( ($(date +%s%N) - $1) / 1000000 ))"; }
+since() { echo "$(ms_since "$1") ms"; }
+# rss_kib PID... sums the processes' resident memory, in KiB.
+rss_kib() { for p in "$@"; do awk '/^VmRSS:/ {print $2}' "/proc/$p/status"; done | awk '{ s += $1 } END { print s }'; }
+rss() { echo "$(( $(rss_kib "$1") >> 10 )) MiB"; }
+# rss_parts PID: its resident memory split into anonymous (the Go heap and
+# stacks, etcd's included) and file-backed (etcd's mmap of its database,
+# the binary).
+rss_parts() { awk '/^RssAnon:/ { a = $2 } /^RssFile:/ { f = $2 } END { printf "anonymous %d MiB, file-backed %d MiB", a / 1024, f / 1024 }' "/proc/$1/status"; }
+# go_heap prints the server's Go heap in use, in MiB, from its /metrics.
+go_heap() { kubectl --kubeconfig "$kc" get --raw /metrics 2>/dev/null | awk '$1 == "go_memstats_heap_inuse_bytes" { printf "%d MiB", $2 / 1048576 }' || true; }
+# live_heap [FILE] makes the server collect its garbage (the heap
+# profile's gc=1; the profile goes to FILE when given) and prints the bytes
+# of its heap objects then, in MiB: the live heap, which the heap in use
+# exceeds by the garbage the collector lets grow (GOGC) and by
+# fragmentation.
+live_heap() {
+  kubectl --kubeconfig "$kc" get --raw '/debug/pprof/heap?gc=1' >"${1:-/dev/null}" || true
+  kubectl --kubeconfig "$kc" get --raw /metrics 2>/dev/null | awk '$1 == "go_memstats_heap_alloc_bytes" { printf "%d MiB", $2 / 1048576 }' || true
+}
+# peak_rss_kib PID: the process's resident high-water mark, in KiB.
+peak_rss_kib() { awk '/^VmHWM:/ {print $2}' "/proc/$1/status"; }
+# page_ms PATH: the milliseconds kubectl takes to get the first page of
+# 500 objects of the list at PATH (its own start included).
+page_ms() { local t; t=$(date +%s%N); kubectl --kubeconfig "$kc" get --raw "$1?limit=500" >/dev/null; ms_since "$t"; }
+# per_service KIB: KiB per Service, one decimal.
+per_service() { awk -v k="$1" -v n="$SERVICES" 'BEGIN { printf "%.1f KiB/Service", k / n }'; }
+
+# summary prints the run's figures as one table (what was not measured
+# is "-"), from the summary_* variables and the scale command's output.
+summary() {
+  local ratio fill
+  ratio=$(grep -h 'rate in the last whole tenth filled' "$work/scale.out" | sed 's/.*: //' || true)
+  fill=$(grep -h '^IPv4 fill reached' "$work/scale.out" | sed 's/^IPv4 fill reached: //' || true)
+  echo "=== summary: $SERVICES Services (one in $V6_EVERY IPv6), $CIDRS ServiceCIDRs ($V4_CIDRS IPv4 /24, the rest IPv6 /112) and the default $V4_RANGE,$V6_RANGE; $(nproc) CPUs"
+  {
+    printf 'IPv4 fill reached\t%s\n' "${fill:--}"
+    printf 'RSS after the creates (%s)\t%d MiB\t%s\t%s\n' "$summary_who" "$((summary_rss_creates >> 10))" "$(per_service "$summary_rss_creates")" "${summary_parts_creates:--}"
+    if [ -n "${summary_rss_restart:-}" ]; then
+      printf 'RSS after the restart (%s)\t%d MiB\t%s\t%s\n' "$summary_who" "$((summary_rss_restart >> 10))" "$(per_service "$summary_rss_restart")" "${summary_parts_restart:--}"
+    fi
+    if [ -n "${summary_peak_restart:-}" ]; then
+      printf 'peak RSS since the restart, at the end\t%d MiB\t%s\n' "$((summary_peak_restart >> 10))" "$(per_service "$summary_peak_restart")"
+    fi
+    printf 'Go heap in use, then live after a GC, after the creates\t%s\t%s\n' "${summary_heap_creates:--}" "${summary_live_creates:--}"
+    printf 'Go heap in use, then live after a GC, after the restart\t%s\t%s\n' "${summary_heap_restart:--}" "${summary_live_restart:--}"
+    printf 'etcd database file\t%d MiB\t%s\n' "$((summary_db_kib >> 10))" "$(per_service "$summary_db_kib")"
+    printf 'ready after the restart\t%s\n' "${summary_ready:--}"
+    printf 'create rate, last whole tenth / first\t%s\n' "${ratio:--}"
+    printf 'one repair pass (--dry-run)\t%s\n' "${summary_repair:--}"
+    printf 'first page of 500 (kubectl get --raw)\t%s\n' "${summary_page:--}"
+  } | awk -F '\t' '{ printf "%-56s", $1; for (i = 2; i < NF; i++) printf "  %-18s", $i; printf "  %s\n", $NF }'
+}
 
 if [ -n "$KUBE" ]; then
   . hack/lib/kube-apiserver-serve.sh
   t0=$(date +%s%N)
-  upstream_start "$KUBE" 10.96.0.0/24,fd00::/112
+  upstream_start "$KUBE" "$V4_RANGE,$V6_RANGE"
   echo "kube-apiserver $KUBE ready with its default ServiceCIDR in $(since "$t0") ($(nproc) CPUs)"
-  "$work/scale" --kubeconfig "$kc" --cidrs "$CIDRS" --v4-cidrs "$V4_CIDRS" --services "$SERVICES" \
-    --concurrency "$CONCURRENCY" --pids "$upstream_kas_pid,$upstream_etcd_pid"
+  "$work/scale" --kubeconfig "$kc" "${scale_args[@]}" --pids "$upstream_kas_pid,$upstream_etcd_pid" | tee "$work/scale.out"
   echo "RSS after the creates: kube-apiserver $(rss "$upstream_kas_pid"), etcd $(rss "$upstream_etcd_pid"), kube-controller-manager $(rss "$upstream_kcm_pid")"
-  echo "etcd database file: $(( $(stat -c %s "$work/upstream/etcd/etcd/member/snap/db") >> 20 )) MiB"
+  summary_who="kube-apiserver+etcd"
+  summary_rss_creates=$(rss_kib "$upstream_kas_pid" "$upstream_etcd_pid")
+  summary_db_kib=$(( $(stat -c %s "$work/upstream/etcd/etcd/member/snap/db") >> 10 ))
+  echo "etcd database file: $((summary_db_kib >> 10)) MiB"
   t0=$(date +%s%N)
   upstream_restart_apiserver
   echo "kube-apiserver restarted on the same etcd, /readyz ok in $(since "$t0")"
   # A list at resourceVersion 0 is served from the watch cache, once it holds every Service.
   kubectl --kubeconfig "$kc" get --raw '/api/v1/services?limit=1&resourceVersion=0' >/dev/null
   kubectl --kubeconfig "$kc" get --raw '/apis/networking.k8s.io/v1/ipaddresses?limit=1&resourceVersion=0' >/dev/null
+  summary_ready="$(since "$t0") (watch caches filled)"
   echo "... and its watch caches of Services and IPAddresses filled in $(since "$t0")"
   echo "RSS after the restart: kube-apiserver $(rss "$upstream_kas_pid"), etcd $(rss "$upstream_etcd_pid")"
+  summary_rss_restart=$(rss_kib "$upstream_kas_pid" "$upstream_etcd_pid")
+  summary_page="Services $(page_ms /api/v1/services) ms, IPAddresses $(page_ms /apis/networking.k8s.io/v1/ipaddresses) ms"
+  summary
   exit 0
 fi
 t0=$(date +%s%N)
 serve_start "${args[@]}"
 echo "empty server ready in $(since "$t0") ($(nproc) CPUs)"
-"$work/scale" --kubeconfig "$kc" --cidrs "$CIDRS" --v4-cidrs "$V4_CIDRS" --services "$SERVICES" \
-  --concurrency "$CONCURRENCY" --pids "$server_pid"
-
-if [ -n "${HEAP_PROFILE:-}" ]; then
-  kubectl --kubeconfig "$kc" get --raw /debug/pprof/heap >"$HEAP_PROFILE.creates"
-fi
+"$work/scale" --kubeconfig "$kc" "${scale_args[@]}" --pids "$server_pid" | tee "$work/scale.out"
+summary_who="server+etcd"
+summary_rss_creates=$(rss_kib "$server_pid")
+summary_parts_creates=$(rss_parts "$server_pid")
+summary_heap_creates=$(go_heap)
+summary_live_creates=$(live_heap ${HEAP_PROFILE:+"$HEAP_PROFILE.creates"})
 
 db=$(find "$work/data" -path '*/member/snap/db' | head -1)
-echo "etcd database file: $(( $(stat -c %s "$db") >> 20 )) MiB"
+summary_db_kib=$(( $(stat -c %s "$db") >> 10 ))
+echo "etcd database file: $((summary_db_kib >> 10)) MiB"
 
 if [ -n "${PAIRED:-}" ]; then
   # The empty server: the same flags, its own data dir and port.
@@ -113,7 +194,7 @@ if [ -n "${PAIRED:-}" ]; then
   trap 'kill -KILL "$empty_pid" 2>/dev/null || true; serve_cleanup' EXIT
   serve_wait "$work/data0/admin.kubeconfig" "$empty_pid" "$work/server0.log"
   "$work/scale" --kubeconfig "$kc" --pids "$server_pid" --compare-with "$work/data0/admin.kubeconfig" --compare-pids "$empty_pid" \
-    --cidrs "$CIDRS" --v4-cidrs "$V4_CIDRS" --concurrency "$CONCURRENCY" --services "$SERVICES" --pairs "${PAIRS:-6}" --burst "${BURST:-10000}" ${PAIRED_PROFILES:+--profile-dir "$PAIRED_PROFILES"}
+    "${scale_args[@]}" --pairs "${PAIRS:-6}" --burst "${BURST:-10000}" ${PAIRED_PROFILES:+--profile-dir "$PAIRED_PROFILES"}
   kill -TERM "$empty_pid"
   wait "$empty_pid" || true
 fi
@@ -122,11 +203,15 @@ serve_stop
 log_from=$(( $(wc -l <"$work/server.log") + 1 ))
 t0=$(date +%s%N)
 serve_start "${args[@]}"
-echo "start-up to ready with every Service stored: $(since "$t0"); the start-up's steps:"
+summary_ready=$(since "$t0")
+echo "start-up to ready with every Service stored: $summary_ready; the start-up's steps:"
 tail -n +"$log_from" "$work/server.log" | grep -E 'listening on|Bootstrap|Carried|repair pass|first pass' | cut -c1-220 || true
 echo "server RSS after the restart: $(rss "$server_pid")"
+summary_rss_restart=$(rss_kib "$server_pid")
+summary_parts_restart=$(rss_parts "$server_pid")
+summary_heap_restart=$(go_heap)
+summary_live_restart=$(live_heap ${HEAP_PROFILE:+"$HEAP_PROFILE"})
 if [ -n "${HEAP_PROFILE:-}" ]; then
-  kubectl --kubeconfig "$kc" get --raw /debug/pprof/heap >"$HEAP_PROFILE"
   cp "$work/allocator" "$HEAP_PROFILE.bin"
   echo "heap profile: $HEAP_PROFILE (binary: $HEAP_PROFILE.bin)"
 fi
@@ -134,5 +219,10 @@ fi
 t0=$(date +%s%N)
 rc=0
 "$work/allocator" repair --dry-run --model ipaddress --kubeconfig "$kc" >"$work/repair.out" 2>"$work/repair.log" || rc=$?
-echo "one repair pass (--dry-run): $(since "$t0"), exit $rc (0: nothing to fix):"
+summary_repair="$(since "$t0"), exit $rc"
+echo "one repair pass (--dry-run): $summary_repair (0: nothing to fix):"
 tail -5 "$work/repair.out"
+summary_page="Services $(page_ms /api/v1/services) ms, IPAddresses $(page_ms /apis/networking.k8s.io/v1/ipaddresses) ms"
+summary_peak_restart=$(peak_rss_kib "$server_pid")
+summary
+exit "$rc"

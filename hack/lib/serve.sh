@@ -47,12 +47,14 @@ serve_start() {
 
 # serve_wait KUBECONFIG PID LOG waits until the server PID, whose admin
 # kubeconfig is KUBECONFIG, answers /readyz ok; it exits with LOG's tail if
-# the server exits or is not ready within 60 s.
+# the server exits or is not ready within READY_TIMEOUT seconds (60; a
+# start on a million Services takes longer).
 serve_wait() {
-  for _ in $(seq 1 300); do
+  local timeout=${READY_TIMEOUT:-60}
+  for _ in $(seq 1 $((timeout * 5))); do
     if [ -f "$1" ] && kubectl --kubeconfig "$1" get --raw /readyz >/dev/null 2>&1; then return 0; fi
     kill -0 "$2" 2>/dev/null || { tail -20 "$3"; echo "server exited" >&2; exit 1; }
     sleep 0.2
   done
-  tail -20 "$3"; echo "server not ready after 60s" >&2; exit 1
+  tail -20 "$3"; echo "server not ready after ${timeout}s" >&2; exit 1
 }

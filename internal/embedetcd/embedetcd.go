@@ -38,6 +38,15 @@ const DefaultStartTimeout = time.Minute
 // maxPortAttempts bounds how often Start re-picks ports after a bind conflict.
 const maxPortAttempts = 5
 
+// DefaultQuotaBackendBytes is the database size at which a member started
+// with Config.QuotaBackendBytes 0 raises the NOSPACE alarm: 8 GiB, the
+// largest quota etcd suggests. The database file of `allocator serve`
+// grows by about 1.8 KiB per Service (two keys, hack/scale.sh), so etcd's
+// own default of 2 GiB would refuse writes short of a million Services.
+// The quota bounds the file; it reserves neither disk nor memory (bbolt
+// maps the file as it grows).
+const DefaultQuotaBackendBytes int64 = 8 << 30
+
 // Config describes one etcd member.
 type Config struct {
 	// Name of the member; default "default". Must be unique in a cluster.
@@ -65,8 +74,8 @@ type Config struct {
 	// For tests only.
 	UnsafeNoFsync bool
 	// QuotaBackendBytes is the database size at which the member raises the
-	// NOSPACE alarm and refuses writes; 0 is etcd's default (2 GiB). Tests
-	// set a small one to run out of space.
+	// NOSPACE alarm and refuses writes; 0 means DefaultQuotaBackendBytes,
+	// a negative value no quota. Tests set a small one to run out of space.
 	QuotaBackendBytes int64
 	// PKI, when set, makes the member serve clients and peers over TLS and
 	// require a client certificate signed by PKI's CA (see EnsurePKI); the
@@ -104,6 +113,9 @@ func Start(ctx context.Context, cfg Config) (*Server, error) {
 	}
 	if cfg.Logger == nil {
 		cfg.Logger = zap.NewNop()
+	}
+	if cfg.QuotaBackendBytes == 0 {
+		cfg.QuotaBackendBytes = DefaultQuotaBackendBytes
 	}
 	for attempt := 1; ; attempt++ {
 		resolved, picked, err := resolveURLs(cfg)

@@ -28,6 +28,10 @@ func TestStartPutGetClose(t *testing.T) {
 	if got := s.Endpoints(); len(got) != 1 || got[0] != cfg.ClientURL {
 		t.Fatalf("Endpoints() = %v, want [%s]", got, cfg.ClientURL)
 	}
+	// No quota given: the member's is DefaultQuotaBackendBytes, not etcd's 2 GiB.
+	if got := s.etcd.Config().QuotaBackendBytes; got != DefaultQuotaBackendBytes || cfg.QuotaBackendBytes != got {
+		t.Fatalf("quota %d (Config() says %d), want %d", got, cfg.QuotaBackendBytes, DefaultQuotaBackendBytes)
+	}
 
 	c, err := clientv3.New(clientv3.Config{Endpoints: s.Endpoints(), DialTimeout: 5 * time.Second, Logger: zap.NewNop()})
 	if err != nil {

@@ -42,6 +42,7 @@ type config struct {
 	concurrency int
 	churn       time.Duration // one ServiceCIDR added and one deleted every churn
 	defaultV4   int           // addresses of the default ServiceCIDR's IPv4 range
+	v4Base      netip.Addr    // the first IPv4 ServiceCIDR's network; the next ones follow it
 	meter       procstat.Meter
 	pairs       int // rounds of the paired comparison
 	burst       int // creates per burst in it
@@ -59,6 +60,7 @@ func main() {
 	flag.IntVar(&cfg.concurrency, "concurrency", 32, "clients creating Services")
 	flag.DurationVar(&cfg.churn, "churn", 2*time.Second, "add one ServiceCIDR and delete one every interval while the Services are created (0: none)")
 	flag.IntVar(&cfg.defaultV4, "default-v4", 254, "usable addresses of the default ServiceCIDR's IPv4 range (counted in the fill)")
+	defaultRange := flag.String("default-v4-range", "", "the default ServiceCIDR's IPv4 range, e.g. 10.96.0.0/12: its usable addresses replace --default-v4, and the IPv4 ServiceCIDRs follow it when it holds 10.100.0.0")
 	flag.StringVar(&pids, "pids", "", "comma-separated pids of the server's processes (etcd included) whose CPU and memory are reported")
 	compareWith := flag.String("compare-with", "", "kubeconfig of an empty server: instead of filling --kubeconfig's server, which is filled already, give it this one's ServiceCIDRs and alternate bursts of creates between the two (paired.go)")
 	comparePIDs := flag.String("compare-pids", "", "comma-separated pids of the empty server's processes")
@@ -78,8 +80,12 @@ func main() {
 		fmt.Fprintln(os.Stderr, "scale: --compare-pids:", err)
 		os.Exit(2)
 	}
-	if cfg.v4CIDRs > cfg.cidrs || cfg.v4CIDRs > 256*156 || cfg.cidrs-cfg.v4CIDRs > 65535 || cfg.services <= 0 || cfg.concurrency <= 0 {
-		fmt.Fprintln(os.Stderr, "scale: want 0 ≤ --v4-cidrs ≤ --cidrs, at most 39,936 IPv4 and 65,535 IPv6 ranges, and positive --services and --concurrency")
+	if err := cfg.placeV4(*defaultRange); err != nil {
+		fmt.Fprintln(os.Stderr, "scale:", err)
+		os.Exit(2)
+	}
+	if cfg.v4CIDRs > cfg.cidrs || cfg.cidrs-cfg.v4CIDRs > 65535 || cfg.services <= 0 || cfg.concurrency <= 0 {
+		fmt.Fprintln(os.Stderr, "scale: want 0 ≤ --v4-cidrs ≤ --cidrs, at most 65,535 IPv6 ranges, and positive --services and --concurrency")
 		os.Exit(2)
 	}
 	if cfg.pairs <= 0 || cfg.burst <= 0 {
@@ -133,7 +139,7 @@ func run(ctx context.Context, cfg config) error {
 	if err := createCIDRs(ctx, client, cfg); err != nil {
 		return err
 	}
-	v4Capacity := cfg.v4CIDRs*254 + cfg.defaultV4 - 1 // the default/kubernetes Service holds one
+	v4Capacity := cfg.v4Capacity()
 	fmt.Printf("%d ServiceCIDRs (%d IPv4 /24, %d IPv6 /112) created in %s; IPv4 space for Services: %d addresses\n",
 		cfg.cidrs, cfg.v4CIDRs, cfg.cidrs-cfg.v4CIDRs, time.Since(start).Round(time.Millisecond), v4Capacity)
 
@@ -171,12 +177,12 @@ func run(ctx context.Context, cfg config) error {
 }
 
 // createCIDRs makes the ServiceCIDRs with 16 clients: sc-v4-NNNN holds
-// 10.100.0.0/24 onwards, sc-v6-NNNN fd01::1:0/112 onwards.
+// the /24 at cfg.v4Base onwards, sc-v6-NNNN fd01::1:0/112 onwards.
 func createCIDRs(ctx context.Context, client kubernetes.Interface, cfg config) error {
 	return forEach(0, cfg.cidrs, 16, func(i int) error {
 		var name, cidr string
 		if i < cfg.v4CIDRs {
-			name, cidr = fmt.Sprintf("sc-v4-%04d", i), fmt.Sprintf("10.%d.%d.0/24", 100+i/256, i%256)
+			name, cidr = fmt.Sprintf("sc-v4-%04d", i), v4CIDR(cfg.v4Base, i).String()
 		} else {
 			j := i - cfg.v4CIDRs + 1
 			name, cidr = fmt.Sprintf("sc-v6-%04d", j), fmt.Sprintf("fd01::%x:0/112", j)
@@ -372,6 +378,7 @@ func report(res *result, cfg config, v4Capacity int) {
 		maxFill = max(maxFill, c.fill)
 	}
 	var rates []float64 // of the tenths filled whole
+	var labels []string // theirs
 	for tenth := range 10 {
 		lo, hi := v4Capacity*tenth/10, v4Capacity*(tenth+1)/10
 		var lats []time.Duration
@@ -395,24 +402,26 @@ func report(res *result, cfg config, v4Capacity int) {
 		span := res.creates[lastAt].at - res.creates[firstAt].at
 		rate := float64(lastAt-firstAt) / span.Seconds()
 		whole := maxFill >= hi
+		label := fmt.Sprintf("%d–%d%%", tenth*10, tenth*10+10)
 		if whole {
-			rates = append(rates, rate)
+			rates, labels = append(rates, rate), append(labels, label)
+		} else {
+			label = fmt.Sprintf("%d–%.1f%%", tenth*10, 100*float64(maxFill)/float64(v4Capacity))
 		}
 		slices.Sort(lats)
 		cpu := "-"
 		if len(cfg.meter.PIDs) > 0 {
 			cpu = fmt.Sprintf("%.2f", float64((cpu1-cpu0).Microseconds())/1000/float64(lastAt-firstAt))
 		}
-		label := fmt.Sprintf("%d–%d%%", tenth*10, tenth*10+10)
-		if !whole {
-			label = fmt.Sprintf("%d–%.1f%%", tenth*10, 100*float64(maxFill)/float64(v4Capacity))
-		}
 		fmt.Fprintf(w, "%s\t%d\t%.0f\t%.1f\t%.1f\t%s\t\n", label, len(lats), rate,
 			ms(lats[len(lats)/2]), ms(lats[len(lats)*99/100]), cpu)
 	}
 	w.Flush()
+	fmt.Printf("IPv4 fill reached: %.1f%% of %d addresses\n", 100*float64(maxFill)/float64(v4Capacity), v4Capacity)
 	if len(rates) >= 2 {
-		fmt.Printf("rate in the last whole tenth filled / the first: %.2f\n", rates[len(rates)-1]/rates[0])
+		// hack/scale.sh reads the ratio as the last field.
+		fmt.Printf("rate in the last whole tenth filled / the first: %s / %s = %.2f\n",
+			labels[len(labels)-1], labels[0], rates[len(rates)-1]/rates[0])
 	}
 }
 

@@ -310,7 +310,7 @@ func settle(ctx context.Context, meters ...procstat.Meter) (bool, error) {
 // reportPairs prints each round and the medians; whole is each server's
 // collector CPU and allocation over the comparison, filled first.
 func reportPairs(cfg config, pairs [][2]burst, whole [2]gcCounters) {
-	v4Capacity := cfg.v4CIDRs*254 + cfg.defaultV4 - 1
+	v4Capacity := cfg.v4Capacity()
 	pct := func(n int) float64 { return 100 * float64(n) / float64(v4Capacity) }
 	base, step := v4Count(cfg.services-cfg.burst, cfg.v6Every), v4Count(cfg.burst, cfg.v6Every)
 	fmt.Printf("paired bursts of %d creates at %d clients, in turn on the filled server (IPv4 fill %.1f→%.1f%%) and on an empty one with the same ServiceCIDRs (0→%.1f%%):\n",
