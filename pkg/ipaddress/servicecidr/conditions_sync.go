@@ -148,17 +148,19 @@ func (c *Controller) queueCapacity(obj any) {
 	if !ok {
 		return
 	}
-	for _, o := range c.allCIDRs() {
-		if slices.ContainsFunc(o.prefixes, func(p netip.Prefix) bool { return p.Contains(addr) }) {
-			c.queueConditions(o.name)
-		}
+	for _, name := range c.cidrs().containing(addr) {
+		c.queueConditions(name)
 	}
 }
 
 // allCIDRs returns every ServiceCIDR with its prefixes and lifecycle, from
 // the cache, parsed again only after a ServiceCIDR event.
-func (c *Controller) allCIDRs() []namedCIDR {
-	out, _ := c.all.Get(func() ([]namedCIDR, error) {
+func (c *Controller) allCIDRs() []namedCIDR { return c.cidrs().list }
+
+// cidrs returns the index of every ServiceCIDR, from the cache, built again
+// only after a ServiceCIDR event.
+func (c *Controller) cidrs() *cidrIndex {
+	out, _ := c.all.Get(func() (*cidrIndex, error) {
 		all, err := c.cidrLister.List(labels.Everything())
 		if err != nil {
 			return nil, err
@@ -169,7 +171,10 @@ func (c *Controller) allCIDRs() []namedCIDR {
 			list = append(list, namedCIDR{name: sc.Name, prefixes: prefixes(sc), mode: mode, deleting: sc.DeletionTimestamp != nil})
 		}
 		slices.SortFunc(list, func(a, b namedCIDR) int { return strings.Compare(a.name, b.name) })
-		return list, nil
+		return newCIDRIndex(list), nil
 	})
-	return out
+	if out == nil { // no build has succeeded yet (a lister error)
+		return newCIDRIndex(nil)
+	}
+	return out // the last built, when this build failed
 }

@@ -135,7 +135,7 @@ type Controller struct {
 	// Every ServiceCIDR with its prefixes parsed, rebuilt after a
 	// ServiceCIDR event: every IPAddress event looks for those containing
 	// its address, whose capacity it changes.
-	all lazy.Value[[]namedCIDR]
+	all lazy.Value[*cidrIndex]
 
 	conditionInterval time.Duration
 	conditionWrites   atomic.Int64 // conditions writes made, for tests
