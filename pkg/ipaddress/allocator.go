@@ -93,8 +93,12 @@ type Allocator struct {
 	// requests with Owner.Scoped are routed (scopes.go).
 	hasScopes atomic.Bool
 
-	ready     atomic.Bool
-	readyCh   chan struct{}
+	ready   atomic.Bool
+	readyCh chan struct{}
+	// stale: a ServiceCIDR event came since the ranges were built
+	// (cidrsChanged); rebuildCh wakes the rebuild loop.
+	stale     atomic.Bool
+	rebuildCh chan struct{}
 	collided  atomic.Uint64
 	readyOnce sync.Once
 
@@ -157,6 +161,7 @@ func New(ctx context.Context, cfg Config) (*Allocator, error) {
 		onRefused:     cfg.OnRefused,
 		logger:        klog.FromContext(ctx).WithValues("allocator", model.IPAddress.String(), "family", subrange.FamilyName(cfg.IPv6)),
 		readyCh:       make(chan struct{}),
+		rebuildCh:     make(chan struct{}, 1),
 		inflight:      map[netip.Addr]*reservation{},
 		unobserved:    map[netip.Addr]bool{},
 	}
@@ -190,6 +195,7 @@ func New(ctx context.Context, cfg Config) (*Allocator, error) {
 	}
 	factory.Start(ctx.Done())
 	go a.becomeReady(ctx, ipReg.HasSynced, cidrReg.HasSynced, nsSynced)
+	go a.rebuildLoop(ctx)
 	return a, nil
 }
 

@@ -44,7 +44,7 @@ func (a *Allocator) Allocate(ctx context.Context, ip netip.Addr, owner allocatio
 	if err != nil {
 		return fmt.Errorf("allocate %s for service %s: %w", ip, owner, err)
 	}
-	a.mu.Lock()
+	a.lock()
 	if !ip.IsValid() || ip.Is6() != a.ipv6 || !a.containsLocked(ip) {
 		a.mu.Unlock()
 		return allocation.ErrMismatchedNetwork
@@ -105,7 +105,7 @@ func (a *Allocator) allocateNext(ctx context.Context, owner allocation.Owner, ex
 		return netip.Addr{}, fmt.Errorf("allocate next for service %s: %w", owner, err)
 	}
 	for collisions := 0; ; {
-		a.mu.Lock()
+		a.lock()
 		candidates, rt := a.candidatesLocked(routed, nsLabels, svcLabels, useDynamic)
 		ip, ok := a.pickLocked(candidates, rt == nil, excluded)
 		if ok && excluded != nil && excluded.Contains(ip) {
@@ -191,7 +191,7 @@ func (a *Allocator) reserveLocked(ip netip.Addr) {
 // last word wins; otherwise the address exists when the create succeeded or
 // collided (its add event is still on the way), and does not otherwise.
 func (a *Allocator) finish(ip netip.Addr, createErr error) {
-	a.mu.Lock()
+	a.lock()
 	defer a.mu.Unlock()
 	r := a.inflight[ip]
 	delete(a.inflight, ip)

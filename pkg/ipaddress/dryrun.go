@@ -25,7 +25,7 @@ func (d dryRun) Allocate(ctx context.Context, ip netip.Addr, owner allocation.Ow
 	if err != nil {
 		return fmt.Errorf("dry-run allocate %s: %w", ip, err)
 	}
-	a.mu.Lock()
+	a.lock()
 	inRange := ip.IsValid() && ip.Is6() == a.ipv6 && a.containsLocked(ip)
 	var scopeErr error
 	if inRange {
@@ -71,7 +71,7 @@ func (d dryRun) AllocateNext(ctx context.Context, owner allocation.Owner) (netip
 	if err != nil {
 		return netip.Addr{}, fmt.Errorf("dry-run allocate next: %w", err)
 	}
-	a.mu.Lock()
+	a.lock()
 	candidates, rt := a.candidatesLocked(routed, nsLabels, svcLabels, useDynamic)
 	ip, ok := a.pickLocked(candidates, rt == nil, nil)
 	a.mu.Unlock()

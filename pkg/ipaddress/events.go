@@ -1,8 +1,10 @@
 package ipaddress
 
 import (
+	"context"
 	networkingv1 "k8s.io/api/networking/v1"
 	"k8s.io/client-go/tools/cache"
+	"time"
 
 	"github.com/allocator/allocator/pkg/subrange"
 )
@@ -67,16 +69,67 @@ func (a *Allocator) observe(obj any, exists bool) {
 	a.markLocked(ip, exists)
 }
 
-// cidrsChanged rebuilds the ranges from the ServiceCIDR cache once the
-// allocator is ready, and reports the CIDRs it newly refuses.
+// cidrsChanged marks the ranges stale once the allocator is ready (before,
+// the first rebuild runs once everything has synced). The next taker of
+// a.mu (lock) rebuilds them, or else the rebuild loop within rebuildDelay:
+// a burst of ServiceCIDR events (10,000 created at once) costs a few
+// rebuilds, not one each, and every rebuild lists and sorts every
+// ServiceCIDR. What reads the ranges sees every event its informer
+// delivered before the read, as when each event rebuilt them.
 func (a *Allocator) cidrsChanged() {
 	if !a.ready.Load() {
-		return // the first rebuild runs once everything has synced
+		return
 	}
+	a.stale.Store(true)
+	select {
+	case a.rebuildCh <- struct{}{}:
+	default: // a rebuild is already due
+	}
+}
+
+// rebuildDelay is how long the rebuild loop gathers ServiceCIDR events
+// before it rebuilds the ranges no reader has rebuilt meanwhile.
+const rebuildDelay = 50 * time.Millisecond
+
+// rebuildLoop rebuilds stale ranges that no reader rebuilt, until ctx ends,
+// so a ServiceCIDR refused or newly served is reported without waiting for
+// an allocation.
+func (a *Allocator) rebuildLoop(ctx context.Context) {
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-a.rebuildCh:
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-time.After(rebuildDelay):
+		}
+		a.mu.Lock()
+		refused := a.freshenLocked()
+		a.mu.Unlock()
+		a.report(refused)
+	}
+}
+
+// lock takes a.mu with the ranges fresh: a ServiceCIDR event since the
+// last rebuild is applied first; what it newly refuses is reported apart.
+func (a *Allocator) lock() {
 	a.mu.Lock()
-	newlyRefused := a.rebuildLocked()
-	a.mu.Unlock()
-	a.report(newlyRefused)
+	if refused := a.freshenLocked(); len(refused) > 0 {
+		go a.report(refused)
+	}
+}
+
+// freshenLocked rebuilds the ranges if a ServiceCIDR event came since the
+// last rebuild. The flag is cleared before the cache is read, so an event
+// whose change the read misses marks the ranges stale again.
+func (a *Allocator) freshenLocked() []RefusedCIDR {
+	if !a.stale.CompareAndSwap(true, false) {
+		return nil
+	}
+	return a.rebuildLocked()
 }
 
 // report logs each refused CIDR and passes it to Config.OnRefused.

@@ -10,7 +10,7 @@ import "net/netip"
 // once kube-apiserver has not done so within a hold. An address the
 // informer has seen, or that is being claimed, is kept.
 func (a *Allocator) Forget(ip netip.Addr) {
-	a.mu.Lock()
+	a.lock()
 	defer a.mu.Unlock()
 	if a.inflight[ip] != nil || !a.unobserved[ip] {
 		return

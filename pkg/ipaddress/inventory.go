@@ -35,7 +35,7 @@ func (a *Allocator) ForEach(ctx context.Context, fn func(netip.Addr)) error {
 		return allocation.ErrNotReady
 	}
 	addrs := a.cachedAddrs(familyPrefix(a.ipv6))
-	a.mu.Lock()
+	a.lock()
 	addrs = slices.DeleteFunc(addrs, func(ip netip.Addr) bool { return !a.containsLocked(ip) })
 	a.mu.Unlock()
 	slices.SortFunc(addrs, netip.Addr.Compare)
@@ -54,7 +54,7 @@ func (a *Allocator) UsageByCIDR(context.Context) (map[netip.Prefix]allocation.Us
 	if !a.ready.Load() {
 		return nil, allocation.ErrNotReady
 	}
-	a.mu.Lock()
+	a.lock()
 	defer a.mu.Unlock()
 	out := make(map[netip.Prefix]allocation.Usage, len(a.ranges))
 	for _, r := range a.ranges {
@@ -73,7 +73,7 @@ func (a *Allocator) Usage(context.Context) (allocation.Usage, error) {
 	if !a.ready.Load() {
 		return allocation.Usage{}, allocation.ErrNotReady
 	}
-	a.mu.Lock()
+	a.lock()
 	defer a.mu.Unlock()
 	active := make([]activeRange, len(a.ranges))
 	for i, r := range a.ranges {

@@ -109,7 +109,7 @@ func (a *Allocator) closeRangesLocked() {
 // range whose prefix holds it takes dynamic picks. The dual write asks it
 // of the candidate its bitmap picks, which knows nothing of lifecycles.
 func (a *Allocator) TakesDynamic(ip netip.Addr) bool {
-	a.mu.Lock()
+	a.lock()
 	defer a.mu.Unlock()
 	var buf [4]int
 	served := false
@@ -129,7 +129,7 @@ func (a *Allocator) TakesDynamic(ip netip.Addr) bool {
 // write asks it when TakesDynamic refuses its bitmap's candidate: another
 // candidate of the same window may be open.
 func (a *Allocator) InHole(ip netip.Addr) bool {
-	a.mu.Lock()
+	a.lock()
 	defer a.mu.Unlock()
 	var buf [4]int
 	for _, i := range a.lookup.appendHolding(buf[:0], ip) {
@@ -196,7 +196,7 @@ func (a *Allocator) notesLocked(ranges []*cidrRange, keep func(carrier) bool) (f
 // free when some ServiceCIDR its scopes let it use is closed by its
 // lifecycle; nil when none is (the scope errors then say it all).
 func (a *Allocator) closedError(nsLabels, svcLabels labels.Set) error {
-	a.mu.Lock()
+	a.lock()
 	rt := a.routeLocked(nsLabels, svcLabels, useAny)
 	full, closed := a.notesLocked(rt.ranges, func(c carrier) bool { return slices.Contains(rt.allowed, c.name) })
 	a.mu.Unlock()

@@ -62,7 +62,7 @@ func (l rangeLookup) appendHolding(dst []int, ip netip.Addr) []int {
 
 // Ranges returns the served prefixes in allocation order.
 func (a *Allocator) Ranges() []netip.Prefix {
-	a.mu.Lock()
+	a.lock()
 	defer a.mu.Unlock()
 	out := make([]netip.Prefix, len(a.ranges))
 	for i, r := range a.ranges {
@@ -78,7 +78,7 @@ func (a *Allocator) Ranges() []netip.Prefix {
 // about a tenth of the bytes the server allocates at 1,000 ServiceCIDRs
 // (hack/scale.sh).
 func (a *Allocator) CIDROf(ip netip.Addr) (netip.Prefix, bool) {
-	a.mu.Lock()
+	a.lock()
 	defer a.mu.Unlock()
 	if len(a.ranges) == 0 {
 		return netip.Prefix{}, false
@@ -99,7 +99,7 @@ func (a *Allocator) CIDROf(ip netip.Addr) (netip.Prefix, bool) {
 // Refused returns the CIDRs of ready ServiceCIDRs of this family that are not
 // served, with the reason.
 func (a *Allocator) Refused() []RefusedCIDR {
-	a.mu.Lock()
+	a.lock()
 	defer a.mu.Unlock()
 	return slices.Clone(a.refused)
 }

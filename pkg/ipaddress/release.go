@@ -62,7 +62,7 @@ func (a *Allocator) ReleaseOwned(ctx context.Context, ip netip.Addr, owner alloc
 	}
 	outcome, err := deleteOwned(ctx, a.objects, a.services, ip, owner, cached)
 	if err == nil && outcome == Released {
-		a.mu.Lock()
+		a.lock()
 		if a.inflight[ip] == nil {
 			delete(a.unobserved, ip)
 			a.markLocked(ip, false) // free for reuse before the watch event arrives

@@ -180,7 +180,7 @@ func (a *Allocator) nothingFree(rt *route, nsLabels, svcLabels labels.Set) error
 			return err
 		}
 	}
-	a.mu.Lock()
+	a.lock()
 	served := len(a.ranges)
 	var scoped []string
 	for _, r := range a.scopedRanges {
@@ -210,7 +210,7 @@ func (a *Allocator) nothingFree(rt *route, nsLabels, svcLabels labels.Set) error
 // and which are closed by their lifecycle, and what makes room (none when no
 // unscoped range is served).
 func (a *Allocator) fullError() error {
-	a.mu.Lock()
+	a.lock()
 	full, closed := a.notesLocked(a.ranges, func(c carrier) bool { return c.scope == nil })
 	a.mu.Unlock()
 	if len(closed) > 0 {
