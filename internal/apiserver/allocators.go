@@ -48,6 +48,9 @@ func (s *Server) openBackend(ctx context.Context, objects ipaddress.Objects) (*i
 		Client: client, IPAddresses: objects, Transition: s.transition, OnRefused: onRefused,
 	}
 	s.informers = sharedInformers(ctx, client, s.sources, cfg.ReadsServices())
+	if cfg.ReadsServices() {
+		s.serviceInformer = s.informers.Core().V1().Services().Informer()
+	}
 	cfg.Informers = s.informers
 	if s.cfg.InMemory {
 		cfg.Etcd = nil

@@ -52,11 +52,13 @@ func (s *Server) startRepairController(hc genericapiserver.PostStartHookContext)
 }
 
 // repairOptions are the settings of the server's repairs: each has its own
-// event recorder; the graces are Config.RepairGrace; the writes in flight
-// are read from the write leases every server registers in etcd.
+// event recorder; the map-based repairs read the Services from the Service
+// informer when the server runs one (repairServices); the graces are
+// Config.RepairGrace; the writes in flight are read from the write leases
+// every server registers in etcd.
 func (s *Server) repairOptions(ctx context.Context, client kubernetes.Interface) repair.Options {
 	return repair.Options{Client: client, Recorder: report.NewEventRecorder(ctx, client), Metrics: s.repairMetrics, Interval: s.cfg.RepairInterval,
-		LeakGrace: s.cfg.RepairGrace, OrphanGrace: s.cfg.RepairGrace,
+		Services: s.repairServices(client), LeakGrace: s.cfg.RepairGrace, OrphanGrace: s.cfg.RepairGrace,
 		InFlight: fence.InFlight{KV: s.etcd.KV, Layout: etcdlayout.Layout{Prefix: s.cfg.EtcdPrefix}}}
 }
 
@@ -130,7 +132,8 @@ func (s *Server) migrateFromOtherModel(ctx context.Context) error {
 // readiness: the map is persistent, so a restart loses nothing it would
 // have to rebuild first. So its first pass waits for the ClusterIP
 // repair's, which does gate it (afterFirstRepairPass, at most 30 s): at
-// 100,000 Services, its list of every Service costs about a fifth of the
+// 100,000 Services, a list of every Service (its source when the server
+// runs no Service informer, repairServices) costs about a fifth of the
 // start-up's CPU (hack/scale.sh), which run at once it would take from the
 // work readiness waits for.
 func (s *Server) startNodePortRepair(ctx context.Context, client kubernetes.Interface) error {

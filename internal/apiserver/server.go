@@ -25,6 +25,7 @@ import (
 	"k8s.io/apiserver/pkg/server/healthz"
 	"k8s.io/client-go/informers"
 	restclient "k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/cache"
 	"k8s.io/client-go/tools/record"
 	"k8s.io/component-base/metrics"
 	"k8s.io/component-base/metrics/legacyregistry"
@@ -73,7 +74,10 @@ type Server struct {
 	// repairs, ServiceCIDR controller); see openBackend. Its informers read
 	// the stores of sources in process.
 	informers informers.SharedInformerFactory
-	sources   *inProcessSources
+	// serviceInformer is informers' Service informer, which the map-based
+	// repairs read (repair_services.go); nil when the server runs none.
+	serviceInformer cache.SharedIndexInformer
+	sources         *inProcessSources
 	// ipAddresses is the IPAddress store in process (the allocators'
 	// claims, the ServiceCIDR controller's live list).
 	ipAddresses ipaddresses.InProcess

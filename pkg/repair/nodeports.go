@@ -67,8 +67,8 @@ func (r *NodePortRepair) Run(ctx context.Context, firstPass chan<- struct{}) err
 }
 
 // RunOnce makes one pass. Its report's Model is "nodeport" and each
-// problem's IP field holds the port. It reads the map, lists the Services,
-// reports what each holds and what no Service holds, and commits
+// problem's IP field holds the port. It reads the map, then the Services
+// (Options.ListServices), reports what each holds and what no Service holds, and commits
 // (Pass.Finish: events and metrics follow only a successful commit); a
 // write lost to concurrent allocations reruns it all (Rounds).
 func (r *NodePortRepair) RunOnce(ctx context.Context) (*report.Report, error) {
@@ -82,7 +82,7 @@ func (r *NodePortRepair) RunOnce(ctx context.Context) (*report.Report, error) {
 		if err != nil {
 			return nil, fmt.Errorf("node-port repair: %w", err)
 		}
-		services, err := report.ListServices(ctx, r.cfg.Client)
+		services, err := r.cfg.ListServices(ctx)
 		if err != nil {
 			return nil, fmt.Errorf("node-port repair: %w", err)
 		}
@@ -90,7 +90,7 @@ func (r *NodePortRepair) RunOnce(ctx context.Context) (*report.Report, error) {
 		// What each Service holds, oldest first.
 		var found Findings[int]
 		for i := range services {
-			svc := &services[i]
+			svc := services[i]
 			for _, port := range holding.NodePorts(svc) {
 				p := report.Problem{Resource: ResourceNodePort, IP: strconv.Itoa(port), Service: report.ServiceKey(svc)}
 				switch pass.Hold(svc, port) {

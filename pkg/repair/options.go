@@ -1,8 +1,10 @@
 package repair
 
 import (
+	"context"
 	"time"
 
+	corev1 "k8s.io/api/core/v1"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/record"
 
@@ -21,6 +23,10 @@ type Options struct {
 	// Client reads Services (and, in the IPAddress model, IPAddresses and
 	// ServiceCIDRs, and writes IPAddresses).
 	Client kubernetes.Interface
+	// Services (bitmap and node-port maps) gives a pass the Services after
+	// it has read its maps; nil: a paged consistent list on Client
+	// (report.ListServices).
+	Services ServiceSource
 	// Recorder receives the events; nil emits none.
 	Recorder record.EventRecorder
 	// Metrics counts problems; nil counts nothing.
@@ -48,6 +54,29 @@ type Options struct {
 	InFlight InFlight
 	// Now is the clock the graces are measured with (default time.Now).
 	Now func() time.Time
+}
+
+// ServiceSource gives a pass over a stored map every Service, oldest first
+// (report.OldestFirst). A pass reads its maps before it calls Services, and
+// needs every Service write committed before that read (package doc), so
+// Services must reflect every write committed before it was called, as a
+// consistent list does. The Services may be shared (an informer's cache): a
+// pass only reads them.
+type ServiceSource interface {
+	Services(ctx context.Context) ([]*corev1.Service, error)
+}
+
+// ListServices returns the Services of a pass: o.Services', or without it
+// those of a paged consistent list on o.Client.
+func (o Options) ListServices(ctx context.Context) ([]*corev1.Service, error) {
+	if o.Services != nil {
+		return o.Services.Services(ctx)
+	}
+	list, err := report.ListServices(ctx, o.Client)
+	if err != nil {
+		return nil, err
+	}
+	return report.Pointers(list), nil
 }
 
 // WithDefaults returns o with every unset (zero or negative) duration and

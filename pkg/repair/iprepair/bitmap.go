@@ -74,8 +74,8 @@ func (r *BitmapRepair) Run(ctx context.Context, firstPass chan<- struct{}) error
 	return nil
 }
 
-// RunOnce makes one repair pass over every family. It reads every map, lists
-// the Services once, and for each family reports what each Service holds
+// RunOnce makes one repair pass over every family. It reads every map, then
+// the Services once (repair.Options.ListServices), and for each family reports what each Service holds
 // and what no Service holds, and commits (repair.Pass.Finish: events and
 // metrics follow only a successful commit); a family whose write lost to
 // concurrent allocations is passed over again from a fresh read and list
@@ -98,7 +98,7 @@ func (r *BitmapRepair) RunOnce(ctx context.Context) (*report.Report, error) {
 			}
 			passes[i] = pass
 		}
-		services, err := report.ListServices(ctx, r.cfg.Client)
+		services, err := r.cfg.ListServices(ctx)
 		if err != nil {
 			return nil, fmt.Errorf("bitmap repair: %w", err)
 		}
@@ -112,7 +112,7 @@ func (r *BitmapRepair) RunOnce(ctx context.Context) (*report.Report, error) {
 			// What each Service holds, oldest first.
 			var found repair.Findings[netip.Addr]
 			for j := range services {
-				svc := &services[j]
+				svc := services[j]
 				ips, invalid := holding.ClusterIPs(svc)
 				for _, ip := range ips {
 					p := report.Problem{IP: ip.String(), Service: report.ServiceKey(svc)}

@@ -40,6 +40,21 @@ func ListServices(ctx context.Context, client kubernetes.Interface) ([]corev1.Se
 	return services, nil
 }
 
+// Pointers returns pointers to the items of services, in order, without
+// copying them.
+func Pointers(services []corev1.Service) []*corev1.Service {
+	out := make([]*corev1.Service, len(services))
+	for i := range services {
+		out[i] = &services[i]
+	}
+	return out
+}
+
+// SortOldestFirst sorts services as ListServices orders its list.
+func SortOldestFirst(services []*corev1.Service) {
+	slices.SortStableFunc(services, OldestFirst)
+}
+
 // OldestFirst orders Services as ListServices does: the older one first,
 // then by namespace/name.
 func OldestFirst(a, b *corev1.Service) int {
