@@ -9,6 +9,7 @@ import (
 	"strconv"
 	"time"
 
+	"k8s.io/apimachinery/pkg/runtime/schema"
 	openapinamer "k8s.io/apiserver/pkg/endpoints/openapi"
 	genericapiserver "k8s.io/apiserver/pkg/server"
 	genericoptions "k8s.io/apiserver/pkg/server/options"
@@ -94,6 +95,11 @@ type Config struct {
 	// RepairGrace is the repairs' leak and orphan grace (default
 	// allocation.LeakGrace, which outlasts every request). Tests shorten it.
 	RepairGrace time.Duration
+	// NoWatchCache are the resources served without a watch cache
+	// (--watch-cache-sizes RESOURCE#0): their lists, gets and watches read
+	// etcd. By default the Services and IPAddresses, which the server's
+	// own informers hold already (options_watchcache.go).
+	NoWatchCache map[schema.GroupResource]bool
 	// TransitionTTL is the lease TTL of this replica's transition record
 	// (default transition.DefaultTTL). An InMemory server joins no
 	// transition.
@@ -112,6 +118,7 @@ func (o *Options) Config(etcdServers []string) (*Config, error) {
 	nodePorts, _ := nodeport.Parse(o.ServiceNodePortRange)
 	allocatorModel, _ := model.Parse(o.Allocator, false)
 	guardrails, _ := o.Guardrails.Guardrails()
+	noWatchCache, _ := ParseWatchCacheSizes(o.WatchCacheSizes)
 	if len(etcdServers) == 0 {
 		etcdServers = o.EtcdServers
 	}
@@ -164,6 +171,7 @@ func (o *Options) Config(etcdServers []string) (*Config, error) {
 		ServerURL:                  serverURL,
 		KubeconfigPath:             kubeconfig,
 		KubernetesServicePort:      port,
+		NoWatchCache:               noWatchCache,
 	}
 	return cfg, nil
 }

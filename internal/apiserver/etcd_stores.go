@@ -13,6 +13,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	networkingv1 "k8s.io/api/networking/v1"
 	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apiserver/pkg/registry/generic"
 	"k8s.io/apiserver/pkg/storage"
 	cacherstorage "k8s.io/apiserver/pkg/storage/cacher"
@@ -63,6 +64,9 @@ type etcdStores struct {
 	// leases are the leases of the Services' and IPAddresses' fenced
 	// writes; nil: each store grants its own (tests of the stores alone).
 	leases *fence.Leases
+	// uncached are the resources served without a watch cache
+	// (Config.NoWatchCache).
+	uncached map[schema.GroupResource]bool
 
 	mu        sync.Mutex
 	refs      int            // storages built and not destroyed; guarded by mu
@@ -123,7 +127,8 @@ type etcdCompactor struct {
 	etcd3.Compactor
 }
 
-// decorator is the generic.StorageDecorator of every resource's store.
+// decorator is the generic.StorageDecorator of every resource's store: the
+// etcd3 store below a watch cache, or alone for a resource in uncached.
 func (p *etcdStores) decorator() generic.StorageDecorator {
 	return func(config *storagebackend.ConfigForResource, resourcePrefix string,
 		keyFunc func(obj runtime.Object) (string, error),
@@ -133,6 +138,9 @@ func (p *etcdStores) decorator() generic.StorageDecorator {
 		raw, destroyRaw, err := p.rawStorage(config, newFunc, newListFunc, resourcePrefix)
 		if err != nil {
 			return nil, nil, err
+		}
+		if p.uncached[config.GroupResource] {
+			return raw, destroyRaw, nil
 		}
 		cacher, err := cacherstorage.NewCacherFromConfig(cacherstorage.Config{
 			Storage:             raw,

@@ -19,7 +19,9 @@ import (
 )
 
 // listWatchStore is what an in-process informer reads: a resource's registry
-// store, whose lists and watches the watch cache serves.
+// store, whose lists and watches its watch cache serves, or etcd for a
+// resource without one (Config.NoWatchCache: by default the Services and
+// IPAddresses, which these informers hold instead).
 type listWatchStore interface {
 	rest.Lister
 	rest.Watcher
@@ -63,7 +65,7 @@ func newInProcessSources() *inProcessSources {
 }
 
 // storeListWatch lists and watches a store in process: the informer gets
-// the watch cache's events without the loopback request (authentication,
+// the store's events without the loopback request (authentication,
 // protobuf encoding, HTTP/2 and TLS on the server's side, the same again
 // to decode them on the informer's), which would cost every create and
 // delete a few percent of its CPU per informer (hack/bench.sh).
@@ -137,14 +139,15 @@ func whileInitializing[T any](ctx context.Context, f func() (T, error)) (T, erro
 }
 
 // ownCopy gives the informer an object of its own: the factory's transform
-// (stripManagedFields) changes what it stores. An event of the watch cache
-// carries either its shared object wrapped for the encoders (a
-// CacheableObject, shared with every other watcher and with the cache
-// itself), which is copied here, or an object the watch already copied for
-// this watcher alone (the cacher's getMutableObject; the initial events of
-// a watch list, 100,000 per resource at a start with 100,000 Services),
-// which is the informer's as it is: copying it again would cost about a
-// tenth of the start-up's CPU (hack/scale.sh).
+// (stripManagedFields) changes what it stores. An event of a store without
+// a watch cache is decoded for its watcher alone, and is the informer's.
+// An event of a watch cache carries either its shared object wrapped for
+// the encoders (a CacheableObject, shared with every other watcher and
+// with the cache itself), which is copied here, or an object the watch
+// already copied for this watcher alone (the cacher's getMutableObject;
+// the initial events of a watch list, 100,000 per resource at a start with
+// 100,000 Services), which is the informer's as it is: copying it again
+// would cost about a tenth of the start-up's CPU (hack/scale.sh).
 func ownCopy(e watch.Event) (watch.Event, bool) {
 	if o, ok := e.Object.(runtime.CacheableObject); ok {
 		e.Object = o.GetObject() // a deep copy

@@ -7,6 +7,7 @@ import (
 	"net/netip"
 	"net/url"
 	"path/filepath"
+	"slices"
 	"strings"
 	"time"
 
@@ -38,6 +39,8 @@ type Options struct {
 	EtcdCAFile   string
 	EtcdCertFile string
 	EtcdKeyFile  string
+	// WatchCacheSizes is --watch-cache-sizes (options_watchcache.go).
+	WatchCacheSizes []string
 	// CertDir holds the self-signed serving certificate; default <DataDir>/certs.
 	CertDir string
 	// DataDir holds the embedded etcd, the certificates and admin.kubeconfig.
@@ -62,6 +65,7 @@ func NewOptions() *Options {
 		SecurePort:            6443,
 		BindAddress:           "127.0.0.1",
 		EtcdPrefix:            etcdlayout.DefaultPrefix,
+		WatchCacheSizes:       slices.Clone(DefaultWatchCacheSizes),
 		DataDir:               "./allocator-data",
 		Allocator:             string(model.IPAddress),
 		RepairInterval:        repair.DefaultInterval,
@@ -106,6 +110,10 @@ func (o *Options) Flags() cliflag.NamedFlagSets {
 	fs.StringVar(&o.EtcdCAFile, "etcd-cafile", o.EtcdCAFile, "SSL Certificate Authority file used to secure etcd communication (with --etcd-servers).")
 	fs.StringVar(&o.EtcdCertFile, "etcd-certfile", o.EtcdCertFile, "SSL certification file used to secure etcd communication (with --etcd-servers).")
 	fs.StringVar(&o.EtcdKeyFile, "etcd-keyfile", o.EtcdKeyFile, "SSL key file used to secure etcd communication (with --etcd-servers).")
+	fs.StringSliceVar(&o.WatchCacheSizes, "watch-cache-sizes", o.WatchCacheSizes,
+		"Watch cache per resource, as kube-apiserver's flag: RESOURCE[.GROUP]#SIZE, comma separated; a size of 0 serves the resource from etcd without one, any other size with one. "+
+			"By default the Services and IPAddresses have none: the server's own informers hold them already (a second copy costs about 4.6 KB per Service). "+
+			"Many watchers of Services (every node's kube-proxy) want it back: services#100.")
 
 	o.Security.addFlags(&fss)
 	return fss
@@ -119,6 +127,9 @@ func (o *Options) Validate() error {
 	name, nameErr := model.Parse(o.Allocator, false)
 	guardrails, guardrailsErr := o.Guardrails.Guardrails()
 	errs = append(errs, guardrailsErr)
+	if _, err := ParseWatchCacheSizes(o.WatchCacheSizes); err != nil {
+		errs = append(errs, err)
+	}
 	if cidrs, err := ParseServiceCIDRs(o.ServiceClusterIPRange); err != nil {
 		errs = append(errs, err)
 	} else {

@@ -134,6 +134,7 @@ func (c CompletedConfig) New(ctx context.Context) (*Server, error) {
 		embedetcd.KlogLogger(logger(ctx).WithName("etcd-client")), s.history.Guard)
 	s.writeLeases = fence.NewLeases(s.etcd, etcdlayout.Layout{Prefix: c.EtcdPrefix}, c.WriteLeaseTTL)
 	getter.stores.leases = s.writeLeases
+	getter.stores.uncached = c.NoWatchCache
 	ipREST, err := ipaddresses.NewREST(Scheme, getter)
 	if err != nil {
 		return nil, err

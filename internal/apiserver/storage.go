@@ -34,7 +34,8 @@ var resourcePrefixes = map[schema.GroupResource]string{
 // kube-apiserver's key layout and encoding: protobuf with the "k8s\x00"
 // envelope (the apimachinery protobuf serializer), external version v1;
 // JSON values are read too.
-// Reads go through the watch cache.
+// Reads go through the watch cache, but for the resources without one
+// (Config.NoWatchCache), which read etcd.
 type restOptionsGetter struct {
 	base   storagebackend.Config
 	stores *etcdStores

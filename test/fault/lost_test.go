@@ -62,7 +62,9 @@ type lostSetup struct {
 	fast, slow kubernetes.Interface
 }
 
-func startLost(t *testing.T, m model.Name) lostSetup {
+// startLost starts the server on a fault proxy; each of flags changes its
+// options.
+func startLost(t *testing.T, m model.Name, flags ...func(*apiserver.Options)) lostSetup {
 	etcd := etcdtest.New(t)
 	proxy, err := faultproxy.Start(strings.TrimPrefix(etcd.Endpoints()[0], "http://"))
 	if err != nil {
@@ -76,6 +78,9 @@ func startLost(t *testing.T, m model.Name) lostSetup {
 		Flags: func(o *apiserver.Options) {
 			o.EtcdServers = []string{proxy.URL()}
 			o.ServiceNodePortRange = nodePortRange
+			for _, f := range flags {
+				f(o)
+			}
 		},
 	})
 	direct, err := clientv3.New(clientv3.Config{Endpoints: etcd.Endpoints(), DialTimeout: 10 * time.Second, Logger: zap.NewNop()})
@@ -136,7 +141,11 @@ func (l lostSetup) settled(ctx context.Context, t *testing.T, m model.Name, name
 func lostDelete(t *testing.T, m model.Name) {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
-	l := startLost(t, m)
+	// The Services' watch cache on: the delete's read of the Service is
+	// then the cache's, and the fault, which delays every request naming
+	// the Service's key, delays the delete alone. Without the cache the
+	// read is delayed too and the delete is never sent in time.
+	l := startLost(t, m, func(o *apiserver.Options) { o.WatchCacheSizes = []string{"services#100"} })
 	fast, slow, proxy := l.fast, l.slow, l.proxy
 
 	svc := newService("lost", shape{typ: corev1.ServiceTypeNodePort})

@@ -36,8 +36,8 @@ const InformerCatchUp = 10 * time.Second
 // so every write it needs is at a revision ≤ R. If L ≥ R, the store has
 // them all. If not, the store may still hold them all: revisions after L
 // are mostly writes of other keys (leases, maps, IPAddresses), which move
-// no Service event, and the watch cache sends the informer a bookmark
-// only about once a minute. So an etcd watch of the Services' prefix from
+// no Service event, and a bookmark, which would move it, reaches the
+// informer about once a minute at most. So an etcd watch of the Services' prefix from
 // L+1 returns the Service writes in (L, R]: etcd sends a watch its events
 // in revision order and a progress notification only once it has sent
 // every event up to the notification's revision, so once a notification
