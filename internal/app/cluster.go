@@ -142,6 +142,11 @@ func (f *clusterFlags) kubeClient(options ...func(*rest.Config)) (kubernetes.Int
 	}
 	cfg.QPS, cfg.Burst = 200, 400
 	cfg.UserAgent = "allocator-repair"
+	// Protobuf, which every API server serves for the built-in kinds these
+	// commands read: the repair's lists of every Service and IPAddress
+	// decode several times faster than as JSON.
+	cfg.ContentType = "application/vnd.kubernetes.protobuf"
+	cfg.AcceptContentTypes = "application/vnd.kubernetes.protobuf,application/json"
 	for _, o := range options {
 		o(cfg)
 	}
