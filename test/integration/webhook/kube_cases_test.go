@@ -41,10 +41,7 @@ func TestWebhookKube(t *testing.T) {
 		}
 		waitUntilT(t, 30*time.Second, "the replicas count each other", func() bool { n := r.w.Stripe().Of; return n == len(replicas) })
 	}
-	if _, err := k.client.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{
-		Name: "a", Labels: map[string]string{"team": "a"}}}, metav1.CreateOptions{}); err != nil {
-		t.Fatal(err)
-	}
+	mustCreateTeamA(t, k.client)
 	create := func(svc *corev1.Service, opts metav1.CreateOptions) (*corev1.Service, error) {
 		return k.client.CoreV1().Services(svc.Namespace).Create(ctx, svc, opts)
 	}

@@ -36,10 +36,7 @@ func TestWebhookKubeDualStack(t *testing.T) {
 			waitServed(t, r, p)
 		}
 	}
-	if _, err := k.client.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{
-		Name: "a", Labels: map[string]string{"team": "a"}}}, metav1.CreateOptions{}); err != nil {
-		t.Fatal(err)
-	}
+	mustCreateTeamA(t, k.client)
 	single, prefer, require := corev1.IPFamilyPolicySingleStack, corev1.IPFamilyPolicyPreferDualStack, corev1.IPFamilyPolicyRequireDualStack
 	v4, v6 := corev1.IPv4Protocol, corev1.IPv6Protocol
 	for _, c := range []struct {

@@ -40,10 +40,7 @@ func TestWebhookKubeConflicts(t *testing.T) {
 				waitServed(t, r, "10.210.0.0/20")
 				waitUntilT(t, 30*time.Second, "the replicas count each other", func() bool { return r.w.Stripe().Of == replicas })
 			}
-			if _, err := k.client.CoreV1().Namespaces().Create(context.Background(), &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{
-				Name: "a", Labels: map[string]string{"team": "a"}}}, metav1.CreateOptions{}); err != nil {
-				t.Fatal(err)
-			}
+			mustCreateTeamA(t, k.client)
 			c := fillScope(t, k, "a", 32, size)
 			for b, what := range []string{"below 10%", "10% to 90%", "above 90%"} {
 				t.Logf("%d replica(s), 32 clients, scope %s full: %d created, %d conflicts (%.2f per 1,000 creates)",
@@ -87,10 +84,7 @@ func TestWebhookKubeStoppedMidLoad(t *testing.T) {
 			waitServed(t, r, p)
 		}
 	}
-	if _, err := k.client.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{
-		Name: "a", Labels: map[string]string{"team": "a"}}}, metav1.CreateOptions{}); err != nil {
-		t.Fatal(err)
-	}
+	mustCreateTeamA(t, k.client)
 
 	const total, stop, resume = 600, 200, 400
 	var next atomic.Int64

@@ -151,10 +151,7 @@ func TestWebhookServices(t *testing.T) {
 	ctx := context.Background()
 	mustCreateCIDR(t, srv.Client, "old", "10.200.0.0/24", map[string]string{lifecycle.DrainingAnnotation: "true"})
 	mustCreateCIDR(t, srv.Client, "team-a", "10.210.0.0/24", map[string]string{scope.NamespaceSelectorAnnotation: "team=a"})
-	if _, err := srv.Client.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{
-		Name: "a", Labels: map[string]string{"team": "a"}}}, metav1.CreateOptions{}); err != nil {
-		t.Fatal(err)
-	}
+	mustCreateTeamA(t, srv.Client)
 	r := startReplica(t, srv.Client, servicecidrs.Policy{})
 	waitServed(t, r, "10.210.0.0/24")
 
@@ -239,6 +236,16 @@ func TestWebhookServiceCIDRs(t *testing.T) {
 	}
 	if resp := r.review(t, webhook.ServiceCIDRsPath, admissionv1.Create, "", cidr("ok", "10.220.0.0/24", nil), nil, false); !resp.Allowed {
 		t.Errorf("an allowed ServiceCIDR: %+v", resp.Result)
+	}
+}
+
+// mustCreateTeamA creates namespace a, labelled team=a: the namespace the
+// tests' scoped ServiceCIDRs select.
+func mustCreateTeamA(t testing.TB, client kubernetes.Interface) {
+	t.Helper()
+	if _, err := client.CoreV1().Namespaces().Create(context.Background(), &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{
+		Name: "a", Labels: map[string]string{"team": "a"}}}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
 	}
 }
 
