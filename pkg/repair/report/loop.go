@@ -12,7 +12,8 @@ import (
 // repair controller. A failed pass is retried sooner, with exponential
 // backoff (1 s doubling, jittered, capped at interval), after onFail has
 // been told the error and the delay; the backoff starts over after a good
-// pass.
+// pass. A pass that fails once ctx has ended was cut short by the stop: it
+// is not reported.
 func Loop(ctx context.Context, interval time.Duration, pass func(context.Context) error, onFail func(err error, retryIn time.Duration)) {
 	newBackoff := func() wait.Backoff {
 		return wait.Backoff{Duration: time.Second, Factor: 2, Jitter: 0.2, Steps: 8, Cap: interval}
@@ -21,6 +22,9 @@ func Loop(ctx context.Context, interval time.Duration, pass func(context.Context
 	for {
 		delay := interval
 		if err := pass(ctx); err != nil {
+			if ctx.Err() != nil {
+				return // cut short by the stop: not a failure
+			}
 			delay = backoff.Step()
 			onFail(err, delay)
 		} else {

@@ -42,3 +42,27 @@ func TestPassLoop(t *testing.T) {
 		t.Errorf("retry delays %v, want about 1 s then 2 s (20%% jitter)", delays)
 	}
 }
+
+// TestPassLoopStopIsNoFailure: a pass that fails because the loop's
+// context ended is not reported, and the loop ends.
+func TestPassLoopStopIsNoFailure(t *testing.T) {
+	t.Parallel()
+	ctx, cancel := context.WithCancel(context.Background())
+	reported := 0
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		Loop(ctx, time.Hour, func(ctx context.Context) error {
+			cancel()
+			return ctx.Err()
+		}, func(error, time.Duration) { reported++ })
+	}()
+	select {
+	case <-done:
+	case <-time.After(10 * time.Second):
+		t.Fatal("Loop did not end with its context")
+	}
+	if reported != 0 {
+		t.Errorf("a pass cut short by the stop was reported %d times as failed", reported)
+	}
+}
