@@ -136,5 +136,11 @@ hack/verify-codegen.sh
 phase "e2e (allocator serve + kubectl)"
 hack/e2e.sh
 
+phase "scale smoke (10,000 Services on 100 ServiceCIDRs: a check, not a timing)"
+# hack/scale.sh fails on a refused create, a ClusterIP handed out twice, a
+# server not ready after its restart, or a repair that finds a problem.
+CIDRS=100 V4_CIDRS=40 SERVICES=10000 hack/scale.sh >"$log" 2>&1 || { tail -40 "$log"; exit 1; }
+sed -n '/^=== summary/,$p' "$log"
+
 phase end
 echo "packages: ${passed} passed, 0 failed"

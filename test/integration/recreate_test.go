@@ -168,14 +168,25 @@ func TestStaleIPAddressKeepsNoBit(t *testing.T) {
 	// The server's own repair may have made it already, racing the delete
 	// as this test stages: then it is the same stale object.
 	owner := allocation.Owner{Namespace: metav1.NamespaceDefault, Name: "c"}
+	// Or it has made it and taken it back between the create and the read:
+	// then the create is tried again.
 	stale := ipaddress.NewObject(ip, allocation.Owner{Namespace: owner.Namespace, Name: owner.Name, UID: string(first.UID)})
-	if _, err := srv.client.NetworkingV1().IPAddresses().Create(ctx, stale, metav1.CreateOptions{}); apierrors.IsAlreadyExists(err) {
+	for attempt := 1; ; attempt++ {
+		_, err := srv.client.NetworkingV1().IPAddresses().Create(ctx, stale, metav1.CreateOptions{})
+		if err == nil {
+			break
+		}
+		if !apierrors.IsAlreadyExists(err) {
+			t.Fatal(err)
+		}
 		got, gerr := srv.client.NetworkingV1().IPAddresses().Get(ctx, ip.String(), metav1.GetOptions{})
+		if apierrors.IsNotFound(gerr) && attempt < 3 {
+			continue
+		}
 		if gerr != nil || !ipaddress.OwnedBy(got, owner) {
 			t.Fatalf("IPAddress %s exists and does not name the deleted c: %+v, %v", ip, got, gerr)
 		}
-	} else if err != nil {
-		t.Fatal(err)
+		break
 	}
 	if _, err := svcs.Create(ctx, newService("c", withStatic), metav1.CreateOptions{}); err != nil {
 		t.Fatalf("create c again with %s (its bit is free): %v", ip, err)
