@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"net/netip"
+	"slices"
 	"strings"
 	"sync"
 
@@ -95,9 +96,10 @@ func (r *runner) dryRunCreate(ctx context.Context, probe *corev1.Service) (*core
 		return got, nil
 	}
 	got = got.DeepCopy()
+	asked := holding.IPs(probe)
 	for i, text := range got.Spec.ClusterIPs {
 		ip, ok := holding.ParseClusterIP(text)
-		if !ok || requested(probe, ip) {
+		if !ok || slices.Contains(asked, ip) {
 			continue
 		}
 		for _, p := range picks {
@@ -110,16 +112,6 @@ func (r *runner) dryRunCreate(ctx context.Context, probe *corev1.Service) (*core
 		got.Spec.ClusterIP = got.Spec.ClusterIPs[0]
 	}
 	return got, nil
-}
-
-// requested reports whether probe asks for ip.
-func requested(probe *corev1.Service, ip netip.Addr) bool {
-	for _, text := range probe.Spec.ClusterIPs {
-		if a, ok := holding.ParseClusterIP(text); ok && a == ip {
-			return true
-		}
-	}
-	return false
 }
 
 // checkPinned is the dry run of a probe with pins, for an API server whose
