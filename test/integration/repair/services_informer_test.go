@@ -105,7 +105,7 @@ func (d *delayedWatch) Stop() {
 }
 
 // informerRepair is a node-port repair of srv's map that reads the Services
-// from informer (report.InformerServices), and counts the passes that fell
+// from informer (repair.InformerServices), and counts the passes that fell
 // back to the paged list.
 func informerRepair(t *testing.T, srv *testserver.Server, informer cache.SharedIndexInformer, opts repair.Options) (*repair.NodePortRepair, *nodeport.EtcdAllocator, *atomic.Int32) {
 	t.Helper()
@@ -116,7 +116,7 @@ func informerRepair(t *testing.T, srv *testserver.Server, informer cache.SharedI
 	}
 	fallbacks := &atomic.Int32{}
 	opts.Client = srv.Client
-	opts.Services = report.InformerServices{Informer: informer, Etcd: etcd, Prefix: etcdlayout.Layout{}.ServicesPrefix(),
+	opts.Services = repair.InformerServices{Informer: informer, Etcd: etcd, Prefix: etcdlayout.Layout{}.ServicesPrefix(),
 		List: func(ctx context.Context) ([]*corev1.Service, error) {
 			fallbacks.Add(1)
 			return repair.Options{Client: srv.Client}.ListServices(ctx)
@@ -201,7 +201,7 @@ func TestNodePortRepairFromLaggingInformer(t *testing.T) {
 			t.Fatal(err)
 		}
 		noProblems(t, rep)
-		if took := time.Since(start); took > report.InformerCatchUp/2 {
+		if took := time.Since(start); took > repair.InformerCatchUp/2 {
 			t.Errorf("the pass took %v: it waited for a Service event", took)
 		}
 	})

@@ -1,4 +1,4 @@
-package report
+package repair
 
 import (
 	"context"
@@ -13,6 +13,8 @@ import (
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/klog/v2"
+
+	"github.com/allocator/allocator/pkg/repair/report"
 )
 
 // InformerCatchUp bounds how long a pass waits for the Service informer to
@@ -20,7 +22,7 @@ import (
 // pass lists the Services instead.
 const InformerCatchUp = 10 * time.Second
 
-// InformerServices is a repair.ServiceSource for a server's map-based
+// InformerServices is a ServiceSource for a server's map-based
 // repairs (the node-port repair, the bitmap repair): the Services in a
 // Service informer's store, once it holds every Service write committed
 // before Services was called. Listing them instead costs about
@@ -60,8 +62,8 @@ type InformerServices struct {
 	// Prefix is the etcd key prefix of every Service
 	// (etcdlayout.Layout.ServicesPrefix).
 	Prefix string
-	// List is the fallback: a paged consistent list (repair.Options with
-	// no Services: its ListServices).
+	// List is the fallback: a paged consistent list (Options with no
+	// Services: its ListServices).
 	List func(ctx context.Context) ([]*corev1.Service, error)
 }
 
@@ -124,7 +126,7 @@ func (s InformerServices) fromInformer(ctx context.Context) ([]*corev1.Service, 
 		}
 		services = append(services, svc)
 	}
-	SortOldestFirst(services)
+	report.SortOldestFirst(services)
 	return services, nil
 }
 
