@@ -112,7 +112,7 @@ func (o *Options) Flags() cliflag.NamedFlagSets {
 	fs.StringVar(&o.EtcdKeyFile, "etcd-keyfile", o.EtcdKeyFile, "SSL key file used to secure etcd communication (with --etcd-servers).")
 	fs.StringSliceVar(&o.WatchCacheSizes, "watch-cache-sizes", o.WatchCacheSizes,
 		"Watch cache per resource, as kube-apiserver's flag: RESOURCE[.GROUP]#SIZE, comma separated; a size of 0 serves the resource from etcd without one, any other size with one. "+
-			"By default the Services and IPAddresses have none: the server's own informers hold them already (a second copy costs about 4.6 KB per Service). "+
+			"By default the Services and IPAddresses have none: the server's own informers hold them already, and the cache would hold a second copy. "+
 			"Many watchers of Services (every node's kube-proxy) want it back: services#100.")
 
 	o.Security.addFlags(&fss)

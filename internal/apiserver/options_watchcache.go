@@ -14,9 +14,8 @@ import (
 // DefaultWatchCacheSizes turn the watch cache off for the Services and the
 // IPAddresses. The server's own informers (allocators, repairs, the
 // ServiceCIDR controller) hold every one of them already; a watch cache
-// would hold a second decoded copy, with its managedFields: about 4.6 KB per
-// Service of live heap (hack/scale.sh), most of the server's memory at a
-// million Services. Without it their lists, gets and watches read etcd: a
+// would hold a second decoded copy, with its managedFields, larger than
+// the informers' (docs/performance.md has the figures). Without it their lists, gets and watches read etcd: a
 // page of a list reads the page's keys (a watch cache answers every page
 // after the first at a cost that grows with the objects stored), a watch is
 // an etcd watch of its own, decoded for its watcher. That suits the

@@ -41,8 +41,9 @@ const maxPortAttempts = 5
 // DefaultQuotaBackendBytes is the database size at which a member started
 // with Config.QuotaBackendBytes 0 raises the NOSPACE alarm: 8 GiB, the
 // largest quota etcd suggests. The database file of `allocator serve`
-// grows by about 1.8 KiB per Service (two keys, hack/scale.sh), so etcd's
-// own default of 2 GiB would refuse writes short of a million Services.
+// holds two keys per Service (the Service, its IPAddress) with their
+// history until a compaction, so etcd's own default of 2 GiB would refuse
+// writes short of a million Services (docs/performance.md).
 // The quota bounds the file; it reserves neither disk nor memory (bbolt
 // maps the file as it grows).
 const DefaultQuotaBackendBytes int64 = 8 << 30

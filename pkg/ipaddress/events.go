@@ -72,9 +72,8 @@ func (a *Allocator) observe(obj any, exists bool) {
 // cidrsChanged marks the ranges stale once the allocator is ready (before,
 // the first rebuild runs once everything has synced). The next taker of
 // a.mu (lock) rebuilds them, or else the rebuild loop within rebuildDelay:
-// a burst of ServiceCIDR events (10,000 created at once) costs a few
-// rebuilds, not one each, and every rebuild lists and sorts every
-// ServiceCIDR. What reads the ranges sees every event its informer
+// a burst of ServiceCIDR events costs a few rebuilds, not one each, and
+// every rebuild lists and sorts every ServiceCIDR. What reads the ranges sees every event its informer
 // delivered before the read, as when each event rebuilt them.
 func (a *Allocator) cidrsChanged() {
 	if !a.ready.Load() {

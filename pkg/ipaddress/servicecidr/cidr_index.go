@@ -9,8 +9,8 @@ import (
 // name, and the names of those holding each prefix. The ServiceCIDRs that
 // contain an address are then found with one map lookup per prefix length
 // in use (a few: /24s, /112s, the default range's), whatever their number:
-// every IPAddress event looks them up, and a scan of 10,000 ServiceCIDRs
-// per event would be most of the server's CPU (hack/scale.sh).
+// every IPAddress event looks them up, so no event's cost grows with the
+// ServiceCIDRs.
 type cidrIndex struct {
 	list     []namedCIDR
 	byPrefix map[netip.Prefix][]string
