@@ -8,6 +8,7 @@ import (
 
 	"github.com/allocator/allocator/pkg/ipaddress/addrindex"
 	"github.com/allocator/allocator/pkg/ipaddress/lifecycle"
+	"github.com/allocator/allocator/pkg/ipaddress/prefixindex"
 	"github.com/allocator/allocator/pkg/subrange"
 )
 
@@ -26,38 +27,28 @@ type cidrRange struct {
 	holes holes
 }
 
-// rangeLookup finds the served ranges whose prefix holds an address by the
-// address's prefix at each length in use, not by looking at every range:
-// an informer event or a claim marks its address in each, and with a
-// thousand ServiceCIDRs a look at every range would cost about a thirtieth
-// of a create's CPU (hack/scale.sh).
+// rangeLookup finds the served ranges whose prefix holds an address
+// (prefixindex), not by looking at every range: an informer event or a
+// claim marks its address in each, and with a thousand ServiceCIDRs a look
+// at every range would cost about a thirtieth of a create's CPU
+// (hack/scale.sh).
 type rangeLookup struct {
-	byPrefix map[netip.Prefix][]int // positions in the ranges it was built from
-	lengths  []int                  // the prefix lengths of the ranges, each once
+	prefixes *prefixindex.Index[int] // positions in the ranges it was built from
 }
 
 func newRangeLookup(ranges []*cidrRange) rangeLookup {
-	l := rangeLookup{byPrefix: make(map[netip.Prefix][]int, len(ranges))}
+	entries := make([]prefixindex.Entry[int], len(ranges))
 	for i, r := range ranges {
-		p := r.rng.Prefix().Masked()
-		l.byPrefix[p] = append(l.byPrefix[p], i)
-		if !slices.Contains(l.lengths, p.Bits()) {
-			l.lengths = append(l.lengths, p.Bits())
-		}
+		entries[i] = prefixindex.Entry[int]{Prefix: r.rng.Prefix(), Value: i}
 	}
-	return l
+	return rangeLookup{prefixes: prefixindex.New(entries)}
 }
 
 // appendHolding appends to dst the positions of the ranges whose prefix
 // holds ip (its network and broadcast addresses included: the caller asks
 // the range).
 func (l rangeLookup) appendHolding(dst []int, ip netip.Addr) []int {
-	for _, bits := range l.lengths {
-		if p, err := ip.Prefix(bits); err == nil {
-			dst = append(dst, l.byPrefix[p]...)
-		}
-	}
-	return dst
+	return l.prefixes.AppendContaining(dst, ip)
 }
 
 // Ranges returns the served prefixes in allocation order.

@@ -72,11 +72,7 @@ func (o Options) ListServices(ctx context.Context) ([]*corev1.Service, error) {
 	if o.Services != nil {
 		return o.Services.Services(ctx)
 	}
-	list, err := report.ListServices(ctx, o.Client)
-	if err != nil {
-		return nil, err
-	}
-	return report.Pointers(list), nil
+	return report.ListServices(ctx, o.Client)
 }
 
 // WithDefaults returns o with every unset (zero or negative) duration and

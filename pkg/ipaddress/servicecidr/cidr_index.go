@@ -3,57 +3,112 @@ package servicecidr
 import (
 	"net/netip"
 	"slices"
+	"strings"
+	"sync"
+
+	networkingv1 "k8s.io/api/networking/v1"
+
+	"github.com/allocator/allocator/pkg/ipaddress/lifecycle"
+	"github.com/allocator/allocator/pkg/ipaddress/prefixindex"
 )
 
-// cidrIndex is every ServiceCIDR with its prefixes and lifecycle, sorted by
-// name, and the names of those holding each prefix. The ServiceCIDRs that
-// contain an address are then found with one map lookup per prefix length
-// in use (a few: /24s, /112s, the default range's), whatever their number:
-// every IPAddress event looks them up, so no event's cost grows with the
-// ServiceCIDRs.
+// cidrIndex is every ServiceCIDR with its prefixes and lifecycle, kept by
+// the ServiceCIDR event handlers, and an index of their prefixes: the
+// ServiceCIDRs that contain an address, or overlap a ServiceCIDR, are found
+// without looking at the others (prefixindex). Every IPAddress event looks
+// up those containing its address, and every ServiceCIDR event and sync
+// those overlapping it, so no event's cost grows with the ServiceCIDRs;
+// an event changes the index in place rather than having it rebuilt from
+// the cache (at 10,000 ServiceCIDRs, a rebuild per event made their
+// creates quadratic).
 type cidrIndex struct {
-	list     []namedCIDR
-	byPrefix map[netip.Prefix][]string
-	bits     [2][]int // the prefix lengths in use: [0] IPv4, [1] IPv6, longest first
+	mu       sync.Mutex
+	byName   map[string]namedCIDR      // guarded by mu
+	prefixes prefixindex.Index[string] // guarded by mu
+	// deleting are the names of those being deleted (a few, usually none):
+	// every IPAddress event looks for those containing its address.
+	deleting map[string]bool // guarded by mu
 }
 
-func newCIDRIndex(list []namedCIDR) *cidrIndex {
-	x := &cidrIndex{list: list, byPrefix: map[netip.Prefix][]string{}}
-	for _, o := range list {
-		for _, p := range o.prefixes {
-			p = p.Masked()
-			if !slices.Contains(x.byPrefix[p], o.name) {
-				x.byPrefix[p] = append(x.byPrefix[p], o.name)
-			}
-			f := family(p.Addr())
-			if !slices.Contains(x.bits[f], p.Bits()) {
-				x.bits[f] = append(x.bits[f], p.Bits())
-			}
+// namedCIDROf is the index's record of sc.
+func namedCIDROf(sc *networkingv1.ServiceCIDR) namedCIDR {
+	mode, _ := lifecycle.Parse(sc.Annotations) // an invalid value reads as draining
+	return namedCIDR{name: sc.Name, prefixes: prefixes(sc), mode: mode, deleting: sc.DeletionTimestamp != nil}
+}
+
+// set files o, in place of the record of the same name.
+func (x *cidrIndex) set(o namedCIDR) {
+	x.mu.Lock()
+	defer x.mu.Unlock()
+	x.removeLocked(o.name)
+	if x.byName == nil {
+		x.byName = map[string]namedCIDR{}
+	}
+	x.byName[o.name] = o
+	if o.deleting {
+		if x.deleting == nil {
+			x.deleting = map[string]bool{}
 		}
+		x.deleting[o.name] = true
 	}
-	for f := range x.bits {
-		slices.SortFunc(x.bits[f], func(a, b int) int { return b - a })
+	for _, p := range o.prefixes {
+		x.prefixes.Add(p, o.name)
 	}
-	return x
+}
+
+// remove drops the record of name.
+func (x *cidrIndex) remove(name string) {
+	x.mu.Lock()
+	defer x.mu.Unlock()
+	x.removeLocked(name)
+}
+
+func (x *cidrIndex) removeLocked(name string) {
+	old, ok := x.byName[name]
+	if !ok {
+		return
+	}
+	delete(x.byName, name)
+	delete(x.deleting, name)
+	for _, p := range old.prefixes {
+		x.prefixes.Remove(p, name)
+	}
 }
 
 // containing returns the names of the ServiceCIDRs with a prefix that
 // contains addr; a name may come more than once.
 func (x *cidrIndex) containing(addr netip.Addr) []string {
-	var out []string
-	for _, bits := range x.bits[family(addr)] {
-		p, err := addr.Prefix(bits)
-		if err != nil {
-			continue
-		}
-		out = append(out, x.byPrefix[p]...)
+	x.mu.Lock()
+	defer x.mu.Unlock()
+	return x.prefixes.Containing(addr)
+}
+
+// overlapping returns the ServiceCIDRs with a prefix that overlaps one of
+// ps, each once, sorted by name.
+func (x *cidrIndex) overlapping(ps []netip.Prefix) []namedCIDR {
+	x.mu.Lock()
+	defer x.mu.Unlock()
+	var names []string
+	for _, p := range ps {
+		names = append(names, x.prefixes.Overlapping(p)...)
+	}
+	slices.Sort(names)
+	names = slices.Compact(names)
+	out := make([]namedCIDR, 0, len(names))
+	for _, name := range names {
+		out = append(out, x.byName[name])
 	}
 	return out
 }
 
-func family(a netip.Addr) int {
-	if a.Is4() {
-		return 0
+// terminating returns the ServiceCIDRs being deleted, sorted by name.
+func (x *cidrIndex) terminating() []namedCIDR {
+	x.mu.Lock()
+	defer x.mu.Unlock()
+	out := make([]namedCIDR, 0, len(x.deleting))
+	for name := range x.deleting {
+		out = append(out, x.byName[name])
 	}
-	return 1
+	slices.SortFunc(out, func(a, b namedCIDR) int { return strings.Compare(a.name, b.name) })
+	return out
 }

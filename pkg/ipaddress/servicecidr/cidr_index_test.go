@@ -42,6 +42,15 @@ func testList() []namedCIDR {
 	}
 }
 
+// newCIDRIndex is an index of list, filed as the event handlers file them.
+func newCIDRIndex(list []namedCIDR) *cidrIndex {
+	x := &cidrIndex{}
+	for _, o := range list {
+		x.set(o)
+	}
+	return x
+}
+
 func TestCIDRIndexContaining(t *testing.T) {
 	list := testList()
 	x := newCIDRIndex(list)
@@ -89,4 +98,42 @@ func FuzzCIDRIndex(f *testing.F) {
 			t.Fatalf("containing(%s) = %v, a scan %v", addr, got, want)
 		}
 	})
+}
+
+func TestCIDRIndexOverlapping(t *testing.T) {
+	x := newCIDRIndex(testList())
+	names := func(os []namedCIDR) []string {
+		var out []string
+		for _, o := range os {
+			out = append(out, o.name)
+		}
+		return out
+	}
+	for _, c := range []struct {
+		prefixes []string
+		want     []string
+	}{
+		{[]string{"10.100.0.0/24"}, []string{"a", "b", "default", "nested"}},
+		{[]string{"10.100.0.0/25"}, []string{"a", "b", "default"}},
+		{[]string{"10.200.0.0/16", "fd00:100::/64"}, []string{"b", "unmasked"}},
+		{[]string{"fd00::/120"}, []string{"default", "v6wide"}},
+		{[]string{"192.168.0.0/16"}, nil},
+	} {
+		var ps []netip.Prefix
+		for _, p := range c.prefixes {
+			ps = append(ps, netip.MustParsePrefix(p))
+		}
+		if got := names(x.overlapping(ps)); !slices.Equal(got, c.want) {
+			t.Errorf("overlapping(%v) = %v, want %v", c.prefixes, got, c.want)
+		}
+	}
+	// A record set again replaces the old one; a removed one is gone.
+	x.set(namedCIDR{name: "a", prefixes: []netip.Prefix{netip.MustParsePrefix("10.101.0.0/24")}, deleting: true})
+	x.remove("b")
+	if got := names(x.overlapping([]netip.Prefix{netip.MustParsePrefix("10.100.0.0/24")})); !slices.Equal(got, []string{"default", "nested"}) {
+		t.Errorf("after a moved and b removed: %v", got)
+	}
+	if got := names(x.terminating()); !slices.Equal(got, []string{"a"}) {
+		t.Errorf("terminating() = %v, want [a]", got)
+	}
 }

@@ -4,19 +4,15 @@ import (
 	"context"
 	"fmt"
 	"net/netip"
-	"slices"
-	"strings"
 	"time"
 
 	networkingv1 "k8s.io/api/networking/v1"
 	apiequality "k8s.io/apimachinery/pkg/api/equality"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/klog/v2"
 
 	"github.com/allocator/allocator/pkg/ipaddress/addrindex"
-	"github.com/allocator/allocator/pkg/ipaddress/lifecycle"
 )
 
 // DefaultConditionInterval is the shortest time between two writes of a
@@ -61,7 +57,7 @@ func (c *Controller) syncConditions(ctx context.Context, name string) (time.Dura
 	if err != nil {
 		return 0, fmt.Errorf("IPAddresses of ServiceCIDR %s: %w", name, err)
 	}
-	want := computeConditions(conditionInput{sc: sc, ips: ips, others: c.allCIDRs()})
+	want := computeConditions(conditionInput{sc: sc, ips: ips, others: c.index.overlapping(prefixes(sc))})
 	if conditionsStored(sc.Status.Conditions, want) {
 		return 0, nil
 	}
@@ -134,8 +130,8 @@ func (c *Controller) noteConditionsChanged(old, cur *networkingv1.ServiceCIDR) {
 // queueOverlapping queues, for their Overlapping condition, the
 // ServiceCIDRs other than name whose prefixes overlap one of ps.
 func (c *Controller) queueOverlapping(name string, ps []netip.Prefix) {
-	for _, o := range c.allCIDRs() {
-		if o.name != name && slices.ContainsFunc(o.prefixes, func(p netip.Prefix) bool { return slices.ContainsFunc(ps, p.Overlaps) }) {
+	for _, o := range c.index.overlapping(ps) {
+		if o.name != name {
 			c.queueConditions(o.name)
 		}
 	}
@@ -148,33 +144,7 @@ func (c *Controller) queueCapacity(obj any) {
 	if !ok {
 		return
 	}
-	for _, name := range c.cidrs().containing(addr) {
+	for _, name := range c.index.containing(addr) {
 		c.queueConditions(name)
 	}
-}
-
-// allCIDRs returns every ServiceCIDR with its prefixes and lifecycle, from
-// the cache, parsed again only after a ServiceCIDR event.
-func (c *Controller) allCIDRs() []namedCIDR { return c.cidrs().list }
-
-// cidrs returns the index of every ServiceCIDR, from the cache, built again
-// only after a ServiceCIDR event.
-func (c *Controller) cidrs() *cidrIndex {
-	out, _ := c.all.Get(func() (*cidrIndex, error) {
-		all, err := c.cidrLister.List(labels.Everything())
-		if err != nil {
-			return nil, err
-		}
-		list := make([]namedCIDR, 0, len(all)) // a new slice: callers may still read the old one
-		for _, sc := range all {
-			mode, _ := lifecycle.Parse(sc.Annotations) // an invalid value reads as draining
-			list = append(list, namedCIDR{name: sc.Name, prefixes: prefixes(sc), mode: mode, deleting: sc.DeletionTimestamp != nil})
-		}
-		slices.SortFunc(list, func(a, b namedCIDR) int { return strings.Compare(a.name, b.name) })
-		return newCIDRIndex(list), nil
-	})
-	if out == nil { // no build has succeeded yet (a lister error)
-		return newCIDRIndex(nil)
-	}
-	return out // the last built, when this build failed
 }

@@ -24,7 +24,6 @@ import (
 	"k8s.io/client-go/util/workqueue"
 	"k8s.io/klog/v2"
 
-	"github.com/allocator/allocator/internal/lazy"
 	"github.com/allocator/allocator/pkg/ipaddress/addrindex"
 	"github.com/allocator/allocator/pkg/ipaddress/lifecycle"
 	"github.com/allocator/allocator/pkg/subrange"
@@ -126,27 +125,18 @@ type Controller struct {
 	// (WithConditionsOnly).
 	conditionsOnly bool
 
-	// The ServiceCIDRs being deleted, with their prefixes parsed, rebuilt
-	// after a ServiceCIDR event: every IPAddress event looks for those
-	// containing its address: at 100,000 Services, queueing every
-	// terminating ServiceCIDR on every IPAddress event, each sync listing
-	// every IPAddress, would be most of the server's CPU (hack/scale.sh).
-	terminating lazy.Value[[]terminatingCIDR]
-	// Every ServiceCIDR with its prefixes parsed, rebuilt after a
-	// ServiceCIDR event: every IPAddress event looks for those containing
-	// its address, whose capacity it changes.
-	all lazy.Value[*cidrIndex]
+	// Every ServiceCIDR with its prefixes parsed, kept by the ServiceCIDR
+	// event handlers: every IPAddress event looks for those containing its
+	// address (whose capacity it changes, and the terminating ones it may
+	// unblock): at 100,000 Services, queueing every terminating ServiceCIDR
+	// on every IPAddress event, each sync listing every IPAddress, would be
+	// most of the server's CPU (hack/scale.sh).
+	index cidrIndex
 
 	conditionInterval time.Duration
 	conditionWrites   atomic.Int64 // conditions writes made, for tests
 	writesMu          sync.Mutex
 	lastWrite         map[string]time.Time // guarded by writesMu: last conditions write seen per ServiceCIDR
-}
-
-// terminatingCIDR is a ServiceCIDR being deleted and its prefixes.
-type terminatingCIDR struct {
-	name     string
-	prefixes []netip.Prefix
 }
 
 // New builds a controller on the given informers (the caller starts them).
@@ -212,28 +202,27 @@ func New(client kubernetes.Interface, cidrs networkinginformers.ServiceCIDRInfor
 // addServiceCIDR queues a new ServiceCIDR, the terminating ones it may
 // unblock and those it overlaps.
 func (c *Controller) addServiceCIDR(obj any) {
-	c.terminating.Invalidate()
-	c.all.Invalidate()
-	c.enqueueCIDR(obj)
-	c.enqueueTerminating()
-	if sc, ok := obj.(*networkingv1.ServiceCIDR); ok {
-		c.queueOverlapping(sc.Name, prefixes(sc))
+	sc, ok := obj.(*networkingv1.ServiceCIDR)
+	if !ok {
+		return
 	}
+	c.index.set(namedCIDROf(sc))
+	c.queue.Add(sc.Name)
+	c.enqueueTerminating()
+	c.queueOverlapping(sc.Name, prefixes(sc))
 }
 
 // updateServiceCIDR queues a changed ServiceCIDR; a widened one may
 // unblock terminating ones and changes its overlaps; a changed lifecycle
 // or a deletion changes the lifecycle conditions of those it overlaps.
 func (c *Controller) updateServiceCIDR(oldObj, obj any) {
-	c.terminating.Invalidate()
-	c.all.Invalidate()
-	c.enqueueCIDR(obj)
 	old, ok1 := oldObj.(*networkingv1.ServiceCIDR)
 	cur, ok2 := obj.(*networkingv1.ServiceCIDR)
 	if !ok1 || !ok2 {
-		c.enqueueTerminating()
 		return
 	}
+	c.index.set(namedCIDROf(cur))
+	c.queue.Add(cur.Name)
 	c.noteConditionsChanged(old, cur)
 	switch {
 	case !slices.Equal(old.Spec.CIDRs, cur.Spec.CIDRs):
@@ -249,12 +238,11 @@ func (c *Controller) updateServiceCIDR(oldObj, obj any) {
 // prefixes and queues those it overlapped. Its deletion cannot unblock
 // another terminating one.
 func (c *Controller) deleteServiceCIDR(obj any) {
-	c.terminating.Invalidate()
-	c.all.Invalidate()
 	if tomb, ok := obj.(cache.DeletedFinalStateUnknown); ok {
 		obj = tomb.Obj
 	}
 	if sc, ok := obj.(*networkingv1.ServiceCIDR); ok {
+		c.index.remove(sc.Name)
 		c.forgetWrites(sc.Name)
 		c.queueOverlapping(sc.Name, prefixes(sc))
 	}
@@ -274,12 +262,6 @@ func (c *Controller) deleteIPAddress(obj any) {
 	c.queueCapacity(obj)
 }
 
-func (c *Controller) enqueueCIDR(obj any) {
-	if sc, ok := obj.(*networkingv1.ServiceCIDR); ok {
-		c.queue.Add(sc.Name)
-	}
-}
-
 // enqueueAll queues every ServiceCIDR: the periodic re-check.
 func (c *Controller) enqueueAll(context.Context) {
 	all, err := c.cidrLister.List(labels.Everything())
@@ -294,14 +276,8 @@ func (c *Controller) enqueueAll(context.Context) {
 // enqueueTerminating queues every ServiceCIDR being deleted: a new or
 // widened ServiceCIDR may unblock it.
 func (c *Controller) enqueueTerminating() {
-	all, err := c.cidrLister.List(labels.Everything())
-	if err != nil {
-		return
-	}
-	for _, sc := range all {
-		if sc.DeletionTimestamp != nil {
-			c.queue.Add(sc.Name)
-		}
+	for _, t := range c.index.terminating() {
+		c.queue.Add(t.name)
 	}
 }
 
@@ -312,7 +288,7 @@ func (c *Controller) enqueueContaining(obj any) {
 	if !ok {
 		return
 	}
-	for _, t := range c.terminatingCIDRs() {
+	for _, t := range c.index.terminating() {
 		if slices.ContainsFunc(t.prefixes, func(p netip.Prefix) bool { return p.Contains(addr) }) {
 			c.queue.Add(t.name)
 		}
@@ -330,25 +306,6 @@ func ipAddressAddr(obj any) (netip.Addr, bool) {
 	}
 	addr, err := netip.ParseAddr(ipa.Name)
 	return addr, err == nil
-}
-
-// terminatingCIDRs returns the ServiceCIDRs being deleted, from the cache,
-// parsed again only after a ServiceCIDR event.
-func (c *Controller) terminatingCIDRs() []terminatingCIDR {
-	out, _ := c.terminating.Get(func() ([]terminatingCIDR, error) {
-		all, err := c.cidrLister.List(labels.Everything())
-		if err != nil {
-			return nil, err
-		}
-		var list []terminatingCIDR // a new slice: callers may still read the old one
-		for _, sc := range all {
-			if sc.DeletionTimestamp != nil {
-				list = append(list, terminatingCIDR{name: sc.Name, prefixes: prefixes(sc)})
-			}
-		}
-		return list, nil
-	})
-	return out
 }
 
 // Run waits for the caches and runs workers until ctx ends.
@@ -492,19 +449,27 @@ func (c *Controller) sync(ctx context.Context, name string) (requeue time.Durati
 // orphanedIPs counts the IPAddresses (by name) in the prefixes mine of the
 // ServiceCIDR sc that no other ServiceCIDR (not being deleted) covers.
 func (c *Controller) orphanedIPs(sc string, mine []netip.Prefix, names []string) (int, error) {
+	// Only a prefix that overlaps sc's can cover one of its addresses; the
+	// index finds those, and the cache, which the index's handlers may
+	// trail by a moment, says which are not being deleted.
 	var others []netip.Prefix
-	all, err := c.cidrLister.List(labels.Everything())
-	if err != nil {
-		return 0, err
-	}
-	for _, other := range all {
-		if other.Name != sc && other.DeletionTimestamp == nil {
-			// Only a prefix that overlaps sc's can cover one of its
-			// addresses: with a thousand ServiceCIDRs, that is one or none.
-			for _, p := range prefixes(other) {
-				if slices.ContainsFunc(mine, p.Overlaps) {
-					others = append(others, p)
-				}
+	for _, o := range c.index.overlapping(mine) {
+		if o.name == sc {
+			continue
+		}
+		other, err := c.cidrLister.Get(o.name)
+		if apierrors.IsNotFound(err) {
+			continue
+		}
+		if err != nil {
+			return 0, err
+		}
+		if other.DeletionTimestamp != nil {
+			continue
+		}
+		for _, p := range prefixes(other) {
+			if slices.ContainsFunc(mine, p.Overlaps) {
+				others = append(others, p)
 			}
 		}
 	}

@@ -20,6 +20,7 @@ import (
 	"github.com/allocator/allocator/internal/holding"
 	"github.com/allocator/allocator/internal/lazy"
 	"github.com/allocator/allocator/pkg/ipaddress/addrindex"
+	"github.com/allocator/allocator/pkg/ipaddress/prefixindex"
 	"github.com/allocator/allocator/pkg/ipaddress/scope"
 	"github.com/allocator/allocator/pkg/model"
 	"github.com/allocator/allocator/pkg/repair/report"
@@ -83,6 +84,11 @@ func addressKeys(svc *corev1.Service) []string {
 // Service goes, so it is in range for the repair.
 type serviceCIDRs struct {
 	ranges []subrange.Range
+	// byPrefix finds the ranges holding an address (positions in ranges)
+	// without a look at each: the repair asks for every address it
+	// reconciles, and at 10,000 ServiceCIDRs a scan of the ranges was most
+	// of a create's CPU.
+	byPrefix *prefixindex.Index[int]
 	// wide are IPv6 prefixes the IPAddress model refuses to allocate from
 	// (shorter than /64); their addresses are still not "out of range".
 	wide []netip.Prefix
@@ -101,6 +107,7 @@ type cidrEntry struct {
 
 func newServiceCIDRs(cidrs []*networkingv1.ServiceCIDR) serviceCIDRs {
 	var s serviceCIDRs
+	var entries []prefixindex.Entry[int]
 	for _, sc := range cidrs {
 		sco, scopeErr := scope.Parse(sc.Annotations)
 		s.scoped = s.scoped || sco != nil
@@ -114,12 +121,14 @@ func newServiceCIDRs(cidrs []*networkingv1.ServiceCIDR) serviceCIDRs {
 				s.wide = append(s.wide, prefix)
 				continue
 			}
+			entries = append(entries, prefixindex.Entry[int]{Prefix: rng.Prefix(), Value: len(s.ranges)})
 			s.ranges = append(s.ranges, rng)
 			if scopeErr == nil { // the allocator serves none of a bad scope's addresses; nothing to judge
 				s.entries = append(s.entries, cidrEntry{name: sc.Name, scope: sco, rng: rng})
 			}
 		}
 	}
+	s.byPrefix = prefixindex.New(entries)
 	return s
 }
 
@@ -171,8 +180,9 @@ func (s serviceCIDRs) empty() bool { return len(s.ranges) == 0 && len(s.wide) ==
 // network address, not an IPv4 broadcast address), as upstream's
 // servicecidr.ContainsIP.
 func (s serviceCIDRs) contains(ip netip.Addr) bool {
-	for _, r := range s.ranges {
-		if r.Contains(ip) {
+	var buf [8]int
+	for _, i := range s.byPrefix.AppendContaining(buf[:0], ip) {
+		if s.ranges[i].Contains(ip) {
 			return true
 		}
 	}
@@ -255,8 +265,7 @@ func newListView(ctx context.Context, client kubernetes.Interface) (*listView, e
 	if err != nil {
 		return nil, err
 	}
-	for i := range services {
-		svc := &services[i]
+	for _, svc := range services {
 		v.services[report.ServiceKey(svc)] = svc
 		for _, k := range addressKeys(svc) {
 			v.byKey[k] = append(v.byKey[k], svc)

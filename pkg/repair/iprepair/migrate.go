@@ -374,15 +374,6 @@ func verifyIPAddresses(ctx context.Context, client kubernetes.Interface, claims 
 	return true, nil
 }
 
-// pointers returns a pointer to each of list's items.
-func pointers[T any](list []T) []*T {
-	out := make([]*T, len(list))
-	for i := range list {
-		out[i] = &list[i]
-	}
-	return out
-}
-
 // listIPAddressObjects lists every IPAddress, in pages, by name.
 func listIPAddressObjects(ctx context.Context, client kubernetes.Interface) (map[string]*networkingv1.IPAddress, error) {
 	byName := map[string]*networkingv1.IPAddress{}

@@ -53,7 +53,7 @@ func MigrateToBitmap(ctx context.Context, cfg MigrateConfig) (_ *MigrationReport
 	}
 	rep.Services = len(services)
 	owners := map[netip.Addr]string{}
-	claims, problems := serviceClaims(pointers(services))
+	claims, problems := serviceClaims(services)
 	rep.Problems = problems
 	for _, c := range claims {
 		owners[c.ip] = c.svc

@@ -30,11 +30,7 @@ type Snapshot interface {
 type apiSnapshot struct{ client kubernetes.Interface }
 
 func (s apiSnapshot) Services(ctx context.Context) ([]*corev1.Service, error) {
-	list, err := report.ListServices(ctx, s.client)
-	if err != nil {
-		return nil, err
-	}
-	return pointers(list), nil
+	return report.ListServices(ctx, s.client)
 }
 
 func (s apiSnapshot) IPAddresses(ctx context.Context) (map[string]*networkingv1.IPAddress, error) {
@@ -83,7 +79,7 @@ func (s informerSnapshot) Services(ctx context.Context) ([]*corev1.Service, erro
 	if err != nil {
 		return nil, fmt.Errorf("cached services: %w", err)
 	}
-	slices.SortStableFunc(out, report.OldestFirst)
+	slices.SortFunc(out, report.OldestFirst) // a total order: namespace/name tells apart what the second does not
 	return out, nil
 }
 
