@@ -6,7 +6,6 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	networkingv1 "k8s.io/api/networking/v1"
-	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/informers"
 	"k8s.io/client-go/kubernetes"
@@ -67,7 +66,8 @@ func (s *Server) openBackend(ctx context.Context, objects ipaddress.Objects) (*i
 // caches and watches, so every IPAddress is decoded and held once (one
 // factory each would hold it four times: gigabytes at 100,000 dual-stack
 // Services, hack/scale.sh). Its objects carry no managedFields, which none
-// of them reads (an update from a cached object keeps the stored ones).
+// of them reads (an update from a cached object keeps the stored ones), and
+// its Services only the fields their readers read (informerTransform).
 // Every informer the server will use (Services and Namespaces, for scopes,
 // only when an IPAddress allocator or repair may run) is registered and
 // started here, for the server's lifetime:
@@ -77,7 +77,7 @@ func (s *Server) openBackend(ctx context.Context, objects ipaddress.Objects) (*i
 // process (srcs), and sync once those exist and their watch caches are
 // ready.
 func sharedInformers(ctx context.Context, client kubernetes.Interface, srcs *inProcessSources, services bool) informers.SharedInformerFactory {
-	factory := informers.NewSharedInformerFactoryWithOptions(client, 0, informers.WithTransform(stripManagedFields))
+	factory := informers.NewSharedInformerFactoryWithOptions(client, 0, informers.WithTransform(informerTransform))
 	inProcessInformers(factory, srcs)
 	factory.Networking().V1().IPAddresses().Informer()
 	factory.Networking().V1().ServiceCIDRs().Informer()
@@ -87,15 +87,6 @@ func sharedInformers(ctx context.Context, client kubernetes.Interface, srcs *inP
 	}
 	factory.Start(ctx.Done())
 	return factory
-}
-
-// stripManagedFields drops an object's managedFields before an informer
-// stores it.
-func stripManagedFields(obj any) (any, error) {
-	if m, err := meta.Accessor(obj); err == nil && m.GetManagedFields() != nil {
-		m.SetManagedFields(nil)
-	}
-	return obj, nil
 }
 
 // loopbackClient is a protobuf client on the server's loopback config: every
