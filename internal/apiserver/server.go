@@ -504,6 +504,11 @@ const drainTimeout = 30 * time.Second
 // Allocator returns the Service allocator the registry uses.
 func (s *Server) Allocator() *servicealloc.Allocator { return s.alloc }
 
+// FirstRepairPass is closed once the ClusterIP repair's first pass is
+// done (at once when no repair runs): the end of the start-up /readyz
+// waits for.
+func (s *Server) FirstRepairPass() <-chan struct{} { return s.repairFirstPass }
+
 // LoopbackClientConfig returns a client config with full rights, for
 // in-process callers.
 func (s *Server) LoopbackClientConfig() *restclient.Config {

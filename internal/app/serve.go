@@ -91,6 +91,9 @@ func runServe(ctx context.Context, opts *apiserver.Options, streams Streams) err
 	if err := opts.Validate(); err != nil {
 		return err
 	}
+	if percent, set := setServeGC(os.LookupEnv); set {
+		klog.V(2).InfoS("GOGC is not set; the server collects garbage at the default of serve", "gcPercent", percent)
+	}
 	for _, w := range opts.Security.Warnings() {
 		fmt.Fprintf(streams.Err, "warning: %s\n", w)
 	}
@@ -145,6 +148,7 @@ func runServe(ctx context.Context, opts *apiserver.Options, streams Streams) err
 			etcdFlags(endpoints, absPath(opts.EtcdCAFile), absPath(opts.EtcdCertFile), absPath(opts.EtcdKeyFile)))
 		fmt.Fprintf(streams.Out, "or, on this machine, with:\n  --data-dir %s\n", absPath(opts.DataDir))
 	}
+	go releaseAfterStartup(ctx, server.FirstRepairPass())
 	if err := server.Run(ctx); err != nil {
 		return fmt.Errorf("serve: %w", err)
 	}

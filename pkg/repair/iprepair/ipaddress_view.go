@@ -231,39 +231,41 @@ type listView struct {
 // repair's create then meets AlreadyExists and judges the object it finds.
 // The reverse order would let a Service deleted between the lists look like
 // it lost its IPAddress, and the repair would re-create it.
+//
+// What orders the lists is the revision each is read at, which its first
+// page fixes: the IPAddresses' first page is read before the Services'
+// first page, and then the rest of both lists are read at once (a
+// million of each over the API take half as long).
 func newListView(ctx context.Context, client kubernetes.Interface) (*listView, error) {
 	v := &listView{
 		byKey:    map[string][]*corev1.Service{},
 		services: map[string]*corev1.Service{},
-		ips:      map[string]*networkingv1.IPAddress{},
 	}
-	ips, err := listIPAddressObjects(ctx, client)
+	ipPages, err := firstIPAddressPage(ctx, client)
 	if err != nil {
 		return nil, err
 	}
-	v.ips = ips
-	cidrList, err := client.NetworkingV1().ServiceCIDRs().List(ctx, metav1.ListOptions{})
-	if err != nil {
-		return nil, fmt.Errorf("list servicecidrs: %w", err)
+	if err := v.listRanges(ctx, client); err != nil {
+		return nil, err
 	}
-	cidrs := make([]*networkingv1.ServiceCIDR, len(cidrList.Items))
-	for i := range cidrList.Items {
-		cidrs[i] = &cidrList.Items[i]
-	}
-	v.ranges = newServiceCIDRs(cidrs)
-	if v.ranges.scoped {
-		nsList, err := client.CoreV1().Namespaces().List(ctx, metav1.ListOptions{})
-		if err != nil {
-			return nil, fmt.Errorf("list namespaces for ServiceCIDR scopes: %w", err)
-		}
-		v.namespaces = make(map[string]labels.Set, len(nsList.Items))
-		for _, ns := range nsList.Items {
-			v.namespaces[ns.Name] = ns.Labels
-		}
-	}
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	var ipErr error
+	ipsDone := make(chan struct{})
+	go func() {
+		defer close(ipsDone)
+		v.ips, ipErr = ipPages.rest(ctx, client)
+	}()
 	services, err := report.ListServices(ctx, client) // oldest first
 	if err != nil {
+		cancel()
+	}
+	<-ipsDone
+	if err != nil {
 		return nil, err
+	}
+	if ipErr != nil {
+		return nil, ipErr
 	}
 	for _, svc := range services {
 		v.services[report.ServiceKey(svc)] = svc
@@ -272,6 +274,32 @@ func newListView(ctx context.Context, client kubernetes.Interface) (*listView, e
 		}
 	}
 	return v, nil
+}
+
+// listRanges lists the ServiceCIDRs, and the Namespaces when some
+// ServiceCIDR is scoped.
+func (v *listView) listRanges(ctx context.Context, client kubernetes.Interface) error {
+	cidrList, err := client.NetworkingV1().ServiceCIDRs().List(ctx, metav1.ListOptions{})
+	if err != nil {
+		return fmt.Errorf("list servicecidrs: %w", err)
+	}
+	cidrs := make([]*networkingv1.ServiceCIDR, len(cidrList.Items))
+	for i := range cidrList.Items {
+		cidrs[i] = &cidrList.Items[i]
+	}
+	v.ranges = newServiceCIDRs(cidrs)
+	if !v.ranges.scoped {
+		return nil
+	}
+	nsList, err := client.CoreV1().Namespaces().List(ctx, metav1.ListOptions{})
+	if err != nil {
+		return fmt.Errorf("list namespaces for ServiceCIDR scopes: %w", err)
+	}
+	v.namespaces = make(map[string]labels.Set, len(nsList.Items))
+	for _, ns := range nsList.Items {
+		v.namespaces[ns.Name] = ns.Labels
+	}
+	return nil
 }
 
 func (v *listView) keys() ([]string, error) {

@@ -376,21 +376,50 @@ func verifyIPAddresses(ctx context.Context, client kubernetes.Interface, claims 
 
 // listIPAddressObjects lists every IPAddress, in pages, by name.
 func listIPAddressObjects(ctx context.Context, client kubernetes.Interface) (map[string]*networkingv1.IPAddress, error) {
-	byName := map[string]*networkingv1.IPAddress{}
-	opts := metav1.ListOptions{Limit: report.ListPageSize}
-	for {
-		list, err := client.NetworkingV1().IPAddresses().List(ctx, opts)
-		if err != nil {
-			return nil, fmt.Errorf("list ipaddresses: %w", err)
-		}
-		for i := range list.Items {
-			byName[list.Items[i].Name] = &list.Items[i]
-		}
-		if list.Continue == "" {
-			return byName, nil
-		}
-		opts.Continue = list.Continue
+	list, err := firstIPAddressPage(ctx, client)
+	if err != nil {
+		return nil, err
 	}
+	return list.rest(ctx, client)
+}
+
+// ipAddressPages is a paged list of every IPAddress under way. Its first
+// page fixes the revision every later page is read at.
+type ipAddressPages struct {
+	byName map[string]*networkingv1.IPAddress
+	opts   metav1.ListOptions
+}
+
+// firstIPAddressPage reads the first page of a list of every IPAddress.
+func firstIPAddressPage(ctx context.Context, client kubernetes.Interface) (*ipAddressPages, error) {
+	l := &ipAddressPages{byName: map[string]*networkingv1.IPAddress{}, opts: metav1.ListOptions{Limit: report.ListPageSize}}
+	if err := l.next(ctx, client); err != nil {
+		return nil, err
+	}
+	return l, nil
+}
+
+// next reads one page.
+func (l *ipAddressPages) next(ctx context.Context, client kubernetes.Interface) error {
+	list, err := client.NetworkingV1().IPAddresses().List(ctx, l.opts)
+	if err != nil {
+		return fmt.Errorf("list ipaddresses: %w", err)
+	}
+	for i := range list.Items {
+		l.byName[list.Items[i].Name] = &list.Items[i]
+	}
+	l.opts.Continue = list.Continue
+	return nil
+}
+
+// rest reads the pages after the first and returns every IPAddress by name.
+func (l *ipAddressPages) rest(ctx context.Context, client kubernetes.Interface) (map[string]*networkingv1.IPAddress, error) {
+	for l.opts.Continue != "" {
+		if err := l.next(ctx, client); err != nil {
+			return nil, err
+		}
+	}
+	return l.byName, nil
 }
 
 func sortProblems(problems []report.Problem) {
