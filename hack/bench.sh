@@ -19,6 +19,9 @@
 #                                         CPU_PROFILE_SECONDS long, default 5, from CPU_PROFILE_AFTER
 #                                         into the phase, default 1s) taken during the creates, with
 #                                         the creates it covers: `go tool pprof` it
+#   ALLOCATOR=bitmap RANGE=10.96.0.0/12 COUNT=4000 CONCURRENCY=32 hack/bench.sh
+#                                         another service range (default 10.96.0.0/16): a /12's bitmap is
+#                                         128 KiB, written whole by every create
 #   KUBE=v1.37.2 hack/bench.sh            the same against a real kube-apiserver v1.37.2 on the etcd ours
 #                                         embeds (hack/lib/kube-apiserver-serve.sh; builds it the first
 #                                         time, ~40 min): cpu-ms/op is kube-apiserver's and etcd's,
@@ -38,7 +41,7 @@ TYPE=${TYPE:-ClusterIP}
 
 KUBE=${KUBE:-}
 SETTLE=${SETTLE:-10}
-range=10.96.0.0/16
+range=${RANGE:-10.96.0.0/16}
 
 # cpu_ticks PID...: their CPU time (user + system) in clock ticks, summed.
 cpu_ticks() { for p in "$@"; do awk '{print $14 + $15}' "/proc/$p/stat"; done | awk '{s += $1} END {print s}'; }

@@ -105,7 +105,8 @@ func computeConditions(in conditionInput) []metav1.Condition {
 			ranges = append(ranges, r)
 		}
 	}
-	services := map[string]struct{}{} // namespace/name of the Services holding an address
+	type serviceKey struct{ namespace, name string }
+	services := map[serviceKey]struct{}{} // the Services holding an address
 	used := make([]uint64, len(ranges))
 	for _, ipa := range in.ips {
 		addr, err := netip.ParseAddr(ipa.Name)
@@ -118,7 +119,7 @@ func computeConditions(in conditionInput) []metav1.Condition {
 			}
 			used[i]++
 			if ipaddress.ParentIsService(ipa) {
-				services[ipa.Spec.ParentRef.Namespace+"/"+ipa.Spec.ParentRef.Name] = struct{}{}
+				services[serviceKey{ipa.Spec.ParentRef.Namespace, ipa.Spec.ParentRef.Name}] = struct{}{}
 			}
 		}
 	}

@@ -53,11 +53,16 @@ func (c *Controller) syncConditions(ctx context.Context, name string) (time.Dura
 	if err != nil {
 		return 0, fmt.Errorf("get ServiceCIDR %s: %w", name, err)
 	}
+	if wait := c.computeWait(name); wait > 0 {
+		return wait, nil
+	}
+	started := c.now()
 	ips, err := addrindex.In(c.ipIndexer, prefixes(sc))
 	if err != nil {
 		return 0, fmt.Errorf("IPAddresses of ServiceCIDR %s: %w", name, err)
 	}
 	want := computeConditions(conditionInput{sc: sc, ips: ips, others: c.index.overlapping(prefixes(sc))})
+	c.noteCompute(name, c.now().Sub(started))
 	if conditionsStored(sc.Status.Conditions, want) {
 		return 0, nil
 	}
@@ -81,6 +86,16 @@ func (c *Controller) syncConditions(ctx context.Context, name string) (time.Dura
 	return 0, nil
 }
 
+// computeCostFactor bounds the CPU the conditions of one ServiceCIDR take:
+// they are computed again only after computeCostFactor times the last
+// computation's duration. Counting is linear in the IPAddresses inside the
+// ServiceCIDR, so for one holding hundreds of thousands, computing it at
+// every conditionInterval would take a good part of a core while Services
+// are created (hack/scale.sh with a /12). With 20 it takes at most a
+// twentieth of one, and the conditions of a ServiceCIDR that large trail
+// by twenty times a count.
+const computeCostFactor = 20
+
 // conditionWait is how long ServiceCIDR name must wait before its
 // conditions may be written again; 0 or less when they may be now.
 func (c *Controller) conditionWait(name string) time.Duration {
@@ -91,6 +106,34 @@ func (c *Controller) conditionWait(name string) time.Duration {
 		return 0
 	}
 	return c.conditionInterval - c.now().Sub(last)
+}
+
+// computeWait is how long ServiceCIDR name must wait before its conditions
+// may be computed again: computeCostFactor times the last computation's
+// duration, from its start; 0 or less when they may be now.
+func (c *Controller) computeWait(name string) time.Duration {
+	c.writesMu.Lock()
+	defer c.writesMu.Unlock()
+	last, ok := c.lastCompute[name]
+	if !ok {
+		return 0
+	}
+	return computeCostFactor*last.cost - c.now().Sub(last.at)
+}
+
+// computed is when the conditions of a ServiceCIDR were last computed, and
+// how long that took.
+type computed struct {
+	at   time.Time
+	cost time.Duration
+}
+
+// noteCompute records a computation of ServiceCIDR name's conditions that
+// took cost, ending now.
+func (c *Controller) noteCompute(name string, cost time.Duration) {
+	c.writesMu.Lock()
+	defer c.writesMu.Unlock()
+	c.lastCompute[name] = computed{at: c.now().Add(-cost), cost: cost}
 }
 
 // noteWrite records a write of ServiceCIDR name's conditions, now.
@@ -105,13 +148,14 @@ func (c *Controller) forgetWrites(name string) {
 	c.writesMu.Lock()
 	defer c.writesMu.Unlock()
 	delete(c.lastWrite, name)
+	delete(c.lastCompute, name)
 }
 
 // queueConditions queues ServiceCIDR name for its conditions: now when a
 // write is allowed, else when the interval ends. Waiting items are kept
 // once, so a burst of events costs one sync per interval.
 func (c *Controller) queueConditions(name string) {
-	if wait := c.conditionWait(name); wait > 0 {
+	if wait := max(c.conditionWait(name), c.computeWait(name)); wait > 0 {
 		c.queue.AddAfter(name, wait)
 		return
 	}

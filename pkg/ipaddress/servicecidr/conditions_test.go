@@ -356,3 +356,30 @@ func TestConditionWritesBounded(t *testing.T) {
 		t.Fatalf("ConditionWrites %d, want 2 (the conflict is not a write)", got)
 	}
 }
+
+// TestConditionComputeBounded: after a computation of a ServiceCIDR's
+// conditions that took a second, they are not computed again, nor
+// written, for computeCostFactor seconds from its start; a change is then
+// written.
+func TestConditionComputeBounded(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	b := newBoundedController(t, time.Millisecond, testCIDR("a", nil, "10.0.0.0/24"))
+	b.waitCache(t, "ServiceCIDR a", func(*networkingv1.ServiceCIDR) bool { return true })
+	b.noteCompute("a", time.Second)
+	if _, err := b.client.NetworkingV1().IPAddresses().Create(ctx, testIPs(true, "10.0.0.7")[0], metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	b.waitCache(t, "the IPAddress", func(*networkingv1.ServiceCIDR) bool { return len(b.ipIndexer.List()) == 1 })
+	requeue, err := b.syncConditions(ctx, "a")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := (computeCostFactor - 1) * time.Second; requeue != want || b.writes.Load() != 0 {
+		t.Fatalf("right after a computation of 1 s: requeue %v, %d writes; want %v, none", requeue, b.writes.Load(), want)
+	}
+	b.advance(computeCostFactor * time.Second)
+	if requeue, err := b.syncConditions(ctx, "a"); err != nil || requeue > 0 || b.writes.Load() != 1 {
+		t.Fatalf("after the wait: requeue %v, err %v, %d writes; want a write", requeue, err, b.writes.Load())
+	}
+}

@@ -137,6 +137,7 @@ type Controller struct {
 	conditionWrites   atomic.Int64 // conditions writes made, for tests
 	writesMu          sync.Mutex
 	lastWrite         map[string]time.Time // guarded by writesMu: last conditions write seen per ServiceCIDR
+	lastCompute       map[string]computed  // guarded by writesMu: last computation of the conditions per ServiceCIDR
 }
 
 // New builds a controller on the given informers (the caller starts them).
@@ -153,6 +154,7 @@ func New(client kubernetes.Interface, cidrs networkinginformers.ServiceCIDRInfor
 
 		conditionInterval: DefaultConditionInterval,
 		lastWrite:         map[string]time.Time{},
+		lastCompute:       map[string]computed{},
 	}
 	for _, opt := range opts {
 		opt(c)
