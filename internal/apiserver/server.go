@@ -262,11 +262,15 @@ func (c CompletedConfig) newStores(s *Server, getter *restOptionsGetter, ipREST 
 	if err != nil {
 		return nil, nil, err
 	}
+	overlaps, err := c.serviceCIDROverlaps(s)
+	if err != nil {
+		return nil, nil, err
+	}
 	cidrREST, cidrStatus, err := servicecidrs.NewREST(Scheme, getter, servicecidrs.Policy{
 		Guardrails:       c.ServiceCIDRGuardrails,
 		WarnOverlaps:     c.ServiceCIDROverlapWarnings,
 		LifecycleIgnored: !ipallocator.HonoursLifecycles(c.Model),
-	})
+	}, overlaps)
 	if err != nil {
 		return nil, nil, err
 	}
@@ -298,6 +302,17 @@ func (c CompletedConfig) newStores(s *Server, getter *restOptionsGetter, ipREST 
 		"servicecidrs/status": cidrStatus,
 	}
 	return core, networking, nil
+}
+
+// serviceCIDROverlaps is the index of the ServiceCIDR store's overlap
+// warnings, kept from the server's ServiceCIDR informer (openBackend
+// started it; it syncs once the store exists and serves): nil when the
+// server sends no such warning.
+func (c CompletedConfig) serviceCIDROverlaps(s *Server) (*servicecidrs.Overlaps, error) {
+	if !c.ServiceCIDROverlapWarnings || s.informers == nil {
+		return nil, nil
+	}
+	return servicecidrs.NewOverlaps(s.informers.Networking().V1().ServiceCIDRs().Informer())
 }
 
 // installAPIGroups serves the core and networking stores, by resource, as

@@ -11,9 +11,7 @@ import (
 	"time"
 
 	admissionv1 "k8s.io/api/admission/v1"
-	networkingv1 "k8s.io/api/networking/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/client-go/informers"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/klog/v2"
@@ -127,10 +125,9 @@ func New(ctx context.Context, cfg Config) (*Webhook, error) {
 	if err != nil {
 		return nil, fmt.Errorf("webhook: %w", err)
 	}
-	cidrLister := factory.Networking().V1().ServiceCIDRs().Lister()
-	w.cidrs = servicecidrs.NewAdmission(cfg.Policy, func(context.Context) ([]*networkingv1.ServiceCIDR, error) {
-		return cidrLister.List(labels.Everything())
-	})
+	if w.cidrs, err = servicecidrs.NewAdmission(cfg.Policy, factory.Networking().V1().ServiceCIDRs()); err != nil {
+		return nil, fmt.Errorf("webhook: %w", err)
+	}
 	if cfg.Conditions {
 		ctrl, err := servicecidr.New(cfg.Client, factory.Networking().V1().ServiceCIDRs(), ipInf, servicecidr.WithConditionsOnly())
 		if err != nil {

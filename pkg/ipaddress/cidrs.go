@@ -167,9 +167,14 @@ func selectRanges(cidrs []*networkingv1.ServiceCIDR, ipv6 bool) ([]activeRange, 
 		}
 		return cmp.Compare(a.Name, b.Name)
 	})
-	var out []activeRange
+	out := make([]activeRange, 0, len(sorted))
 	var refused []RefusedCIDR
-	seen := map[netip.Prefix]int{}
+	seen := make(map[netip.Prefix]int, len(sorted))
+	// firsts holds each range's first carrier: one allocation, not one per
+	// range. A range gets it as a slice of capacity 1, so that a second
+	// carrier (the same prefix in another ServiceCIDR) copies it out
+	// rather than overwrite the next range's.
+	firsts := make([]carrier, 0, len(sorted))
 	for _, sc := range sorted {
 		if !IsReady(sc) {
 			continue
@@ -199,8 +204,9 @@ func selectRanges(cidrs []*networkingv1.ServiceCIDR, ipv6 bool) ([]activeRange, 
 				continue
 			}
 			seen[prefix] = len(out)
+			firsts = append(firsts, carrier{name: sc.Name, scope: sco, mode: mode})
 			out = append(out, activeRange{rng: rng, created: sc.CreationTimestamp, name: sc.Name,
-				carriers: []carrier{{name: sc.Name, scope: sco, mode: mode}}})
+				carriers: firsts[len(firsts)-1 : len(firsts) : len(firsts)]})
 		}
 	}
 	return out, refused

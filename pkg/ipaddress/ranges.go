@@ -111,7 +111,8 @@ func (a *Allocator) rebuildLocked() []RefusedCIDR {
 		old[r.rng.Prefix()] = r.index
 	}
 	ranges := make([]*cidrRange, 0, len(active))
-	for _, ar := range active {
+	built := make([]cidrRange, len(active)) // one allocation for the ranges, not one each
+	for i, ar := range active {
 		idx := old[ar.rng.Prefix()]
 		if idx == nil {
 			if idx, err = NewFreeIndex(ar.rng); err != nil {
@@ -128,7 +129,8 @@ func (a *Allocator) rebuildLocked() []RefusedCIDR {
 				idx.Set(ip)
 			}
 		}
-		ranges = append(ranges, &cidrRange{activeRange: ar, index: idx})
+		built[i] = cidrRange{activeRange: ar, index: idx}
+		ranges = append(ranges, &built[i])
 	}
 	a.setRangesLocked(ranges)
 

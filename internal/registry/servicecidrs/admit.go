@@ -4,7 +4,9 @@ import (
 	"context"
 
 	networkingv1 "k8s.io/api/networking/v1"
+	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/util/validation/field"
+	networkinginformers "k8s.io/client-go/informers/networking/v1"
 )
 
 // Admission judges ServiceCIDR writes by this server's rules for another
@@ -14,10 +16,21 @@ import (
 // gives.
 type Admission struct{ s strategy }
 
-// NewAdmission returns the checks of policy; list reads the ServiceCIDRs for
-// the overlap warnings (nil: none).
-func NewAdmission(policy Policy, list func(context.Context) ([]*networkingv1.ServiceCIDR, error)) Admission {
-	return Admission{s: strategy{extra: &extras{policy: policy, list: list}}}
+// NewAdmission returns the checks of policy. With WarnOverlaps, the
+// overlap warnings read the ServiceCIDRs of cidrs, whose informer is yet to
+// start: those an Overlaps of it finds, or every one until it has synced.
+func NewAdmission(policy Policy, cidrs networkinginformers.ServiceCIDRInformer) (Admission, error) {
+	extra := &extras{policy: policy}
+	if policy.WarnOverlaps {
+		overlaps, err := NewOverlaps(cidrs.Informer())
+		if err != nil {
+			return Admission{}, err
+		}
+		lister := cidrs.Lister()
+		extra.overlaps = overlaps
+		extra.list = func(context.Context) ([]*networkingv1.ServiceCIDR, error) { return lister.List(labels.Everything()) }
+	}
+	return Admission{s: strategy{extra: extra}}, nil
 }
 
 // Create judges a new ServiceCIDR: the errors that refuse it, and the

@@ -23,9 +23,11 @@ type REST struct {
 }
 
 // NewREST builds the ServiceCIDR storages, with policy added to
-// upstream's rules.
-func NewREST(scheme *runtime.Scheme, optsGetter generic.RESTOptionsGetter, policy Policy) (*REST, *statusrest.REST, error) {
-	extra := &extras{policy: policy}
+// upstream's rules. Its overlap warnings read the ServiceCIDRs overlaps
+// finds, or, while overlaps is nil or has not synced, list every stored
+// one.
+func NewREST(scheme *runtime.Scheme, optsGetter generic.RESTOptionsGetter, policy Policy, overlaps *Overlaps) (*REST, *statusrest.REST, error) {
+	extra := &extras{policy: policy, overlaps: overlaps}
 	s := strategy{ObjectTyper: scheme, NameGenerator: names.SimpleNameGenerator, extra: extra}
 	store := &genericregistry.Store{
 		NewFunc:                   func() runtime.Object { return &networkingv1.ServiceCIDR{} },
@@ -39,6 +41,13 @@ func NewREST(scheme *runtime.Scheme, optsGetter generic.RESTOptionsGetter, polic
 		TableConvertor: table.Convertor[*networkingv1.ServiceCIDR]{Kind: "ServiceCIDR", Columns: columns, Cells: func(sc *networkingv1.ServiceCIDR) []any {
 			return []any{sc.Name, strings.Join(sc.Spec.CIDRs, ","), table.Age(sc.CreationTimestamp)}
 		}},
+	}
+	if overlaps != nil {
+		// The warnings of a client's next write wait for the informer to
+		// deliver these (Overlaps).
+		store.AfterCreate = func(obj runtime.Object, _ *metav1.CreateOptions) { overlaps.Wrote(obj) }
+		store.AfterUpdate = func(obj runtime.Object, _ *metav1.UpdateOptions) { overlaps.Wrote(obj) }
+		store.AfterDelete = func(obj runtime.Object, _ *metav1.DeleteOptions) { overlaps.Wrote(obj) }
 	}
 	if err := store.CompleteWithOptions(&generic.StoreOptions{RESTOptions: optsGetter, AttrFunc: GetAttrs}); err != nil {
 		return nil, nil, fmt.Errorf("complete servicecidrs store: %w", err)

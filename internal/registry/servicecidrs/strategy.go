@@ -6,6 +6,7 @@ package servicecidrs
 import (
 	"context"
 	"fmt"
+	"net/netip"
 	"slices"
 
 	networkingv1 "k8s.io/api/networking/v1"
@@ -30,7 +31,7 @@ import (
 type strategy struct {
 	runtime.ObjectTyper
 	names.NameGenerator
-	// extra is this server's policy and the lister of the overlap
+	// extra is this server's policy and the sources of the overlap
 	// warnings; nil applies upstream's rules alone.
 	extra *extras
 }
@@ -38,7 +39,24 @@ type strategy struct {
 // extras is what a strategy adds to upstream's rules.
 type extras struct {
 	policy Policy
-	list   lister
+	// overlaps finds the ServiceCIDRs the warnings read; list lists every
+	// ServiceCIDR instead while overlaps is nil or has not synced. Neither:
+	// no overlap warnings.
+	overlaps *Overlaps
+	list     lister
+}
+
+// overlapping returns the stored ServiceCIDRs the warnings of prefixes read:
+// those overlapping prefixes, or more (every one, from list); the warnings
+// check each overlap themselves.
+func (e *extras) overlapping(ctx context.Context, prefixes []netip.Prefix) ([]*networkingv1.ServiceCIDR, error) {
+	if found, ok := e.overlaps.Overlapping(ctx, prefixes); ok {
+		return found, nil
+	}
+	if e.list == nil {
+		return nil, nil
+	}
+	return e.list(ctx)
 }
 
 type statusStrategy struct{ strategy }
@@ -216,10 +234,18 @@ func (s strategy) warnings(ctx context.Context, sc *networkingv1.ServiceCIDR, ke
 	added := len(kept) != len(sc.Spec.CIDRs)
 	overlaps := p.WarnOverlaps && added
 	lifecycles := p.WarnOverlaps && !p.LifecycleIgnored && (added || !sameLifecycle)
-	if s.extra.list == nil || (!overlaps && !lifecycles) {
+	if (s.extra.list == nil && s.extra.overlaps == nil) || (!overlaps && !lifecycles) {
 		return out
 	}
-	others, err := s.extra.list(ctx)
+	closedKept := kept
+	if !sameLifecycle {
+		closedKept = nil // a changed lifecycle concerns every CIDR
+	}
+	read := kept
+	if lifecycles {
+		read = closedKept // the closed-overlap warnings read every CIDR the overlap warnings read, or more
+	}
+	others, err := s.extra.overlapping(ctx, newPrefixes(sc.Spec.CIDRs, read))
 	if err != nil {
 		klog.FromContext(ctx).V(2).Info("Cannot list ServiceCIDRs for the overlap warning", "err", err)
 		return out
@@ -228,10 +254,19 @@ func (s strategy) warnings(ctx context.Context, sc *networkingv1.ServiceCIDR, ke
 		out = append(out, overlapWarnings(sc, kept, others, lifecycles)...)
 	}
 	if lifecycles {
-		if !sameLifecycle {
-			kept = nil // a changed lifecycle concerns every CIDR
+		out = append(out, closedOverlapWarnings(sc, closedKept, others)...)
+	}
+	return out
+}
+
+// newPrefixes are the CIDRs of cidrs not in kept that parse, as the
+// warnings parse them.
+func newPrefixes(cidrs, kept []string) []netip.Prefix {
+	var out []netip.Prefix
+	for _, text := range cidrs {
+		if p, err := subrange.ParsePrefix(text); err == nil && !slices.Contains(kept, text) {
+			out = append(out, p)
 		}
-		out = append(out, closedOverlapWarnings(sc, kept, others)...)
 	}
 	return out
 }

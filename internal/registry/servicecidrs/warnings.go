@@ -92,8 +92,8 @@ func (p *Policy) lifecycleIgnoredWarning(sc *networkingv1.ServiceCIDR) string {
 		sc.Name, lifecycle.Prefix)
 }
 
-// lister lists the stored ServiceCIDRs, for the overlap warnings; NewREST
-// sets it once the store exists.
+// lister lists every stored ServiceCIDR, for the overlap warnings while
+// their Overlaps has not synced; NewREST sets it once the store exists.
 type lister func(ctx context.Context) ([]*networkingv1.ServiceCIDR, error)
 
 // closesApart reports whether other, not being deleted, has a lifecycle

@@ -42,9 +42,14 @@ type Index[V comparable] struct {
 // New builds an index of entries.
 func New[V comparable](entries []Entry[V]) *Index[V] {
 	x := &Index[V]{byPrefix: make(map[netip.Prefix][]V, len(entries))}
-	var fresh []netip.Prefix
-	for _, e := range entries {
-		if p, ok := x.file(e); ok {
+	// The values of the distinct prefixes share one array: the allocator
+	// builds an index of every served range on each rebuild of its ranges.
+	// Each gets a slice of capacity 1, so that a second value filed under
+	// its prefix copies it out rather than overwrite another's.
+	firsts := make([]V, len(entries))
+	fresh := make([]netip.Prefix, 0, len(entries))
+	for i, e := range entries {
+		if p, ok := x.file(e, firsts[i:i:i+1]); ok {
 			fresh = append(fresh, p)
 		}
 	}
@@ -59,14 +64,17 @@ func New[V comparable](entries []Entry[V]) *Index[V] {
 }
 
 // file files e's value under its masked prefix (10.0.0.1/24 as
-// 10.0.0.0/24) and reports whether the prefix is new to the index; an
-// invalid prefix is left out.
-func (x *Index[V]) file(e Entry[V]) (netip.Prefix, bool) {
+// 10.0.0.0/24), appending it to first when the prefix is new to the index,
+// and reports whether it was; an invalid prefix is left out.
+func (x *Index[V]) file(e Entry[V], first []V) (netip.Prefix, bool) {
 	if !e.Prefix.IsValid() {
 		return netip.Prefix{}, false
 	}
 	p := e.Prefix.Masked()
 	vs, seen := x.byPrefix[p]
+	if !seen {
+		vs = first
+	}
 	x.byPrefix[p] = append(vs, e.Value)
 	if seen {
 		return p, false
@@ -87,7 +95,7 @@ func (x *Index[V]) Add(p netip.Prefix, v V) {
 	if x.byPrefix == nil {
 		x.byPrefix = map[netip.Prefix][]V{}
 	}
-	if p, fresh := x.file(Entry[V]{Prefix: p, Value: v}); fresh {
+	if p, fresh := x.file(Entry[V]{Prefix: p, Value: v}, nil); fresh {
 		f := family(p.Addr())
 		i, _ := slices.BinarySearchFunc(x.sorted[f], p, comparePrefixes)
 		x.sorted[f] = slices.Insert(x.sorted[f], i, p)

@@ -95,12 +95,18 @@ func selectorText(s labels.Selector) string {
 	return s.String()
 }
 
+// annotationsPath is the path Parse's errors name.
+var annotationsPath = field.NewPath("metadata", "annotations")
+
 // Parse returns the scope the annotations describe, nil for an unscoped
 // ServiceCIDR, or an error naming the first bad annotation. A ServiceCIDR
 // stored by a writer that does not validate scopes (kube-apiserver) can
 // carry a bad one; the allocator then serves none of its addresses.
 func Parse(annotations map[string]string) (*Scope, error) {
-	if errs := Validate(annotations, field.NewPath("metadata", "annotations")); len(errs) > 0 {
+	if len(annotations) == 0 {
+		return nil, nil // most ServiceCIDRs; every rebuild of the allocator's ranges parses each
+	}
+	if errs := Validate(annotations, annotationsPath); len(errs) > 0 {
 		return nil, errs.ToAggregate()
 	}
 	text, ok := annotations[NamespaceSelectorAnnotation]
