@@ -114,14 +114,7 @@ func (o *Overlaps) Overlapping(ctx context.Context, prefixes []netip.Prefix) ([]
 	}
 	o.mu.RLock()
 	defer o.mu.RUnlock()
-	var names []string
-	for _, p := range prefixes {
-		names = append(names, o.index.Overlapping(p)...)
-	}
-	// A ServiceCIDR is found once per CIDR of it that overlaps one of
-	// prefixes.
-	slices.Sort(names)
-	names = slices.Compact(names)
+	names := prefixindex.OverlappingAny(o.index, prefixes)
 	found := make([]*networkingv1.ServiceCIDR, len(names))
 	for i, name := range names {
 		found[i] = o.cidrs[name]

@@ -17,6 +17,7 @@
 package prefixindex
 
 import (
+	"cmp"
 	"net/netip"
 	"slices"
 )
@@ -176,6 +177,18 @@ func (x *Index[V]) Overlapping(p netip.Prefix) []V {
 		}
 	}
 	return out
+}
+
+// OverlappingAny returns the values of the prefixes that overlap one of
+// ps, each once, sorted: a value filed under several prefixes (a
+// ServiceCIDR's two CIDRs) is found once per prefix it overlaps.
+func OverlappingAny[V cmp.Ordered](x *Index[V], ps []netip.Prefix) []V {
+	var out []V
+	for _, p := range ps {
+		out = append(out, x.Overlapping(p)...)
+	}
+	slices.Sort(out)
+	return slices.Compact(out)
 }
 
 func comparePrefixes(a, b netip.Prefix) int {

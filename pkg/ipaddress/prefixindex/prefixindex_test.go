@@ -150,3 +150,16 @@ func TestAddRemove(t *testing.T) {
 		t.Errorf("Len %d, bits %v, sorted %v: the /24 is still filed", x.Len(), x.bits[0], x.sorted[0])
 	}
 }
+
+func TestOverlappingAny(t *testing.T) {
+	x := New([]Entry[string]{
+		{netip.MustParsePrefix("10.0.0.0/24"), "b"},
+		{netip.MustParsePrefix("fd00::/112"), "b"},
+		{netip.MustParsePrefix("10.0.0.0/16"), "a"},
+		{netip.MustParsePrefix("10.9.0.0/16"), "c"},
+	})
+	got := OverlappingAny(x, []netip.Prefix{netip.MustParsePrefix("10.0.0.0/25"), netip.MustParsePrefix("fd00::/64")})
+	if diff := cmp.Diff([]string{"a", "b"}, got); diff != "" {
+		t.Errorf("OverlappingAny (-want +got):\n%s", diff)
+	}
+}

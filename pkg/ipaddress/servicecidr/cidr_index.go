@@ -88,12 +88,7 @@ func (x *cidrIndex) containing(addr netip.Addr) []string {
 func (x *cidrIndex) overlapping(ps []netip.Prefix) []namedCIDR {
 	x.mu.Lock()
 	defer x.mu.Unlock()
-	var names []string
-	for _, p := range ps {
-		names = append(names, x.prefixes.Overlapping(p)...)
-	}
-	slices.Sort(names)
-	names = slices.Compact(names)
+	names := prefixindex.OverlappingAny(&x.prefixes, ps)
 	out := make([]namedCIDR, 0, len(names))
 	for _, name := range names {
 		out = append(out, x.byName[name])
