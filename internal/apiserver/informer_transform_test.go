@@ -34,9 +34,9 @@ func createManagedFields() []metav1.ManagedFieldsEntry {
 	return []metav1.ManagedFieldsEntry{{
 		Manager: "scale", Operation: metav1.ManagedFieldsOperationUpdate, APIVersion: "v1",
 		Time: ptr.To(created), FieldsType: "FieldsV1",
-		FieldsV1: &metav1.FieldsV1{Raw: []byte(`{"f:spec":{"f:internalTrafficPolicy":{},"f:ports":{".":{},` +
+		FieldsV1: metav1.NewFieldsV1(`{"f:spec":{"f:internalTrafficPolicy":{},"f:ports":{".":{},` +
 			`"k:{\"port\":80,\"protocol\":\"TCP\"}":{".":{},"f:port":{},"f:protocol":{},"f:targetPort":{}}},` +
-			`"f:selector":{},"f:sessionAffinity":{},"f:type":{}}}`)},
+			`"f:selector":{},"f:sessionAffinity":{},"f:type":{}}}`),
 	}}
 }
 
