@@ -21,8 +21,8 @@ import (
 // Overlaps finds the ServiceCIDRs whose CIDRs overlap given prefixes, for
 // the overlap warnings, from an index of an informer's ServiceCIDRs kept by
 // its event handlers. A warning then reads the few ServiceCIDRs it
-// concerns: listing and parsing every ServiceCIDR made each create cost in
-// proportion to the ServiceCIDRs stored, most of a create's CPU at 10,000.
+// concerns: listing and parsing every ServiceCIDR would make each create
+// cost in proportion to the ServiceCIDRs stored.
 //
 // The informer's cache trails the store by a moment, where the store's
 // list was a consistent read. So that a client's write still warns of the

@@ -7,9 +7,9 @@
 // cluster's ServiceCIDRs use a few lengths (IPv4 /24s, IPv6 /112s, the
 // default range's), so the cost of a lookup grows with those lengths and
 // the answer, not with the ServiceCIDRs: every IPAddress and Service event
-// looks up its address, and at 10,000 ServiceCIDRs a look at each would be
-// most of a create's CPU. Adding or removing an entry costs a map update
-// and a move of the sorted prefixes (a few microseconds at 10,000).
+// looks up its address, so a look at each ServiceCIDR would make every
+// create cost in proportion to them. Adding or removing an entry costs a
+// map update and a move of the sorted prefixes.
 //
 // Invariant: Containing and Overlapping answer the values a scan of every
 // entry would (netip.Prefix.Contains, Overlaps; fuzzed against one), each

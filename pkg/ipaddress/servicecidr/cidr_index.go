@@ -19,8 +19,8 @@ import (
 // up those containing its address, and every ServiceCIDR event and sync
 // those overlapping it, so no event's cost grows with the ServiceCIDRs;
 // an event changes the index in place rather than having it rebuilt from
-// the cache (at 10,000 ServiceCIDRs, a rebuild per event made their
-// creates quadratic).
+// the cache (a rebuild per event would make creating n ServiceCIDRs cost
+// n²).
 type cidrIndex struct {
 	mu       sync.Mutex
 	byName   map[string]namedCIDR      // guarded by mu

@@ -86,8 +86,8 @@ type serviceCIDRs struct {
 	ranges []subrange.Range
 	// byPrefix finds the ranges holding an address (positions in ranges)
 	// without a look at each: the repair asks for every address it
-	// reconciles, and at 10,000 ServiceCIDRs a scan of the ranges was most
-	// of a create's CPU.
+	// reconciles, so a scan of the ranges would make every create cost in
+	// proportion to the ServiceCIDRs.
 	byPrefix *prefixindex.Index[int]
 	// wide are IPv6 prefixes the IPAddress model refuses to allocate from
 	// (shorter than /64); their addresses are still not "out of range".
@@ -234,8 +234,8 @@ type listView struct {
 //
 // What orders the lists is the revision each is read at, which its first
 // page fixes: the IPAddresses' first page is read before the Services'
-// first page, and then the rest of both lists are read at once (a
-// million of each over the API take half as long).
+// first page, and then the rest of both lists are read at once: the two
+// lists, linear in the objects, overlap instead of adding up.
 func newListView(ctx context.Context, client kubernetes.Interface) (*listView, error) {
 	v := &listView{
 		byKey:    map[string][]*corev1.Service{},

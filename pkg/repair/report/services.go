@@ -25,8 +25,7 @@ const ListPageSize = 5000
 // or a port the older one keeps it.
 //
 // It returns pointers into the pages' items: sorting and copying the items
-// themselves would move a Service's 600 bytes at every step, seconds at a
-// million Services.
+// themselves would move a Service's 600 bytes at every step.
 func ListServices(ctx context.Context, client kubernetes.Interface) ([]*corev1.Service, error) {
 	var services []*corev1.Service
 	opts := metav1.ListOptions{Limit: ListPageSize}
