@@ -38,6 +38,9 @@
 #       creates (/tmp/heap.pprof.creates) and after the restart (/tmp/heap.pprof), each taken after a garbage
 #       collection (gc=1), so that it holds what is live then; read them with
 #       go tool pprof -top -sample_index=inuse_space /tmp/heap.pprof.bin /tmp/heap.pprof
+#   KEEP_DATA=/tmp/scale-data hack/scale.sh                   also keeps the server's data dir (its embedded etcd and
+#       admin kubeconfig) at the end, moved to KEEP_DATA with the server stopped, for measuring restarts on it:
+#       allocator serve --data-dir /tmp/scale-data --secure-port 0 --service-cluster-ip-range ... --allocator ipaddress
 #   KUBE=v1.37.2 hack/scale.sh                                the same against a real kube-apiserver v1.37.2
 #       (hack/lib/kube-apiserver-serve.sh: on the etcd ours embeds, run as a process of its own, with
 #       kube-controller-manager's service-cidr-controller, which finalizes deleted ServiceCIDRs);
@@ -225,4 +228,10 @@ tail -5 "$work/repair.out"
 summary_page="Services $(page_ms /api/v1/services) ms, IPAddresses $(page_ms /apis/networking.k8s.io/v1/ipaddresses) ms"
 summary_peak_restart=$(peak_rss_kib "$server_pid")
 summary
+if [ -n "${KEEP_DATA:-}" ]; then
+  serve_stop
+  rm -rf "$KEEP_DATA"
+  mv "$work/data" "$KEEP_DATA"
+  echo "data dir kept: $KEEP_DATA"
+fi
 exit "$rc"

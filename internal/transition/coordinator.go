@@ -298,19 +298,25 @@ func (c *Coordinator) refresh(ctx context.Context) error {
 	return c.register(ctx)
 }
 
-// watch applies every change of the state key until ctx ends.
+// watch applies every change of the state key until ctx ends. It watches
+// from the revision after the state it knows; after a watch ends (etcd
+// compacted that revision away, the leader was lost) it reads the key
+// again and watches from the revision after that read, not from the
+// state's own: a state written long ago is older than any compaction, and
+// a watch from it would fail again at once.
 func (c *Coordinator) watch(ctx context.Context) {
 	key := c.layout.AllocatorState()
+	c.mu.Lock()
+	from := c.state.Revision + 1
+	c.mu.Unlock()
 	for ctx.Err() == nil {
-		c.mu.Lock()
-		from := c.state.Revision + 1
-		c.mu.Unlock()
 		wch := c.cfg.Client.Watch(clientv3.WithRequireLeader(ctx), key, clientv3.WithRev(from))
 		for resp := range wch {
 			if err := resp.Err(); err != nil {
 				c.logger.V(2).Info("Transition state watch ended; reading again", "err", err)
 				break
 			}
+			from = max(from, resp.Header.Revision+1)
 			for _, ev := range resp.Events {
 				if ev.Type != clientv3.EventTypePut {
 					continue
@@ -327,8 +333,12 @@ func (c *Coordinator) watch(ctx context.Context) {
 			return
 		}
 		// Resynchronise from a fresh read (compaction, lost leader).
-		if state, ok, err := ReadState(ctx, c.cfg.Client, c.cfg.Prefix); err == nil && ok {
-			c.apply(ctx, state)
+		state, ok, at, err := readStateAt(ctx, c.cfg.Client, c.cfg.Prefix)
+		if err == nil {
+			if ok {
+				c.apply(ctx, state)
+			}
+			from = max(from, at+1)
 		}
 		select {
 		case <-ctx.Done():

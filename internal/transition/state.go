@@ -64,16 +64,23 @@ var ErrRetired = errors.New("the ClusterIP bitmap is retired: dual write was tur
 
 // ReadState returns the stored state; ok is false when none is stored yet.
 func ReadState(ctx context.Context, client *clientv3.Client, prefix string) (state State, ok bool, err error) {
+	state, ok, _, err = readStateAt(ctx, client, prefix)
+	return state, ok, err
+}
+
+// readStateAt is ReadState, also returning the revision etcd read it at:
+// a watch from the next one misses no change.
+func readStateAt(ctx context.Context, client *clientv3.Client, prefix string) (state State, ok bool, at int64, err error) {
 	key := etcdlayout.Layout{Prefix: prefix}.AllocatorState()
 	resp, err := client.Get(ctx, key)
 	if err != nil {
-		return State{}, false, fmt.Errorf("read transition state %s: %w", key, err)
+		return State{}, false, 0, fmt.Errorf("read transition state %s: %w", key, err)
 	}
 	if len(resp.Kvs) == 0 {
-		return State{}, false, nil
+		return State{}, false, resp.Header.Revision, nil
 	}
 	state, err = decodeState(resp.Kvs[0].Value, resp.Kvs[0].ModRevision)
-	return state, err == nil, err
+	return state, err == nil, resp.Header.Revision, err
 }
 
 func decodeState(value []byte, rev int64) (State, error) {
