@@ -114,7 +114,7 @@ func (c CompletedConfig) New(ctx context.Context) (*Server, error) {
 	if len(c.ServiceCIDRs) == 0 {
 		return nil, errors.New("no service CIDRs configured")
 	}
-	if err := setCacheFeatures(); err != nil {
+	if err := setStorageFeatures(); err != nil {
 		return nil, err
 	}
 	s, err := c.newServer(ctx)

@@ -23,6 +23,9 @@ func TestPagedListAtOneResourceVersion(t *testing.T) {
 	if utilfeature.DefaultFeatureGate.Enabled(features.ListFromCacheSnapshot) {
 		t.Fatal("ListFromCacheSnapshot is on in a running server")
 	}
+	if utilfeature.DefaultFeatureGate.Enabled(features.ConcurrentWatchObjectDecode) {
+		t.Fatal("ConcurrentWatchObjectDecode is on in a running server")
+	}
 	c := srv.client.CoreV1().Services("default")
 	for i := range 11 {
 		mustCreate(t, ctx, srv.client, newService(fmt.Sprintf("page-%02d", i)))
