@@ -1,21 +1,57 @@
 package apiserver
 
 import (
+	"reflect"
+
 	corev1 "k8s.io/api/core/v1"
+	networkingv1 "k8s.io/api/networking/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/allocator/allocator/pkg/ipaddress"
 )
 
 // informerTransform is the transform of the server's informer factory
 // (sharedInformers): what its caches keep of each object. A Service becomes
 // its slim copy (slimService); every other object keeps all its fields but
 // managedFields, which none of their readers reads, and an IPAddress must
-// keep the rest because the IPAddress repair updates it from the cache.
+// keep the rest because the IPAddress repair updates it from the cache
+// (compactIPAddress shares its labels with every other one).
 func informerTransform(obj any) (any, error) {
-	if svc, ok := obj.(*corev1.Service); ok {
-		return slimService(svc), nil
+	switch o := obj.(type) {
+	case *corev1.Service:
+		return slimService(o), nil
+	case *networkingv1.IPAddress:
+		o.ManagedFields = nil
+		compactIPAddress(o)
+		return o, nil
 	}
 	return stripManagedFields(obj)
+}
+
+// sharedIPAddressLabels are the label maps of the IPAddresses a ClusterIP
+// allocator writes, one per family, shared by every cached IPAddress whose
+// labels are exactly those. Nobody may write to them: a cached object is
+// read-only (client-go's contract), and a writer copies it first
+// (DeepCopy copies the map).
+var sharedIPAddressLabels = map[string]map[string]string{
+	"IPv4": {ipaddress.LabelIPFamily: "IPv4", ipaddress.LabelManagedBy: ipaddress.ManagedBy},
+	"IPv6": {ipaddress.LabelIPFamily: "IPv6", ipaddress.LabelManagedBy: ipaddress.ManagedBy},
+}
+
+// compactIPAddress makes a decoded IPAddress hold less, the same in value:
+// its labels become the shared map of its family when they are exactly an
+// allocator's two labels. A decoded map and each string in it are
+// allocations of their own, and these labels were the largest part of
+// what a cached IPAddress holds. An IPAddress that holds the shared map
+// already is not written to (a transform may see an object twice).
+func compactIPAddress(ipa *networkingv1.IPAddress) {
+	if l := ipa.Labels; len(l) == 2 && l[ipaddress.LabelManagedBy] == ipaddress.ManagedBy {
+		shared, ok := sharedIPAddressLabels[l[ipaddress.LabelIPFamily]]
+		if ok && reflect.ValueOf(l).UnsafePointer() != reflect.ValueOf(shared).UnsafePointer() {
+			ipa.Labels = shared
+		}
+	}
 }
 
 // stripManagedFields drops an object's managedFields before an informer

@@ -157,20 +157,27 @@ func ownCopy(e watch.Event) (watch.Event, bool) {
 
 // inProcessInformers registers, in factory, informers of the four resources
 // that read srcs in process; the factory's own constructors (on its
-// client) are then never used for them.
+// client) are then never used for them. The Services' informer has the
+// namespace index the factory's own would have (a lister's namespace
+// reads it); the cluster-scoped resources' have none: every object would
+// be filed under the one empty namespace, and their listers never read it.
 func inProcessInformers(factory informers.SharedInformerFactory, srcs *inProcessSources) {
 	for _, r := range []struct {
-		obj runtime.Object
-		src *storeSource
+		obj        runtime.Object
+		src        *storeSource
+		namespaced bool
 	}{
-		{&corev1.Service{}, srcs.services},
-		{&corev1.Namespace{}, srcs.namespaces},
-		{&networkingv1.IPAddress{}, srcs.ipAddresses},
-		{&networkingv1.ServiceCIDR{}, srcs.serviceCIDRs},
+		{&corev1.Service{}, srcs.services, true},
+		{&corev1.Namespace{}, srcs.namespaces, false},
+		{&networkingv1.IPAddress{}, srcs.ipAddresses, false},
+		{&networkingv1.ServiceCIDR{}, srcs.serviceCIDRs, false},
 	} {
+		indexers := cache.Indexers{}
+		if r.namespaced {
+			indexers[cache.NamespaceIndex] = cache.MetaNamespaceIndexFunc
+		}
 		factory.InformerFor(r.obj, func(_ kubernetes.Interface, resync time.Duration) cache.SharedIndexInformer {
-			return cache.NewSharedIndexInformer(storeListWatch{src: r.src}, r.obj, resync,
-				cache.Indexers{cache.NamespaceIndex: cache.MetaNamespaceIndexFunc})
+			return cache.NewSharedIndexInformer(storeListWatch{src: r.src}, r.obj, resync, indexers)
 		})
 	}
 }

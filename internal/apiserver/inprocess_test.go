@@ -9,6 +9,9 @@ import (
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/watch"
+	"k8s.io/client-go/informers"
+	"k8s.io/client-go/kubernetes/fake"
+	"k8s.io/client-go/tools/cache"
 )
 
 // shared stands for the watch cache's cachingObject: an object shared with
@@ -48,5 +51,29 @@ func TestOwnCopy(t *testing.T) {
 	own := managedService()
 	if e, ok := ownCopy(watch.Event{Type: watch.Modified, Object: own}); !ok || e.Object != own {
 		t.Errorf("the informer's own object: %T %v, want it as it is", e.Object, ok)
+	}
+}
+
+// TestInProcessInformerIndexes: the Services' informer files them by
+// namespace, as the factory's own would, so that a lister's namespace
+// reads one namespace; the cluster-scoped resources' informers keep no
+// index of the one empty namespace.
+func TestInProcessInformerIndexes(t *testing.T) {
+	t.Parallel()
+	factory := informers.NewSharedInformerFactory(fake.NewClientset(), 0)
+	inProcessInformers(factory, newInProcessSources())
+	for _, tc := range []struct {
+		name     string
+		informer cache.SharedIndexInformer
+		want     bool
+	}{
+		{"services", factory.Core().V1().Services().Informer(), true},
+		{"namespaces", factory.Core().V1().Namespaces().Informer(), false},
+		{"ipaddresses", factory.Networking().V1().IPAddresses().Informer(), false},
+		{"servicecidrs", factory.Networking().V1().ServiceCIDRs().Informer(), false},
+	} {
+		if _, got := tc.informer.GetIndexer().GetIndexers()[cache.NamespaceIndex]; got != tc.want {
+			t.Errorf("%s: namespace index %v, want %v", tc.name, got, tc.want)
+		}
 	}
 }
