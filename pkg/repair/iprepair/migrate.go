@@ -19,6 +19,7 @@ import (
 	"github.com/allocator/allocator/internal/holding"
 	"github.com/allocator/allocator/pkg/allocation"
 	"github.com/allocator/allocator/pkg/ipaddress"
+	"github.com/allocator/allocator/pkg/ipaddress/prefixindex"
 	"github.com/allocator/allocator/pkg/repair/report"
 	"github.com/allocator/allocator/pkg/subrange"
 )
@@ -226,8 +227,15 @@ func servedPrefixes(ctx context.Context, client kubernetes.Interface) ([]netip.P
 // claimsInRange returns the claims whose address lies inside one of
 // prefixes, the prefix's own address aside, and reports the others in rep.
 func claimsInRange(rep *MigrationReport, claims []claim, prefixes []netip.Prefix) []claim {
+	entries := make([]prefixindex.Entry[netip.Prefix], len(prefixes))
+	for i, p := range prefixes {
+		entries[i] = prefixindex.Entry[netip.Prefix]{Prefix: p, Value: p.Masked()}
+	}
+	index := prefixindex.New(entries) // a lookup per claim, whatever the number of ServiceCIDRs
+	var containing []netip.Prefix
 	covered := func(ip netip.Addr) bool {
-		return slices.ContainsFunc(prefixes, func(p netip.Prefix) bool { return p.Contains(ip) && p.Addr() != ip })
+		containing = index.AppendContaining(containing[:0], ip)
+		return slices.ContainsFunc(containing, func(p netip.Prefix) bool { return p.Addr() != ip })
 	}
 	var todo []claim
 	for _, c := range claims {
