@@ -227,16 +227,18 @@ func (s *Server) ClientTLS() (*tls.Config, error) {
 // Close. Each call returns a new client.
 func (s *Server) InProcessClient() *clientv3.Client {
 	c := v3client.New(s.etcd.Server)
-	kv := adapter.KvServerToKvClient(v3rpc.NewQuotaKVServer(s.etcd.Server))
-	c.KV = clientv3.NewKVFromKVClient(inProcessKV{KVClient: kv, closed: c.Ctx()}, c)
+	server := v3rpc.NewQuotaKVServer(s.etcd.Server)
+	kv := inProcessKV{KVClient: adapter.KvServerToKvClient(server), server: server, closed: c.Ctx()}
+	c.KV = clientv3.NewKVFromKVClient(kv, c)
 	return c
 }
 
 // inProcessKV is the key-value API of an in-process client: writes detached
-// from their context's end, every call refused once closed ends (the
-// client's Close).
+// from their context's end, streaming ranges (RangeStream), every call
+// refused once closed ends (the client's Close).
 type inProcessKV struct {
 	etcdserverpb.KVClient
+	server etcdserverpb.KVServer
 	closed context.Context
 }
 
@@ -283,6 +285,10 @@ func (k inProcessKV) refuse() error {
 	}
 	return nil
 }
+
+// errNotAStream is what the in-process RangeStream answers to the stream
+// methods nobody calls on a server-streaming RPC.
+var errNotAStream = status.Error(codes.Unimplemented, "not supported by the in-process RangeStream")
 
 // errClientClosed is what a gRPC client answers once closed.
 var errClientClosed = status.Error(codes.Canceled, "grpc: the client connection is closing")

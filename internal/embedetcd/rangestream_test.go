@@ -1,0 +1,109 @@
+package embedetcd
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	clientv3 "go.etcd.io/etcd/client/v3"
+)
+
+// TestInProcessRangeStream: a streaming range in process returns the keys a
+// Range returns, in order, over several chunks, with the count of every
+// key in range and the revision it read at on its last chunk; a limited
+// stream stops at its limit; a caller that goes away ends the stream; a
+// closed client refuses it.
+func TestInProcessRangeStream(t *testing.T) {
+	t.Parallel()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	s, err := Start(ctx, Config{DataDir: t.TempDir(), UnsafeNoFsync: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	c := s.InProcessClient()
+	defer c.Close()
+
+	const n = 3000
+	value := strings.Repeat("v", 1024) // 3 MB in all: more than one chunk
+	var want []string
+	for i := range n {
+		key := fmt.Sprintf("/s/%05d", i)
+		if _, err := c.Put(ctx, key, value); err != nil {
+			t.Fatal(err)
+		}
+		want = append(want, key)
+	}
+	if _, err := c.Put(ctx, "/t/outside", "x"); err != nil {
+		t.Fatal(err)
+	}
+	end := clientv3.GetPrefixRangeEnd("/s/")
+
+	stream := func(ctx context.Context, opts ...clientv3.OpOption) (keys []string, chunks int, last *clientv3.RangeStreamResponse) {
+		t.Helper()
+		ch, err := c.KV.GetStream(ctx, "/s/", append([]clientv3.OpOption{clientv3.WithRange(end)}, opts...)...)
+		if err != nil {
+			t.Fatalf("GetStream: %v", err)
+		}
+		for r := range ch {
+			if err := r.Err(); err != nil {
+				t.Fatalf("stream: %v", err)
+			}
+			chunks++
+			for _, kv := range r.RangeResponse.Kvs {
+				keys = append(keys, string(kv.Key))
+			}
+			last = &r
+		}
+		return keys, chunks, last
+	}
+
+	keys, chunks, last := stream(ctx)
+	if !slices.Equal(keys, want) {
+		t.Fatalf("streamed %d keys, want the %d of the prefix in order", len(keys), len(want))
+	}
+	if chunks < 2 {
+		t.Errorf("%d chunk(s): want the stream cut in several", chunks)
+	}
+	got, err := c.Get(ctx, "/s/", clientv3.WithRange(end), clientv3.WithCountOnly())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if h := last.RangeResponse.Header; h == nil || h.Revision != got.Header.Revision || last.RangeResponse.Count != n {
+		t.Errorf("last chunk: header %v, count %d; want revision %d, count %d", h, last.RangeResponse.Count, got.Header.Revision, n)
+	}
+
+	keys, _, last = stream(ctx, clientv3.WithLimit(100))
+	if !slices.Equal(keys, want[:100]) || !last.RangeResponse.More || last.RangeResponse.Count != n {
+		t.Errorf("limited to 100: %d keys, more %v, count %d; want the first 100, more, count %d",
+			len(keys), last.RangeResponse.More, last.RangeResponse.Count, n)
+	}
+
+	// The caller goes away after the first chunk: the stream ends with an error.
+	gone, stop := context.WithCancel(ctx)
+	ch, err := c.KV.GetStream(gone, "/s/", clientv3.WithRange(end))
+	if err != nil {
+		t.Fatal(err)
+	}
+	<-ch
+	stop()
+	var ended bool
+	for r := range ch {
+		if r.Err() != nil {
+			ended = true
+		}
+	}
+	if !ended {
+		t.Error("a stream whose caller went away ended without an error")
+	}
+
+	c2 := s.InProcessClient()
+	c2.Close()
+	if _, err := c2.KV.GetStream(ctx, "/s/", clientv3.WithRange(end)); err == nil {
+		t.Error("a closed client's stream did not fail")
+	}
+}
