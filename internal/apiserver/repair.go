@@ -7,6 +7,7 @@ import (
 
 	genericapiserver "k8s.io/apiserver/pkg/server"
 	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/tools/cache"
 
 	"github.com/allocator/allocator/internal/fence"
 	"github.com/allocator/allocator/internal/ipallocator"
@@ -135,7 +136,10 @@ func (s *Server) migrateFromOtherModel(ctx context.Context) error {
 // 100,000 Services, a list of every Service (its source when the server
 // runs no Service informer, repairServices) costs about a fifth of the
 // start-up's CPU (hack/scale.sh), which run at once it would take from the
-// work readiness waits for.
+// work readiness waits for. When the server runs a Service informer, the
+// first pass also waits for it to sync (afterServiceInformerSync): the
+// ClusterIP repair's first pass can take longer than the bound with a
+// million Services, and a pass before the sync would list every Service.
 func (s *Server) startNodePortRepair(ctx context.Context, client kubernetes.Interface) error {
 	if s.nodePorts == nil {
 		return nil
@@ -145,7 +149,7 @@ func (s *Server) startNodePortRepair(ctx context.Context, client kubernetes.Inte
 		return err
 	}
 	s.controllers.run(ctx, func(ctx context.Context) {
-		if !s.afterFirstRepairPass(ctx, firstPassWait) {
+		if !s.afterFirstRepairPass(ctx, firstPassWait) || !s.afterServiceInformerSync(ctx) {
 			return
 		}
 		if err := r.Run(ctx, nil); err != nil && ctx.Err() == nil {
@@ -172,4 +176,13 @@ func (s *Server) afterFirstRepairPass(ctx context.Context, max time.Duration) bo
 		return false
 	}
 	return true
+}
+
+// afterServiceInformerSync waits until the server's Service informer, if it
+// runs one, has synced; false when ctx ended first.
+func (s *Server) afterServiceInformerSync(ctx context.Context) bool {
+	if s.serviceInformer == nil {
+		return ctx.Err() == nil
+	}
+	return cache.WaitForCacheSync(ctx.Done(), s.serviceInformer.HasSynced)
 }

@@ -4,6 +4,8 @@ import (
 	"context"
 	"testing"
 	"time"
+
+	"k8s.io/client-go/tools/cache"
 )
 
 // TestAfterFirstRepairPass: the work readiness does not wait for starts
@@ -34,6 +36,61 @@ func TestAfterFirstRepairPass(t *testing.T) {
 	stopped, stop := context.WithCancel(ctx)
 	stop()
 	if never.afterFirstRepairPass(stopped, time.Hour) {
+		t.Error("server stopped: the work would still start")
+	}
+}
+
+// syncingInformer is a Service informer that has synced once synced is
+// closed.
+type syncingInformer struct {
+	cache.SharedIndexInformer
+	synced chan struct{}
+}
+
+func (i syncingInformer) HasSynced() bool {
+	select {
+	case <-i.synced:
+		return true
+	default:
+		return false
+	}
+}
+
+// TestAfterServiceInformerSync: the node-port repair's first pass waits for
+// the Service informer to sync (a pass before it would list every
+// Service), goes on at once without one, and not at all once the server
+// stops.
+func TestAfterServiceInformerSync(t *testing.T) {
+	t.Parallel()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+
+	if !(&Server{}).afterServiceInformerSync(ctx) {
+		t.Error("no Service informer: did not go on")
+	}
+
+	inf := syncingInformer{synced: make(chan struct{})}
+	s := &Server{serviceInformer: inf}
+	done := make(chan bool, 1)
+	go func() { done <- s.afterServiceInformerSync(ctx) }()
+	select {
+	case <-done:
+		t.Fatal("went on before the informer synced")
+	case <-time.After(300 * time.Millisecond):
+	}
+	close(inf.synced)
+	select {
+	case ok := <-done:
+		if !ok {
+			t.Error("informer synced: would not go on")
+		}
+	case <-ctx.Done():
+		t.Fatal("informer synced: still waiting")
+	}
+
+	stopped, stop := context.WithCancel(ctx)
+	stop()
+	if (&Server{serviceInformer: syncingInformer{synced: make(chan struct{})}}).afterServiceInformerSync(stopped) {
 		t.Error("server stopped: the work would still start")
 	}
 }
