@@ -13,12 +13,15 @@ import (
 )
 
 // ListPageSize is the page size of the repairs' and the migration's lists.
-// Every page after the first is a list at the first page's resourceVersion,
-// which a watch cache (ours, kube-apiserver's) answers at a cost that grows
-// with the objects stored: at 100,000 Services on our server (hack/scale.sh),
-// `kubectl get services -A` takes about 45 s with its pages of 500, and
-// about 16 s with pages of 5,000 or with one list.
-const ListPageSize = 5000
+// Each page costs the API server a walk of every key stored after it: a
+// page read from etcd counts them for the list's remainingItemCount (a
+// watch cache walks its own index to the same end), so a list of N objects
+// in pages of P costs about N²/2P key visits besides the objects
+// themselves: quadratic in N unless P grows with it. Pages of 50,000 keep
+// that walk small next to the objects' own cost up to millions of objects,
+// for a page's transient heap of tens of megabytes on either side
+// (docs/performance.md).
+const ListPageSize = 50_000
 
 // ListServices lists every Service with a consistent read, in pages, oldest
 // first (then by namespace/name), so that of two Services sharing an address
