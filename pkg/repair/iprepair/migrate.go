@@ -107,16 +107,20 @@ func (r *MigrationReport) String() string {
 type claim struct {
 	ip    netip.Addr
 	owner allocation.Owner
-	svc   string
 }
+
+// svc is the claim's Service as report.ServiceKey names it, made only for
+// a claim that is reported: a string per claim of a million adds up.
+func (c claim) svc() string { return c.owner.Namespace + "/" + c.owner.Name }
 
 // serviceClaims lists every Service address, oldest Service first, and
 // reports the ones that cannot be addresses at all.
 func serviceClaims(services []*corev1.Service) (claims []claim, problems []report.Problem) {
+	claims = make([]claim, 0, len(services)) // most Services hold one address
 	for _, svc := range services {
 		ips, invalid := holding.ClusterIPs(svc)
 		for _, ip := range ips {
-			claims = append(claims, claim{ip: ip, owner: allocation.Owner{Namespace: svc.Namespace, Name: svc.Name, UID: string(svc.UID)}, svc: report.ServiceKey(svc)})
+			claims = append(claims, claim{ip: ip, owner: allocation.Owner{Namespace: svc.Namespace, Name: svc.Name, UID: string(svc.UID)}})
 		}
 		for _, text := range invalid {
 			problems = append(problems, report.Problem{Type: report.TypeInvalid, Reason: report.ReasonNotValid, IP: text, Service: report.ServiceKey(svc),
@@ -226,6 +230,7 @@ func servedPrefixes(ctx context.Context, client kubernetes.Interface) ([]netip.P
 
 // claimsInRange returns the claims whose address lies inside one of
 // prefixes, the prefix's own address aside, and reports the others in rep.
+// It filters claims in place: the result shares its array.
 func claimsInRange(rep *MigrationReport, claims []claim, prefixes []netip.Prefix) []claim {
 	entries := make([]prefixindex.Entry[netip.Prefix], len(prefixes))
 	for i, p := range prefixes {
@@ -237,10 +242,10 @@ func claimsInRange(rep *MigrationReport, claims []claim, prefixes []netip.Prefix
 		containing = index.AppendContaining(containing[:0], ip)
 		return slices.ContainsFunc(containing, func(p netip.Prefix) bool { return p.Addr() != ip })
 	}
-	var todo []claim
+	todo := claims[:0]
 	for _, c := range claims {
 		if !covered(c.ip) {
-			rep.Problems = append(rep.Problems, report.Problem{Type: report.TypeOutOfRange, Reason: report.ReasonOutOfRange, IP: c.ip.String(), Service: c.svc,
+			rep.Problems = append(rep.Problems, report.Problem{Type: report.TypeOutOfRange, Reason: report.ReasonOutOfRange, IP: c.ip.String(), Service: c.svc(),
 				Message: fmt.Sprintf("Cluster IP [%s]:%s is not within any ServiceCIDR; it cannot get an IPAddress", subrange.FamilyName(c.ip.Is6()), c.ip)})
 			continue
 		}
@@ -343,10 +348,10 @@ func carryOver(ctx context.Context, cfg MigrateConfig, c claim) (*report.Problem
 	case apierrors.IsInvalid(err):
 		// The server refuses this address (e.g. a network or broadcast
 		// address): a problem of this Service, not a reason to stop.
-		return &report.Problem{Type: report.TypeInvalid, IP: c.ip.String(), Service: c.svc,
-			Message: fmt.Sprintf("Cluster IP [%s]:%s of %s cannot get an IPAddress: %v", subrange.FamilyName(c.ip.Is6()), c.ip, c.svc, err)}, false, nil
+		return &report.Problem{Type: report.TypeInvalid, IP: c.ip.String(), Service: c.svc(),
+			Message: fmt.Sprintf("Cluster IP [%s]:%s of %s cannot get an IPAddress: %v", subrange.FamilyName(c.ip.Is6()), c.ip, c.svc(), err)}, false, nil
 	default:
-		return nil, false, fmt.Errorf("create IPAddress %s for %s: %w", c.ip, c.svc, err)
+		return nil, false, fmt.Errorf("create IPAddress %s for %s: %w", c.ip, c.svc(), err)
 	}
 }
 
@@ -358,8 +363,8 @@ func checkOwner(obj *networkingv1.IPAddress, c claim) *report.Problem {
 	if p := obj.Spec.ParentRef; p != nil {
 		holder = fmt.Sprintf("%s/%s/%s", p.Resource, p.Namespace, p.Name)
 	}
-	return &report.Problem{Type: report.TypeDuplicate, Reason: report.ReasonAlreadyAllocated, IP: c.ip.String(), Service: c.svc,
-		Message: fmt.Sprintf("Cluster IP [%s]:%s of %s is already claimed by an IPAddress referencing %s", subrange.FamilyName(c.ip.Is6()), c.ip, c.svc, holder)}
+	return &report.Problem{Type: report.TypeDuplicate, Reason: report.ReasonAlreadyAllocated, IP: c.ip.String(), Service: c.svc(),
+		Message: fmt.Sprintf("Cluster IP [%s]:%s of %s is already claimed by an IPAddress referencing %s", subrange.FamilyName(c.ip.Is6()), c.ip, c.svc(), holder)}
 }
 
 // verifyIPAddresses lists the IPAddresses and checks every claim has one

@@ -56,7 +56,7 @@ func MigrateToBitmap(ctx context.Context, cfg MigrateConfig) (_ *MigrationReport
 	claims, problems := serviceClaims(services)
 	rep.Problems = problems
 	for _, c := range claims {
-		owners[c.ip] = c.svc
+		owners[c.ip] = c.svc()
 	}
 	// Every Service address must be carried over; so must every IPAddress
 	// (one whose Service is gone is a leak the bitmap repair will free).
@@ -65,7 +65,7 @@ func MigrateToBitmap(ctx context.Context, cfg MigrateConfig) (_ *MigrationReport
 		want[a] = owners[a]
 	}
 	for _, c := range claims {
-		want[c.ip] = c.svc
+		want[c.ip] = c.svc()
 	}
 	perStore := make([][]netip.Addr, len(cfg.Stores))
 	for ip, svc := range want {

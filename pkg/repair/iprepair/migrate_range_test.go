@@ -43,7 +43,7 @@ func TestClaimsInRange(t *testing.T) {
 	}
 	var claims []claim
 	for i, tt := range tests {
-		claims = append(claims, claim{ip: netip.MustParseAddr(tt.ip), owner: allocation.Owner{Namespace: "ns", Name: fmt.Sprint(i)}, svc: fmt.Sprintf("ns/%d", i)})
+		claims = append(claims, claim{ip: netip.MustParseAddr(tt.ip), owner: allocation.Owner{Namespace: "ns", Name: fmt.Sprint(i)}})
 	}
 	rep := &MigrationReport{}
 	todo := claimsInRange(rep, claims, prefixes)
