@@ -254,15 +254,15 @@ func claimsInRange(rep *MigrationReport, claims []claim, prefixes []netip.Prefix
 	return todo
 }
 
-// missingClaims returns the claims without an IPAddress in existing. It
-// counts in rep those whose IPAddress is their Service's as present, and
-// reports those another parent holds.
-func missingClaims(rep *MigrationReport, todo []claim, existing map[string]*networkingv1.IPAddress) []claim {
+// missingClaims returns the claims without an IPAddress in existing (a
+// lookup by name). It counts in rep those whose IPAddress is their
+// Service's as present, and reports those another parent holds.
+func missingClaims(rep *MigrationReport, todo []claim, existing func(name string) *networkingv1.IPAddress) []claim {
 	var missing []claim
 	for _, c := range todo {
-		obj, ok := existing[c.ip.String()]
+		obj := existing(c.ip.String())
 		switch {
-		case !ok:
+		case obj == nil:
 			missing = append(missing, c)
 		case checkOwner(obj, c) != nil:
 			rep.Problems = append(rep.Problems, *checkOwner(obj, c))

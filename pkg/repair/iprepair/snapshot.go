@@ -21,8 +21,9 @@ import (
 type Snapshot interface {
 	// Services returns every Service, oldest first (report.OldestFirst).
 	Services(ctx context.Context) ([]*corev1.Service, error)
-	// IPAddresses returns every IPAddress by name.
-	IPAddresses(ctx context.Context) (map[string]*networkingv1.IPAddress, error)
+	// IPAddresses returns a lookup of every IPAddress by name (nil: none of
+	// that name), valid until the next call.
+	IPAddresses(ctx context.Context) (func(name string) *networkingv1.IPAddress, error)
 }
 
 // apiSnapshot lists through the API, in pages: what a job outside the
@@ -33,8 +34,12 @@ func (s apiSnapshot) Services(ctx context.Context) ([]*corev1.Service, error) {
 	return report.ListServices(ctx, s.client)
 }
 
-func (s apiSnapshot) IPAddresses(ctx context.Context) (map[string]*networkingv1.IPAddress, error) {
-	return listIPAddressObjects(ctx, s.client)
+func (s apiSnapshot) IPAddresses(ctx context.Context) (func(string) *networkingv1.IPAddress, error) {
+	byName, err := listIPAddressObjects(ctx, s.client)
+	if err != nil {
+		return nil, err
+	}
+	return func(name string) *networkingv1.IPAddress { return byName[name] }, nil
 }
 
 // InformerSnapshot reads the caches of factory's Service and IPAddress
@@ -83,16 +88,20 @@ func (s informerSnapshot) Services(ctx context.Context) ([]*corev1.Service, erro
 	return out, nil
 }
 
-func (s informerSnapshot) IPAddresses(ctx context.Context) (map[string]*networkingv1.IPAddress, error) {
+// IPAddresses looks each name up in the cache itself (an IPAddress's key
+// is its name): a map of every cached IPAddress would be built at every
+// start only to be read once per Service address.
+func (s informerSnapshot) IPAddresses(ctx context.Context) (func(string) *networkingv1.IPAddress, error) {
 	if err := s.wait(ctx); err != nil {
 		return nil, fmt.Errorf("cached ipaddresses: %w", err)
 	}
-	objs := s.ips.GetIndexer().List()
-	out := make(map[string]*networkingv1.IPAddress, len(objs))
-	for _, obj := range objs {
-		if ipa, ok := obj.(*networkingv1.IPAddress); ok {
-			out[ipa.Name] = ipa
+	indexer := s.ips.GetIndexer()
+	return func(name string) *networkingv1.IPAddress {
+		obj, ok, err := indexer.GetByKey(name)
+		if err != nil || !ok {
+			return nil
 		}
-	}
-	return out, nil
+		ipa, _ := obj.(*networkingv1.IPAddress)
+		return ipa
+	}, nil
 }
