@@ -137,9 +137,10 @@ func (s *Server) migrateFromOtherModel(ctx context.Context) error {
 // runs no Service informer, repairServices) costs about a fifth of the
 // start-up's CPU (hack/scale.sh), which run at once it would take from the
 // work readiness waits for. When the server runs a Service informer, the
-// first pass also waits for it to sync (afterServiceInformerSync): the
-// ClusterIP repair's first pass can take longer than the bound with a
-// million Services, and a pass before the sync would list every Service.
+// first pass waits for it to sync first (afterServiceInformerSync), and
+// the bound starts then: with a million Services the sync alone takes
+// longer than the bound, and a pass before it would list every Service,
+// or run beside the ClusterIP repair's first pass.
 func (s *Server) startNodePortRepair(ctx context.Context, client kubernetes.Interface) error {
 	if s.nodePorts == nil {
 		return nil
@@ -149,7 +150,7 @@ func (s *Server) startNodePortRepair(ctx context.Context, client kubernetes.Inte
 		return err
 	}
 	s.controllers.run(ctx, func(ctx context.Context) {
-		if !s.afterFirstRepairPass(ctx, firstPassWait) || !s.afterServiceInformerSync(ctx) {
+		if !s.afterServiceInformerSync(ctx) || !s.afterFirstRepairPass(ctx, firstPassWait) {
 			return
 		}
 		if err := r.Run(ctx, nil); err != nil && ctx.Err() == nil {
