@@ -421,6 +421,9 @@ func (l *ipAddressPages) next(ctx context.Context, client kubernetes.Interface) 
 	for i := range list.Items {
 		l.byName[list.Items[i].Name] = &list.Items[i]
 	}
+	if l.opts.Continue == "" && list.Continue != "" {
+		l.opts.Limit = report.NextPageSize(list.RemainingItemCount)
+	}
 	l.opts.Continue = list.Continue
 	return nil
 }

@@ -12,16 +12,31 @@ import (
 	"k8s.io/client-go/kubernetes"
 )
 
-// ListPageSize is the page size of the repairs' and the migration's lists.
-// Each page costs the API server a walk of every key stored after it: a
-// page read from etcd counts them for the list's remainingItemCount (a
-// watch cache walks its own index to the same end), so a list of N objects
-// in pages of P costs about N²/2P key visits besides the objects
-// themselves: quadratic in N unless P grows with it. Pages of 50,000 keep
-// that walk small next to the objects' own cost up to millions of objects,
-// for a page's transient heap of tens of megabytes on either side
-// (docs/performance.md).
-const ListPageSize = 50_000
+// ListPageSize is the first page's size in the repairs' and the
+// migration's lists; NextPageSize sizes the pages after it.
+const ListPageSize = 5000
+
+// MaxListPageSize bounds NextPageSize: a page's objects are transient heap
+// on both sides, the API server's included.
+const MaxListPageSize = 50_000
+
+// NextPageSize is the size of the pages after the first in a list that
+// has remaining objects after its first page (its remainingItemCount; nil
+// when the server did not say): about a twentieth of them, between
+// ListPageSize and MaxListPageSize.
+//
+// Why: each page costs the API server a walk of every key stored after it
+// (etcd counts them for remainingItemCount; a watch cache walks its index
+// to the same end), so a list of N objects in pages of P costs about
+// N²/2P key visits besides the objects themselves, quadratic in N while P
+// stays fixed. With about twenty pages the walk stays linear in N, up to
+// a million objects, and a small list keeps small pages.
+func NextPageSize(remaining *int64) int64 {
+	if remaining == nil {
+		return ListPageSize
+	}
+	return min(max(*remaining/20, ListPageSize), MaxListPageSize)
+}
 
 // ListServices lists every Service with a consistent read, in pages, oldest
 // first (then by namespace/name), so that of two Services sharing an address
@@ -40,6 +55,9 @@ func ListServices(ctx context.Context, client kubernetes.Interface) ([]*corev1.S
 		services = append(services, Pointers(list.Items)...)
 		if list.Continue == "" {
 			break
+		}
+		if opts.Continue == "" {
+			opts.Limit = NextPageSize(list.RemainingItemCount)
 		}
 		opts.Continue = list.Continue
 	}

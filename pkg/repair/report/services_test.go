@@ -1,8 +1,19 @@
 package report
 
 import (
+	"context"
+	"fmt"
+	"slices"
+	"strconv"
 	"strings"
 	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/client-go/kubernetes/fake"
+	k8stesting "k8s.io/client-go/testing"
 )
 
 func TestCompareJoined(t *testing.T) {
@@ -37,4 +48,71 @@ func FuzzCompareJoined(f *testing.F) {
 			t.Fatalf("compareJoined(%q, %q, %q, %q) = %d, want %d", ns1, name1, ns2, name2, got, want)
 		}
 	})
+}
+
+func TestNextPageSize(t *testing.T) {
+	t.Parallel()
+	n := func(v int64) *int64 { return &v }
+	for _, tt := range []struct {
+		remaining *int64
+		want      int64
+	}{
+		{nil, ListPageSize},
+		{n(0), ListPageSize},
+		{n(50_000), ListPageSize},
+		{n(200_000), 10_000},
+		{n(995_000), 49_750},
+		{n(10_000_000), MaxListPageSize},
+	} {
+		if got := NextPageSize(tt.remaining); got != tt.want {
+			t.Errorf("NextPageSize(%v) = %d, want %d", tt.remaining, got, tt.want)
+		}
+	}
+}
+
+// TestListServicesPages: the first page asks for ListPageSize, the pages
+// after it for NextPageSize of what the first said remains, and the
+// Services of every page come back oldest first.
+func TestListServicesPages(t *testing.T) {
+	t.Parallel()
+	const total = 240_000
+	client := fake.NewClientset()
+	var limits []int64
+	client.PrependReactor("list", "services", func(action k8stesting.Action) (bool, runtime.Object, error) {
+		opts := action.(k8stesting.ListActionImpl).ListOptions
+		limits = append(limits, opts.Limit)
+		from := 0
+		if opts.Continue != "" {
+			from, _ = strconv.Atoi(opts.Continue)
+		}
+		to := min(from+int(opts.Limit), total)
+		list := &corev1.ServiceList{}
+		for i := from; i < to; i++ {
+			list.Items = append(list.Items, corev1.Service{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: fmt.Sprintf("s-%06d", total-1-i),
+				CreationTimestamp: metav1.NewTime(time.Unix(int64(total-i), 0))}})
+		}
+		if to < total {
+			list.Continue = strconv.Itoa(to)
+			remaining := int64(total - to)
+			list.RemainingItemCount = &remaining
+		}
+		return true, list, nil
+	})
+	services, err := ListServices(context.Background(), client)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(services) != total {
+		t.Fatalf("%d Services, want %d", len(services), total)
+	}
+	if services[0].Name != "s-000000" || services[total-1].Name != fmt.Sprintf("s-%06d", total-1) {
+		t.Errorf("not oldest first: %s … %s", services[0].Name, services[total-1].Name)
+	}
+	want := []int64{ListPageSize}
+	for range (total - ListPageSize + 11_749) / 11_750 {
+		want = append(want, 11_750) // (240,000 - 5,000) / 20
+	}
+	if !slices.Equal(limits, want) {
+		t.Errorf("page limits %v, want %v", limits, want)
+	}
 }
