@@ -4,7 +4,6 @@ import (
 	"fmt"
 	"net/netip"
 	"reflect"
-	"runtime"
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
@@ -97,44 +96,14 @@ func TestCompactIPAddress(t *testing.T) {
 //
 //	go test ./internal/apiserver/ -run '^$' -bench BenchmarkIPAddressBytes -benchtime 1x -benchmem
 func BenchmarkIPAddressBytes(b *testing.B) {
-	const n = 100_000
-	encoded := make([][]byte, n)
-	for i := range encoded {
-		data, err := scaleIPAddress(i).Marshal()
-		if err != nil {
-			b.Fatal(err)
-		}
-		encoded[i] = data
-	}
-	for _, tc := range []struct {
-		name      string
-		transform func(any) (any, error)
-	}{
-		{"decoded", func(obj any) (any, error) { return obj, nil }},
-		{"without-managedFields", stripManagedFields},
-		{"cached", informerTransform},
-	} {
-		b.Run(tc.name, func(b *testing.B) {
-			b.ReportAllocs()
-			held := make([]any, n)
-			for b.Loop() {
-				clear(held)
-				before := liveHeap()
-				for i, data := range encoded {
-					ipa := &networkingv1.IPAddress{}
-					if err := ipa.Unmarshal(data); err != nil {
-						b.Fatal(err)
-					}
-					obj, err := tc.transform(ipa)
-					if err != nil {
-						b.Fatal(err)
-					}
-					held[i] = obj
-				}
-				b.ReportMetric(float64(liveHeap()-before)/n, "B/ipaddress")
-			}
-			runtime.KeepAlive(held)
+	benchmarkHeldBytes(b, "B/ipaddress", func(i int) ([]byte, error) { return scaleIPAddress(i).Marshal() },
+		func(data []byte) (any, error) {
+			ipa := &networkingv1.IPAddress{}
+			return ipa, ipa.Unmarshal(data)
+		},
+		[]namedTransform{
+			{"decoded", func(obj any) (any, error) { return obj, nil }},
+			{"without-managedFields", stripManagedFields},
+			{"cached", informerTransform},
 		})
-	}
-	runtime.KeepAlive(encoded)
 }
