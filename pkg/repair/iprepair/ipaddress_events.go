@@ -30,17 +30,17 @@ func (run *repairRun) watch(factory informers.SharedInformerFactory) (synced []c
 		inf     cache.SharedIndexInformer
 		handler cache.ResourceEventHandler
 	}{
-		{factory.Core().V1().Services().Informer(), cache.ResourceEventHandlerFuncs{
+		{factory.Core().V1().Services().Informer(), cache.ResourceEventHandlerDetailedFuncs{
 			AddFunc:    run.addService,
 			UpdateFunc: run.updateService,
 			DeleteFunc: run.deleteService,
 		}},
-		{factory.Networking().V1().IPAddresses().Informer(), cache.ResourceEventHandlerFuncs{
+		{factory.Networking().V1().IPAddresses().Informer(), cache.ResourceEventHandlerDetailedFuncs{
 			AddFunc:    run.addIPAddress,
 			UpdateFunc: run.updateIPAddress,
 			DeleteFunc: run.deleteIPAddress,
 		}},
-		{factory.Networking().V1().ServiceCIDRs().Informer(), cache.ResourceEventHandlerFuncs{
+		{factory.Networking().V1().ServiceCIDRs().Informer(), cache.ResourceEventHandlerDetailedFuncs{
 			AddFunc:    run.addServiceCIDR,
 			UpdateFunc: run.updateServiceCIDR,
 			DeleteFunc: run.deleteServiceCIDR,
@@ -57,8 +57,18 @@ func (run *repairRun) watch(factory informers.SharedInformerFactory) (synced []c
 	return synced, unwatch, nil
 }
 
+// The Adds of an informer's initial list (isInInitialList) queue nothing:
+// Run's first full pass starts once every handler has synced, and
+// reconciles every address of the caches then, the initial lists'
+// objects included. Queued as well, each address of a million would be
+// reconciled a second time once the workers start, right after that pass.
+
 // addService queues the addresses of a Service added.
-func (run *repairRun) addService(obj any) { run.enqueueService(obj) }
+func (run *repairRun) addService(obj any, isInInitialList bool) {
+	if !isInInitialList {
+		run.enqueueService(obj)
+	}
+}
 
 // updateService queues the addresses the Service held and those it holds.
 func (run *repairRun) updateService(old, cur any) { run.enqueueService(old); run.enqueueService(cur) }
@@ -67,7 +77,11 @@ func (run *repairRun) updateService(old, cur any) { run.enqueueService(old); run
 func (run *repairRun) deleteService(obj any) { run.enqueueService(obj) }
 
 // addIPAddress queues the address of an IPAddress added.
-func (run *repairRun) addIPAddress(obj any) { run.enqueueIPAddress(obj) }
+func (run *repairRun) addIPAddress(obj any, isInInitialList bool) {
+	if !isInInitialList {
+		run.enqueueIPAddress(obj)
+	}
+}
 
 // updateIPAddress queues the address of an IPAddress changed.
 func (run *repairRun) updateIPAddress(_, cur any) { run.enqueueIPAddress(cur) }
@@ -75,8 +89,15 @@ func (run *repairRun) updateIPAddress(_, cur any) { run.enqueueIPAddress(cur) }
 // deleteIPAddress queues the address of an IPAddress deleted.
 func (run *repairRun) deleteIPAddress(obj any) { run.enqueueIPAddress(obj) }
 
-// addServiceCIDR queues the held addresses a ServiceCIDR added can concern.
-func (run *repairRun) addServiceCIDR(obj any) { run.cidrAddedOrDeleted(obj) }
+// addServiceCIDR queues the held addresses a ServiceCIDR added can concern;
+// one of the initial list only makes the view parse the ServiceCIDRs again.
+func (run *repairRun) addServiceCIDR(obj any, isInInitialList bool) {
+	if isInInitialList {
+		run.view.cidrsChanged()
+		return
+	}
+	run.cidrAddedOrDeleted(obj)
+}
 
 // deleteServiceCIDR queues the held addresses a ServiceCIDR deleted can
 // concern.
