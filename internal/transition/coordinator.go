@@ -316,8 +316,11 @@ func (c *Coordinator) watch(ctx context.Context) {
 				c.logger.V(2).Info("Transition state watch ended; reading again", "err", err)
 				break
 			}
-			from = max(from, resp.Header.Revision+1)
 			for _, ev := range resp.Events {
+				// Past what was received, not the response's header: a
+				// watch catching up may be sent its events in several
+				// responses, each with etcd's current revision.
+				from = max(from, ev.Kv.ModRevision+1)
 				if ev.Type != clientv3.EventTypePut {
 					continue
 				}
