@@ -13,19 +13,20 @@ import (
 // ListFromCacheSnapshot (beta and on by default since 1.34): with it on, the
 // watch cache keeps a copy-on-write snapshot of its B-tree for every event
 // still in its window, so that a LIST at an older resourceVersion (the
-// pages after the first) is answered from memory: at 100,000 Services
-// created at 1,000/s those snapshots are about a fifth of the live heap
-// (hack/scale.sh), and every event copies a path of tree nodes. Off, such a
-// LIST is read from etcd, as kube-apiserver did before 1.34: the same
-// objects and resourceVersion, a 410 once etcd has compacted it away.
+// pages after the first) is answered from memory: the snapshots hold
+// memory in proportion to the write rate and the window (the figures are
+// in docs/performance.md), and every event copies a path of tree nodes.
+// Off, such a LIST is read from etcd, as kube-apiserver did before 1.34:
+// the same objects and resourceVersion, a 410 once etcd has compacted it
+// away.
 //
 // ConcurrentWatchObjectDecode (on by default since 1.37): with it on, a
 // watch of etcd decodes each event in a goroutine of its own, whose stack
 // grows for every decode. The server's informers watch etcd without a
 // watch cache, and a start-up's watch lists carry every stored Service and
-// IPAddress as events: the stack growth alone is about a tenth of the
-// start-up's CPU. Off, each watch decodes in its own goroutine, in order;
-// the watches of different resources still decode in parallel.
+// IPAddress as events, so the stack growth is paid once per stored object
+// (docs/performance.md). Off, each watch decodes in its own goroutine, in
+// order; the watches of different resources still decode in parallel.
 func setStorageFeatures() error {
 	if err := utilfeature.DefaultMutableFeatureGate.SetFromMap(map[string]bool{
 		string(features.ListFromCacheSnapshot):       false,
