@@ -19,11 +19,16 @@ import (
 	"github.com/allocator/allocator/pkg/ipaddress/lifecycle"
 	"github.com/allocator/allocator/pkg/ipaddress/scope"
 	"github.com/allocator/allocator/pkg/model"
+	"github.com/allocator/allocator/pkg/repair/report"
 	"github.com/allocator/allocator/pkg/subrange"
 )
 
-// listPage is the page size of every list: a cluster with 100,000 Services
-// is read in pages rather than one response the API server must build whole.
+// listPage is the page size of the ServiceCIDRs' list: a cluster's
+// ServiceCIDRs are read in pages rather than one response the API server
+// must build whole. The Services and IPAddresses, a million of them at
+// most scales, are read as the repairs read them: a first page of
+// report.ListPageSize, then report.NextPageSize (each page costs the API
+// server a walk of every key after it).
 const listPage = 500
 
 // FromIPAddresses measures the IPAddress model: every ServiceCIDR against
@@ -45,7 +50,7 @@ func FromIPAddresses(ctx context.Context, client kubernetes.Interface) (*Usage, 
 		opts.Continue = list.Continue
 	}
 	var addrs []Address
-	opts = metav1.ListOptions{Limit: listPage}
+	opts = metav1.ListOptions{Limit: report.ListPageSize}
 	for {
 		list, err := client.NetworkingV1().IPAddresses().List(ctx, opts)
 		if err != nil {
@@ -65,6 +70,9 @@ func FromIPAddresses(ctx context.Context, client kubernetes.Interface) (*Usage, 
 		}
 		if list.Continue == "" {
 			break
+		}
+		if opts.Continue == "" {
+			opts.Limit = report.NextPageSize(list.RemainingItemCount)
 		}
 		opts.Continue = list.Continue
 	}
@@ -169,9 +177,9 @@ func serviceNamespaces(ctx context.Context, client kubernetes.Interface) (map[ne
 	return owners, err
 }
 
-// eachService calls fn with every Service, listed listPage at a time.
+// eachService calls fn with every Service, listed in the repairs' pages.
 func eachService(ctx context.Context, client kubernetes.Interface, fn func(*corev1.Service)) error {
-	opts := metav1.ListOptions{Limit: listPage}
+	opts := metav1.ListOptions{Limit: report.ListPageSize}
 	for {
 		list, err := client.CoreV1().Services(metav1.NamespaceAll).List(ctx, opts)
 		if err != nil {
@@ -182,6 +190,9 @@ func eachService(ctx context.Context, client kubernetes.Interface, fn func(*core
 		}
 		if list.Continue == "" {
 			return nil
+		}
+		if opts.Continue == "" {
+			opts.Limit = report.NextPageSize(list.RemainingItemCount)
 		}
 		opts.Continue = list.Continue
 	}

@@ -3,15 +3,19 @@ package rangeusage
 import (
 	"context"
 	"net/netip"
+	"slices"
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
 	corev1 "k8s.io/api/core/v1"
 	networkingv1 "k8s.io/api/networking/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/client-go/kubernetes/fake"
+	k8stesting "k8s.io/client-go/testing"
 
 	"github.com/allocator/allocator/pkg/model"
+	"github.com/allocator/allocator/pkg/repair/report"
 )
 
 // TestFromIPAddressesHolders: an IPAddress is a Service's, and counts for
@@ -70,5 +74,46 @@ func TestFromServicesCountsHeldAddresses(t *testing.T) {
 	}
 	if diff := cmp.Diff([]NamespaceCount{{Namespace: "web", Used: 2}}, got.Namespaces); diff != "" {
 		t.Errorf("namespaces (-want +got):\n%s", diff)
+	}
+}
+
+// TestListPages: the Services and IPAddresses are read in the repairs'
+// pages (report.ListPageSize, then report.NextPageSize of what the first
+// page says remains), not in pages of 500 each of which costs the server a
+// walk of every key after it.
+func TestListPages(t *testing.T) {
+	t.Parallel()
+	remaining := int64(400_000)
+	pager := func(limits *[]int64, list func(cont string) runtime.Object) k8stesting.ReactionFunc {
+		return func(action k8stesting.Action) (bool, runtime.Object, error) {
+			opts := action.(k8stesting.ListActionImpl).ListOptions
+			*limits = append(*limits, opts.Limit)
+			return true, list(opts.Continue), nil
+		}
+	}
+	var svcLimits, ipLimits []int64
+	client := fake.NewClientset()
+	client.PrependReactor("list", "services", pager(&svcLimits, func(cont string) runtime.Object {
+		if cont == "" {
+			return &corev1.ServiceList{ListMeta: metav1.ListMeta{Continue: "next", RemainingItemCount: &remaining}}
+		}
+		return &corev1.ServiceList{}
+	}))
+	client.PrependReactor("list", "ipaddresses", pager(&ipLimits, func(cont string) runtime.Object {
+		if cont == "" {
+			return &networkingv1.IPAddressList{ListMeta: metav1.ListMeta{Continue: "next", RemainingItemCount: &remaining}}
+		}
+		return &networkingv1.IPAddressList{}
+	}))
+	ctx := context.Background()
+	if err := eachService(ctx, client, func(*corev1.Service) {}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := FromIPAddresses(ctx, client); err != nil {
+		t.Fatal(err)
+	}
+	want := []int64{report.ListPageSize, report.NextPageSize(&remaining)}
+	if !slices.Equal(svcLimits, want) || !slices.Equal(ipLimits, want) {
+		t.Errorf("page limits: Services %v, IPAddresses %v; want %v", svcLimits, ipLimits, want)
 	}
 }
