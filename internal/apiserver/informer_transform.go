@@ -103,9 +103,20 @@ func stripManagedFields(obj any) (any, error) {
 //
 // The slim copy shares no slice with svc, only the label map and strings,
 // allocations of their own: svc, the decoded object, is garbage once the
-// informer stores the copy. It does not change svc, and slimService of a
-// slim copy is that copy again, as a transform must be.
+// informer stores the copy. It does not change svc. A Service that is slim
+// already (isSlim) is returned as it is: a transform must be idempotent,
+// and an informer's watch list transforms each object twice (the
+// reflector's temporary store, then its queue's Replace), so a second
+// copy of each Service would be garbage made for nothing.
 func slimService(svc *corev1.Service) *corev1.Service {
+	if isSlim(svc) {
+		return svc
+	}
+	return slimCopy(svc)
+}
+
+// slimCopy is slimService's copy of svc, made whether svc is slim or not.
+func slimCopy(svc *corev1.Service) *corev1.Service {
 	spec := &svc.Spec
 	slim := &corev1.Service{
 		TypeMeta: svc.TypeMeta,
@@ -137,6 +148,33 @@ func slimService(svc *corev1.Service) *corev1.Service {
 	}
 	slim.Spec.Ports = slimPorts(spec.Ports)
 	return slim
+}
+
+// isSlim reports whether svc holds nothing that slimService drops, so that
+// its slim copy would equal it. Each part is compared with the zero value
+// once the fields slimService keeps are cleared in a copy, so that a field
+// the API adds later counts as dropped, as slimService drops it.
+func isSlim(svc *corev1.Service) bool {
+	meta := svc.ObjectMeta
+	meta.Name, meta.Namespace, meta.UID, meta.ResourceVersion = "", "", "", ""
+	meta.CreationTimestamp, meta.Labels = metav1.Time{}, nil
+	spec := svc.Spec
+	if spec.ClusterIPs != nil && len(spec.ClusterIPs) == 0 || spec.Ports != nil && len(spec.Ports) == 0 {
+		return false // a slim copy holds no empty slice
+	}
+	for _, p := range spec.Ports {
+		if p.NodePort == 0 {
+			return false
+		}
+		p.Protocol, p.NodePort = "", 0
+		if !reflect.ValueOf(&p).Elem().IsZero() {
+			return false
+		}
+	}
+	spec.Type, spec.ClusterIP, spec.ClusterIPs, spec.HealthCheckNodePort = "", "", nil, 0
+	spec.ExternalTrafficPolicy, spec.Ports = "", nil
+	return reflect.ValueOf(&meta).Elem().IsZero() && reflect.ValueOf(&spec).Elem().IsZero() &&
+		reflect.ValueOf(&svc.Status).Elem().IsZero()
 }
 
 // slimPorts returns the ports that have a nodePort, each with its nodePort
