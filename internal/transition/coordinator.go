@@ -55,8 +55,13 @@ type Coordinator struct {
 	regMu     sync.Mutex // serialises (re-)registration
 	refreshMu sync.Mutex // one re-registration at a time from Begin
 
-	mu         sync.Mutex
-	state      State // guarded by mu
+	mu    sync.Mutex
+	state State // guarded by mu
+	// readAt is the revision of the last registration's read of the
+	// state: the first watch starts after it, not after the state's own
+	// revision, from which etcd would replay every write since that is
+	// still in its history (all of a start-up's, on a long-lived data dir).
+	readAt     int64 // guarded by mu
 	leaseID    clientv3.LeaseID
 	freshUntil time.Time // the lease is surely alive until then
 	started    time.Time
@@ -166,7 +171,7 @@ func (c *Coordinator) register(ctx context.Context) error {
 			initial.Reason = "an IPAddress-model replica started on a cluster with a bitmap"
 		}
 	}
-	state, err := ensureState(ctx, client, c.cfg.Prefix, initial)
+	state, readAt, err := ensureState(ctx, client, c.cfg.Prefix, initial)
 	if err != nil {
 		cleanup()
 		return err
@@ -182,6 +187,7 @@ func (c *Coordinator) register(ctx context.Context) error {
 		c.state = state
 	}
 	state = c.state
+	c.readAt = max(c.readAt, readAt)
 	c.leaseID = lease.ID
 	c.freshUntil = granted.Add(c.cfg.TTL * 2 / 3)
 	c.retired = false
@@ -299,15 +305,16 @@ func (c *Coordinator) refresh(ctx context.Context) error {
 }
 
 // watch applies every change of the state key until ctx ends. It watches
-// from the revision after the state it knows; after a watch ends (etcd
-// compacted that revision away, the leader was lost) it reads the key
-// again and watches from the revision after that read, not from the
-// state's own: a state written long ago is older than any compaction, and
-// a watch from it would fail again at once.
+// from the revision after the registration's read of the state; after a
+// watch ends (etcd compacted that revision away, the leader was lost) it
+// reads the key again and watches from the revision after that read. Never
+// from the state's own revision: a state written long ago is older than
+// any compaction, and a watch from it would fail again at once, or, if
+// etcd still has that history, make etcd read every write since.
 func (c *Coordinator) watch(ctx context.Context) {
 	key := c.layout.AllocatorState()
 	c.mu.Lock()
-	from := c.state.Revision + 1
+	from := max(c.state.Revision, c.readAt) + 1
 	c.mu.Unlock()
 	for ctx.Err() == nil {
 		wch := c.cfg.Client.Watch(clientv3.WithRequireLeader(ctx), key, clientv3.WithRev(from))

@@ -96,12 +96,14 @@ func decodeState(value []byte, rev int64) (State, error) {
 }
 
 // ensureState returns the stored state, creating it with initial if none is
-// stored. Concurrent callers agree: the create is create-if-absent.
-func ensureState(ctx context.Context, client *clientv3.Client, prefix string, initial State) (State, error) {
+// stored, and the revision etcd read or wrote it at: a watch from the next
+// one misses no change. Concurrent callers agree: the create is
+// create-if-absent.
+func ensureState(ctx context.Context, client *clientv3.Client, prefix string, initial State) (State, int64, error) {
 	key := etcdlayout.Layout{Prefix: prefix}.AllocatorState()
 	value, err := initial.encode()
 	if err != nil {
-		return State{}, err
+		return State{}, 0, err
 	}
 	resp, err := client.Txn(ctx).
 		If(clientv3.Compare(clientv3.CreateRevision(key), "=", 0)).
@@ -109,17 +111,18 @@ func ensureState(ctx context.Context, client *clientv3.Client, prefix string, in
 		Else(clientv3.OpGet(key)).
 		Commit()
 	if err != nil {
-		return State{}, fmt.Errorf("create transition state %s: %w", key, err)
+		return State{}, 0, fmt.Errorf("create transition state %s: %w", key, err)
 	}
 	if resp.Succeeded {
 		initial.Revision = resp.Header.Revision
-		return initial, nil
+		return initial, resp.Header.Revision, nil
 	}
 	kvs := resp.Responses[0].GetResponseRange().Kvs
 	if len(kvs) == 0 {
-		return State{}, fmt.Errorf("transition state %s: deleted while being read", key)
+		return State{}, 0, fmt.Errorf("transition state %s: deleted while being read", key)
 	}
-	return decodeState(kvs[0].Value, kvs[0].ModRevision)
+	state, err := decodeState(kvs[0].Value, kvs[0].ModRevision)
+	return state, resp.Header.Revision, err
 }
 
 // ListRecords returns the live replica records of model ("" for every model).
