@@ -134,6 +134,14 @@ func Start(ctx context.Context, cfg Config) (*Server, error) {
 	}
 }
 
+// walFilesKept is how many WAL files (64 MB each) the member keeps, etcd's
+// default being 5. A start decodes every WAL file kept, to find the
+// snapshots the log knows of, and needs only the entries after the last
+// snapshot (at most etcd's snapshot count, 10,000 entries, a fraction of
+// one file); the files before it serve no single member. etcd removes a
+// file only once no entry in it is needed (the file is unlocked).
+const walFilesKept = 2
+
 func start(ctx context.Context, cfg Config) (*Server, error) {
 	ecfg := embed.NewConfig()
 	ecfg.Name = cfg.Name
@@ -162,6 +170,7 @@ func start(ctx context.Context, cfg Config) (*Server, error) {
 	ecfg.InitialClusterToken = cfg.InitialClusterToken
 	ecfg.UnsafeNoFsync = cfg.UnsafeNoFsync
 	ecfg.QuotaBackendBytes = cfg.QuotaBackendBytes
+	ecfg.MaxWalFiles = walFilesKept
 	if cfg.PKI != nil {
 		ecfg.ClientTLSInfo = cfg.PKI.ServerTLSInfo()
 		ecfg.PeerTLSInfo = cfg.PKI.ServerTLSInfo()
