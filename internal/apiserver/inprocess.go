@@ -21,11 +21,20 @@ import (
 // listWatchStore is what an in-process informer reads: a resource's registry
 // store, whose lists and watches its watch cache serves, or etcd for a
 // resource without one (Config.NoWatchCache: by default the Services and
-// IPAddresses, which these informers hold instead).
+// IPAddresses, which these informers hold instead); for the Services
+// without one, their etcd store with the slim codec (slimServiceSource).
 type listWatchStore interface {
+	List(ctx context.Context, options *metainternalversion.ListOptions) (runtime.Object, error)
+	Watch(ctx context.Context, options *metainternalversion.ListOptions) (watch.Interface, error)
+}
+
+// registryStore is a registry store as an informer reads it.
+type registryStore interface {
 	rest.Lister
 	rest.Watcher
 }
+
+var _ listWatchStore = registryStore(nil)
 
 // storeSource is one resource's store for its in-process informer. The
 // informers are built (and started) before the stores exist, so a list or

@@ -275,9 +275,10 @@ func (c CompletedConfig) newStores(s *Server, getter *restOptionsGetter, ipREST 
 		return nil, nil, err
 	}
 
-	s.sources.services.set(svcREST)
+	if err := getter.setInformerSources(s, svcREST, ipREST); err != nil {
+		return nil, nil, err
+	}
 	s.sources.namespaces.set(nsREST)
-	s.sources.ipAddresses.set(ipREST)
 	s.sources.serviceCIDRs.set(cidrREST)
 
 	nsREST.OnDelete(func(ctx context.Context, namespace string) error {

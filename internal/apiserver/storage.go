@@ -70,18 +70,9 @@ func (g *restOptionsGetter) GetRESTOptions(resource schema.GroupResource, _ runt
 	if !ok {
 		return generic.RESTOptions{}, fmt.Errorf("no storage configured for %s", resource.String())
 	}
-	external := schema.GroupVersion{Group: resource.Group, Version: "v1"}
-	internal := schema.GroupVersion{Group: resource.Group, Version: runtime.APIVersionInternal}
-	serializer := protobuf.NewSerializer(Scheme, Scheme)
-	// Values are written as protobuf and read as protobuf or JSON: a
-	// cluster that ran kube-apiserver with --storage-media-type=
-	// application/json, or an old one, has JSON values, and kube-apiserver
-	// reads them.
-	decoder := recognizer.NewDecoder(serializer,
-		json.NewSerializerWithOptions(json.DefaultMetaFactory, Scheme, Scheme, json.SerializerOptions{}))
 	cfg := g.base
-	cfg.Codec = Codecs.CodecForVersions(serializer, decoder, external, internal)
-	cfg.EncodeVersioner = external
+	cfg.Codec = storageCodec(resource.Group)
+	cfg.EncodeVersioner = schema.GroupVersion{Group: resource.Group, Version: "v1"}
 	return generic.RESTOptions{
 		StorageConfig:           cfg.ForResource(resource),
 		Decorator:               g.stores.decorator(),
@@ -90,4 +81,17 @@ func (g *restOptionsGetter) GetRESTOptions(resource schema.GroupResource, _ runt
 		ResourcePrefix:          prefix,
 		CountMetricPollPeriod:   time.Minute,
 	}, nil
+}
+
+// storageCodec is the codec of a group's resources in etcd. Values are
+// written as protobuf and read as protobuf or JSON: a cluster that ran
+// kube-apiserver with --storage-media-type=application/json, or an old
+// one, has JSON values, and kube-apiserver reads them.
+func storageCodec(group string) runtime.Codec {
+	external := schema.GroupVersion{Group: group, Version: "v1"}
+	internal := schema.GroupVersion{Group: group, Version: runtime.APIVersionInternal}
+	serializer := protobuf.NewSerializer(Scheme, Scheme)
+	decoder := recognizer.NewDecoder(serializer,
+		json.NewSerializerWithOptions(json.DefaultMetaFactory, Scheme, Scheme, json.SerializerOptions{}))
+	return Codecs.CodecForVersions(serializer, decoder, external, internal)
 }

@@ -1,0 +1,178 @@
+package apiserver
+
+import (
+	"fmt"
+
+	"google.golang.org/protobuf/encoding/protowire"
+	networkingv1 "k8s.io/api/networking/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+
+	"github.com/allocator/allocator/pkg/ipaddress"
+)
+
+// decodeCompactIPAddress decodes the protobuf of a v1 IPAddress as the
+// IPAddress informer keeps it: every field but managedFields, its labels
+// the shared map of its family when they are an allocator's two
+// (compactIPAddress), so that neither is decoded only to be dropped.
+func decodeCompactIPAddress(b []byte) (*networkingv1.IPAddress, error) {
+	ipa := &networkingv1.IPAddress{}
+	for len(b) > 0 {
+		num, typ, v, rest, err := consumeField(b)
+		if err != nil {
+			return nil, err
+		}
+		b = rest
+		if typ != protowire.BytesType {
+			continue
+		}
+		switch num {
+		case 1:
+			if err := decodeMetaWithoutManagedFields(&ipa.ObjectMeta, v); err != nil {
+				return nil, fmt.Errorf("metadata: %w", err)
+			}
+		case 2:
+			if err := ipa.Spec.Unmarshal(v); err != nil {
+				return nil, fmt.Errorf("spec: %w", err)
+			}
+		}
+	}
+	return ipa, nil
+}
+
+// decodeMetaWithoutManagedFields decodes every field of an ObjectMeta but
+// managedFields. Labels that are exactly an allocator's two become the
+// shared map of their family, never decoded into a map of their own.
+func decodeMetaWithoutManagedFields(m *metav1.ObjectMeta, b []byte) error {
+	var labels [][]byte // the labels' entries, decoded at the end
+	for len(b) > 0 {
+		num, typ, v, rest, err := consumeField(b)
+		if err != nil {
+			return err
+		}
+		b = rest
+		if typ == protowire.VarintType {
+			switch num {
+			case 7:
+				m.Generation = int64(varintValue(v))
+			case 10:
+				seconds := int64(varintValue(v))
+				m.DeletionGracePeriodSeconds = &seconds
+			}
+			continue
+		}
+		if typ != protowire.BytesType {
+			continue
+		}
+		if err := decodeMetaBytesField(m, num, v, &labels); err != nil {
+			return err
+		}
+	}
+	return setLabels(m, labels)
+}
+
+// decodeMetaBytesField decodes an ObjectMeta's length-delimited field num;
+// a label's entry is appended to labels.
+func decodeMetaBytesField(m *metav1.ObjectMeta, num protowire.Number, v []byte, labels *[][]byte) error {
+	switch num {
+	case 1:
+		m.Name = string(v)
+	case 2:
+		m.GenerateName = string(v)
+	case 3:
+		m.Namespace = string(v)
+	case 4:
+		//lint:ignore SA1019 decoded as the generated code decodes it: a value stored long ago is kept
+		m.SelfLink = string(v)
+	case 5:
+		m.UID = types.UID(v)
+	case 6:
+		m.ResourceVersion = string(v)
+	case 8:
+		if err := m.CreationTimestamp.Unmarshal(v); err != nil {
+			return fmt.Errorf("creationTimestamp: %w", err)
+		}
+	case 9:
+		if m.DeletionTimestamp == nil {
+			m.DeletionTimestamp = &metav1.Time{}
+		}
+		if err := m.DeletionTimestamp.Unmarshal(v); err != nil {
+			return fmt.Errorf("deletionTimestamp: %w", err)
+		}
+	case 11:
+		*labels = append(*labels, v)
+	case 12:
+		k, val, err := decodeMapEntry(v)
+		if err != nil {
+			return fmt.Errorf("annotations: %w", err)
+		}
+		if m.Annotations == nil {
+			m.Annotations = map[string]string{}
+		}
+		m.Annotations[k] = val
+	case 13:
+		m.OwnerReferences = append(m.OwnerReferences, metav1.OwnerReference{})
+		if err := m.OwnerReferences[len(m.OwnerReferences)-1].Unmarshal(v); err != nil {
+			return fmt.Errorf("ownerReferences: %w", err)
+		}
+	case 14:
+		m.Finalizers = append(m.Finalizers, string(v))
+	}
+	return nil
+}
+
+// setLabels sets m's labels from their entries: the shared map of a family
+// when they are an allocator's two, else a map of their own.
+func setLabels(m *metav1.ObjectMeta, entries [][]byte) error {
+	if len(entries) == 0 {
+		return nil
+	}
+	if len(entries) == 2 {
+		k0, v0, err0 := decodeMapEntryBytes(entries[0])
+		k1, v1, err1 := decodeMapEntryBytes(entries[1])
+		if err0 == nil && err1 == nil {
+			if string(k0) == ipaddress.LabelManagedBy {
+				k0, v0, k1, v1 = k1, v1, k0, v0
+			}
+			if string(k0) == ipaddress.LabelIPFamily && string(k1) == ipaddress.LabelManagedBy && string(v1) == ipaddress.ManagedBy {
+				if shared, ok := sharedIPAddressLabels[string(v0)]; ok {
+					m.Labels = shared
+					return nil
+				}
+			}
+		}
+	}
+	if m.Labels == nil {
+		m.Labels = make(map[string]string, len(entries))
+	}
+	for _, e := range entries {
+		k, v, err := decodeMapEntry(e)
+		if err != nil {
+			return fmt.Errorf("labels: %w", err)
+		}
+		m.Labels[k] = v
+	}
+	return nil
+}
+
+// decodeMapEntryBytes decodes one entry of a map<string, string> as views
+// of b.
+func decodeMapEntryBytes(b []byte) (key, value []byte, err error) {
+	for len(b) > 0 {
+		num, typ, v, rest, err := consumeField(b)
+		if err != nil {
+			return nil, nil, err
+		}
+		b = rest
+		if typ != protowire.BytesType {
+			continue
+		}
+		switch num {
+		case 1:
+			key = v
+		case 2:
+			value = v
+		}
+	}
+	return key, value, nil
+}
