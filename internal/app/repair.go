@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/spf13/cobra"
+	clientv3 "go.etcd.io/etcd/client/v3"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/record"
 
@@ -262,9 +263,26 @@ func (o *repairOptions) shared(client kubernetes.Interface, recorder record.Even
 	opts := repair.Options{Client: client, Recorder: recorder, Interval: o.interval, DryRun: o.dryRun, LeakGrace: o.leakGrace, OrphanGrace: o.orphanGrace}
 	if len(o.cluster.etcdServers) > 0 {
 		o.etcd.flags = &o.cluster
-		opts.InFlight = jobInFlight{conn: &o.etcd, layout: etcdlayout.Layout{Prefix: o.cluster.etcdPrefix}}
+		layout := etcdlayout.Layout{Prefix: o.cluster.etcdPrefix}
+		opts.InFlight = jobInFlight{conn: &o.etcd, layout: layout}
+		opts.Stored = jobStored{conn: &o.etcd, layout: layout}
 	}
 	return opts
+}
+
+// jobStored is the etcd the job reads a pass's objects from, through its
+// etcd client, opened when first needed.
+type jobStored struct {
+	conn   *etcdConn
+	layout etcdlayout.Layout
+}
+
+func (j jobStored) Etcd(ctx context.Context) (clientv3.KV, etcdlayout.Layout, error) {
+	c, err := j.conn.open(ctx)
+	if err != nil {
+		return nil, etcdlayout.Layout{}, err
+	}
+	return c.KV, j.layout, nil
 }
 
 // jobInFlight reads the servers' write leases through the job's etcd

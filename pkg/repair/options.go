@@ -4,10 +4,12 @@ import (
 	"context"
 	"time"
 
+	clientv3 "go.etcd.io/etcd/client/v3"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/record"
 
+	"github.com/allocator/allocator/pkg/etcdlayout"
 	"github.com/allocator/allocator/pkg/repair/report"
 )
 
@@ -27,6 +29,11 @@ type Options struct {
 	// it has read its maps; nil: a paged consistent list on Client
 	// (report.ListServices).
 	Services ServiceSource
+	// Stored (IPAddress model, RunOnce) reads a one-shot pass's objects
+	// straight from the etcd they are stored in, all at one revision,
+	// instead of listing them through Client's API server; nil: lists on
+	// Client. Writes always go through Client.
+	Stored StoredObjects
 	// Recorder receives the events; nil emits none.
 	Recorder record.EventRecorder
 	// Metrics counts problems; nil counts nothing.
@@ -64,6 +71,14 @@ type Options struct {
 // pass only reads them.
 type ServiceSource interface {
 	Services(ctx context.Context) ([]*corev1.Service, error)
+}
+
+// StoredObjects is the etcd a cluster's objects are stored in, as
+// kube-apiserver stores them.
+type StoredObjects interface {
+	// Etcd returns a client of that etcd, which the caller does not close,
+	// and the layout of its keys.
+	Etcd(ctx context.Context) (clientv3.KV, etcdlayout.Layout, error)
 }
 
 // ListServices returns the Services of a pass: o.Services', or without it

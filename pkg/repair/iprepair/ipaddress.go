@@ -154,15 +154,31 @@ func NewIPAddressRepair(cfg IPAddressConfig) (*IPAddressRepair, error) {
 }
 
 // RunOnce makes one full pass from consistent lists of IPAddresses,
-// ServiceCIDRs and Services; it needs no informers. An address whose repair
+// ServiceCIDRs and Services, or from one read of them in etcd when
+// Options.Stored is set; it needs no informers. An address whose repair
 // failed does not stop the pass: the report covers every address and the
 // error lists the failures.
 func (r *IPAddressRepair) RunOnce(ctx context.Context) (*report.Report, error) {
-	view, err := newListView(ctx, r.cfg.Client)
+	var view *listView
+	var err error
+	if r.cfg.Stored != nil {
+		view, err = r.storedView(ctx)
+	} else {
+		view, err = newListView(ctx, r.cfg.Client)
+	}
 	if err != nil {
 		return nil, fmt.Errorf("ipaddress repair: %w", err)
 	}
 	return r.pass(ctx, view)
+}
+
+// storedView reads the pass's snapshot from Options.Stored.
+func (r *IPAddressRepair) storedView(ctx context.Context) (*listView, error) {
+	kv, layout, err := r.cfg.Stored.Etcd(ctx)
+	if err != nil {
+		return nil, err
+	}
+	return newStoredView(ctx, kv, layout)
 }
 
 // Run watches Services, IPAddresses and ServiceCIDRs until ctx ends. It first

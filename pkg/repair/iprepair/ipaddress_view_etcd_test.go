@@ -1,0 +1,175 @@
+package iprepair
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/netip"
+	"strconv"
+	"testing"
+	"time"
+
+	"github.com/google/go-cmp/cmp"
+	clientv3 "go.etcd.io/etcd/client/v3"
+	corev1 "k8s.io/api/core/v1"
+	networkingv1 "k8s.io/api/networking/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/kubernetes/fake"
+
+	"github.com/allocator/allocator/internal/etcdtest"
+	"github.com/allocator/allocator/pkg/allocation"
+	"github.com/allocator/allocator/pkg/etcdlayout"
+	"github.com/allocator/allocator/pkg/ipaddress"
+	"github.com/allocator/allocator/pkg/ipaddress/scope"
+)
+
+// TestStoredView: a view read from etcd holds what a view of the API's
+// lists of the same objects holds (the keys, each key's holders oldest
+// first, the IPAddresses, the ranges, a scoped ServiceCIDR's namespace
+// labels), over more Services than one page, each object's
+// resourceVersion its ModRevision; a write after the read is not in it;
+// a value that does not decode fails the view, naming its key.
+func TestStoredView(t *testing.T) {
+	t.Parallel()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	e := etcdtest.New(t)
+	client := e.Client()
+	layout := etcdlayout.Layout{Prefix: "/registry"}
+
+	cluster := &networkingv1.ServiceCIDR{ObjectMeta: metav1.ObjectMeta{Name: "kubernetes"},
+		Spec: networkingv1.ServiceCIDRSpec{CIDRs: []string{"10.0.0.0/24", "fd00::/120"}}}
+	scoped := &networkingv1.ServiceCIDR{ObjectMeta: metav1.ObjectMeta{Name: "team",
+		Annotations: map[string]string{scope.NamespaceSelectorAnnotation: "team=a"}},
+		Spec: networkingv1.ServiceCIDRSpec{CIDRs: []string{"10.1.0.0/16"}}}
+	objs := []runtime.Object{cluster, scoped,
+		&corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "default", Labels: map[string]string{"team": "a"}}},
+		viewService("shared-old", -time.Hour, "10.0.0.1"), viewService("shared-new", 0, "10.0.0.1"),
+		viewService("dual", 0, "10.0.0.2", "fd00::2"), viewService("outside", 0, "192.0.2.1"),
+		viewIPAddress("10.0.0.1", "shared-old"), viewIPAddress("10.0.0.9", "gone"),
+	}
+	for i := range 6000 { // more than one page (report.ListPageSize)
+		objs = append(objs, viewService(fmt.Sprintf("many-%04d", i), time.Duration(i)*time.Second,
+			fmt.Sprintf("10.1.%d.%d", i/250, i%250+1)))
+	}
+	putAll(t, ctx, client, layout, objs)
+
+	stored, err := newStoredView(ctx, client.KV, layout)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := client.Put(ctx, layout.Service("default", "later"), "not read"); err != nil {
+		t.Fatal(err)
+	}
+	listed, err := newListView(ctx, fake.NewClientset(objs...))
+	if err != nil {
+		t.Fatal(err)
+	}
+	wantKeys := mustKeys(t, listed)
+	if diff := cmp.Diff(wantKeys, mustKeys(t, stored)); diff != "" {
+		t.Errorf("keys (-listed +stored):\n%s", diff)
+	}
+	names := func(svcs []*corev1.Service) []string {
+		var out []string
+		for _, s := range svcs {
+			out = append(out, s.Name)
+		}
+		return out
+	}
+	for _, k := range wantKeys {
+		want, _ := listed.holders(k)
+		got, _ := stored.holders(k)
+		if diff := cmp.Diff(names(want), names(got)); diff != "" {
+			t.Errorf("holders of %s (-listed +stored):\n%s", k, diff)
+		}
+		wantIP, _ := listed.ipAddress(k)
+		gotIP, _ := stored.ipAddress(k)
+		if (wantIP == nil) != (gotIP == nil) || wantIP != nil && !cmp.Equal(wantIP.Spec, gotIP.Spec) {
+			t.Errorf("IPAddress %s: listed %v, stored %v", k, wantIP, gotIP)
+		}
+	}
+	wantRanges, _ := listed.cidrs()
+	gotRanges, _ := stored.cidrs()
+	if len(gotRanges.ranges) != len(wantRanges.ranges) || !gotRanges.scoped {
+		t.Errorf("ranges: %d stored (scoped %v), %d listed", len(gotRanges.ranges), gotRanges.scoped, len(wantRanges.ranges))
+	}
+	if got, _ := stored.namespaceLabels("default"); got["team"] != "a" {
+		t.Errorf("namespace default's labels %v, want team=a", got)
+	}
+	if got, _ := stored.service("default", "later"); got != nil {
+		t.Error("a Service written after the read is in the view")
+	}
+	svc, _ := stored.service("default", "dual")
+	resp, err := client.Get(ctx, layout.Service("default", "dual"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := strconv.FormatInt(resp.Kvs[0].ModRevision, 10); svc == nil || svc.ResourceVersion != want {
+		t.Errorf("Service dual's resourceVersion %v, want its ModRevision %s", svc, want)
+	}
+
+	bad := layout.IPAddress("10.0.0.7")
+	if _, err := client.Put(ctx, bad, "not an object"); err != nil {
+		t.Fatal(err)
+	}
+	var keyErr *etcdlayout.KeyError
+	if _, err := newStoredView(ctx, client.KV, layout); !errors.As(err, &keyErr) || keyErr.Key != bad {
+		t.Errorf("a value that does not decode: %v, want an error naming %s", err, bad)
+	}
+}
+
+var viewEpoch = time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC)
+
+// viewService is a ClusterIP Service default/name created at viewEpoch+age
+// holding ips.
+func viewService(name string, age time.Duration, ips ...string) *corev1.Service {
+	return &corev1.Service{
+		ObjectMeta: metav1.ObjectMeta{Namespace: "default", Name: name, UID: types.UID("uid-" + name),
+			CreationTimestamp: metav1.NewTime(viewEpoch.Add(age))},
+		Spec: corev1.ServiceSpec{Type: corev1.ServiceTypeClusterIP, ClusterIP: ips[0], ClusterIPs: ips},
+	}
+}
+
+// viewIPAddress is an allocator's IPAddress name for the Service
+// default/service.
+func viewIPAddress(name, service string) *networkingv1.IPAddress {
+	return ipaddress.NewObject(netip.MustParseAddr(name), allocation.Owner{Namespace: "default", Name: service, UID: "uid-" + service})
+}
+
+// putAll stores objs at their keys as kube-apiserver stores them, many to
+// a transaction.
+func putAll(t *testing.T, ctx context.Context, client *clientv3.Client, layout etcdlayout.Layout, objs []runtime.Object) {
+	t.Helper()
+	var ops []clientv3.Op
+	flush := func() {
+		if _, err := client.Txn(ctx).Then(ops...).Commit(); err != nil {
+			t.Fatal(err)
+		}
+		ops = ops[:0]
+	}
+	for _, obj := range objs {
+		data, err := etcdlayout.Encode(obj)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var key string
+		switch o := obj.(type) {
+		case *corev1.Service:
+			key = layout.Service(o.Namespace, o.Name)
+		case *corev1.Namespace:
+			key = layout.Namespace(o.Name)
+		case *networkingv1.IPAddress:
+			key = layout.IPAddress(o.Name)
+		case *networkingv1.ServiceCIDR:
+			key = layout.ServiceCIDR(o.Name)
+		}
+		if ops = append(ops, clientv3.OpPut(key, string(data))); len(ops) == 100 {
+			flush()
+		}
+	}
+	if len(ops) > 0 {
+		flush()
+	}
+}
