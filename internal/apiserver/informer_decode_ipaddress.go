@@ -2,6 +2,7 @@ package apiserver
 
 import (
 	"fmt"
+	"maps"
 
 	"google.golang.org/protobuf/encoding/protowire"
 	networkingv1 "k8s.io/api/networking/v1"
@@ -121,13 +122,15 @@ func decodeMetaBytesField(m *metav1.ObjectMeta, num protowire.Number, v []byte, 
 	return nil
 }
 
-// setLabels sets m's labels from their entries: the shared map of a family
-// when they are an allocator's two, else a map of their own.
+// setLabels sets m's labels from their entries, added to those m has
+// already (metadata may come twice, and is then merged): the shared map of
+// a family when they are an allocator's two and m has none, else a map of
+// its own.
 func setLabels(m *metav1.ObjectMeta, entries [][]byte) error {
 	if len(entries) == 0 {
 		return nil
 	}
-	if len(entries) == 2 {
+	if len(entries) == 2 && len(m.Labels) == 0 {
 		k0, v0, err0 := decodeMapEntryBytes(entries[0])
 		k1, v1, err1 := decodeMapEntryBytes(entries[1])
 		if err0 == nil && err1 == nil {
@@ -142,9 +145,11 @@ func setLabels(m *metav1.ObjectMeta, entries [][]byte) error {
 			}
 		}
 	}
-	if m.Labels == nil {
-		m.Labels = make(map[string]string, len(entries))
-	}
+	// A map of its own, even when metadata came twice and the first left
+	// a shared map: nothing may write to one.
+	own := make(map[string]string, len(m.Labels)+len(entries))
+	maps.Copy(own, m.Labels)
+	m.Labels = own
 	for _, e := range entries {
 		k, v, err := decodeMapEntry(e)
 		if err != nil {

@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/google/go-cmp/cmp"
+	"google.golang.org/protobuf/encoding/protowire"
 	corev1 "k8s.io/api/core/v1"
 	networkingv1 "k8s.io/api/networking/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -81,7 +82,33 @@ func storedIPAddresses(t testing.TB) map[string][]byte {
 	with("another manager", func(ipa *networkingv1.IPAddress) { ipa.Labels[ipaddress.LabelManagedBy] = "someone-else" })
 	with("an unknown family", func(ipa *networkingv1.IPAddress) { ipa.Labels[ipaddress.LabelIPFamily] = "IPv5" })
 	with("no labels, no parent", func(ipa *networkingv1.IPAddress) { ipa.Labels, ipa.Spec.ParentRef = nil, nil })
-	return encodeStored(t, networkingv1.GroupName, objs, "every metadata field")
+	with("another label alone", func(ipa *networkingv1.IPAddress) { ipa.Labels = map[string]string{"team": "a"} })
+	out := encodeStored(t, networkingv1.GroupName, objs, "every metadata field")
+	// Metadata that comes twice is merged: an allocator's labels, then
+	// another; another label, then an allocator's.
+	allocators := scaleIPAddress(3).Labels
+	out["metadata twice, an allocator's labels first"] = withMetadata(t, out["IPv4"], map[string]string{"team": "a"})
+	out["metadata twice, an allocator's labels second"] = withMetadata(t, out["another label alone"], allocators)
+	return out
+}
+
+// withMetadata returns a stored object with a second metadata field,
+// holding labels, appended to its raw bytes.
+func withMetadata(t testing.TB, data []byte, labels map[string]string) []byte {
+	var u runtime.Unknown
+	if err := u.Unmarshal(bytes.TrimPrefix(data, protobufMagic)); err != nil {
+		t.Fatal(err)
+	}
+	meta, err := (&metav1.ObjectMeta{Labels: labels}).Marshal()
+	if err != nil {
+		t.Fatal(err)
+	}
+	u.Raw = protowire.AppendBytes(protowire.AppendTag(u.Raw, 1, protowire.BytesType), meta)
+	out, err := u.Marshal()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return append(bytes.Clone(protobufMagic), out...)
 }
 
 // TestInformerCodecs: each codec's object is what the informer keeps of
@@ -108,6 +135,11 @@ func TestInformerCodecs(t *testing.T) {
 			family := map[string]string{"IPv4": "IPv4", "IPv6": "IPv6"}[name]
 			if family != "" && !sameMap(got.Labels, sharedIPAddressLabels[family]) {
 				t.Errorf("an allocator's %s IPAddress holds a label map of its own", family)
+			}
+			for family, l := range sharedIPAddressLabels {
+				if len(l) != 2 || l[ipaddress.LabelIPFamily] != family {
+					t.Fatalf("the shared %s labels were written to: %v", family, l)
+				}
 			}
 		})
 	}
