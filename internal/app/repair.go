@@ -258,14 +258,17 @@ func (o *repairOptions) runner(ctx context.Context, client kubernetes.Interface,
 
 // shared are the settings every repair of the job takes (repair.Options),
 // from its flags. With --etcd-servers the repairs also read the servers'
-// write leases, and free nothing a write in flight may still claim.
+// write leases, and free nothing a write in flight may still claim, and
+// read the objects of their passes from etcd rather than through the API
+// server.
 func (o *repairOptions) shared(client kubernetes.Interface, recorder record.EventRecorder) repair.Options {
 	opts := repair.Options{Client: client, Recorder: recorder, Interval: o.interval, DryRun: o.dryRun, LeakGrace: o.leakGrace, OrphanGrace: o.orphanGrace}
 	if len(o.cluster.etcdServers) > 0 {
 		o.etcd.flags = &o.cluster
 		layout := etcdlayout.Layout{Prefix: o.cluster.etcdPrefix}
 		opts.InFlight = jobInFlight{conn: &o.etcd, layout: layout}
-		opts.Stored = jobStored{conn: &o.etcd, layout: layout}
+		stored := jobStored{conn: &o.etcd, layout: layout}
+		opts.Stored, opts.Services = stored, repair.StoredServices{Stored: stored, Client: client}
 	}
 	return opts
 }

@@ -4,12 +4,10 @@ import (
 	"context"
 	"time"
 
-	clientv3 "go.etcd.io/etcd/client/v3"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/record"
 
-	"github.com/allocator/allocator/pkg/etcdlayout"
 	"github.com/allocator/allocator/pkg/repair/report"
 )
 
@@ -26,8 +24,8 @@ type Options struct {
 	// ServiceCIDRs, and writes IPAddresses).
 	Client kubernetes.Interface
 	// Services (bitmap and node-port maps) gives a pass the Services after
-	// it has read its maps; nil: a paged consistent list on Client
-	// (report.ListServices).
+	// it has read its maps (StoredServices: read from etcd); nil: a paged
+	// consistent list on Client (report.ListServices).
 	Services ServiceSource
 	// Stored (IPAddress model, RunOnce) reads a one-shot pass's objects
 	// straight from the etcd they are stored in, all at one revision,
@@ -71,14 +69,6 @@ type Options struct {
 // pass only reads them.
 type ServiceSource interface {
 	Services(ctx context.Context) ([]*corev1.Service, error)
-}
-
-// StoredObjects is the etcd a cluster's objects are stored in, as
-// kube-apiserver stores them.
-type StoredObjects interface {
-	// Etcd returns a client of that etcd, which the caller does not close,
-	// and the layout of its keys.
-	Etcd(ctx context.Context) (clientv3.KV, etcdlayout.Layout, error)
 }
 
 // ListServices returns the Services of a pass: o.Services', or without it

@@ -13,6 +13,7 @@ import (
 	"k8s.io/apimachinery/pkg/labels"
 
 	"github.com/allocator/allocator/pkg/etcdlayout"
+	"github.com/allocator/allocator/pkg/repair"
 	"github.com/allocator/allocator/pkg/repair/report"
 )
 
@@ -32,7 +33,7 @@ func newStoredView(ctx context.Context, kv clientv3.KV, layout etcdlayout.Layout
 		ips:      map[string]*networkingv1.IPAddress{},
 	}
 	var cidrs []*networkingv1.ServiceCIDR
-	rev, err := readStored(ctx, kv, layout.ServiceCIDRsPrefix(), 0, func(kv *mvccpb.KeyValue) error {
+	rev, err := repair.ReadStored(ctx, kv, layout.ServiceCIDRsPrefix(), 0, func(kv *mvccpb.KeyValue) error {
 		sc, err := etcdlayout.DecodeServiceCIDR(kv.Value)
 		if err == nil {
 			sc.ResourceVersion = strconv.FormatInt(kv.ModRevision, 10)
@@ -46,7 +47,7 @@ func newStoredView(ctx context.Context, kv clientv3.KV, layout etcdlayout.Layout
 	v.ranges = newServiceCIDRs(cidrs)
 	if v.ranges.scoped {
 		v.namespaces = map[string]labels.Set{}
-		_, err := readStored(ctx, kv, layout.NamespacesPrefix(), rev, func(kv *mvccpb.KeyValue) error {
+		_, err := repair.ReadStored(ctx, kv, layout.NamespacesPrefix(), rev, func(kv *mvccpb.KeyValue) error {
 			ns, err := etcdlayout.DecodeNamespace(kv.Value)
 			if err == nil {
 				v.namespaces[ns.Name] = ns.Labels
@@ -62,7 +63,7 @@ func newStoredView(ctx context.Context, kv clientv3.KV, layout etcdlayout.Layout
 	defer cancel()
 	ipsDone := make(chan error, 1)
 	go func() {
-		_, err := readStored(ctx, kv, layout.IPAddressesPrefix(), rev, func(kv *mvccpb.KeyValue) error {
+		_, err := repair.ReadStored(ctx, kv, layout.IPAddressesPrefix(), rev, func(kv *mvccpb.KeyValue) error {
 			ipa, err := etcdlayout.DecodeIPAddress(kv.Value)
 			if err == nil {
 				ipa.ResourceVersion = strconv.FormatInt(kv.ModRevision, 10)
@@ -76,18 +77,9 @@ func newStoredView(ctx context.Context, kv clientv3.KV, layout etcdlayout.Layout
 		}
 		ipsDone <- err
 	}()
-	var services []*corev1.Service
-	_, err = readStored(ctx, kv, layout.ServicesPrefix(), rev, func(kv *mvccpb.KeyValue) error {
-		svc, err := etcdlayout.DecodeService(kv.Value)
-		if err == nil {
-			svc.ResourceVersion = strconv.FormatInt(kv.ModRevision, 10)
-			services = append(services, svc)
-		}
-		return err
-	})
+	services, _, err := repair.ReadStoredServices(ctx, kv, layout, rev)
 	if err != nil {
 		cancel()
-		err = fmt.Errorf("read services from etcd: %w", err)
 	}
 	// The read that failed first cancelled the other: its error is the one.
 	if ipErr := <-ipsDone; ipErr != nil && (err == nil || errors.Is(err, context.Canceled)) {
@@ -104,37 +96,4 @@ func newStoredView(ctx context.Context, kv clientv3.KV, layout etcdlayout.Layout
 		}
 	}
 	return v, nil
-}
-
-// readStored calls each for every key under prefix, in key order, as etcd
-// held them at revision rev (0: now), read in pages that grow as the
-// repairs' lists do (report.NextPageSize: etcd counts the keys after each
-// page). It returns the revision read at.
-func readStored(ctx context.Context, kv clientv3.KV, prefix string, rev int64, each func(*mvccpb.KeyValue) error) (int64, error) {
-	end := clientv3.GetPrefixRangeEnd(prefix)
-	limit, from := int64(report.ListPageSize), prefix
-	for {
-		opts := []clientv3.OpOption{clientv3.WithRange(end), clientv3.WithLimit(limit)}
-		if rev != 0 {
-			opts = append(opts, clientv3.WithRev(rev))
-		}
-		resp, err := kv.Get(ctx, from, opts...)
-		if err != nil {
-			return 0, fmt.Errorf("read %s at revision %d: %w", prefix, rev, err)
-		}
-		if rev == 0 {
-			rev = resp.Header.Revision
-		}
-		for _, kv := range resp.Kvs {
-			if err := each(kv); err != nil {
-				return 0, etcdlayout.WithKey(string(kv.Key), err)
-			}
-		}
-		if !resp.More || len(resp.Kvs) == 0 {
-			return rev, nil
-		}
-		remaining := resp.Count - int64(len(resp.Kvs))
-		limit = report.NextPageSize(&remaining)
-		from = string(resp.Kvs[len(resp.Kvs)-1].Key) + "\x00"
-	}
 }

@@ -23,6 +23,7 @@ import (
 	"github.com/allocator/allocator/pkg/etcdlayout"
 	"github.com/allocator/allocator/pkg/ipaddress"
 	"github.com/allocator/allocator/pkg/ipaddress/scope"
+	"github.com/allocator/allocator/pkg/repair"
 )
 
 // TestStoredView: a view read from etcd holds what a view of the API's
@@ -171,5 +172,46 @@ func putAll(t *testing.T, ctx context.Context, client *clientv3.Client, layout e
 	}
 	if len(ops) > 0 {
 		flush()
+	}
+}
+
+// etcdStored is repair.StoredObjects on a test etcd.
+type etcdStored struct {
+	e      *etcdtest.Etcd
+	layout etcdlayout.Layout
+}
+
+func (s etcdStored) Etcd(context.Context) (clientv3.KV, etcdlayout.Layout, error) {
+	return s.e.Client().KV, s.layout, nil
+}
+
+// TestRunOnceEncryptedAtRest: a one-shot pass given etcd reads it, and one
+// that meets an object encrypted at rest there lists through the API
+// server instead.
+func TestRunOnceEncryptedAtRest(t *testing.T) {
+	t.Parallel()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	e := etcdtest.New(t)
+	layout := etcdlayout.Layout{Prefix: "/registry"}
+	cluster := &networkingv1.ServiceCIDR{ObjectMeta: metav1.ObjectMeta{Name: "kubernetes"},
+		Spec: networkingv1.ServiceCIDRSpec{CIDRs: []string{"10.0.0.0/24"}}}
+	putAll(t, ctx, e.Client(), layout, []runtime.Object{cluster, viewService("stored", 0, "10.0.0.1"), viewIPAddress("10.0.0.1", "stored")})
+	api := fake.NewClientset(cluster, viewService("a", 0, "10.0.0.2"), viewService("b", 0, "10.0.0.3"),
+		viewIPAddress("10.0.0.2", "a"), viewIPAddress("10.0.0.3", "b"))
+	r, err := NewIPAddressRepair(IPAddressConfig{Options: repair.Options{Client: api, DryRun: true,
+		Stored: etcdStored{e, layout}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	rep, err := r.RunOnce(ctx)
+	if err != nil || rep.Services != 1 {
+		t.Fatalf("a pass given etcd: %v Services (%v), want etcd's 1", rep, err)
+	}
+	if _, err := e.Client().Put(ctx, layout.IPAddress("10.0.0.9"), "k8s:enc:aescbc:v1:key1:..."); err != nil {
+		t.Fatal(err)
+	}
+	if rep, err = r.RunOnce(ctx); err != nil || rep.Services != 2 {
+		t.Fatalf("with an IPAddress encrypted at rest: %v Services (%v), want the API server's 2", rep, err)
 	}
 }

@@ -1,0 +1,104 @@
+package repair
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strconv"
+
+	"go.etcd.io/etcd/api/v3/mvccpb"
+	clientv3 "go.etcd.io/etcd/client/v3"
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/client-go/kubernetes"
+
+	"github.com/allocator/allocator/pkg/etcdlayout"
+	"github.com/allocator/allocator/pkg/repair/report"
+)
+
+// StoredObjects is the etcd a cluster's objects are stored in, as
+// kube-apiserver stores them.
+type StoredObjects interface {
+	// Etcd returns a client of that etcd, which the caller does not close,
+	// and the layout of its keys.
+	Etcd(ctx context.Context) (clientv3.KV, etcdlayout.Layout, error)
+}
+
+// StoredServices is a ServiceSource that reads every Service straight from
+// etcd, at the revision of its first page: a read of etcd is linearizable,
+// so it reflects every write committed before it, as a pass needs. The API
+// server then neither decodes nor encodes them. Services encrypted at rest
+// (etcdlayout.ErrEncrypted) are listed through Client instead.
+type StoredServices struct {
+	Stored StoredObjects
+	Client kubernetes.Interface
+}
+
+// Services reads every stored Service, oldest first.
+func (s StoredServices) Services(ctx context.Context) ([]*corev1.Service, error) {
+	kv, layout, err := s.Stored.Etcd(ctx)
+	if err != nil {
+		return nil, err
+	}
+	services, _, err := ReadStoredServices(ctx, kv, layout, 0)
+	if errors.Is(err, etcdlayout.ErrEncrypted) {
+		return report.ListServices(ctx, s.Client)
+	}
+	if err != nil {
+		return nil, err
+	}
+	report.SortOldestFirst(services)
+	return services, nil
+}
+
+// ReadStoredServices reads every Service stored under layout at revision
+// rev (0: now), each given its ModRevision as resourceVersion, as the API
+// does; in key order. It returns the revision read at.
+func ReadStoredServices(ctx context.Context, kv clientv3.KV, layout etcdlayout.Layout, rev int64) ([]*corev1.Service, int64, error) {
+	var services []*corev1.Service
+	rev, err := ReadStored(ctx, kv, layout.ServicesPrefix(), rev, func(kv *mvccpb.KeyValue) error {
+		svc, err := etcdlayout.DecodeService(kv.Value)
+		if err == nil {
+			svc.ResourceVersion = strconv.FormatInt(kv.ModRevision, 10)
+			services = append(services, svc)
+		}
+		return err
+	})
+	if err != nil {
+		return nil, 0, fmt.Errorf("read services from etcd: %w", err)
+	}
+	return services, rev, nil
+}
+
+// ReadStored calls each for every key under prefix, in key order, as etcd
+// held them at revision rev (0: now), read in pages that grow as the
+// repairs' lists do (report.NextPageSize: etcd counts the keys after each
+// page). It returns the revision read at. An error of each is returned
+// with the key it was called for (etcdlayout.KeyError).
+func ReadStored(ctx context.Context, kv clientv3.KV, prefix string, rev int64, each func(*mvccpb.KeyValue) error) (int64, error) {
+	end := clientv3.GetPrefixRangeEnd(prefix)
+	limit, from := int64(report.ListPageSize), prefix
+	for {
+		opts := []clientv3.OpOption{clientv3.WithRange(end), clientv3.WithLimit(limit)}
+		if rev != 0 {
+			opts = append(opts, clientv3.WithRev(rev))
+		}
+		resp, err := kv.Get(ctx, from, opts...)
+		if err != nil {
+			return 0, fmt.Errorf("read %s at revision %d: %w", prefix, rev, err)
+		}
+		if rev == 0 {
+			rev = resp.Header.Revision
+		}
+		for _, kv := range resp.Kvs {
+			if err := each(kv); err != nil {
+				return 0, etcdlayout.WithKey(string(kv.Key), err)
+			}
+		}
+		if !resp.More || len(resp.Kvs) == 0 {
+			return rev, nil
+		}
+		remaining := resp.Count - int64(len(resp.Kvs))
+		limit = report.NextPageSize(&remaining)
+		from = string(resp.Kvs[len(resp.Kvs)-1].Key) + "\x00"
+	}
+}
