@@ -27,8 +27,8 @@ import (
 // decodes, the decode's defaults included: slimServiceCodec and
 // compactIPAddressCodec, tested against it (TestInformerCodecs,
 // FuzzSlimServiceCodec, FuzzCompactIPAddressCodec). Data it does not read
-// (JSON, another kind, an encoding it does not know) is decoded by full,
-// then kept as the informer keeps it.
+// (JSON, another kind, an encoding it does not know) or does not find well
+// formed is decoded by full, then kept as the informer keeps it.
 type informerCodec[T any, PT interface {
 	*T
 	runtime.Object
@@ -82,7 +82,11 @@ func (c informerCodec[T, PT]) Decode(data []byte, defaults *schema.GroupVersionK
 	}
 	obj, err := c.decode(raw)
 	if err != nil {
-		return nil, nil, fmt.Errorf("decode a stored %s: %w", c.gvk.Kind, err)
+		// Bytes the walk refuses, the storage codec decides on: its
+		// generated code accepts some that are not well formed (a map
+		// entry read past its own length), and an object the informer
+		// cannot decode would stop it from ever syncing.
+		return c.decodeFull(data, defaults, into, target)
 	}
 	gvk := c.gvk
 	if target == nil {

@@ -1,6 +1,7 @@
 package apiserver
 
 import (
+	"errors"
 	"fmt"
 	"maps"
 
@@ -160,8 +161,14 @@ func setLabels(m *metav1.ObjectMeta, entries [][]byte) error {
 	return nil
 }
 
+// errMapEntry is a map entry this codec does not read, left to the
+// storage codec: its generated code reads a key or value field of any wire
+// type as length-delimited, and past the entry's own end.
+var errMapEntry = errors.New("a map entry with a field other than a string key and value")
+
 // decodeMapEntryBytes decodes one entry of a map<string, string> as views
-// of b.
+// of b. It reads only entries made of length-delimited fields 1 and 2,
+// within the entry: the generated code reads those as this does.
 func decodeMapEntryBytes(b []byte) (key, value []byte, err error) {
 	for len(b) > 0 {
 		num, typ, v, rest, err := consumeField(b)
@@ -169,14 +176,13 @@ func decodeMapEntryBytes(b []byte) (key, value []byte, err error) {
 			return nil, nil, err
 		}
 		b = rest
-		if typ != protowire.BytesType {
-			continue
-		}
-		switch num {
-		case 1:
+		switch {
+		case num == 1 && typ == protowire.BytesType:
 			key = v
-		case 2:
+		case num == 2 && typ == protowire.BytesType:
 			value = v
+		default:
+			return nil, nil, errMapEntry
 		}
 	}
 	return key, value, nil
