@@ -28,6 +28,7 @@ import (
 	"google.golang.org/grpc/backoff"
 
 	"github.com/allocator/allocator/internal/embedetcd"
+	"github.com/allocator/allocator/pkg/etcdlayout"
 )
 
 const (
@@ -188,4 +189,21 @@ func newClient(endpoints []string) (*clientv3.Client, error) {
 		return nil, fmt.Errorf("new etcd client for %v: %w", endpoints, err)
 	}
 	return c, nil
+}
+
+// Stored is the member as a repair reads stored objects from it
+// (repair.StoredObjects), their keys under layout, through Client.
+func (e *Etcd) Stored(layout etcdlayout.Layout) StoredObjects {
+	return StoredObjects{e: e, layout: layout}
+}
+
+// StoredObjects is a member's stored objects (Etcd.Stored).
+type StoredObjects struct {
+	e      *Etcd
+	layout etcdlayout.Layout
+}
+
+// Etcd returns the member's shared client and the layout.
+func (s StoredObjects) Etcd(context.Context) (clientv3.KV, etcdlayout.Layout, error) {
+	return s.e.Client().KV, s.layout, nil
 }

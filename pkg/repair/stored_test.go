@@ -8,7 +8,6 @@ import (
 	"time"
 
 	"github.com/google/go-cmp/cmp"
-	clientv3 "go.etcd.io/etcd/client/v3"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes/fake"
@@ -16,16 +15,6 @@ import (
 	"github.com/allocator/allocator/internal/etcdtest"
 	"github.com/allocator/allocator/pkg/etcdlayout"
 )
-
-// etcdStored is StoredObjects on a test etcd.
-type etcdStored struct {
-	e      *etcdtest.Etcd
-	layout etcdlayout.Layout
-}
-
-func (s etcdStored) Etcd(context.Context) (clientv3.KV, etcdlayout.Layout, error) {
-	return s.e.Client().KV, s.layout, nil
-}
 
 // TestStoredServices: the Services a pass reads from etcd are every stored
 // Service, oldest first, each with its ModRevision as resourceVersion, in
@@ -58,7 +47,7 @@ func TestStoredServices(t *testing.T) {
 		want = append([]string{name}, want...)
 		revs[name] = resp.Header.Revision
 	}
-	services, err := StoredServices{Stored: etcdStored{e, layout}}.Services(ctx)
+	services, err := StoredServices{Stored: e.Stored(layout)}.Services(ctx)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -79,7 +68,7 @@ func TestStoredServices(t *testing.T) {
 		t.Fatal(err)
 	}
 	fromAPI := &corev1.Service{ObjectMeta: metav1.ObjectMeta{Namespace: "other", Name: "secret"}}
-	listed, err := StoredServices{Stored: etcdStored{e, layout}, Client: fake.NewClientset(fromAPI)}.Services(ctx)
+	listed, err := StoredServices{Stored: e.Stored(layout), Client: fake.NewClientset(fromAPI)}.Services(ctx)
 	if err != nil || len(listed) != 1 || listed[0].Name != "secret" {
 		t.Errorf("with a Service encrypted at rest: %d Services (%v), want the API server's one", len(listed), err)
 	}
@@ -92,7 +81,7 @@ func TestStoredServices(t *testing.T) {
 		t.Fatal(err)
 	}
 	var keyErr *etcdlayout.KeyError
-	if _, err := (StoredServices{Stored: etcdStored{e, layout}}).Services(ctx); !errors.As(err, &keyErr) || keyErr.Key != bad {
+	if _, err := (StoredServices{Stored: e.Stored(layout)}).Services(ctx); !errors.As(err, &keyErr) || keyErr.Key != bad {
 		t.Errorf("a value that does not decode: %v, want an error naming %s", err, bad)
 	}
 }

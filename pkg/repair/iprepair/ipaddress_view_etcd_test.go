@@ -175,16 +175,6 @@ func putAll(t *testing.T, ctx context.Context, client *clientv3.Client, layout e
 	}
 }
 
-// etcdStored is repair.StoredObjects on a test etcd.
-type etcdStored struct {
-	e      *etcdtest.Etcd
-	layout etcdlayout.Layout
-}
-
-func (s etcdStored) Etcd(context.Context) (clientv3.KV, etcdlayout.Layout, error) {
-	return s.e.Client().KV, s.layout, nil
-}
-
 // TestRunOnceEncryptedAtRest: a one-shot pass given etcd reads it, and one
 // that meets an object encrypted at rest there lists through the API
 // server instead.
@@ -200,7 +190,7 @@ func TestRunOnceEncryptedAtRest(t *testing.T) {
 	api := fake.NewClientset(cluster, viewService("a", 0, "10.0.0.2"), viewService("b", 0, "10.0.0.3"),
 		viewIPAddress("10.0.0.2", "a"), viewIPAddress("10.0.0.3", "b"))
 	r, err := NewIPAddressRepair(IPAddressConfig{Options: repair.Options{Client: api, DryRun: true,
-		Stored: etcdStored{e, layout}}})
+		Stored: e.Stored(layout)}})
 	if err != nil {
 		t.Fatal(err)
 	}
