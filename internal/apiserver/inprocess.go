@@ -21,8 +21,9 @@ import (
 // listWatchStore is what an in-process informer reads: a resource's registry
 // store, whose lists and watches its watch cache serves, or etcd for a
 // resource without one (Config.NoWatchCache: by default the Services and
-// IPAddresses, which these informers hold instead); for the Services
-// without one, their etcd store with the slim codec (slimServiceSource).
+// IPAddresses, which these informers hold instead): for those two, an etcd
+// store of their own whose codec decodes each object into what the
+// informer keeps of it (informerSource).
 type listWatchStore interface {
 	List(ctx context.Context, options *metainternalversion.ListOptions) (runtime.Object, error)
 	Watch(ctx context.Context, options *metainternalversion.ListOptions) (watch.Interface, error)
