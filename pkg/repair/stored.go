@@ -7,6 +7,7 @@ import (
 	"strconv"
 
 	"go.etcd.io/etcd/api/v3/mvccpb"
+	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	clientv3 "go.etcd.io/etcd/client/v3"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/client-go/kubernetes"
@@ -23,11 +24,19 @@ type StoredObjects interface {
 	Etcd(ctx context.Context) (clientv3.KV, etcdlayout.Layout, error)
 }
 
+// ListInstead reports whether err, from a read of stored objects, means
+// the objects are to be listed through the API server instead: etcd refused
+// the read (a job whose etcd role covers only the maps, leases and records
+// it writes) or an object is encrypted at rest.
+func ListInstead(err error) bool {
+	return errors.Is(err, rpctypes.ErrPermissionDenied) || errors.Is(err, etcdlayout.ErrEncrypted)
+}
+
 // StoredServices is a ServiceSource that reads every Service straight from
 // etcd, at the revision of its first page: a read of etcd is linearizable,
 // so it reflects every write committed before it, as a pass needs. The API
-// server then neither decodes nor encodes them. Services encrypted at rest
-// (etcdlayout.ErrEncrypted) are listed through Client instead.
+// server then neither decodes nor encodes them. When etcd cannot give them
+// (ListInstead), they are listed through Client.
 type StoredServices struct {
 	Stored StoredObjects
 	Client kubernetes.Interface
@@ -40,7 +49,7 @@ func (s StoredServices) Services(ctx context.Context) ([]*corev1.Service, error)
 		return nil, err
 	}
 	services, _, err := ReadStoredServices(ctx, kv, layout, 0)
-	if errors.Is(err, etcdlayout.ErrEncrypted) {
+	if ListInstead(err) {
 		return report.ListServices(ctx, s.Client)
 	}
 	if err != nil {

@@ -13,7 +13,6 @@ import (
 	"k8s.io/client-go/util/workqueue"
 	"k8s.io/klog/v2"
 
-	"github.com/allocator/allocator/pkg/etcdlayout"
 	"github.com/allocator/allocator/pkg/model"
 	"github.com/allocator/allocator/pkg/repair"
 	"github.com/allocator/allocator/pkg/repair/report"
@@ -165,8 +164,8 @@ func (r *IPAddressRepair) RunOnce(ctx context.Context) (*report.Report, error) {
 	if r.cfg.Stored != nil {
 		view, err = r.storedView(ctx)
 	}
-	if r.cfg.Stored == nil || errors.Is(err, etcdlayout.ErrEncrypted) {
-		// No etcd, or objects encrypted at rest: the API server's lists.
+	if r.cfg.Stored == nil || repair.ListInstead(err) {
+		// No etcd, or none it may read: the API server's lists.
 		view, err = newListView(ctx, r.cfg.Client)
 	}
 	if err != nil {
