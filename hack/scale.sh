@@ -48,6 +48,10 @@
 #       kube-apiserver's and etcd's memory are printed apart, and kube-apiserver is restarted on the
 #       same etcd. The figures are kube-apiserver's and etcd's; kube-controller-manager's are printed apart.
 set -euo pipefail
+# The whole script is one compound command, read before any of it runs: a
+# run lasts up to an hour, and bash reads a script as it goes, so an edit
+# or a checkout under a running script would otherwise change what it runs.
+{
 cd "$(dirname "$0")/.."
 
 CIDRS=${CIDRS:-1000}
@@ -244,3 +248,4 @@ if [ -n "${KEEP_DATA:-}" ]; then
   echo "data dir kept: $KEEP_DATA"
 fi
 exit "$rc"
+}
