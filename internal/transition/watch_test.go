@@ -38,15 +38,7 @@ func TestFirstWatchFromRead(t *testing.T) {
 	defer cancel()
 	e := etcdtest.New(t)
 	client := e.Client()
-	join(t, ctx, client, string(model.IPAddress), "first") // writes the state
-	var rev int64
-	for i := range 20 {
-		resp, err := client.Put(ctx, fmt.Sprintf("/other/%d", i), "x")
-		if err != nil {
-			t.Fatal(err)
-		}
-		rev = resp.Header.Revision
-	}
+	rev := stateThenOtherWrites(t, ctx, client)
 	watched := e.NewClient(t)
 	counter := &countingWatcher{Watcher: watched.Watcher}
 	watched.Watcher = counter
@@ -72,15 +64,7 @@ func TestWatchAfterCompaction(t *testing.T) {
 	defer cancel()
 	e := etcdtest.New(t)
 	client := e.Client()
-	join(t, ctx, client, string(model.IPAddress), "first") // writes the state
-	var rev int64
-	for i := range 20 {
-		resp, err := client.Put(ctx, fmt.Sprintf("/other/%d", i), "x")
-		if err != nil {
-			t.Fatal(err)
-		}
-		rev = resp.Header.Revision
-	}
+	rev := stateThenOtherWrites(t, ctx, client)
 	if _, err := client.Compact(ctx, rev, clientv3.WithCompactPhysical()); err != nil {
 		t.Fatal(err)
 	}
@@ -102,4 +86,20 @@ func TestWatchAfterCompaction(t *testing.T) {
 		t.Fatal(err)
 	}
 	waitFor(t, "the second replica to see dual write resumed", c.DualWrite)
+}
+
+// stateThenOtherWrites has a first replica write the state, then writes 20
+// other keys, and returns the revision of the last.
+func stateThenOtherWrites(t *testing.T, ctx context.Context, client *clientv3.Client) int64 {
+	t.Helper()
+	join(t, ctx, client, string(model.IPAddress), "first") // writes the state
+	var rev int64
+	for i := range 20 {
+		resp, err := client.Put(ctx, fmt.Sprintf("/other/%d", i), "x")
+		if err != nil {
+			t.Fatal(err)
+		}
+		rev = resp.Header.Revision
+	}
+	return rev
 }
