@@ -2,7 +2,6 @@ package apiserver
 
 import (
 	"bytes"
-	"errors"
 	"fmt"
 	"io"
 
@@ -353,9 +352,6 @@ func decodeSlimPort(b []byte) (corev1.ServicePort, error) {
 	return p, nil
 }
 
-// errTruncated is a field cut short.
-var errTruncated = errors.New("truncated protobuf field")
-
 // consumeField reads one field of b: its number, its wire type, its value
 // (a length-delimited field's bytes, a varint's own encoding, as a view of
 // b) and what follows it.
@@ -375,9 +371,6 @@ func consumeField(b []byte) (protowire.Number, protowire.Type, []byte, []byte, e
 	n = protowire.ConsumeFieldValue(num, typ, b)
 	if n < 0 {
 		return 0, 0, nil, nil, protowire.ParseError(n)
-	}
-	if n > len(b) {
-		return 0, 0, nil, nil, errTruncated
 	}
 	return num, typ, b[:n], b[n:], nil
 }
