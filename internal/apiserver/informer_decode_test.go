@@ -217,8 +217,8 @@ func checkInformerDecode[T any, PT interface {
 // seed): go test -fuzz runs the targets below slowly in this package (its
 // binary holds k8s.io/apiserver, whose coverage counters each run
 // compares), so this test is the one that sees many malformed inputs on
-// every run. It found the generated code's reading of map entries past
-// their end, which the codecs now leave to the storage codec.
+// every run; among them, map entries the generated code reads past their
+// end, which the codecs must leave to the storage codec.
 func TestInformerCodecsMutated(t *testing.T) {
 	t.Parallel()
 	services, ipAddresses := storageCodec(""), storageCodec(networkingv1.GroupName)
