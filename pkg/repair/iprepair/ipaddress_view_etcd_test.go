@@ -6,6 +6,9 @@ import (
 	"fmt"
 	"net/netip"
 	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -57,12 +60,23 @@ func TestStoredView(t *testing.T) {
 	}
 	putAll(t, ctx, client, layout, objs)
 
-	stored, err := newStoredView(ctx, client.KV, layout)
+	// A Service stored after the view's first read and before it reads the
+	// Services: the view reads everything at the first read's revision.
+	later, err := etcdlayout.Encode(viewService("later", 0, "10.0.0.50"))
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := client.Put(ctx, layout.Service("default", "later"), "not read"); err != nil {
+	kv := &writeBeforeRead{KV: client.KV, prefix: layout.ServicesPrefix(), write: func() {
+		if _, err := client.Put(ctx, layout.Service("default", "later"), string(later)); err != nil {
+			t.Error(err)
+		}
+	}}
+	stored, err := newStoredView(ctx, kv, layout)
+	if err != nil {
 		t.Fatal(err)
+	}
+	if !kv.wrote.Load() {
+		t.Fatal("the view never read the Services")
 	}
 	listed, err := newListView(ctx, fake.NewClientset(objs...))
 	if err != nil {
@@ -100,7 +114,7 @@ func TestStoredView(t *testing.T) {
 		t.Errorf("namespace default's labels %v, want team=a", got)
 	}
 	if got, _ := stored.service("default", "later"); got != nil {
-		t.Error("a Service written after the read is in the view")
+		t.Error("a Service written after the view's first read is in the view")
 	}
 	svc, _ := stored.service("default", "dual")
 	resp, err := client.Get(ctx, layout.Service("default", "dual"))
@@ -137,6 +151,22 @@ func viewService(name string, age time.Duration, ips ...string) *corev1.Service 
 // default/service.
 func viewIPAddress(name, service string) *networkingv1.IPAddress {
 	return ipaddress.NewObject(netip.MustParseAddr(name), allocation.Owner{Namespace: "default", Name: service, UID: "uid-" + service})
+}
+
+// writeBeforeRead calls write once, before the first read under prefix.
+type writeBeforeRead struct {
+	clientv3.KV
+	prefix string
+	write  func()
+	once   sync.Once
+	wrote  atomic.Bool
+}
+
+func (w *writeBeforeRead) Get(ctx context.Context, key string, opts ...clientv3.OpOption) (*clientv3.GetResponse, error) {
+	if strings.HasPrefix(key, w.prefix) {
+		w.once.Do(func() { w.write(); w.wrote.Store(true) })
+	}
+	return w.KV.Get(ctx, key, opts...)
 }
 
 // putAll stores objs at their keys as kube-apiserver stores them, many to
