@@ -9,6 +9,8 @@ import (
 	"go.etcd.io/etcd/api/v3/mvccpb"
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	clientv3 "go.etcd.io/etcd/client/v3"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/client-go/kubernetes"
 
@@ -79,11 +81,75 @@ func ReadStoredServices(ctx context.Context, kv clientv3.KV, layout etcdlayout.L
 }
 
 // ReadStored calls each for every key under prefix, in key order, as etcd
-// held them at revision rev (0: now), read in pages that grow as the
-// repairs' lists do (report.NextPageSize: etcd counts the keys after each
-// page). It returns the revision read at. An error of each is returned
-// with the key it was called for (etcdlayout.KeyError).
+// held them at revision rev (0: now), and returns the revision read at. It
+// streams the range (etcd 3.7's RangeStream: chunks at one revision, the
+// keys counted once, at the end); from an etcd that does not stream, it
+// reads pages that grow as the repairs' lists do (report.NextPageSize),
+// because etcd counts every key after each page. An error of each is
+// returned with the key it was called for (etcdlayout.KeyError).
 func ReadStored(ctx context.Context, kv clientv3.KV, prefix string, rev int64, each func(*mvccpb.KeyValue) error) (int64, error) {
+	read, streamed, err := readStream(ctx, kv, prefix, rev, each)
+	if streamed {
+		return read, err
+	}
+	return readPages(ctx, kv, prefix, rev, each)
+}
+
+// readStream is ReadStored through one RangeStream; streamed is false, and
+// nothing was read, when etcd does not know the call.
+func readStream(ctx context.Context, kv clientv3.KV, prefix string, rev int64, each func(*mvccpb.KeyValue) error) (_ int64, streamed bool, _ error) {
+	ctx, cancel := context.WithCancel(ctx)
+	opts := []clientv3.OpOption{clientv3.WithPrefix()}
+	if rev != 0 {
+		opts = append(opts, clientv3.WithRev(rev))
+	}
+	chunks, err := kv.GetStream(ctx, prefix, opts...)
+	if err != nil {
+		cancel()
+		if status.Code(err) == codes.Unimplemented {
+			return 0, false, nil
+		}
+		return 0, true, fmt.Errorf("read %s at revision %d: %w", prefix, rev, err)
+	}
+	defer func() {
+		// The client's goroutine ends once it has handed over what it
+		// received after the cancel.
+		cancel()
+		for range chunks {
+		}
+	}()
+	read := int64(0)
+	for first := true; ; first = false {
+		chunk, ok := <-chunks
+		if !ok {
+			break
+		}
+		if err := chunk.Err(); err != nil {
+			if first && status.Code(err) == codes.Unimplemented {
+				return 0, false, nil
+			}
+			return 0, true, fmt.Errorf("read %s at revision %d: %w", prefix, rev, err)
+		}
+		for _, kv := range chunk.Kvs {
+			if err := each(kv); err != nil {
+				return 0, true, etcdlayout.WithKey(string(kv.Key), err)
+			}
+		}
+		if chunk.Header != nil {
+			read = chunk.Header.Revision // the revision read at when rev is 0
+		}
+	}
+	if read == 0 {
+		return 0, true, fmt.Errorf("read %s at revision %d: the stream ended without its revision", prefix, rev)
+	}
+	if rev != 0 {
+		return rev, true, nil // the header holds etcd's revision now
+	}
+	return read, true, nil
+}
+
+// readPages is ReadStored in pages of Range.
+func readPages(ctx context.Context, kv clientv3.KV, prefix string, rev int64, each func(*mvccpb.KeyValue) error) (int64, error) {
 	end := clientv3.GetPrefixRangeEnd(prefix)
 	limit, from := int64(report.ListPageSize), prefix
 	for {

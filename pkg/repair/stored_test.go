@@ -8,6 +8,11 @@ import (
 	"time"
 
 	"github.com/google/go-cmp/cmp"
+	"go.etcd.io/etcd/api/v3/etcdserverpb"
+	"go.etcd.io/etcd/api/v3/mvccpb"
+	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
+	clientv3 "go.etcd.io/etcd/client/v3"
+	"google.golang.org/grpc"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes/fake"
@@ -84,4 +89,95 @@ func TestStoredServices(t *testing.T) {
 	if _, err := (StoredServices{Stored: e.Stored(layout)}).Services(ctx); !errors.As(err, &keyErr) || keyErr.Key != bad {
 		t.Errorf("a value that does not decode: %v, want an error naming %s", err, bad)
 	}
+}
+
+// TestReadStored: a read streams the range at one revision when etcd
+// streams it, and reads pages when etcd answers that it does not (an etcd
+// before 3.7); both give every key under the prefix, in key order, as etcd
+// held them at the revision asked for; a compacted revision, and an error
+// of each, stop the read with that error.
+func TestReadStored(t *testing.T) {
+	t.Parallel()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	e := etcdtest.New(t)
+	const n = 12000 // more than a page and than a stream's first chunks
+	var want []string
+	for i := range n {
+		k := "/p/" + strconv.Itoa(100000+i)
+		want = append(want, k)
+		if _, err := e.Client().Put(ctx, k, strconv.Itoa(i)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	at, err := e.Client().Get(ctx, "/p/", clientv3.WithCountOnly())
+	if err != nil {
+		t.Fatal(err)
+	}
+	rev := at.Header.Revision
+	conn := e.Client().ActiveConnection()
+	reads := map[string]clientv3.KV{"stream": e.Client().KV,
+		"pages": clientv3.NewKVFromKVClient(olderEtcd{etcdserverpb.NewKVClient(conn), conn}, e.Client())}
+	if _, err := e.Client().Put(ctx, "/p/later", "x"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := e.Client().Put(ctx, "/q", "outside"); err != nil {
+		t.Fatal(err)
+	}
+	for name, kv := range reads {
+		var got []string
+		read, err := ReadStored(ctx, kv, "/p/", rev, func(kv *mvccpb.KeyValue) error {
+			got = append(got, string(kv.Key))
+			return nil
+		})
+		if err != nil || read != rev {
+			t.Fatalf("%s: read at %d (%v), want %d", name, read, err, rev)
+		}
+		if diff := cmp.Diff(want, got); diff != "" {
+			t.Errorf("%s: keys at revision %d (-want +got):\n%s", name, rev, diff)
+		}
+		now, err := ReadStored(ctx, kv, "/p/", 0, func(*mvccpb.KeyValue) error { return nil })
+		if err != nil || now <= rev {
+			t.Errorf("%s: read now at %d (%v), want after %d", name, now, err, rev)
+		}
+		stop := errors.New("stop")
+		calls := 0
+		_, err = ReadStored(ctx, kv, "/p/", rev, func(*mvccpb.KeyValue) error {
+			if calls++; calls == 7000 {
+				return stop
+			}
+			return nil
+		})
+		var keyErr *etcdlayout.KeyError
+		if !errors.Is(err, stop) || !errors.As(err, &keyErr) || keyErr.Key != want[6999] || calls != 7000 {
+			t.Errorf("%s: each failing at the 7,000th key: %v after %d calls, want its error with key %s", name, err, calls, want[6999])
+		}
+	}
+	if _, err := e.Client().Compact(ctx, rev+1); err != nil {
+		t.Fatal(err)
+	}
+	for name, kv := range reads {
+		if _, err := ReadStored(ctx, kv, "/p/", rev, func(*mvccpb.KeyValue) error { return nil }); !errors.Is(err, rpctypes.ErrCompacted) {
+			t.Errorf("%s: a read at a compacted revision: %v, want %v", name, err, rpctypes.ErrCompacted)
+		}
+	}
+}
+
+// olderEtcd is the KV API of an etcd before 3.7, whose KV service has no
+// RangeStream: the server answers the call Unimplemented.
+type olderEtcd struct {
+	etcdserverpb.KVClient
+	conn *grpc.ClientConn
+}
+
+func (o olderEtcd) RangeStream(ctx context.Context, in *etcdserverpb.RangeRequest, opts ...grpc.CallOption) (etcdserverpb.KV_RangeStreamClient, error) {
+	s, err := o.conn.NewStream(ctx, &grpc.StreamDesc{ServerStreams: true}, "/etcdserverpb.KV/NotRangeStream", opts...)
+	if err != nil {
+		return nil, err
+	}
+	stream := &grpc.GenericClientStream[etcdserverpb.RangeRequest, etcdserverpb.RangeStreamResponse]{ClientStream: s}
+	if err := stream.SendMsg(in); err != nil {
+		return nil, err
+	}
+	return stream, stream.CloseSend()
 }

@@ -163,10 +163,19 @@ type writeBeforeRead struct {
 }
 
 func (w *writeBeforeRead) Get(ctx context.Context, key string, opts ...clientv3.OpOption) (*clientv3.GetResponse, error) {
+	w.before(key)
+	return w.KV.Get(ctx, key, opts...)
+}
+
+func (w *writeBeforeRead) GetStream(ctx context.Context, key string, opts ...clientv3.OpOption) (clientv3.GetStreamChan, error) {
+	w.before(key)
+	return w.KV.GetStream(ctx, key, opts...)
+}
+
+func (w *writeBeforeRead) before(key string) {
 	if strings.HasPrefix(key, w.prefix) {
 		w.once.Do(func() { w.write(); w.wrote.Store(true) })
 	}
-	return w.KV.Get(ctx, key, opts...)
 }
 
 // putAll stores objs at their keys as kube-apiserver stores them, many to
