@@ -17,6 +17,8 @@ import (
 	"k8s.io/apimachinery/pkg/runtime/serializer/json"
 	"k8s.io/utils/ptr"
 
+	"github.com/allocator/allocator/internal/slim"
+	"github.com/allocator/allocator/pkg/etcdlayout"
 	"github.com/allocator/allocator/pkg/ipaddress"
 )
 
@@ -99,7 +101,7 @@ func storedIPAddresses(t testing.TB) map[string][]byte {
 // holding labels, appended to its raw bytes.
 func withMetadata(t testing.TB, data []byte, labels map[string]string) []byte {
 	var u runtime.Unknown
-	if err := u.Unmarshal(bytes.TrimPrefix(data, protobufMagic)); err != nil {
+	if err := u.Unmarshal(bytes.TrimPrefix(data, []byte(etcdlayout.ProtobufMagic))); err != nil {
 		t.Fatal(err)
 	}
 	meta, err := (&metav1.ObjectMeta{Labels: labels}).Marshal()
@@ -111,7 +113,7 @@ func withMetadata(t testing.TB, data []byte, labels map[string]string) []byte {
 	if err != nil {
 		t.Fatal(err)
 	}
-	return append(bytes.Clone(protobufMagic), out...)
+	return append([]byte(etcdlayout.ProtobufMagic), out...)
 }
 
 // TestInformerCodecs: each codec's object is what the informer keeps of
@@ -128,7 +130,7 @@ func TestInformerCodecs(t *testing.T) {
 	for name, data := range storedServices(t) {
 		t.Run("Service "+name, func(t *testing.T) {
 			t.Parallel()
-			checkInformerDecode(t, services, svcCodec, data, slimService)
+			checkInformerDecode(t, services, svcCodec, data, slim.Service)
 		})
 	}
 	for name, data := range storedIPAddresses(t) {
@@ -136,11 +138,11 @@ func TestInformerCodecs(t *testing.T) {
 			t.Parallel()
 			got := checkInformerDecode(t, ipAddresses, ipCodec, data, keepIPAddress)
 			family := map[string]string{"IPv4": "IPv4", "IPv6": "IPv6"}[name]
-			if family != "" && !sameMap(got.Labels, sharedIPAddressLabels[family]) {
+			if family != "" && !sameMap(got.Labels, slim.SharedLabels(family)) {
 				t.Errorf("an allocator's %s IPAddress holds a label map of its own", family)
 			}
-			for family, l := range sharedIPAddressLabels {
-				if len(l) != 2 || l[ipaddress.LabelIPFamily] != family {
+			for _, family := range []string{"IPv4", "IPv6"} {
+				if l := slim.SharedLabels(family); len(l) != 2 || l[ipaddress.LabelIPFamily] != family {
 					t.Fatalf("the shared %s labels were written to: %v", family, l)
 				}
 			}
@@ -168,7 +170,7 @@ func TestInformerCodecs(t *testing.T) {
 // keepIPAddress is what the IPAddress informer keeps of an IPAddress.
 func keepIPAddress(ipa *networkingv1.IPAddress) *networkingv1.IPAddress {
 	ipa.ManagedFields = nil
-	compactIPAddress(ipa)
+	slim.CompactIPAddress(ipa)
 	return ipa
 }
 
@@ -255,7 +257,7 @@ func TestInformerCodecsMutated(t *testing.T) {
 			return
 		}
 		d := mutate(svcSeeds)
-		checkInformerDecode(t, services, svcCodec, d, slimService)
+		checkInformerDecode(t, services, svcCodec, d, slim.Service)
 		_, _ = runtime.Decode(svcCodec, d)
 		d = mutate(ipSeeds)
 		checkInformerDecode(t, ipAddresses, ipCodec, d, keepIPAddress)
@@ -264,7 +266,7 @@ func TestInformerCodecsMutated(t *testing.T) {
 }
 
 // FuzzSlimServiceCodec: for any bytes the storage codec decodes as a
-// Service, the codec decodes slimService of it; on other bytes it returns
+// Service, the codec decodes slim.Service of it; on other bytes it returns
 // an error or an object, and never panics.
 //
 //	go test ./internal/apiserver -run '^$' -fuzz FuzzSlimServiceCodec -fuzztime 30s
@@ -275,7 +277,7 @@ func FuzzSlimServiceCodec(f *testing.F) {
 	full := storageCodec("")
 	codec := slimServiceCodec(full)
 	f.Fuzz(func(t *testing.T, data []byte) {
-		checkInformerDecode(t, full, codec, data, slimService)
+		checkInformerDecode(t, full, codec, data, slim.Service)
 		_, _ = runtime.Decode(codec, data)
 	})
 }

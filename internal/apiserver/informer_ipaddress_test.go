@@ -9,6 +9,7 @@ import (
 	"github.com/google/go-cmp/cmp"
 	networkingv1 "k8s.io/api/networking/v1"
 
+	"github.com/allocator/allocator/internal/slim"
 	"github.com/allocator/allocator/pkg/allocation"
 	"github.com/allocator/allocator/pkg/ipaddress"
 )
@@ -75,7 +76,7 @@ func TestCompactIPAddress(t *testing.T) {
 	} {
 		ipa := scaleIPAddress(3)
 		ipa.Labels = labels
-		compactIPAddress(ipa)
+		slim.CompactIPAddress(ipa)
 		if !sameMap(ipa.Labels, labels) {
 			t.Errorf("%s: labels %v replaced by %v", name, labels, ipa.Labels)
 		}
@@ -84,7 +85,7 @@ func TestCompactIPAddress(t *testing.T) {
 	// Transformed again (an object seen twice), it is not written to.
 	again := got[0]
 	shared := again.Labels
-	compactIPAddress(again)
+	slim.CompactIPAddress(again)
 	if !sameMap(again.Labels, shared) {
 		t.Error("a second transform replaced the shared map")
 	}

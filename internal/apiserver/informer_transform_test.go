@@ -20,6 +20,7 @@ import (
 	"k8s.io/utils/ptr"
 
 	"github.com/allocator/allocator/internal/holding"
+	"github.com/allocator/allocator/internal/slim"
 	"github.com/allocator/allocator/pkg/allocation"
 	"github.com/allocator/allocator/pkg/ipaddress"
 	"github.com/allocator/allocator/pkg/ipaddress/scope"
@@ -113,7 +114,7 @@ func fullService() *corev1.Service {
 	}
 }
 
-// TestSlimService: the slim copy keeps the fields slimService's doc lists
+// TestSlimService: the slim copy keeps the fields slim.Service's doc lists
 // and nothing else, shares no slice with the decoded Service, leaves it
 // unchanged, and is its own slim copy.
 func TestSlimService(t *testing.T) {
@@ -166,12 +167,12 @@ func TestSlimService(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
 			before := tc.svc.DeepCopy()
-			got := slimService(tc.svc)
+			got := slim.Service(tc.svc)
 			if diff := cmp.Diff(tc.want, got); diff != "" {
-				t.Errorf("slimService (-want +got):\n%s", diff)
+				t.Errorf("slim.Service (-want +got):\n%s", diff)
 			}
 			if diff := cmp.Diff(before, tc.svc); diff != "" {
-				t.Errorf("slimService changed the Service (-before +after):\n%s", diff)
+				t.Errorf("slim.Service changed the Service (-before +after):\n%s", diff)
 			}
 			if len(got.Spec.ClusterIPs) > 0 && &got.Spec.ClusterIPs[0] == &tc.svc.Spec.ClusterIPs[0] {
 				t.Error("the slim copy shares the decoded Service's clusterIPs")
@@ -179,8 +180,8 @@ func TestSlimService(t *testing.T) {
 			if len(got.Spec.Ports) > 0 && &got.Spec.Ports[0] == &tc.svc.Spec.Ports[0] {
 				t.Error("the slim copy shares the decoded Service's ports")
 			}
-			if diff := cmp.Diff(got, slimService(got)); diff != "" {
-				t.Errorf("slimService of the slim copy (-once +twice):\n%s", diff)
+			if diff := cmp.Diff(got, slim.Service(got)); diff != "" {
+				t.Errorf("slim.Service of the slim copy (-once +twice):\n%s", diff)
 			}
 		})
 	}
@@ -196,7 +197,7 @@ func TestInformerTransform(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if diff := cmp.Diff(slimService(svc), got); diff != "" {
+	if diff := cmp.Diff(slim.Service(svc), got); diff != "" {
 		t.Errorf("Service (-want +got):\n%s", diff)
 	}
 
@@ -217,7 +218,7 @@ func TestInformerTransform(t *testing.T) {
 }
 
 // serviceReaders are what the readers of the server's Service informer
-// make of a cached Service (slimService's doc lists them), each by the
+// make of a cached Service (slim.Service's doc lists them), each by the
 // function the reader calls. A new reader of a cached Service adds its
 // reads here.
 var serviceReaders = []struct {
@@ -311,19 +312,19 @@ func readerCases() map[string]*corev1.Service {
 // TestSlimServiceKeepsWhatReadersRead: every reader of the Service informer
 // answers the same for a Service and for its slim copy, and the repairs
 // order the copies as the Services (report.OldestFirst). It fails when
-// slimService drops a field a reader reads.
+// slim.Service drops a field a reader reads.
 func TestSlimServiceKeepsWhatReadersRead(t *testing.T) {
 	t.Parallel()
 	cases := readerCases()
 	for name, svc := range cases {
-		slim := slimService(svc)
+		kept := slim.Service(svc)
 		for _, r := range serviceReaders {
-			if diff := cmp.Diff(r.read(svc), r.read(slim)); diff != "" {
+			if diff := cmp.Diff(r.read(svc), r.read(kept)); diff != "" {
 				t.Errorf("%s, %s: the slim copy reads differently (-Service +slim):\n%s", name, r.name, diff)
 			}
 		}
 		for other, o := range cases {
-			if want, got := report.OldestFirst(svc, o), report.OldestFirst(slim, slimService(o)); want != got {
+			if want, got := report.OldestFirst(svc, o), report.OldestFirst(kept, slim.Service(o)); want != got {
 				t.Errorf("OldestFirst(%s, %s) = %d for the slim copies, %d for the Services", name, other, got, want)
 			}
 		}

@@ -14,6 +14,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/client-go/kubernetes"
 
+	"github.com/allocator/allocator/internal/slim"
 	"github.com/allocator/allocator/pkg/etcdlayout"
 	"github.com/allocator/allocator/pkg/repair/report"
 )
@@ -62,12 +63,13 @@ func (s StoredServices) Services(ctx context.Context) ([]*corev1.Service, error)
 }
 
 // ReadStoredServices reads every Service stored under layout at revision
-// rev (0: now), each given its ModRevision as resourceVersion, as the API
-// does; in key order. It returns the revision read at.
+// rev (0: now), in key order, each as its slim copy (slim.StoredService:
+// the fields the repairs read) with its ModRevision as resourceVersion, as
+// the API gives it. It returns the revision read at.
 func ReadStoredServices(ctx context.Context, kv clientv3.KV, layout etcdlayout.Layout, rev int64) ([]*corev1.Service, int64, error) {
 	var services []*corev1.Service
 	rev, err := ReadStored(ctx, kv, layout.ServicesPrefix(), rev, func(kv *mvccpb.KeyValue) error {
-		svc, err := etcdlayout.DecodeService(kv.Value)
+		svc, err := slim.StoredService(kv.Value)
 		if err == nil {
 			svc.ResourceVersion = strconv.FormatInt(kv.ModRevision, 10)
 			services = append(services, svc)

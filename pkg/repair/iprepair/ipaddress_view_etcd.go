@@ -12,6 +12,7 @@ import (
 	networkingv1 "k8s.io/api/networking/v1"
 	"k8s.io/apimachinery/pkg/labels"
 
+	"github.com/allocator/allocator/internal/slim"
 	"github.com/allocator/allocator/pkg/etcdlayout"
 	"github.com/allocator/allocator/pkg/repair"
 	"github.com/allocator/allocator/pkg/repair/report"
@@ -20,8 +21,9 @@ import (
 // newStoredView reads a one-shot pass's snapshot straight from etcd: the
 // ServiceCIDRs, the Namespaces when some ServiceCIDR is scoped, the
 // IPAddresses and the Services, all at the revision of the first read, the
-// objects decoded as kube-apiserver stores them and each given its
-// ModRevision as resourceVersion, as the API does. One revision orders the
+// objects decoded as kube-apiserver stores them (the Services and
+// IPAddresses as the server's informers keep them: package slim) and each
+// given its ModRevision as resourceVersion, as the API does. One revision orders the
 // reads as newListView's lists must be ordered (no Service without the
 // IPAddress claimed before it), and the API server neither decodes nor
 // encodes two million objects for a pass over a million Services. The two
@@ -64,7 +66,7 @@ func newStoredView(ctx context.Context, kv clientv3.KV, layout etcdlayout.Layout
 	ipsDone := make(chan error, 1)
 	go func() {
 		_, err := repair.ReadStored(ctx, kv, layout.IPAddressesPrefix(), rev, func(kv *mvccpb.KeyValue) error {
-			ipa, err := etcdlayout.DecodeIPAddress(kv.Value)
+			ipa, err := slim.StoredIPAddress(kv.Value)
 			if err == nil {
 				ipa.ResourceVersion = strconv.FormatInt(kv.ModRevision, 10)
 				v.ips[ipa.Name] = ipa

@@ -1,4 +1,4 @@
-package apiserver
+package slim
 
 import (
 	"reflect"
@@ -11,8 +11,8 @@ import (
 
 // TestIsSlim: isSlim is true exactly when a Service's slim copy equals it,
 // for every Service with one field set (every field a Service has, at any
-// depth) and for the slim copies of full Services, which slimService must
-// then return as they are.
+// depth), and for the slim copy of each, which Service must then return as
+// it is.
 func TestIsSlim(t *testing.T) {
 	t.Parallel()
 	variants := oneFieldSet(reflect.TypeFor[corev1.Service](), "Service")
@@ -32,18 +32,18 @@ func TestIsSlim(t *testing.T) {
 	}
 	for _, v := range variants {
 		svc := v.value.Addr().Interface().(*corev1.Service)
-		slim := reflect.DeepEqual(slimCopy(svc), svc)
+		slim := reflect.DeepEqual(copyService(svc), svc)
 		if got := isSlim(svc); got != slim {
 			t.Errorf("%s set: isSlim = %v, its slim copy equals it: %v", v.path, got, slim)
 		}
 	}
-	for _, svc := range []*corev1.Service{fullService(), scaleService(7)} {
-		c := slimCopy(svc)
+	for _, v := range variants {
+		c := copyService(v.value.Addr().Interface().(*corev1.Service))
 		if !isSlim(c) {
-			t.Errorf("isSlim(slim copy of %s) = false", svc.Name)
+			t.Errorf("isSlim(slim copy of the Service with %s set) = false", v.path)
 		}
-		if got := slimService(c); got != c {
-			t.Errorf("slimService(slim copy of %s) made another copy", svc.Name)
+		if got := Service(c); got != c {
+			t.Errorf("Service(slim copy of the Service with %s set) made another copy", v.path)
 		}
 	}
 }

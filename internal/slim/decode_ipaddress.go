@@ -1,4 +1,4 @@
-package apiserver
+package slim
 
 import (
 	"errors"
@@ -13,11 +13,11 @@ import (
 	"github.com/allocator/allocator/pkg/ipaddress"
 )
 
-// decodeCompactIPAddress decodes the protobuf of a v1 IPAddress as the
+// DecodeIPAddress decodes the protobuf of a v1 IPAddress as the
 // IPAddress informer keeps it: every field but managedFields, its labels
 // the shared map of its family when they are an allocator's two
-// (compactIPAddress), so that neither is decoded only to be dropped.
-func decodeCompactIPAddress(b []byte) (*networkingv1.IPAddress, error) {
+// (CompactIPAddress), so that neither is decoded only to be dropped.
+func DecodeIPAddress(b []byte) (*networkingv1.IPAddress, error) {
 	ipa := &networkingv1.IPAddress{}
 	for len(b) > 0 {
 		num, typ, v, rest, err := consumeField(b)
