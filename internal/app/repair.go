@@ -42,6 +42,9 @@ type repairOptions struct {
 	stores []iprepair.BitmapStore
 	// ipAddresses: the repair judges IPAddress objects (explainByDesign).
 	ipAddresses bool
+	// handoff carries the Services the node-port pass read from etcd to
+	// the IPAddress pass after it (repair.ServicesHandoff).
+	handoff *repair.ServicesHandoff
 }
 
 // compareModels reports where the bitmap and the IPAddress objects disagree,
@@ -269,6 +272,10 @@ func (o *repairOptions) shared(client kubernetes.Interface, recorder record.Even
 		opts.InFlight = jobInFlight{conn: &o.etcd, layout: layout}
 		stored := jobStored{conn: &o.etcd, layout: layout}
 		opts.Stored, opts.Services = stored, repair.StoredServices{Stored: stored, Client: client}
+		if o.handoff == nil {
+			o.handoff = &repair.ServicesHandoff{}
+		}
+		opts.Handoff = o.handoff
 	}
 	return opts
 }

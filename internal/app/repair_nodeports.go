@@ -28,23 +28,33 @@ func (o *repairOptions) nodePortRepair(ctx context.Context, etcd *clientv3.Clien
 	if err != nil {
 		return nil, err
 	}
-	return repair.NewNodePortRepair(repair.NodePortConfig{Options: o.shared(client, recorder), Store: store})
+	opts := o.shared(client, recorder)
+	if stored, ok := opts.Services.(repair.StoredServices); ok && o.ipAddresses {
+		// The IPAddress pass, which runs after this one (withNodePorts),
+		// takes the Services this pass read rather than reading them again.
+		stored.Handoff = o.handoff
+		opts.Services = stored
+	}
+	return repair.NewNodePortRepair(repair.NodePortConfig{Options: opts, Store: store})
 }
 
-// withNodePorts runs the ClusterIP pass and then the node-port pass, as one
-// report: the problems of both (node-port ones marked Resource "nodePort"),
-// writes and time added up.
+// withNodePorts runs the node-port pass and then the ClusterIP pass, as
+// one report: the problems of both (the ClusterIP ones first, node-port
+// ones marked Resource "nodePort"), writes and time added up. In the
+// IPAddress model the ClusterIP pass takes the Services the node-port
+// pass read from etcd (repair.ServicesHandoff); a map pass could not: it
+// must read its Services after its map.
 type withNodePorts struct {
 	ips   passRunner
 	ports *repair.NodePortRepair
 }
 
 func (w withNodePorts) RunOnce(ctx context.Context) (*report.Report, error) {
-	rep, err := w.ips.RunOnce(ctx)
+	ports, err := w.ports.RunOnce(ctx)
 	if err != nil {
 		return nil, err
 	}
-	ports, err := w.ports.RunOnce(ctx)
+	rep, err := w.ips.RunOnce(ctx)
 	if err != nil {
 		return nil, err
 	}

@@ -32,6 +32,11 @@ type Options struct {
 	// instead of listing them through Client's API server; nil: lists on
 	// Client. Writes always go through Client.
 	Stored StoredObjects
+	// Handoff (IPAddress model, RunOnce with Stored) gives the pass the
+	// Services a pass before it in the same run read from etcd
+	// (StoredServices.Handoff); the pass reads its other objects at their
+	// revision. nil, or nothing handed off: it reads the Services itself.
+	Handoff *ServicesHandoff
 	// Recorder receives the events; nil emits none.
 	Recorder record.EventRecorder
 	// Metrics counts problems; nil counts nothing.

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"strconv"
+	"sync"
 
 	"go.etcd.io/etcd/api/v3/mvccpb"
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
@@ -36,13 +37,15 @@ func ListInstead(err error) bool {
 }
 
 // StoredServices is a ServiceSource that reads every Service straight from
-// etcd, at the revision of its first page: a read of etcd is linearizable,
-// so it reflects every write committed before it, as a pass needs. The API
-// server then neither decodes nor encodes them. When etcd cannot give them
-// (ListInstead), they are listed through Client.
+// etcd, at one revision: a read of etcd is linearizable, so it reflects
+// every write committed before it, as a pass needs. The API server then
+// neither decodes nor encodes them. When etcd cannot give them
+// (ListInstead), they are listed through Client. With Handoff, each read
+// from etcd is also handed to the IPAddress pass that runs next.
 type StoredServices struct {
-	Stored StoredObjects
-	Client kubernetes.Interface
+	Stored  StoredObjects
+	Client  kubernetes.Interface
+	Handoff *ServicesHandoff
 }
 
 // Services reads every stored Service, oldest first.
@@ -51,7 +54,7 @@ func (s StoredServices) Services(ctx context.Context) ([]*corev1.Service, error)
 	if err != nil {
 		return nil, err
 	}
-	services, _, err := ReadStoredServices(ctx, kv, layout, 0)
+	services, rev, err := ReadStoredServices(ctx, kv, layout, 0)
 	if ListInstead(err) {
 		return report.ListServices(ctx, s.Client)
 	}
@@ -59,7 +62,51 @@ func (s StoredServices) Services(ctx context.Context) ([]*corev1.Service, error)
 		return nil, err
 	}
 	report.SortOldestFirst(services)
+	if s.Handoff != nil {
+		s.Handoff.put(ServicesRead{Services: services, Revision: rev})
+	}
 	return services, nil
+}
+
+// ServicesRead is every Service stored at Revision, oldest first.
+type ServicesRead struct {
+	Services []*corev1.Service
+	Revision int64
+}
+
+// ServicesHandoff hands the Services a job's node-port pass read from etcd
+// to the IPAddress pass that runs after it in the same run, which then
+// reads its other objects at the revision of that read rather than reading
+// every Service again. A map pass must read its Services after its map;
+// the IPAddress pass needs only a snapshot at one revision, which the
+// handed-off read and the reads at its revision are.
+type ServicesHandoff struct {
+	mu   sync.Mutex
+	read *ServicesRead // guarded by mu
+}
+
+// put hands off r, replacing any read not taken.
+func (h *ServicesHandoff) put(r ServicesRead) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	h.read = &r
+}
+
+// Take returns the read handed off and forgets it (so that a pass never
+// takes one read twice, and nothing keeps it once it is taken); ok is false
+// when there is none.
+func (h *ServicesHandoff) Take() (_ ServicesRead, ok bool) {
+	if h == nil {
+		return ServicesRead{}, false
+	}
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	r := h.read
+	h.read = nil
+	if r == nil {
+		return ServicesRead{}, false
+	}
+	return *r, true
 }
 
 // ReadStoredServices reads every Service stored under layout at revision

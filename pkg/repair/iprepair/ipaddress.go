@@ -8,6 +8,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	"k8s.io/client-go/informers"
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/client-go/util/workqueue"
@@ -174,13 +175,21 @@ func (r *IPAddressRepair) RunOnce(ctx context.Context) (*report.Report, error) {
 	return r.pass(ctx, view)
 }
 
-// storedView reads the pass's snapshot from Options.Stored.
+// storedView reads the pass's snapshot from Options.Stored, with the
+// Services handed off to it (Options.Handoff) when there are: the rest at
+// their revision, unless etcd has compacted it since, then all anew.
 func (r *IPAddressRepair) storedView(ctx context.Context) (*listView, error) {
 	kv, layout, err := r.cfg.Stored.Etcd(ctx)
 	if err != nil {
 		return nil, err
 	}
-	return newStoredView(ctx, kv, layout)
+	if handed, ok := r.cfg.Handoff.Take(); ok {
+		v, err := newStoredView(ctx, kv, layout, &handed)
+		if !errors.Is(err, rpctypes.ErrCompacted) {
+			return v, err
+		}
+	}
+	return newStoredView(ctx, kv, layout, nil)
 }
 
 // Run watches Services, IPAddresses and ServiceCIDRs until ctx ends. It first

@@ -23,19 +23,25 @@ import (
 // IPAddresses and the Services, all at the revision of the first read, the
 // objects decoded as kube-apiserver stores them (the Services and
 // IPAddresses as the server's informers keep them: package slim) and each
-// given its ModRevision as resourceVersion, as the API does. One revision orders the
-// reads as newListView's lists must be ordered (no Service without the
-// IPAddress claimed before it), and the API server neither decodes nor
-// encodes two million objects for a pass over a million Services. The two
-// large reads run at once.
-func newStoredView(ctx context.Context, kv clientv3.KV, layout etcdlayout.Layout) (*listView, error) {
+// given its ModRevision as resourceVersion, as the API does. One revision
+// orders the reads as newListView's lists must be ordered (no Service
+// without the IPAddress claimed before it), and the API server neither
+// decodes nor encodes two million objects for a pass over a million
+// Services. The two large reads run at once. Given the Services of an
+// earlier read (handed, repair.ServicesHandoff), it reads the rest at that
+// read's revision instead.
+func newStoredView(ctx context.Context, kv clientv3.KV, layout etcdlayout.Layout, handed *repair.ServicesRead) (*listView, error) {
 	v := &listView{
 		byKey:    map[string][]*corev1.Service{},
 		services: map[string]*corev1.Service{},
 		ips:      map[string]*networkingv1.IPAddress{},
 	}
 	var cidrs []*networkingv1.ServiceCIDR
-	rev, err := repair.ReadStored(ctx, kv, layout.ServiceCIDRsPrefix(), 0, func(kv *mvccpb.KeyValue) error {
+	at := int64(0)
+	if handed != nil {
+		at = handed.Revision
+	}
+	rev, err := repair.ReadStored(ctx, kv, layout.ServiceCIDRsPrefix(), at, func(kv *mvccpb.KeyValue) error {
 		sc, err := etcdlayout.DecodeServiceCIDR(kv.Value)
 		if err == nil {
 			sc.ResourceVersion = strconv.FormatInt(kv.ModRevision, 10)
@@ -79,9 +85,14 @@ func newStoredView(ctx context.Context, kv clientv3.KV, layout etcdlayout.Layout
 		}
 		ipsDone <- err
 	}()
-	services, _, err := repair.ReadStoredServices(ctx, kv, layout, rev)
-	if err != nil {
-		cancel()
+	var services []*corev1.Service
+	if handed != nil {
+		services = handed.Services
+	} else {
+		services, _, err = repair.ReadStoredServices(ctx, kv, layout, rev)
+		if err != nil {
+			cancel()
+		}
 	}
 	// The read that failed first cancelled the other: its error is the one.
 	if ipErr := <-ipsDone; ipErr != nil && (err == nil || errors.Is(err, context.Canceled)) {
@@ -90,7 +101,9 @@ func newStoredView(ctx context.Context, kv clientv3.KV, layout etcdlayout.Layout
 	if err != nil {
 		return nil, err
 	}
-	report.SortOldestFirst(services)
+	if handed == nil {
+		report.SortOldestFirst(services)
+	}
 	for _, svc := range services {
 		v.services[report.ServiceKey(svc)] = svc
 		for _, k := range addressKeys(svc) {

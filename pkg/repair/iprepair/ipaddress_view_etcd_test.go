@@ -71,7 +71,7 @@ func TestStoredView(t *testing.T) {
 			t.Error(err)
 		}
 	}}
-	stored, err := newStoredView(ctx, kv, layout)
+	stored, err := newStoredView(ctx, kv, layout, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -130,7 +130,7 @@ func TestStoredView(t *testing.T) {
 		t.Fatal(err)
 	}
 	var keyErr *etcdlayout.KeyError
-	if _, err := newStoredView(ctx, client.KV, layout); !errors.As(err, &keyErr) || keyErr.Key != bad {
+	if _, err := newStoredView(ctx, client.KV, layout, nil); !errors.As(err, &keyErr) || keyErr.Key != bad {
 		t.Errorf("a value that does not decode: %v, want an error naming %s", err, bad)
 	}
 }
@@ -243,4 +243,72 @@ func TestRunOnceEncryptedAtRest(t *testing.T) {
 	if rep, err = r.RunOnce(ctx); err != nil || rep.Services != 2 {
 		t.Fatalf("with an IPAddress encrypted at rest: %v Services (%v), want the API server's 2", rep, err)
 	}
+}
+
+// TestStoredViewHandedOff: the IPAddress pass takes the Services a pass
+// before it handed off (the node-port pass's read) and reads the rest at
+// their revision, so a Service and an IPAddress written after that read are
+// not in its view though etcd holds them; a read is taken once; when etcd
+// has compacted its revision since, the pass reads everything anew.
+func TestStoredViewHandedOff(t *testing.T) {
+	t.Parallel()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	e := etcdtest.New(t)
+	client := e.Client()
+	layout := etcdlayout.Layout{Prefix: "/registry"}
+	putAll(t, ctx, client, layout, []runtime.Object{
+		&networkingv1.ServiceCIDR{ObjectMeta: metav1.ObjectMeta{Name: "kubernetes"},
+			Spec: networkingv1.ServiceCIDRSpec{CIDRs: []string{"10.0.0.0/24"}}},
+		viewService("a", 0, "10.0.0.1"), viewIPAddress("10.0.0.1", "a"),
+	})
+	handoff := &repair.ServicesHandoff{}
+	handing := repair.StoredServices{Stored: e.Stored(layout), Handoff: handoff}
+	if _, err := handing.Services(ctx); err != nil {
+		t.Fatal(err)
+	}
+	putAll(t, ctx, client, layout, []runtime.Object{viewService("b", 0, "10.0.0.2"), viewIPAddress("10.0.0.2", "b")})
+	r, err := NewIPAddressRepair(IPAddressConfig{Options: repair.Options{Client: fake.NewClientset(),
+		Stored: e.Stored(layout), Handoff: handoff}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	holds := func(v *listView) (services, ips []string) {
+		for _, name := range []string{"a", "b"} {
+			if svc, _ := v.service("default", name); svc != nil {
+				services = append(services, name)
+			}
+		}
+		for _, ip := range []string{"10.0.0.1", "10.0.0.2"} {
+			if ipa, _ := v.ipAddress(ip); ipa != nil {
+				ips = append(ips, ip)
+			}
+		}
+		return services, ips
+	}
+	check := func(what string, wantServices, wantIPs []string) {
+		t.Helper()
+		v, err := r.storedView(ctx)
+		if err != nil {
+			t.Fatalf("%s: %v", what, err)
+		}
+		services, ips := holds(v)
+		if diff := cmp.Diff([][]string{wantServices, wantIPs}, [][]string{services, ips}); diff != "" {
+			t.Errorf("%s: the view's Services and IPAddresses (-want +got):\n%s", what, diff)
+		}
+	}
+	check("handed off", []string{"a"}, []string{"10.0.0.1"})
+	check("the next pass", []string{"a", "b"}, []string{"10.0.0.1", "10.0.0.2"})
+
+	if _, err := handing.Services(ctx); err != nil {
+		t.Fatal(err)
+	}
+	resp, err := client.Put(ctx, "/registry/unrelated", "x")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := client.Compact(ctx, resp.Header.Revision); err != nil {
+		t.Fatal(err)
+	}
+	check("handed off, its revision compacted", []string{"a", "b"}, []string{"10.0.0.1", "10.0.0.2"})
 }
