@@ -27,7 +27,7 @@ var created = metav1.NewTime(time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC))
 // defaulted fields unset.
 func storedSeeds(t testing.TB) (services, ipAddresses [][]byte) {
 	managed := []metav1.ManagedFieldsEntry{{Manager: "allocator", Operation: metav1.ManagedFieldsOperationUpdate,
-		APIVersion: "v1", Time: &created, FieldsType: "FieldsV1", FieldsV1: &metav1.FieldsV1{Raw: []byte(`{"f:spec":{}}`)}}}
+		APIVersion: "v1", Time: &created, FieldsType: "FieldsV1", FieldsV1: metav1.NewFieldsV1(`{"f:spec":{}}`)}}
 	meta := func(name string) metav1.ObjectMeta {
 		return metav1.ObjectMeta{Name: name, Namespace: "shop", UID: "3f1d6c0a-8e2b-4b7e-a1c4-5d9e0f2a6b31",
 			CreationTimestamp: created, Labels: map[string]string{"team": "a"}, ManagedFields: managed,
