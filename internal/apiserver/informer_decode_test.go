@@ -17,6 +17,7 @@ import (
 	"k8s.io/apimachinery/pkg/runtime/serializer/json"
 	"k8s.io/utils/ptr"
 
+	"github.com/allocator/allocator/internal/mutate"
 	"github.com/allocator/allocator/internal/slim"
 	"github.com/allocator/allocator/pkg/etcdlayout"
 	"github.com/allocator/allocator/pkg/ipaddress"
@@ -234,32 +235,14 @@ func TestInformerCodecsMutated(t *testing.T) {
 	}
 	svcSeeds, ipSeeds := seeds(storedServices(t)), seeds(storedIPAddresses(t))
 	r := rand.New(rand.NewPCG(7, 8))
-	mutate := func(from [][]byte) []byte {
-		d := bytes.Clone(from[r.IntN(len(from))])
-		for range 1 + r.IntN(6) {
-			i := r.IntN(len(d))
-			switch r.IntN(3) {
-			case 0:
-				d[i] = byte(r.IntN(256))
-			case 1:
-				d = slices.Delete(d, i, min(len(d), i+1+r.IntN(4)))
-			case 2:
-				d = slices.Insert(d, i, byte(r.IntN(256)))
-			}
-			if len(d) == 0 {
-				d = []byte{0}
-			}
-		}
-		return d
-	}
 	for range 60_000 {
 		if t.Failed() {
 			return
 		}
-		d := mutate(svcSeeds)
+		d := mutate.Bytes(r, svcSeeds)
 		checkInformerDecode(t, services, svcCodec, d, slim.Service)
 		_, _ = runtime.Decode(svcCodec, d)
-		d = mutate(ipSeeds)
+		d = mutate.Bytes(r, ipSeeds)
 		checkInformerDecode(t, ipAddresses, ipCodec, d, keepIPAddress)
 		_, _ = runtime.Decode(ipCodec, d)
 	}

@@ -23,6 +23,12 @@ func StoredService(data []byte) (*corev1.Service, error) {
 			return svc, nil
 		}
 	}
+	return fullService(data)
+}
+
+// fullService is StoredService for bytes the walk does not read: the full
+// decode, defaulted, made slim.
+func fullService(data []byte) (*corev1.Service, error) {
 	svc, err := etcdlayout.DecodeService(data)
 	if err != nil {
 		return nil, err
@@ -62,6 +68,12 @@ func StoredIPAddress(data []byte) (*networkingv1.IPAddress, error) {
 			return ipa, nil
 		}
 	}
+	return fullIPAddress(data)
+}
+
+// fullIPAddress is StoredIPAddress for bytes the walk does not read: the
+// full decode, made compact.
+func fullIPAddress(data []byte) (*networkingv1.IPAddress, error) {
 	ipa, err := etcdlayout.DecodeIPAddress(data)
 	if err != nil {
 		return nil, err

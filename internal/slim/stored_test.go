@@ -1,11 +1,9 @@
 package slim
 
 import (
-	"bytes"
 	"errors"
 	"math/rand/v2"
 	"reflect"
-	"slices"
 	"testing"
 	"time"
 
@@ -16,6 +14,7 @@ import (
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/util/intstr"
 
+	"github.com/allocator/allocator/internal/mutate"
 	"github.com/allocator/allocator/pkg/etcdlayout"
 	"github.com/allocator/allocator/pkg/ipaddress"
 )
@@ -78,27 +77,6 @@ func storedSeeds(t testing.TB) (services, ipAddresses [][]byte) {
 		return out
 	}
 	return encode(svcs), encode(ips)
-}
-
-// fullService and fullIPAddress are the other path of StoredService and
-// StoredIPAddress, the one taken for bytes the walk does not read.
-func fullService(data []byte) (*corev1.Service, error) {
-	svc, err := etcdlayout.DecodeService(data)
-	if err != nil {
-		return nil, err
-	}
-	setDefaults(svc)
-	return Service(svc), nil
-}
-
-func fullIPAddress(data []byte) (*networkingv1.IPAddress, error) {
-	ipa, err := etcdlayout.DecodeIPAddress(data)
-	if err != nil {
-		return nil, err
-	}
-	ipa.ManagedFields = nil
-	CompactIPAddress(ipa)
-	return ipa, nil
 }
 
 // checkStored: whenever the full decode decodes data, the stored decode
@@ -170,27 +148,9 @@ func TestStoredMutated(t *testing.T) {
 	t.Parallel()
 	services, ipAddresses := storedSeeds(t)
 	r := rand.New(rand.NewPCG(11, 12))
-	mutate := func(from [][]byte) []byte {
-		d := bytes.Clone(from[r.IntN(len(from))])
-		for range 1 + r.IntN(6) {
-			i := r.IntN(len(d))
-			switch r.IntN(3) {
-			case 0:
-				d[i] = byte(r.IntN(256))
-			case 1:
-				d = slices.Delete(d, i, min(len(d), i+1+r.IntN(4)))
-			case 2:
-				d = slices.Insert(d, i, byte(r.IntN(256)))
-			}
-			if len(d) == 0 {
-				d = []byte{0}
-			}
-		}
-		return d
-	}
 	for range 20_000 {
-		checkStored(t, mutate(services), StoredService, fullService)
-		checkStored(t, mutate(ipAddresses), StoredIPAddress, fullIPAddress)
+		checkStored(t, mutate.Bytes(r, services), StoredService, fullService)
+		checkStored(t, mutate.Bytes(r, ipAddresses), StoredIPAddress, fullIPAddress)
 	}
 }
 
