@@ -34,7 +34,8 @@ func TestStoredServices(t *testing.T) {
 	layout := etcdlayout.Layout{Prefix: "/registry"}
 	epoch := time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC)
 	const n = 5200
-	var want []string
+	var want, batch []string
+	var puts []clientv3.Op
 	revs := map[string]int64{}
 	for i := range n {
 		// Names in key order, ages in the reverse: the oldest is stored last.
@@ -45,12 +46,18 @@ func TestStoredServices(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		resp, err := e.Client().Put(ctx, layout.Service("default", name), string(data))
-		if err != nil {
-			t.Fatal(err)
-		}
 		want = append([]string{name}, want...)
-		revs[name] = resp.Header.Revision
+		batch, puts = append(batch, name), append(puts, clientv3.OpPut(layout.Service("default", name), string(data)))
+		if len(puts) == 100 || i == n-1 {
+			resp, err := e.Client().Txn(ctx).Then(puts...).Commit()
+			if err != nil {
+				t.Fatal(err)
+			}
+			for _, name := range batch {
+				revs[name] = resp.Header.Revision
+			}
+			batch, puts = batch[:0], puts[:0]
+		}
 	}
 	services, err := StoredServices{Stored: e.Stored(layout)}.Services(ctx)
 	if err != nil {
@@ -103,11 +110,15 @@ func TestReadStored(t *testing.T) {
 	e := etcdtest.New(t)
 	const n = 12000 // more than a page and than a stream's first chunks
 	var want []string
+	var puts []clientv3.Op
 	for i := range n {
 		k := "/p/" + strconv.Itoa(100000+i)
 		want = append(want, k)
-		if _, err := e.Client().Put(ctx, k, strconv.Itoa(i)); err != nil {
-			t.Fatal(err)
+		if puts = append(puts, clientv3.OpPut(k, strconv.Itoa(i))); len(puts) == 100 || i == n-1 {
+			if _, err := e.Client().Txn(ctx).Then(puts...).Commit(); err != nil {
+				t.Fatal(err)
+			}
+			puts = puts[:0]
 		}
 	}
 	at, err := e.Client().Get(ctx, "/p/", clientv3.WithCountOnly())
