@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"strconv"
+	"strings"
 	"testing"
 	"time"
 
@@ -12,12 +13,14 @@ import (
 	"go.etcd.io/etcd/api/v3/mvccpb"
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	clientv3 "go.etcd.io/etcd/client/v3"
+	"go.uber.org/zap"
 	"google.golang.org/grpc"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes/fake"
 
 	"github.com/allocator/allocator/internal/etcdtest"
+	"github.com/allocator/allocator/internal/faultproxy"
 	"github.com/allocator/allocator/pkg/etcdlayout"
 )
 
@@ -172,6 +175,51 @@ func TestReadStored(t *testing.T) {
 			t.Errorf("%s: a read at a compacted revision: %v, want %v", name, err, rpctypes.ErrCompacted)
 		}
 	}
+}
+
+// TestReadStoredCut: a read whose etcd connection is cut mid-stream, after
+// some keys were handed to each, fails: it never returns the keys before
+// the cut as the whole range (the client retries a stream only before its
+// first answer).
+func TestReadStoredCut(t *testing.T) {
+	t.Parallel()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	e := etcdtest.New(t)
+	const n = 12000
+	var puts []clientv3.Op
+	for i := range n {
+		if puts = append(puts, clientv3.OpPut("/p/"+strconv.Itoa(100000+i), strings.Repeat("v", 100))); len(puts) == 100 {
+			if _, err := e.Client().Txn(ctx).Then(puts...).Commit(); err != nil {
+				t.Fatal(err)
+			}
+			puts = puts[:0]
+		}
+	}
+	proxy, err := faultproxy.Start(strings.TrimPrefix(e.Endpoints()[0], "http://"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = proxy.Close() })
+	client, err := clientv3.New(clientv3.Config{Endpoints: []string{proxy.URL()}, DialTimeout: 5 * time.Second, Logger: zap.NewNop()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = client.Close() })
+	seen := 0
+	_, err = ReadStored(ctx, client.KV, "/p/", 0, func(*mvccpb.KeyValue) error {
+		if seen++; seen == 2000 {
+			proxy.Cut()
+		}
+		return nil
+	})
+	if err == nil {
+		t.Fatalf("a read cut after 2,000 of %d keys succeeded, with %d keys", n, seen)
+	}
+	if seen >= n {
+		t.Fatalf("the cut came after the whole range was read (%d keys): the test cut nothing", seen)
+	}
+	t.Logf("cut after %d keys: %v", seen, err)
 }
 
 // olderEtcd is the KV API of an etcd before 3.7, whose KV service has no
