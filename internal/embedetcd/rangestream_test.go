@@ -2,20 +2,23 @@ package embedetcd
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"slices"
 	"strings"
 	"testing"
 	"time"
 
+	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	clientv3 "go.etcd.io/etcd/client/v3"
 )
 
 // TestInProcessRangeStream: a streaming range in process returns the keys a
 // Range returns, in order, over several chunks, with the count of every
 // key in range and the revision it read at on its last chunk; a limited
-// stream stops at its limit; a caller that goes away ends the stream; a
-// closed client refuses it.
+// stream stops at its limit; a caller that goes away ends the stream, and
+// so does a compaction past its revision, with etcd's error; a closed
+// client refuses it.
 func TestInProcessRangeStream(t *testing.T) {
 	t.Parallel()
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
@@ -99,6 +102,33 @@ func TestInProcessRangeStream(t *testing.T) {
 	}
 	if !ended {
 		t.Error("a stream whose caller went away ended without an error")
+	}
+
+	// A compaction past the stream's revision, between two chunks: the
+	// stream ends with etcd's error, not as if the range were read.
+	ch, err = c.KV.GetStream(ctx, "/s/", clientv3.WithRange(end))
+	if err != nil {
+		t.Fatal(err)
+	}
+	first := <-ch
+	resp, err := c.Put(ctx, "/t/later", "x")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.Compact(ctx, resp.Header.Revision); err != nil {
+		t.Fatal(err)
+	}
+	streamed, failed := len(first.RangeResponse.Kvs), error(nil)
+	for r := range ch {
+		if failed = r.Err(); failed != nil {
+			break
+		}
+		streamed += len(r.RangeResponse.Kvs)
+	}
+	for range ch {
+	}
+	if !errors.Is(failed, rpctypes.ErrCompacted) {
+		t.Errorf("a stream compacted after its first chunk ended with %v after %d keys, want %v", failed, streamed, rpctypes.ErrCompacted)
 	}
 
 	c2 := s.InProcessClient()
