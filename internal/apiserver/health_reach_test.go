@@ -44,11 +44,7 @@ func (l *lines) take() []string {
 func TestEtcdReach(t *testing.T) {
 	t.Parallel()
 	etcd := etcdtest.New(t)
-	proxy, err := faultproxy.Start(strings.TrimPrefix(etcd.Endpoints()[0], "http://"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = proxy.Close() })
+	proxy := etcd.Proxy(t)
 	endpoints := []string{proxy.URL(), etcd.Endpoints()[0]}
 	c, err := clientv3.New(clientv3.Config{Endpoints: endpoints, DialTimeout: 5 * time.Second, Logger: zap.NewNop()})
 	if err != nil {

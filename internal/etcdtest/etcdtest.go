@@ -18,6 +18,7 @@ import (
 	"context"
 	"fmt"
 	"path/filepath"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -28,6 +29,7 @@ import (
 	"google.golang.org/grpc/backoff"
 
 	"github.com/allocator/allocator/internal/embedetcd"
+	"github.com/allocator/allocator/internal/faultproxy"
 	"github.com/allocator/allocator/pkg/etcdlayout"
 )
 
@@ -131,6 +133,32 @@ func (e *Etcd) NewClient(t testing.TB) *clientv3.Client {
 	}
 	t.Cleanup(func() { _ = c.Close() })
 	return c
+}
+
+// Proxy starts a fault proxy (internal/faultproxy) in front of the member,
+// closed at the test's end.
+func (e *Etcd) Proxy(t testing.TB) *faultproxy.Proxy {
+	t.Helper()
+	p, err := faultproxy.Start(strings.TrimPrefix(e.Endpoints()[0], "http://"))
+	if err != nil {
+		t.Fatalf("etcdtest: %v", err)
+	}
+	t.Cleanup(func() { _ = p.Close() })
+	return p
+}
+
+// Proxied starts a fault proxy in front of the member (Proxy) and returns
+// it with a client that reaches the member through it, closed at the
+// test's end.
+func (e *Etcd) Proxied(t testing.TB) (*faultproxy.Proxy, *clientv3.Client) {
+	t.Helper()
+	p := e.Proxy(t)
+	c, err := newClient([]string{p.URL()})
+	if err != nil {
+		t.Fatalf("etcdtest: %v", err)
+	}
+	t.Cleanup(func() { _ = c.Close() })
+	return p, c
 }
 
 // Stop stops the member and waits until it is down; its data stays. Clients

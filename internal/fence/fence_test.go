@@ -10,7 +10,6 @@ import (
 	"go.etcd.io/etcd/api/v3/mvccpb"
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.etcd.io/etcd/client/v3/kubernetes"
-	"go.uber.org/zap"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 
 	"github.com/allocator/allocator/internal/etcdtest"
@@ -221,16 +220,7 @@ func TestLostWrites(t *testing.T) {
 	const delay = 1500 * time.Millisecond
 	etcd := etcdtest.New(t)
 	direct := etcd.NewClient(t)
-	proxy, err := faultproxy.Start(strings.TrimPrefix(etcd.Endpoints()[0], "http://"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = proxy.Close() })
-	slow, err := clientv3.New(clientv3.Config{Endpoints: []string{proxy.URL()}, DialTimeout: 5 * time.Second, Logger: zap.NewNop()})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = slow.Close() })
+	proxy, slow := etcd.Proxied(t)
 	k := guardedClient(slow)
 	claims := claimsClient(slow)
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)

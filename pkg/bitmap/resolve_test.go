@@ -4,12 +4,10 @@ import (
 	"context"
 	"errors"
 	"slices"
-	"strings"
 	"testing"
 	"time"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
-	"go.uber.org/zap"
 
 	"github.com/allocator/allocator/internal/etcdtest"
 	"github.com/allocator/allocator/internal/faultproxy"
@@ -46,16 +44,7 @@ func TestEtcdUnknownOutcomeSettledLater(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			ctx := testContext(t)
 			etcd := etcdtest.New(t)
-			proxy, err := faultproxy.Start(strings.TrimPrefix(etcd.Endpoints()[0], "http://"))
-			if err != nil {
-				t.Fatal(err)
-			}
-			t.Cleanup(func() { _ = proxy.Close() })
-			client, err := clientv3.New(clientv3.Config{Endpoints: []string{proxy.URL()}, DialTimeout: 5 * time.Second, Logger: zap.NewNop()})
-			if err != nil {
-				t.Fatal(err)
-			}
-			t.Cleanup(func() { _ = client.Close() })
+			proxy, client := etcd.Proxied(t)
 			a := newTestStore(t, client, EtcdOptions{})
 			if _, err := a.Create(ctx); err != nil {
 				t.Fatal(err)
@@ -72,6 +61,7 @@ func TestEtcdUnknownOutcomeSettledLater(t *testing.T) {
 
 			proxy.Set(tc.fault)
 			call, cancel := context.WithTimeout(ctx, 200*time.Millisecond)
+			var err error
 			if tc.release {
 				err = a.ReleaseSlot(call, slot)
 			} else {

@@ -13,14 +13,12 @@ import (
 	"go.etcd.io/etcd/api/v3/mvccpb"
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	clientv3 "go.etcd.io/etcd/client/v3"
-	"go.uber.org/zap"
 	"google.golang.org/grpc"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes/fake"
 
 	"github.com/allocator/allocator/internal/etcdtest"
-	"github.com/allocator/allocator/internal/faultproxy"
 	"github.com/allocator/allocator/pkg/etcdlayout"
 )
 
@@ -196,18 +194,9 @@ func TestReadStoredCut(t *testing.T) {
 			puts = puts[:0]
 		}
 	}
-	proxy, err := faultproxy.Start(strings.TrimPrefix(e.Endpoints()[0], "http://"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = proxy.Close() })
-	client, err := clientv3.New(clientv3.Config{Endpoints: []string{proxy.URL()}, DialTimeout: 5 * time.Second, Logger: zap.NewNop()})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = client.Close() })
+	proxy, client := e.Proxied(t)
 	seen := 0
-	_, err = ReadStored(ctx, client.KV, "/p/", 0, func(*mvccpb.KeyValue) error {
+	_, err := ReadStored(ctx, client.KV, "/p/", 0, func(*mvccpb.KeyValue) error {
 		if seen++; seen == 2000 {
 			proxy.Cut()
 		}

@@ -3,7 +3,6 @@ package fault
 import (
 	"context"
 	"fmt"
-	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -62,11 +61,7 @@ func lateWrite(t *testing.T, m model.Name) {
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
 	etcd := etcdtest.New(t)
-	proxy, err := faultproxy.Start(strings.TrimPrefix(etcd.Endpoints()[0], "http://"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = proxy.Close() })
+	proxy := etcd.Proxy(t)
 	writer := testserver.Start(t, testserver.Options{
 		Etcd: etcd, Model: string(m), ServiceRange: lateServiceIP,
 		Configure: func(c *apiserver.Config) { c.WriteLeaseTTL = lateLease },

@@ -6,7 +6,6 @@ import (
 	"math/bits"
 	"slices"
 	"strconv"
-	"strings"
 	"testing"
 	"time"
 
@@ -66,11 +65,7 @@ type lostSetup struct {
 // options.
 func startLost(t *testing.T, m model.Name, flags ...func(*apiserver.Options)) lostSetup {
 	etcd := etcdtest.New(t)
-	proxy, err := faultproxy.Start(strings.TrimPrefix(etcd.Endpoints()[0], "http://"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = proxy.Close() })
+	proxy := etcd.Proxy(t)
 	s := testserver.Start(t, testserver.Options{
 		Etcd:         etcd,
 		Model:        string(m),
