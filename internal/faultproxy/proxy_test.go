@@ -2,7 +2,6 @@ package faultproxy
 
 import (
 	"bytes"
-	"context"
 	"errors"
 	"fmt"
 	"io"
@@ -15,12 +14,6 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
-
-	"go.etcd.io/etcd/client/v3"
-	"go.uber.org/zap"
-	"google.golang.org/grpc/status"
-
-	"github.com/allocator/allocator/internal/etcdtest"
 )
 
 const (
@@ -667,117 +660,4 @@ func TestNoLeaks(t *testing.T) {
 	waitFor(t, fmt.Sprintf("goroutines to settle at %d", base), func() bool {
 		return runtime.NumGoroutine() <= base
 	})
-}
-
-// TestEtcdWriteLandsLate shows the failure the proxy exists for: a Put whose
-// caller gave up still lands in etcd afterwards.
-func TestEtcdWriteLandsLate(t *testing.T) {
-	t.Parallel()
-	const delay = 1500 * time.Millisecond
-	e := etcdtest.New(t)
-	tests := []struct {
-		name  string
-		fault Fault
-		key   string
-		// The caller gives up after 300ms: by its deadline, or else by
-		// cancelling.
-		deadline bool
-		// lands: the write must land, no sooner than the delay after the
-		// Put; otherwise it may or may not.
-		lands bool
-	}{
-		{
-			name:     "deadline, direction delayed",
-			fault:    Fault{Delay: delay, Direction: ToTarget},
-			key:      "/late/x",
-			deadline: true,
-			lands:    true,
-		},
-		{
-			name:  "cancel, key delayed",
-			fault: Fault{Delay: delay, Direction: ToTarget, Match: [][]byte{[]byte("/fault/")}},
-			key:   "/fault/x",
-			lands: true,
-		},
-		{
-			// gRPC sends the deadline along (grpc-timeout) and etcd counts
-			// it from the arrival of the request's HEADERS frame, which
-			// holds no key. gRPC sometimes writes it apart from the DATA
-			// frame; then it passes at once, the deadline runs out in etcd
-			// before the delayed DATA arrives and the write does not land.
-			name:     "deadline, key delayed",
-			fault:    Fault{Delay: delay, Direction: ToTarget, Match: [][]byte{[]byte("/fault/")}},
-			key:      "/fault/y",
-			deadline: true,
-		},
-	}
-	for _, tt := range tests {
-		t.Run(tt.name, func(t *testing.T) {
-			t.Parallel()
-			ctx, cancel := context.WithTimeout(context.Background(), 3*patience)
-			defer cancel()
-			p, client := proxiedClient(t, e)
-			if _, err := client.Put(ctx, "/ok", "1"); err != nil {
-				t.Fatalf("put through the proxy: %v", err)
-			}
-			if p.Stats().Conns == 0 {
-				t.Fatal("the put did not go through the proxy")
-			}
-
-			p.Set(tt.fault)
-			start := time.Now()
-			var (
-				short   context.Context
-				giveUp  context.CancelFunc
-				wantErr error
-			)
-			if tt.deadline {
-				short, giveUp = context.WithTimeout(ctx, 300*time.Millisecond)
-				wantErr = context.DeadlineExceeded
-			} else {
-				short, giveUp = context.WithCancel(ctx)
-				time.AfterFunc(300*time.Millisecond, giveUp)
-				wantErr = context.Canceled
-			}
-			_, err := client.Put(short, tt.key, "late")
-			giveUp()
-			if !errors.Is(err, wantErr) && status.Code(err) != status.FromContextError(wantErr).Code() {
-				t.Fatalf("delayed put: %v, want %v", err, wantErr)
-			}
-			if p.Stats().Delayed == 0 {
-				t.Error("no chunk counted as delayed")
-			}
-			if !tt.lands {
-				return
-			}
-
-			waitFor(t, tt.key+" in etcd", func() bool {
-				resp, err := e.Client().Get(ctx, tt.key)
-				if err != nil {
-					t.Fatalf("get: %v", err)
-				}
-				return len(resp.Kvs) == 1 && string(resp.Kvs[0].Value) == "late"
-			})
-			if got := time.Since(start); got < delay {
-				t.Errorf("%s landed %v after the put, before the %v delay", tt.key, got, delay)
-			}
-		})
-	}
-}
-
-// proxiedClient returns a proxy in front of e and a client whose only
-// endpoint is the proxy, both closed when t ends.
-func proxiedClient(t *testing.T, e *etcdtest.Etcd) (*Proxy, *clientv3.Client) {
-	t.Helper()
-	p := startProxy(t, strings.TrimPrefix(e.Endpoints()[0], "http://"))
-	client, err := clientv3.New(clientv3.Config{
-		Endpoints:   []string{p.URL()},
-		DialTimeout: patience,
-		Logger:      zap.NewNop(),
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = client.Close() })
-	return p, client
 }
