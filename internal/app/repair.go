@@ -182,7 +182,7 @@ func runRepair(ctx context.Context, o *repairOptions, streams Streams) error {
 			return err
 		}
 		if ports != nil {
-			runner = withNodePorts{ips: runner, ports: ports}
+			runner = withNodePorts{ips: runner, ports: ports, handoff: o.handoff}
 		}
 	}
 	if o.interval > 0 {

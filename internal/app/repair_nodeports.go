@@ -45,13 +45,15 @@ func (o *repairOptions) nodePortRepair(ctx context.Context, etcd *clientv3.Clien
 // pass read from etcd (repair.ServicesHandoff); a map pass could not: it
 // must read its Services after its map.
 type withNodePorts struct {
-	ips   passRunner
-	ports *repair.NodePortRepair
+	ips     passRunner
+	ports   *repair.NodePortRepair
+	handoff *repair.ServicesHandoff // nil when none
 }
 
 func (w withNodePorts) RunOnce(ctx context.Context) (*report.Report, error) {
 	ports, err := w.ports.RunOnce(ctx)
 	if err != nil {
+		w.handoff.Take() // the read no pass will take is not kept until the next
 		return nil, err
 	}
 	rep, err := w.ips.RunOnce(ctx)
