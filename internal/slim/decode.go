@@ -34,7 +34,7 @@ func Envelope(data []byte, gvk schema.GroupVersionKind) (raw []byte, ok bool) {
 		case num == 2 && typ == protowire.BytesType:
 			raw = v
 		case num == 3 && typ == protowire.BytesType && len(v) > 0:
-			return nil, false // a content encoding (compression) this codec does not read
+			return nil, false // a content encoding (compression) the walk does not read
 		}
 	}
 	apiVersion, kind, err := decodeTypeMeta(typeMeta)

@@ -161,9 +161,10 @@ func setLabels(m *metav1.ObjectMeta, entries [][]byte) error {
 	return nil
 }
 
-// errMapEntry is a map entry this codec does not read, left to the
-// storage codec: its generated code reads a key or value field of any wire
-// type as length-delimited, and past the entry's own end.
+// errMapEntry is a map entry the walk does not read, left to the full
+// decode (the API server's storage codec, etcdlayout's): its generated
+// code reads a key or value field of any wire type as length-delimited,
+// and past the entry's own end.
 var errMapEntry = errors.New("a map entry with a field other than a string key and value")
 
 // decodeMapEntryBytes decodes one entry of a map<string, string> as views
