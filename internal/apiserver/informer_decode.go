@@ -44,15 +44,10 @@ func slimServiceCodec(full runtime.Codec) runtime.Codec {
 
 // compactIPAddressCodec decodes a stored IPAddress without its
 // managedFields, its labels shared when they are an allocator's
-// (slim.CompactIPAddress).
+// (slim.IPAddress).
 func compactIPAddressCodec(full runtime.Codec) runtime.Codec {
 	return informerCodec[networkingv1.IPAddress, *networkingv1.IPAddress]{full: full,
-		gvk: networkingv1.SchemeGroupVersion.WithKind("IPAddress"), decode: slim.DecodeIPAddress,
-		keep: func(ipa *networkingv1.IPAddress) *networkingv1.IPAddress {
-			ipa.ManagedFields = nil
-			slim.CompactIPAddress(ipa)
-			return ipa
-		}}
+		gvk: networkingv1.SchemeGroupVersion.WithKind("IPAddress"), decode: slim.DecodeIPAddress, keep: slim.IPAddress}
 }
 
 // Encode encodes with the storage codec: the store on this codec is only

@@ -11,17 +11,14 @@ import (
 // informerTransform is the transform of the server's informer factory
 // (sharedInformers): what its caches keep of each object. A Service becomes
 // its slim copy (slim.Service); every other object keeps all its fields but
-// managedFields, which none of their readers reads, and an IPAddress must
-// keep the rest because the IPAddress repair updates it from the cache
-// (slim.CompactIPAddress shares its labels with every other one).
+// managedFields, which none of their readers reads (slim.IPAddress: an
+// IPAddress keeps the rest, its labels shared).
 func informerTransform(obj any) (any, error) {
 	switch o := obj.(type) {
 	case *corev1.Service:
 		return slim.Service(o), nil
 	case *networkingv1.IPAddress:
-		o.ManagedFields = nil
-		slim.CompactIPAddress(o)
-		return o, nil
+		return slim.IPAddress(o), nil
 	}
 	return stripManagedFields(obj)
 }

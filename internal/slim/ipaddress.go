@@ -25,6 +25,17 @@ func SharedLabels(family string) map[string]string {
 	return sharedIPAddressLabels[family]
 }
 
+// IPAddress is what the server's IPAddress informer, and the repair job,
+// keep of a decoded IPAddress: every field but its managedFields, which no
+// reader reads, its labels compact (CompactIPAddress). It changes ipa and
+// returns it; the IPAddress repair updates IPAddresses from what is kept,
+// so the rest stays.
+func IPAddress(ipa *networkingv1.IPAddress) *networkingv1.IPAddress {
+	ipa.ManagedFields = nil
+	CompactIPAddress(ipa)
+	return ipa
+}
+
 // CompactIPAddress makes a decoded IPAddress hold less, the same in value:
 // its labels become the shared map of its family when they are exactly an
 // allocator's two labels. A decoded map and each string in it are

@@ -78,7 +78,5 @@ func fullIPAddress(data []byte) (*networkingv1.IPAddress, error) {
 	if err != nil {
 		return nil, err
 	}
-	ipa.ManagedFields = nil
-	CompactIPAddress(ipa)
-	return ipa, nil
+	return IPAddress(ipa), nil
 }
