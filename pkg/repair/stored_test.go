@@ -35,9 +35,7 @@ func TestStoredServices(t *testing.T) {
 	layout := etcdlayout.Layout{Prefix: "/registry"}
 	epoch := time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC)
 	const n = 5200
-	var want, batch []string
-	var puts []clientv3.Op
-	revs := map[string]int64{}
+	var want, keys, values []string
 	for i := range n {
 		// Names in key order, ages in the reverse: the oldest is stored last.
 		name := "s-" + strconv.Itoa(10000+i)
@@ -48,17 +46,11 @@ func TestStoredServices(t *testing.T) {
 			t.Fatal(err)
 		}
 		want = append([]string{name}, want...)
-		batch, puts = append(batch, name), append(puts, clientv3.OpPut(layout.Service("default", name), string(data)))
-		if len(puts) == 100 || i == n-1 {
-			resp, err := e.Client().Txn(ctx).Then(puts...).Commit()
-			if err != nil {
-				t.Fatal(err)
-			}
-			for _, name := range batch {
-				revs[name] = resp.Header.Revision
-			}
-			batch, puts = batch[:0], puts[:0]
-		}
+		keys, values = append(keys, layout.Service("default", name)), append(values, string(data))
+	}
+	revs := map[string]int64{}
+	for i, rev := range putInBatches(t, ctx, e.Client(), keys, values) {
+		revs[want[n-1-i]] = rev
 	}
 	services, err := StoredServices{Stored: e.Stored(layout)}.Services(ctx)
 	if err != nil {
@@ -110,18 +102,11 @@ func TestReadStored(t *testing.T) {
 	defer cancel()
 	e := etcdtest.New(t)
 	const n = 12000 // more than a page and than a stream's first chunks
-	var want []string
-	var puts []clientv3.Op
+	var want, values []string
 	for i := range n {
-		k := "/p/" + strconv.Itoa(100000+i)
-		want = append(want, k)
-		if puts = append(puts, clientv3.OpPut(k, strconv.Itoa(i))); len(puts) == 100 || i == n-1 {
-			if _, err := e.Client().Txn(ctx).Then(puts...).Commit(); err != nil {
-				t.Fatal(err)
-			}
-			puts = puts[:0]
-		}
+		want, values = append(want, "/p/"+strconv.Itoa(100000+i)), append(values, strconv.Itoa(i))
 	}
+	putInBatches(t, ctx, e.Client(), want, values)
 	at, err := e.Client().Get(ctx, "/p/", clientv3.WithCountOnly())
 	if err != nil {
 		t.Fatal(err)
@@ -184,16 +169,14 @@ func TestReadStoredCut(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	e := etcdtest.New(t)
+	// 24 MB: more than a gRPC stream's receive window can ever hold, so
+	// the cut comes while most of the range is still in etcd.
 	const n = 12000
-	var puts []clientv3.Op
+	var keys, values []string
 	for i := range n {
-		if puts = append(puts, clientv3.OpPut("/p/"+strconv.Itoa(100000+i), strings.Repeat("v", 100))); len(puts) == 100 {
-			if _, err := e.Client().Txn(ctx).Then(puts...).Commit(); err != nil {
-				t.Fatal(err)
-			}
-			puts = puts[:0]
-		}
+		keys, values = append(keys, "/p/"+strconv.Itoa(100000+i)), append(values, strings.Repeat("v", 2048))
 	}
+	putInBatches(t, ctx, e.Client(), keys, values)
 	proxy, client := e.Proxied(t)
 	seen := 0
 	_, err := ReadStored(ctx, client.KV, "/p/", 0, func(*mvccpb.KeyValue) error {
@@ -209,6 +192,28 @@ func TestReadStoredCut(t *testing.T) {
 		t.Fatalf("the cut came after the whole range was read (%d keys): the test cut nothing", seen)
 	}
 	t.Logf("cut after %d keys: %v", seen, err)
+}
+
+// putInBatches stores values[i] at keys[i], 100 keys to a transaction,
+// and returns the revision each key was stored at.
+func putInBatches(t *testing.T, ctx context.Context, c *clientv3.Client, keys, values []string) []int64 {
+	t.Helper()
+	revs := make([]int64, 0, len(keys))
+	for from := 0; from < len(keys); from += 100 {
+		to := min(from+100, len(keys))
+		var puts []clientv3.Op
+		for i := from; i < to; i++ {
+			puts = append(puts, clientv3.OpPut(keys[i], values[i]))
+		}
+		resp, err := c.Txn(ctx).Then(puts...).Commit()
+		if err != nil {
+			t.Fatal(err)
+		}
+		for range puts {
+			revs = append(revs, resp.Header.Revision)
+		}
+	}
+	return revs
 }
 
 // olderEtcd is the KV API of an etcd before 3.7, whose KV service has no
