@@ -3,6 +3,7 @@ package app
 import (
 	"context"
 	"runtime/debug"
+	"time"
 )
 
 // serveGCPercent is serve's GOGC when the environment sets none. The
@@ -15,29 +16,53 @@ import (
 // the environment, set or "off", wins.
 const serveGCPercent = 50
 
-// setServeGC applies serveGCPercent unless lookup (os.LookupEnv) finds GOGC
-// set; it returns the percentage in force and whether it set it.
+// startupGCPercent is serve's GOGC until its start-up is over, when the
+// environment sets none. A start-up builds the whole live heap at once,
+// and at 50 the collector marks it again each time it grows by half:
+// about three times its final size marked in all, two fifths of a
+// start-up's CPU at a million Services. At 200 it marks about half that,
+// for a peak heap of up to three times the live objects while it lasts
+// (docs/performance.md has the figures).
+const startupGCPercent = 200
+
+// startupGCWindow bounds the start-up's GOGC: a server whose first repair
+// pass does not come (no ServiceCIDR yet, etcd away) collects at
+// serveGCPercent after it.
+const startupGCWindow = 5 * time.Minute
+
+// setServeGC applies startupGCPercent unless lookup (os.LookupEnv) finds
+// GOGC set; it returns the percentage in force and whether it set it
+// (releaseAfterStartup then applies serveGCPercent).
 func setServeGC(lookup func(string) (string, bool)) (int, bool) {
 	if _, set := lookup("GOGC"); set {
 		percent := debug.SetGCPercent(-1) // read the environment's value back
 		debug.SetGCPercent(percent)
 		return percent, false
 	}
-	debug.SetGCPercent(serveGCPercent)
-	return serveGCPercent, true
+	debug.SetGCPercent(startupGCPercent)
+	return startupGCPercent, true
 }
 
-// releaseAfterStartup returns the start-up's garbage to the operating
-// system once started is closed (the server's first repair pass: the
-// informers hold every object by then). A start-up decodes every Service
-// and IPAddress, some twice, and the heap it leaves behind is well above
-// what the server holds afterwards; the runtime would give it back over
+// releaseAfterStartup ends the start-up's garbage collection once started
+// is closed (the server's first repair pass: the informers hold every
+// object by then) or window has passed: when ours is true (setServeGC set
+// the percentage) it applies serveGCPercent, and it returns the start-up's
+// garbage to the operating system. A start-up decodes every Service and
+// IPAddress, some twice, and the heap it leaves behind is well above what
+// the server holds afterwards; the runtime would give it back over
 // minutes. One forced collection gives it back at once, when nothing waits
 // for the server.
-func releaseAfterStartup(ctx context.Context, started <-chan struct{}) {
+func releaseAfterStartup(ctx context.Context, started <-chan struct{}, ours bool, window time.Duration) {
+	timer := time.NewTimer(window)
+	defer timer.Stop()
 	select {
 	case <-started:
-		debug.FreeOSMemory()
+	case <-timer.C:
 	case <-ctx.Done():
+		return
 	}
+	if ours {
+		debug.SetGCPercent(serveGCPercent)
+	}
+	debug.FreeOSMemory()
 }

@@ -91,8 +91,10 @@ func runServe(ctx context.Context, opts *apiserver.Options, streams Streams) err
 	if err := opts.Validate(); err != nil {
 		return err
 	}
-	if percent, set := setServeGC(os.LookupEnv); set {
-		klog.V(2).InfoS("GOGC is not set; the server collects garbage at the default of serve", "gcPercent", percent)
+	percent, ourGC := setServeGC(os.LookupEnv)
+	if ourGC {
+		klog.V(2).InfoS("GOGC is not set; the server collects garbage at the defaults of serve",
+			"startupGCPercent", percent, "gcPercent", serveGCPercent)
 	}
 	for _, w := range opts.Security.Warnings() {
 		fmt.Fprintf(streams.Err, "warning: %s\n", w)
@@ -148,7 +150,7 @@ func runServe(ctx context.Context, opts *apiserver.Options, streams Streams) err
 			etcdFlags(endpoints, absPath(opts.EtcdCAFile), absPath(opts.EtcdCertFile), absPath(opts.EtcdKeyFile)))
 		fmt.Fprintf(streams.Out, "or, on this machine, with:\n  --data-dir %s\n", absPath(opts.DataDir))
 	}
-	go releaseAfterStartup(ctx, server.FirstRepairPass())
+	go releaseAfterStartup(ctx, server.FirstRepairPass(), ourGC, startupGCWindow)
 	if err := server.Run(ctx); err != nil {
 		return fmt.Errorf("serve: %w", err)
 	}
