@@ -16,9 +16,31 @@ func IPs(svc *corev1.Service) []netip.Addr {
 
 // HoldsIP reports whether svc holds ip: whether IPs lists it. ip is
 // compared as given; the addresses of IPAddress names and of the bitmap are
-// never IPv4-mapped.
+// never IPv4-mapped. It reads the fields ClusterIPs reads without building
+// the list: the IPAddress repair asks it of every Service near each address.
 func HoldsIP(svc *corev1.Service, ip netip.Addr) bool {
-	return slices.Contains(IPs(svc), ip)
+	texts, ok := clusterIPTexts(svc)
+	if !ok {
+		return false
+	}
+	for _, text := range texts {
+		if held, ok := ParseClusterIP(text); ok && held == ip {
+			return true
+		}
+	}
+	return false
+}
+
+// clusterIPTexts returns the cluster IP fields ClusterIPs reads, false when
+// svc names no address at all.
+func clusterIPTexts(svc *corev1.Service) ([]string, bool) {
+	if svc == nil || svc.Spec.Type == corev1.ServiceTypeExternalName || svc.Spec.ClusterIP == corev1.ClusterIPNone {
+		return nil, false
+	}
+	if len(svc.Spec.ClusterIPs) == 0 && svc.Spec.ClusterIP != "" {
+		return []string{svc.Spec.ClusterIP}, true
+	}
+	return svc.Spec.ClusterIPs, true
 }
 
 // ClusterIPs returns what svc's cluster IP fields name: ips, the addresses it
@@ -27,13 +49,7 @@ func HoldsIP(svc *corev1.Service, ip netip.Addr) bool {
 // spec.clusterIPs is read, or spec.clusterIP alone when clusterIPs is empty;
 // "" and "None" entries name nothing and are not invalid.
 func ClusterIPs(svc *corev1.Service) (ips []netip.Addr, invalid []string) {
-	if svc == nil || svc.Spec.Type == corev1.ServiceTypeExternalName || svc.Spec.ClusterIP == corev1.ClusterIPNone {
-		return nil, nil
-	}
-	texts := svc.Spec.ClusterIPs
-	if len(texts) == 0 && svc.Spec.ClusterIP != "" {
-		texts = []string{svc.Spec.ClusterIP}
-	}
+	texts, _ := clusterIPTexts(svc)
 	for _, text := range texts {
 		if text == "" || text == corev1.ClusterIPNone {
 			continue

@@ -203,7 +203,7 @@ func (run *repairRun) enqueueAllIfScoped(objs ...any) bool {
 		return false
 	}
 	run.view.cidrsChanged()
-	for _, k := range run.view.serviceIndexer.ListIndexFuncValues(serviceIndex) {
+	for _, k := range run.view.heldKeys() {
 		run.queue.Add(k)
 	}
 	return true

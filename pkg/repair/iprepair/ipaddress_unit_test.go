@@ -67,17 +67,16 @@ func TestIPAddressKeys(t *testing.T) {
 	}
 }
 
-// TestHeldInside: the addresses the cached Services hold inside prefixes,
-// found through the block index, are those a parse of every Service's
-// addresses finds, for prefixes inside one block, across blocks, and wider
-// than addrindex.MaxBlocks (a scan).
-func TestHeldInside(t *testing.T) {
-	t.Parallel()
+// indexedServices returns an indexer with the repair's indexes and 3,000
+// Services: dual-stack, headless, invalid, duplicated, IPv4-mapped, IPv6
+// spelled in capitals, and dense blocks where every address is held.
+func indexedServices(t *testing.T) cache.Indexer {
+	t.Helper()
 	indexer := cache.NewIndexer(cache.MetaNamespaceKeyFunc, serviceIndexers)
 	rng := rand.New(rand.NewPCG(7, 8))
 	for i := range 3000 {
 		svc := &corev1.Service{ObjectMeta: metav1.ObjectMeta{Namespace: "default", Name: fmt.Sprintf("s%d", i)}}
-		switch i % 7 {
+		switch i % 8 {
 		case 0: // dual-stack
 			svc.Spec.ClusterIPs = []string{
 				netip.AddrFrom4([4]byte{10, 96, byte(rng.IntN(40)), byte(rng.IntN(256))}).String(),
@@ -91,6 +90,11 @@ func TestHeldInside(t *testing.T) {
 			svc.Spec.ClusterIPs = []string{"10.96.3.7"}
 		case 4: // IPv4-mapped, held as its IPv4 address
 			svc.Spec.ClusterIPs = []string{"::ffff:10.96.5." + fmt.Sprint(rng.IntN(256))}
+		case 5: // every address of 10.97.0.0/24 and fd01::/120, IPv6 in capitals, clusterIP alone
+			svc.Spec.ClusterIP = fmt.Sprintf("10.97.0.%d", i/8%256)
+			if i/8 >= 256 {
+				svc.Spec.ClusterIP = fmt.Sprintf("FD01::%X", i/8%256)
+			}
 		default:
 			svc.Spec.ClusterIPs = []string{netip.AddrFrom4([4]byte{10, byte(96 + rng.IntN(2)), byte(rng.IntN(40)), byte(rng.IntN(256))}).String()}
 		}
@@ -98,10 +102,77 @@ func TestHeldInside(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
+	return indexer
+}
+
+// scanHolders returns, for each work key, the Services holding it: what
+// the index answers, read from every Service.
+func scanHolders(indexer cache.Indexer) map[string][]string {
+	out := map[string][]string{}
+	for _, obj := range indexer.List() {
+		svc := obj.(*corev1.Service)
+		for _, k := range addressKeys(svc) {
+			out[k] = append(out[k], svc.Name)
+		}
+	}
+	return out
+}
+
+// TestHolders: the Services the index finds holding a key are those a
+// scan of every Service finds, for every held key, for free addresses
+// beside held ones, and for keys that are no work key.
+func TestHolders(t *testing.T) {
+	t.Parallel()
+	indexer := indexedServices(t)
 	view := &informerView{serviceIndexer: indexer}
+	want := scanHolders(indexer)
+	keys := []string{"10.97.1.1", "10.96.99.1", "fd00::4:0", "FD01::1", "fd01::1%eth0", "::ffff:10.97.0.1",
+		"10.97.0.0/28", "!", "!10.97.0.1", "no-address", ""}
+	for k := range want {
+		keys = append(keys, k)
+	}
+	if len(want["10.96.3.7"]) < 2 || len(want["!not-an-ip"]) < 2 || len(want["fd01::10"]) != 1 || len(want["10.97.0.5"]) != 1 {
+		t.Fatalf("the test's data lacks a case: %d keys", len(want))
+	}
+	for _, k := range keys {
+		svcs, err := view.holders(k)
+		if err != nil {
+			t.Fatalf("holders(%q): %v", k, err)
+		}
+		var got []string
+		for _, svc := range svcs {
+			got = append(got, svc.Name)
+		}
+		slices.Sort(got)
+		slices.Sort(want[k])
+		if diff := cmp.Diff(want[k], got); diff != "" {
+			t.Errorf("holders(%q) (-scan +index):\n%s", k, diff)
+		}
+	}
+	heldKeys := view.heldKeys()
+	sortKeys(heldKeys)
+	var scanned []string
+	for k := range want {
+		scanned = append(scanned, k)
+	}
+	sortKeys(scanned)
+	if diff := cmp.Diff(scanned, slices.Compact(heldKeys)); diff != "" {
+		t.Errorf("heldKeys (-scan +got):\n%s", diff)
+	}
+}
+
+// TestHeldInside: the addresses the cached Services hold inside prefixes,
+// found through the block index, are those a parse of every Service's
+// addresses finds, for prefixes inside one block, across blocks, and wider
+// than addrindex.MaxBlocks (a scan).
+func TestHeldInside(t *testing.T) {
+	t.Parallel()
+	indexer := indexedServices(t)
+	view := &informerView{serviceIndexer: indexer}
+	held := scanHolders(indexer)
 	scan := func(prefixes []netip.Prefix) []string {
 		var out []string
-		for _, k := range indexer.ListIndexFuncValues(serviceIndex) {
+		for k := range held {
 			ip, err := netip.ParseAddr(k)
 			if err == nil && slices.ContainsFunc(prefixes, func(p netip.Prefix) bool { return p.Contains(ip) }) {
 				out = append(out, k)
@@ -111,7 +182,7 @@ func TestHeldInside(t *testing.T) {
 	}
 	for _, set := range [][]string{
 		{"10.96.5.0/24"}, {"10.96.3.0/28"}, {"10.96.0.0/20"}, {"10.96.0.0/16", "10.96.5.0/24"},
-		{"10.0.0.0/8"}, {"0.0.0.0/0"}, {"fd00::/112"}, {"fd00::/110"}, {"fd00::/64"}, {"192.168.0.0/24"}, {},
+		{"10.0.0.0/8"}, {"0.0.0.0/0"}, {"10.97.0.0/24"}, {"fd01::/120"}, {"fd00::/112"}, {"fd00::/110"}, {"fd00::/64"}, {"192.168.0.0/24"}, {},
 	} {
 		var prefixes []netip.Prefix
 		for _, text := range set {

@@ -32,8 +32,19 @@ import (
 const invalidKeyPrefix = "!"
 
 // serviceIndex is the name of the index the repair adds to the Service
-// informer: Services by addressKey of each ClusterIP.
-const serviceIndex = "repair.allocator/clusterIP"
+// informer: each Service filed under the holder block (holderKey) of each
+// of its ClusterIPs, and under invalidKeyPrefix and the text of each one
+// that does not parse. The holders of an address are those of its block's
+// few Services that hold it (holders). An entry per address, a set of one
+// Service each, was a tenth of the server's heap at a million Services.
+const serviceIndex = "repair.allocator/clusterIP-holders"
+
+// The holder blocks: 16 addresses of either family, so that a block's
+// Services are few to check even where every address is held.
+const (
+	holderBlockBits4 = 28
+	holderBlockBits6 = 124
+)
 
 // serviceBlockIndex files each Service under the addrindex blocks of its
 // ClusterIPs, so that the addresses held inside a ServiceCIDR's prefixes
@@ -47,7 +58,7 @@ var serviceIndexers = cache.Indexers{
 		if !ok {
 			return nil, nil
 		}
-		return addressKeys(svc), nil
+		return holderKeys(svc), nil
 	},
 	serviceBlockIndex: func(obj any) ([]string, error) {
 		svc, ok := obj.(*corev1.Service)
@@ -62,6 +73,33 @@ var serviceIndexers = cache.Indexers{
 		}
 		return blocks, nil
 	},
+}
+
+// holderKey names the holder block of ip in serviceIndex.
+func holderKey(ip netip.Addr) string {
+	bits := holderBlockBits6
+	if ip.Is4() {
+		bits = holderBlockBits4
+	}
+	p, _ := ip.Prefix(bits) // bits is within ip's length
+	return p.String()
+}
+
+// holderKeys returns the keys serviceIndex files svc under, each once: the
+// holder blocks of its addresses, then invalidKeyPrefix and the text of each
+// ClusterIP that does not parse.
+func holderKeys(svc *corev1.Service) []string {
+	ips, invalid := holding.ClusterIPs(svc)
+	keys := make([]string, 0, len(ips)+len(invalid))
+	for _, ip := range ips {
+		if k := holderKey(ip); !slices.Contains(keys, k) {
+			keys = append(keys, k)
+		}
+	}
+	for _, text := range invalid {
+		keys = append(keys, invalidKeyPrefix+text)
+	}
+	return keys
 }
 
 // addressKeys returns the work keys of a Service's ClusterIPs (holding.ClusterIPs),
@@ -353,7 +391,7 @@ type informerView struct {
 func (v *informerView) cidrsChanged() { v.parsedCIDRs.Invalidate() }
 
 func (v *informerView) keys() ([]string, error) {
-	keys := v.serviceIndexer.ListIndexFuncValues(serviceIndex)
+	keys := v.heldKeys()
 	ips, err := v.ipLister.List(labels.Everything())
 	if err != nil {
 		return nil, fmt.Errorf("list cached ipaddresses: %w", err)
@@ -363,6 +401,18 @@ func (v *informerView) keys() ([]string, error) {
 	}
 	sortKeys(keys)
 	return slices.Compact(keys), nil
+}
+
+// heldKeys returns the work keys of every cached Service (addressKeys), an
+// address two Services hold twice.
+func (v *informerView) heldKeys() []string {
+	var keys []string
+	for _, obj := range v.serviceIndexer.List() {
+		if svc, ok := obj.(*corev1.Service); ok {
+			keys = append(keys, addressKeys(svc)...)
+		}
+	}
+	return keys
 }
 
 // heldInside returns the keys of the addresses that cached Services hold
@@ -375,16 +425,17 @@ func (v *informerView) heldInside(prefixes []netip.Prefix) []string {
 		return err == nil && slices.ContainsFunc(prefixes, func(p netip.Prefix) bool { return p.Contains(ip) })
 	}
 	var out []string
+	seen := map[string]bool{} // a block of an IPv6 range may file thousands of Services
 	blocks, ok := addrindex.BlockKeys(prefixes)
 	if !ok {
-		for _, k := range v.serviceIndexer.ListIndexFuncValues(serviceIndex) {
-			if inside(k) {
+		for _, k := range v.heldKeys() {
+			if !seen[k] && inside(k) {
+				seen[k] = true
 				out = append(out, k)
 			}
 		}
 		return out
 	}
-	seen := map[string]bool{} // a block of an IPv6 range may file thousands of Services
 	for _, b := range blocks {
 		objs, err := v.serviceIndexer.ByIndex(serviceBlockIndex, b)
 		if err != nil {
@@ -406,14 +457,26 @@ func (v *informerView) heldInside(prefixes []netip.Prefix) []string {
 	return out
 }
 
+// holders reads the Services filed under key's holder block and keeps those
+// holding it; the key of a ClusterIP that does not parse is filed as it is.
+// A key that is neither (an IPAddress named by no address, or by an
+// address in another spelling than a work key's) has no holders.
 func (v *informerView) holders(key string) ([]*corev1.Service, error) {
-	objs, err := v.serviceIndexer.ByIndex(serviceIndex, key)
+	indexKey := key
+	ip, err := netip.ParseAddr(key)
+	switch {
+	case err == nil && ip.String() == key:
+		indexKey = holderKey(ip)
+	case !strings.HasPrefix(key, invalidKeyPrefix):
+		return nil, nil
+	}
+	objs, err := v.serviceIndexer.ByIndex(serviceIndex, indexKey)
 	if err != nil {
 		return nil, fmt.Errorf("cached services holding %s: %w", key, err)
 	}
-	out := make([]*corev1.Service, 0, len(objs))
+	var out []*corev1.Service
 	for _, obj := range objs {
-		if svc, ok := obj.(*corev1.Service); ok {
+		if svc, ok := obj.(*corev1.Service); ok && (indexKey == key || holding.HoldsIP(svc, ip)) {
 			out = append(out, svc)
 		}
 	}
