@@ -107,20 +107,22 @@ func (r *MigrationReport) String() string {
 type claim struct {
 	ip    netip.Addr
 	owner allocation.Owner
+	// service is the claiming Service, for the order of the creates.
+	service *corev1.Service
 }
 
 // svc is the claim's Service as report.ServiceKey names it, made only for
 // a claim that is reported: a string per claim of a million adds up.
 func (c claim) svc() string { return c.owner.Namespace + "/" + c.owner.Name }
 
-// serviceClaims lists every Service address, oldest Service first, and
-// reports the ones that cannot be addresses at all.
+// serviceClaims lists every Service address, in the order of services,
+// and reports the ones that cannot be addresses at all.
 func serviceClaims(services []*corev1.Service) (claims []claim, problems []report.Problem) {
 	claims = make([]claim, 0, len(services)) // most Services hold one address
 	for _, svc := range services {
 		ips, invalid := holding.ClusterIPs(svc)
 		for _, ip := range ips {
-			claims = append(claims, claim{ip: ip, owner: allocation.Owner{Namespace: svc.Namespace, Name: svc.Name, UID: string(svc.UID)}})
+			claims = append(claims, claim{ip: ip, owner: allocation.Owner{Namespace: svc.Namespace, Name: svc.Name, UID: string(svc.UID)}, service: svc})
 		}
 		for _, text := range invalid {
 			problems = append(problems, report.Problem{Type: report.TypeInvalid, Reason: report.ReasonNotValid, IP: text, Service: report.ServiceKey(svc),
@@ -163,6 +165,11 @@ func MigrateToIPAddress(ctx context.Context, cfg MigrateConfig) (*MigrationRepor
 		return nil, fmt.Errorf("migrate: %w", err)
 	}
 	missing := missingClaims(rep, todo, existing)
+	// The creates go oldest Service first, so that of two Services holding
+	// one address the older is the likelier to get it. Only what is
+	// missing is sorted: at a server's start that is usually nothing, and
+	// a million Services sorted cost more than the rest of the check.
+	slices.SortStableFunc(missing, func(a, b claim) int { return report.OldestFirst(a.service, b.service) })
 	if cfg.DryRun {
 		rep.Created = len(missing)
 		missing = nil

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"slices"
 
 	corev1 "k8s.io/api/core/v1"
 	networkingv1 "k8s.io/api/networking/v1"
@@ -19,7 +18,7 @@ import (
 // Snapshot is where MigrateToIPAddress reads the Services and IPAddresses
 // it starts from. The objects are shared: nobody modifies them.
 type Snapshot interface {
-	// Services returns every Service, oldest first (report.OldestFirst).
+	// Services returns every Service, in any order.
 	Services(ctx context.Context) ([]*corev1.Service, error)
 	// IPAddresses returns a lookup of every IPAddress by name (nil: none of
 	// that name), valid until the next call.
@@ -84,7 +83,6 @@ func (s informerSnapshot) Services(ctx context.Context) ([]*corev1.Service, erro
 	if err != nil {
 		return nil, fmt.Errorf("cached services: %w", err)
 	}
-	slices.SortFunc(out, report.OldestFirst) // a total order: namespace/name tells apart what the second does not
 	return out, nil
 }
 

@@ -17,6 +17,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	networkingv1 "k8s.io/api/networking/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/intstr"
 	"k8s.io/client-go/informers"
 	"k8s.io/client-go/kubernetes"
@@ -380,5 +381,59 @@ func TestMigrationLeavesNodePortMap(t *testing.T) {
 	}
 	if after.Kvs[0].ModRevision != before.Kvs[0].ModRevision || string(after.Kvs[0].Value) != string(before.Kvs[0].Value) {
 		t.Errorf("migration wrote the node-port map (revision %d → %d)", before.Kvs[0].ModRevision, after.Kvs[0].ModRevision)
+	}
+}
+
+// newestFirst is a Snapshot of Services given newest first, and of no
+// IPAddress but what the API server holds.
+type newestFirst struct {
+	services []*corev1.Service
+	client   kubernetes.Interface
+}
+
+func (s newestFirst) Services(context.Context) ([]*corev1.Service, error) { return s.services, nil }
+
+func (s newestFirst) IPAddresses(ctx context.Context) (func(string) *networkingv1.IPAddress, error) {
+	return func(name string) *networkingv1.IPAddress {
+		ipa, err := s.client.NetworkingV1().IPAddresses().Get(ctx, name, metav1.GetOptions{})
+		if err != nil {
+			return nil
+		}
+		return ipa
+	}, nil
+}
+
+// TestMigrateOldestFirst: a snapshot may give the Services in any order
+// (the informers' caches have none); of two Services holding one address
+// without an IPAddress, the carry-over creates the older's claim first,
+// and reports the newer.
+func TestMigrateOldestFirst(t *testing.T) {
+	t.Parallel()
+	srv := testserver.Start(t, testserver.Options{ServiceRange: "10.0.0.0/24", Model: "ipaddress"})
+	ctx := t.Context()
+	day := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	svc := func(name string, age time.Duration, ip string) *corev1.Service {
+		return &corev1.Service{
+			ObjectMeta: metav1.ObjectMeta{Namespace: "default", Name: name, UID: types.UID(name + "-uid"), CreationTimestamp: metav1.NewTime(day.Add(-age))},
+			Spec:       corev1.ServiceSpec{Type: corev1.ServiceTypeClusterIP, ClusterIP: ip, ClusterIPs: []string{ip}},
+		}
+	}
+	snap := newestFirst{client: srv.Client, services: []*corev1.Service{
+		svc("newest", time.Hour, "10.0.0.7"), svc("middle", 2*time.Hour, "10.0.0.8"),
+		svc("oldest", 3*time.Hour, "10.0.0.7"), svc("older", 4*time.Hour, "10.0.0.9"),
+	}}
+	rep, err := iprepair.MigrateToIPAddress(ctx, iprepair.MigrateConfig{Client: srv.Client, Snapshot: snap, Workers: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if rep.Created != 3 || len(rep.Problems) != 1 || rep.Problems[0].Service != "default/newest" {
+		t.Fatalf("want 3 created and the newest Service reported: %+v", rep)
+	}
+	ipa, err := srv.Client.NetworkingV1().IPAddresses().Get(ctx, "10.0.0.7", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := ipa.Spec.ParentRef.Name; got != "oldest" {
+		t.Errorf("10.0.0.7 went to %s, want the oldest of its two Services", got)
 	}
 }
