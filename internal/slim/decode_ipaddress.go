@@ -34,7 +34,7 @@ func DecodeIPAddress(b []byte) (*networkingv1.IPAddress, error) {
 				return nil, fmt.Errorf("metadata: %w", err)
 			}
 		case 2:
-			if err := ipa.Spec.Unmarshal(v); err != nil {
+			if err := decodeIPAddressSpec(&ipa.Spec, v); err != nil {
 				return nil, fmt.Errorf("spec: %w", err)
 			}
 		}
@@ -104,14 +104,14 @@ func decodeMetaBytesField(m *metav1.ObjectMeta, num protowire.Number, v []byte, 
 	case 11:
 		*labels = append(*labels, v)
 	case 12:
-		k, val, err := decodeMapEntry(v)
+		k, val, err := decodeMapEntryBytes(v)
 		if err != nil {
 			return fmt.Errorf("annotations: %w", err)
 		}
 		if m.Annotations == nil {
 			m.Annotations = map[string]string{}
 		}
-		m.Annotations[k] = val
+		m.Annotations[knownBytes(k, ipaddress.AnnotationServiceUID)] = string(val)
 	case 13:
 		m.OwnerReferences = append(m.OwnerReferences, metav1.OwnerReference{})
 		if err := m.OwnerReferences[len(m.OwnerReferences)-1].Unmarshal(v); err != nil {
@@ -187,4 +187,63 @@ func decodeMapEntryBytes(b []byte) (key, value []byte, err error) {
 		}
 	}
 	return key, value, nil
+}
+
+// decodeIPAddressSpec decodes an IPAddressSpec as its generated code does,
+// the parentRef's group and resource of a Service's address as constants;
+// what the walk does not read (a field of another wire type, a spec that
+// comes twice and merges) is left to the generated code.
+func decodeIPAddressSpec(spec *networkingv1.IPAddressSpec, b []byte) error {
+	if spec.ParentRef != nil {
+		return spec.Unmarshal(b)
+	}
+	var ref *networkingv1.ParentReference
+	for rest := b; len(rest) > 0; {
+		num, typ, v, next, err := consumeField(rest)
+		if err != nil || (num == 1 && (typ != protowire.BytesType || ref != nil)) {
+			return spec.Unmarshal(b)
+		}
+		rest = next
+		if num != 1 {
+			continue
+		}
+		if ref, err = decodeParentRef(v); err != nil {
+			return spec.Unmarshal(b)
+		}
+	}
+	spec.ParentRef = ref
+	return nil
+}
+
+// errParentRef is a parentRef field the walk does not read.
+var errParentRef = errors.New("a parentRef field of another wire type")
+
+// decodeParentRef decodes a ParentReference: its four string fields, the
+// last of each winning, as in the generated code.
+func decodeParentRef(b []byte) (*networkingv1.ParentReference, error) {
+	ref := &networkingv1.ParentReference{}
+	for len(b) > 0 {
+		num, typ, v, rest, err := consumeField(b)
+		if err != nil {
+			return nil, err
+		}
+		b = rest
+		if num < 1 || num > 4 {
+			continue
+		}
+		if typ != protowire.BytesType {
+			return nil, errParentRef
+		}
+		switch num {
+		case 1:
+			ref.Group = knownBytes(v, "")
+		case 2:
+			ref.Resource = knownBytes(v, "services")
+		case 3:
+			ref.Namespace = string(v)
+		case 4:
+			ref.Name = string(v)
+		}
+	}
+	return ref, nil
 }

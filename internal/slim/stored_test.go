@@ -64,7 +64,10 @@ func storedSeeds(t testing.TB) (services, ipAddresses [][]byte) {
 	foreign := ipa("10.96.0.99", "IPv4")
 	foreign.Labels = map[string]string{"owner": "someone"}
 	foreign.OwnerReferences = []metav1.OwnerReference{{APIVersion: "v1", Kind: "Service", Name: "web", UID: "u"}}
-	ips := []runtime.Object{ipa("10.96.0.10", "IPv4"), ipa("fd00::a", "IPv6"), foreign}
+	foreign.Spec.ParentRef = &networkingv1.ParentReference{Group: "gateway.networking.k8s.io", Resource: "gateways", Namespace: "shop", Name: "gw"}
+	ours := ipa("10.96.0.11", "IPv4") // as this allocator writes it: the Service's UID recorded
+	ours.Annotations = map[string]string{ipaddress.AnnotationServiceUID: "0b6f1c2e-5d4a-4f3b-9c8d-7e6f5a4b3c2d", "note": "kept"}
+	ips := []runtime.Object{ipa("10.96.0.10", "IPv4"), ipa("fd00::a", "IPv6"), foreign, ours}
 	encode := func(objs []runtime.Object) [][]byte {
 		var out [][]byte
 		for _, o := range objs {
