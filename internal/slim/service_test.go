@@ -7,6 +7,7 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 )
 
 // TestIsSlim: isSlim is true exactly when a Service's slim copy equals it,
@@ -35,6 +36,20 @@ func TestIsSlim(t *testing.T) {
 		slim := reflect.DeepEqual(copyService(svc), svc)
 		if got := isSlim(svc); got != slim {
 			t.Errorf("%s set: isSlim = %v, its slim copy equals it: %v", v.path, got, slim)
+		}
+	}
+	// A port is kept only with a nodePort: each field of a port is set
+	// beside one, so that a field of ServicePort isSlim does not name fails
+	// here too.
+	for _, v := range oneFieldSet(reflect.TypeFor[corev1.ServicePort](), "ServicePort") {
+		port := v.value.Interface().(corev1.ServicePort)
+		if port.NodePort == 0 {
+			port.NodePort = 30080
+		}
+		svc := &corev1.Service{Spec: corev1.ServiceSpec{Ports: []corev1.ServicePort{port}}}
+		slim := reflect.DeepEqual(copyService(svc), svc)
+		if got := isSlim(svc); got != slim {
+			t.Errorf("%s set beside a nodePort: isSlim = %v, its slim copy equals it: %v", v.path, got, slim)
 		}
 	}
 	for _, v := range variants {
@@ -129,4 +144,20 @@ func fixAddressable(t reflect.Type, vs []fieldVariant) []fieldVariant {
 		}
 	}
 	return vs
+}
+
+// BenchmarkServiceAlreadySlim measures Service on a slim Service, what an
+// informer's second transform of each Service costs.
+func BenchmarkServiceAlreadySlim(b *testing.B) {
+	svc := copyService(&corev1.Service{
+		ObjectMeta: metav1.ObjectMeta{Name: "web", Namespace: "shop", UID: "u", ResourceVersion: "7", Labels: map[string]string{"app": "web"}},
+		Spec: corev1.ServiceSpec{Type: corev1.ServiceTypeNodePort, ClusterIP: "10.96.0.10", ClusterIPs: []string{"10.96.0.10"},
+			Ports: []corev1.ServicePort{{Port: 80, NodePort: 30080}}},
+	})
+	b.ReportAllocs()
+	for b.Loop() {
+		if Service(svc) != svc {
+			b.Fatal("copied a slim Service")
+		}
+	}
 }
