@@ -13,8 +13,9 @@
 // IPAddresses and a ServiceCIDR added and another deleted every 2 s
 // (hack/scale.sh), that is about a quarter of the server's CPU at 90% fill.
 //
-// BlockKey and BlockKeys name the same blocks for an index of another kind
-// of object (the IPAddress repair's of Services by ClusterIP).
+// A Geometry names blocks of another size for an index of another kind of
+// object (the IPAddress repair's of Services by ClusterIP, blocks of 16
+// addresses).
 //
 // Invariant: In returns the same objects as a scan of the whole cache
 // filtered by the prefixes would, whatever the index holds; an informer
@@ -82,11 +83,22 @@ func addressOf(obj any) (*networkingv1.IPAddress, netip.Addr, bool) {
 	return ipa, addr, true
 }
 
+// Geometry is the size of a block of each family, in prefix bits: a
+// block is the prefix of that length holding an address. The index's own
+// blocks are Blocks; an index of another kind of object may file it under
+// blocks of its own size (the IPAddress repair's of Services, blocks of 16
+// addresses) and name them with its Geometry.
+type Geometry struct{ V4, V6 int }
+
+// Blocks is the geometry of this package's index: the IPv4 /24 and the
+// IPv6 /112.
+var Blocks = Geometry{V4: v4BlockBits, V6: v6BlockBits}
+
 // blockOf returns the block that contains addr.
-func blockOf(addr netip.Addr) netip.Prefix {
-	bits := v6BlockBits
+func (g Geometry) blockOf(addr netip.Addr) netip.Prefix {
+	bits := g.V6
 	if addr.Is4() {
-		bits = v4BlockBits
+		bits = g.V4
 	}
 	p, _ := addr.Prefix(bits) // bits is within addr's length
 	return p
@@ -94,15 +106,14 @@ func blockOf(addr netip.Addr) netip.Prefix {
 
 func blockKey(p netip.Prefix) string { return p.String() }
 
-// BlockKey names the block that holds addr, as the index files it: for an
-// index of another kind of object over the same blocks (the repair's of
-// Services by ClusterIP).
-func BlockKey(addr netip.Addr) string { return blockKey(blockOf(addr.WithZone(""))) }
+// BlockKey names the block of g that holds addr, as an index over g files
+// it.
+func (g Geometry) BlockKey(addr netip.Addr) string { return blockKey(g.blockOf(addr.WithZone(""))) }
 
-// BlockKeys names the blocks that prefixes cover, each once; false when
-// they are more than MaxBlocks, for which a scan of every object is
+// BlockKeys names the blocks of g that prefixes cover, each once; false
+// when they are more than MaxBlocks, for which a scan of every object is
 // cheaper. Prefixes that are not valid cover nothing.
-func BlockKeys(prefixes []netip.Prefix) ([]string, bool) {
+func (g Geometry) BlockKeys(prefixes []netip.Prefix) ([]string, bool) {
 	var keys []string
 	seen := map[string]bool{}
 	budget := MaxBlocks
@@ -110,7 +121,7 @@ func BlockKeys(prefixes []netip.Prefix) ([]string, bool) {
 		if !p.IsValid() {
 			continue
 		}
-		bs, ok := blocks(p, budget)
+		bs, ok := g.blocks(p, budget)
 		if !ok {
 			return nil, false
 		}
@@ -125,23 +136,30 @@ func BlockKeys(prefixes []netip.Prefix) ([]string, bool) {
 	return keys, true
 }
 
-// blocks returns the blocks that p covers, or ok false when they are more
-// than limit.
-func blocks(p netip.Prefix, limit int) (out []netip.Prefix, ok bool) {
+// BlockKey names the block of the index that holds addr.
+func BlockKey(addr netip.Addr) string { return Blocks.BlockKey(addr) }
+
+// BlockKeys names the blocks of the index that prefixes cover
+// (Geometry.BlockKeys).
+func BlockKeys(prefixes []netip.Prefix) ([]string, bool) { return Blocks.BlockKeys(prefixes) }
+
+// blocks returns the blocks of g that p covers, or ok false when they are
+// more than limit.
+func (g Geometry) blocks(p netip.Prefix, limit int) (out []netip.Prefix, ok bool) {
 	p = p.Masked()
-	bits := v6BlockBits
+	bits := g.V6
 	if p.Addr().Is4() {
-		bits = v4BlockBits
+		bits = g.V4
 	}
 	if p.Bits() >= bits {
-		return []netip.Prefix{blockOf(p.Addr())}, true
+		return []netip.Prefix{g.blockOf(p.Addr())}, true
 	}
 	if bits-p.Bits() > 30 || 1<<(bits-p.Bits()) > limit {
 		return nil, false
 	}
 	n := 1 << (bits - p.Bits())
 	out = make([]netip.Prefix, 0, n)
-	for b := blockOf(p.Addr()); len(out) < n; {
+	for b := g.blockOf(p.Addr()); len(out) < n; {
 		out = append(out, b)
 		next, ok := nextBlock(b)
 		if !ok {

@@ -32,24 +32,18 @@ import (
 const invalidKeyPrefix = "!"
 
 // serviceIndex is the name of the index the repair adds to the Service
-// informer: each Service filed under the holder block (holderKey) of each
-// of its ClusterIPs, and under invalidKeyPrefix and the text of each one
-// that does not parse. The holders of an address are those of its block's
-// few Services that hold it (holders). An entry per address, a set of one
-// Service each, was a tenth of the server's heap at a million Services.
+// informer: each Service filed under the holder block (holderBlocks) of
+// each of its ClusterIPs, and under invalidKeyPrefix and the text of each
+// one that does not parse. The holders of an address are those of its
+// block's few Services that hold it (holders); the addresses held inside a
+// ServiceCIDR's prefixes, those of the blocks they cover (heldInside). An
+// entry per address, a set of one Service each, was a tenth of the
+// server's heap at a million Services.
 const serviceIndex = "repair.allocator/clusterIP-holders"
 
-// The holder blocks: 16 addresses of either family, so that a block's
-// Services are few to check even where every address is held.
-const (
-	holderBlockBits4 = 28
-	holderBlockBits6 = 124
-)
-
-// serviceBlockIndex files each Service under the addrindex blocks of its
-// ClusterIPs, so that the addresses held inside a ServiceCIDR's prefixes
-// are found without parsing every Service's (heldInside).
-const serviceBlockIndex = "repair.allocator/clusterIP-block"
+// holderBlocks are blocks of 16 addresses of either family, so that a
+// block's Services are few to check even where every address is held.
+var holderBlocks = addrindex.Geometry{V4: 28, V6: 124}
 
 // serviceIndexers are the repair's indexes of the Service informer.
 var serviceIndexers = cache.Indexers{
@@ -60,30 +54,10 @@ var serviceIndexers = cache.Indexers{
 		}
 		return holderKeys(svc), nil
 	},
-	serviceBlockIndex: func(obj any) ([]string, error) {
-		svc, ok := obj.(*corev1.Service)
-		if !ok {
-			return nil, nil
-		}
-		var blocks []string
-		for _, ip := range holding.IPs(svc) {
-			if !slices.Contains(blocks, addrindex.BlockKey(ip)) {
-				blocks = append(blocks, addrindex.BlockKey(ip))
-			}
-		}
-		return blocks, nil
-	},
 }
 
 // holderKey names the holder block of ip in serviceIndex.
-func holderKey(ip netip.Addr) string {
-	bits := holderBlockBits6
-	if ip.Is4() {
-		bits = holderBlockBits4
-	}
-	p, _ := ip.Prefix(bits) // bits is within ip's length
-	return p.String()
-}
+func holderKey(ip netip.Addr) string { return holderBlocks.BlockKey(ip) }
 
 // holderKeys returns the keys serviceIndex files svc under, each once: the
 // holder blocks of its addresses, then invalidKeyPrefix and the text of each
@@ -417,16 +391,17 @@ func (v *informerView) heldKeys() []string {
 
 // heldInside returns the keys of the addresses that cached Services hold
 // inside prefixes, each once: from the Services filed under the prefixes'
-// blocks, or from every Service when the prefixes cover more blocks than
-// addrindex.MaxBlocks.
+// holder blocks, or from every Service when the prefixes cover more blocks
+// than addrindex.MaxBlocks (an IPv4 prefix shorter than /16, an IPv6 one
+// shorter than /112).
 func (v *informerView) heldInside(prefixes []netip.Prefix) []string {
 	inside := func(k string) bool {
 		ip, err := netip.ParseAddr(k)
 		return err == nil && slices.ContainsFunc(prefixes, func(p netip.Prefix) bool { return p.Contains(ip) })
 	}
 	var out []string
-	seen := map[string]bool{} // a block of an IPv6 range may file thousands of Services
-	blocks, ok := addrindex.BlockKeys(prefixes)
+	seen := map[string]bool{} // two Services may hold one address
+	blocks, ok := holderBlocks.BlockKeys(prefixes)
 	if !ok {
 		for _, k := range v.heldKeys() {
 			if !seen[k] && inside(k) {
@@ -437,7 +412,7 @@ func (v *informerView) heldInside(prefixes []netip.Prefix) []string {
 		return out
 	}
 	for _, b := range blocks {
-		objs, err := v.serviceIndexer.ByIndex(serviceBlockIndex, b)
+		objs, err := v.serviceIndexer.ByIndex(serviceIndex, b)
 		if err != nil {
 			continue // no such index: nothing is filed under it
 		}
