@@ -235,7 +235,7 @@ var serviceReaders = []struct {
 		k, err := cache.MetaNamespaceKeyFunc(s)
 		return fmt.Sprint(k, err)
 	}},
-	{"the informer's namespace index, the lister's namespace", func(s *corev1.Service) any {
+	{"a lister's namespace", func(s *corev1.Service) any {
 		v, err := cache.MetaNamespaceIndexFunc(s)
 		return fmt.Sprint(v, err)
 	}},

@@ -167,27 +167,26 @@ func ownCopy(e watch.Event) (watch.Event, bool) {
 
 // inProcessInformers registers, in factory, informers of the four resources
 // that read srcs in process; the factory's own constructors (on its
-// client) are then never used for them. The Services' informer has the
-// namespace index the factory's own would have (a lister's namespace
-// reads it); the cluster-scoped resources' have none: every object would
-// be filed under the one empty namespace, and their listers never read it.
+// client) are then never used for them. None has the namespace index the
+// factory's own would have. The cluster-scoped resources' would file every
+// object under the one empty namespace, and their listers never read it.
+// The Services' would file every Service once more, a set entry each, at
+// every start before readiness (about a second of a start at a million
+// Services); its one reader, a lister's namespace, which the IPAddress
+// repair reads when a namespace is relabelled while a ServiceCIDR is
+// scoped, scans the cache instead.
 func inProcessInformers(factory informers.SharedInformerFactory, srcs *inProcessSources) {
 	for _, r := range []struct {
-		obj        runtime.Object
-		src        *storeSource
-		namespaced bool
+		obj runtime.Object
+		src *storeSource
 	}{
-		{&corev1.Service{}, srcs.services, true},
-		{&corev1.Namespace{}, srcs.namespaces, false},
-		{&networkingv1.IPAddress{}, srcs.ipAddresses, false},
-		{&networkingv1.ServiceCIDR{}, srcs.serviceCIDRs, false},
+		{&corev1.Service{}, srcs.services},
+		{&corev1.Namespace{}, srcs.namespaces},
+		{&networkingv1.IPAddress{}, srcs.ipAddresses},
+		{&networkingv1.ServiceCIDR{}, srcs.serviceCIDRs},
 	} {
-		indexers := cache.Indexers{}
-		if r.namespaced {
-			indexers[cache.NamespaceIndex] = cache.MetaNamespaceIndexFunc
-		}
 		factory.InformerFor(r.obj, func(_ kubernetes.Interface, resync time.Duration) cache.SharedIndexInformer {
-			return cache.NewSharedIndexInformer(storeListWatch{src: r.src}, r.obj, resync, indexers)
+			return cache.NewSharedIndexInformer(storeListWatch{src: r.src}, r.obj, resync, cache.Indexers{})
 		})
 	}
 }

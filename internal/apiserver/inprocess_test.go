@@ -2,10 +2,12 @@ package apiserver
 
 import (
 	"io"
+	"strings"
 	"testing"
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/watch"
@@ -54,10 +56,9 @@ func TestOwnCopy(t *testing.T) {
 	}
 }
 
-// TestInProcessInformerIndexes: the Services' informer files them by
-// namespace, as the factory's own would, so that a lister's namespace
-// reads one namespace; the cluster-scoped resources' informers keep no
-// index of the one empty namespace.
+// TestInProcessInformerIndexes: no in-process informer keeps a namespace
+// index (inProcessInformers says why); a lister's namespace still reads
+// the Services of one namespace, from a scan.
 func TestInProcessInformerIndexes(t *testing.T) {
 	t.Parallel()
 	factory := informers.NewSharedInformerFactory(fake.NewClientset(), 0)
@@ -67,7 +68,7 @@ func TestInProcessInformerIndexes(t *testing.T) {
 		informer cache.SharedIndexInformer
 		want     bool
 	}{
-		{"services", factory.Core().V1().Services().Informer(), true},
+		{"services", factory.Core().V1().Services().Informer(), false},
 		{"namespaces", factory.Core().V1().Namespaces().Informer(), false},
 		{"ipaddresses", factory.Networking().V1().IPAddresses().Informer(), false},
 		{"servicecidrs", factory.Networking().V1().ServiceCIDRs().Informer(), false},
@@ -75,5 +76,16 @@ func TestInProcessInformerIndexes(t *testing.T) {
 		if _, got := tc.informer.GetIndexer().GetIndexers()[cache.NamespaceIndex]; got != tc.want {
 			t.Errorf("%s: namespace index %v, want %v", tc.name, got, tc.want)
 		}
+	}
+	store := factory.Core().V1().Services().Informer().GetStore()
+	for _, key := range []string{"a/one", "a/two", "b/one"} {
+		ns, name, _ := strings.Cut(key, "/")
+		if err := store.Add(&corev1.Service{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name}}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	got, err := factory.Core().V1().Services().Lister().Services("a").List(labels.Everything())
+	if err != nil || len(got) != 2 {
+		t.Errorf("the Services of namespace a: %d, %v; want 2", len(got), err)
 	}
 }

@@ -15,7 +15,7 @@ import (
 // The readers, and what each reads of a cached Service:
 //
 //	field                                   reader
-//	name, namespace                         the informer's keys and namespace index, the listers,
+//	name, namespace                         the informer's keys, the listers (a namespace's by a scan),
 //	                                        report.ServiceKey and OldestFirst, the repairs' fresh reads
 //	                                        of a Service, the IPAddress repair's parentRef lookups
 //	uid                                     the repairs' fresh reads (still the same Service?), the owner
