@@ -7,7 +7,9 @@ import (
 	"testing"
 
 	corev1 "k8s.io/api/core/v1"
+	networkingv1 "k8s.io/api/networking/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	networkinglisters "k8s.io/client-go/listers/networking/v1"
 	"k8s.io/client-go/tools/cache"
 )
 
@@ -78,6 +80,28 @@ func BenchmarkHolders(b *testing.B) {
 	for b.Loop() {
 		if svcs, err := view.holders("10.96.1.7"); err != nil || len(svcs) != 1 {
 			b.Fatalf("holders: %d, %v", len(svcs), err)
+		}
+	}
+}
+
+// BenchmarkInformerViewKeys measures the keys of a full pass over 200,000
+// Services, each address with its IPAddress.
+func BenchmarkInformerViewKeys(b *testing.B) {
+	services := cache.NewIndexer(cache.MetaNamespaceKeyFunc, serviceIndexers)
+	ips := cache.NewIndexer(cache.MetaNamespaceKeyFunc, cache.Indexers{})
+	for _, svc := range benchServices(200_000) {
+		if err := services.Add(svc); err != nil {
+			b.Fatal(err)
+		}
+		if err := ips.Add(&networkingv1.IPAddress{ObjectMeta: metav1.ObjectMeta{Name: svc.Spec.ClusterIP}}); err != nil {
+			b.Fatal(err)
+		}
+	}
+	view := &informerView{serviceIndexer: services, ipLister: networkinglisters.NewIPAddressLister(ips)}
+	b.ReportAllocs()
+	for b.Loop() {
+		if keys, err := view.keys(); err != nil || len(keys) != 200_000 {
+			b.Fatalf("keys: %d, %v", len(keys), err)
 		}
 	}
 }

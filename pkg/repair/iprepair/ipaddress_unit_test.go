@@ -11,6 +11,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	networkingv1 "k8s.io/api/networking/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	networkinglisters "k8s.io/client-go/listers/networking/v1"
 	"k8s.io/client-go/tools/cache"
 
 	"github.com/allocator/allocator/internal/holding"
@@ -197,5 +198,42 @@ func TestHeldInside(t *testing.T) {
 		if diff := cmp.Diff(want, got); diff != "" {
 			t.Errorf("heldInside(%v) (-scan +got):\n%s", set, diff)
 		}
+	}
+}
+
+// TestInformerViewKeys: the keys of a pass are every held key and every
+// IPAddress's name, each once, in sortKeys order, whether a held address
+// has its IPAddress or not, and for IPAddresses no Service holds.
+func TestInformerViewKeys(t *testing.T) {
+	t.Parallel()
+	services := indexedServices(t)
+	ips := cache.NewIndexer(cache.MetaNamespaceKeyFunc, cache.Indexers{})
+	held := scanHolders(services)
+	want := []string{"10.99.0.1", "fd99::1", "weird"} // no Service holds these
+	for _, name := range want {
+		if err := ips.Add(&networkingv1.IPAddress{ObjectMeta: metav1.ObjectMeta{Name: name}}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	i := 0
+	for k := range held {
+		want = append(want, k)
+		if _, err := netip.ParseAddr(k); err != nil || i%3 == 0 { // one in three held addresses without its IPAddress
+			i++
+			continue
+		}
+		i++
+		if err := ips.Add(&networkingv1.IPAddress{ObjectMeta: metav1.ObjectMeta{Name: k}}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	sortKeys(want)
+	view := &informerView{serviceIndexer: services, ipLister: networkinglisters.NewIPAddressLister(ips)}
+	got, err := view.keys()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if diff := cmp.Diff(want, got); diff != "" {
+		t.Errorf("keys (-want +got):\n%s", diff)
 	}
 }

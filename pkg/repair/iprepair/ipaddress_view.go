@@ -364,14 +364,23 @@ type informerView struct {
 // cidrsChanged makes the next cidrs() parse the ServiceCIDRs again.
 func (v *informerView) cidrsChanged() { v.parsedCIDRs.Invalidate() }
 
+// keys returns the names of the cached IPAddresses and the held keys that
+// name none: a held address almost always has its IPAddress, so the keys
+// sorted are about one per address, not one per address and Service. An
+// IPAddress cached after the list and held is left to its event.
 func (v *informerView) keys() ([]string, error) {
-	keys := v.heldKeys()
 	ips, err := v.ipLister.List(labels.Everything())
 	if err != nil {
 		return nil, fmt.Errorf("list cached ipaddresses: %w", err)
 	}
+	keys := make([]string, 0, len(ips))
 	for _, ipa := range ips {
 		keys = append(keys, ipa.Name)
+	}
+	for _, k := range v.heldKeys() {
+		if _, err := v.ipLister.Get(k); err != nil {
+			keys = append(keys, k)
+		}
 	}
 	sortKeys(keys)
 	return slices.Compact(keys), nil
