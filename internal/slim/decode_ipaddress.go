@@ -190,7 +190,7 @@ func decodeMapEntryBytes(b []byte) (key, value []byte, err error) {
 }
 
 // decodeIPAddressSpec decodes an IPAddressSpec as its generated code does,
-// the parentRef's group and resource of a Service's address as constants;
+// the parentRef's resource of a Service's address as a constant;
 // what the walk does not read (a field of another wire type, a spec that
 // comes twice and merges) is left to the generated code.
 func decodeIPAddressSpec(spec *networkingv1.IPAddressSpec, b []byte) error {
@@ -236,7 +236,7 @@ func decodeParentRef(b []byte) (*networkingv1.ParentReference, error) {
 		}
 		switch num {
 		case 1:
-			ref.Group = knownBytes(v, "")
+			ref.Group = string(v) // a Service's is empty: no allocation
 		case 2:
 			ref.Resource = knownBytes(v, "services")
 		case 3:

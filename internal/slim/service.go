@@ -99,8 +99,8 @@ func copyService(svc *corev1.Service) *corev1.Service {
 // reflect.Value.IsZero tells zero (a slice or map empty but not nil is
 // not). The fields are named one by one: the informers ask it of every
 // Service they store, twice, and comparing copies of the structs by
-// reflection was a microsecond each, seconds of a start at a million
-// Services. TestIsSlim sets each field of a Service in turn, so that a
+// reflection takes about a microsecond each, seconds of a start at a
+// million Services. TestIsSlim sets each field of a Service in turn, so that a
 // field the API adds later, which this does not name, fails it.
 func isSlim(svc *corev1.Service) bool {
 	m := &svc.ObjectMeta

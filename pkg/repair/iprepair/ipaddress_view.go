@@ -37,7 +37,7 @@ const invalidKeyPrefix = "!"
 // one that does not parse. The holders of an address are those of its
 // block's few Services that hold it (holders); the addresses held inside a
 // ServiceCIDR's prefixes, those of the blocks they cover (heldInside). An
-// entry per address, a set of one Service each, was a tenth of the
+// entry per address would be a set of one Service each: a tenth of the
 // server's heap at a million Services.
 const serviceIndex = "repair.allocator/clusterIP-holders"
 

@@ -168,7 +168,7 @@ func MigrateToIPAddress(ctx context.Context, cfg MigrateConfig) (*MigrationRepor
 	// The creates go oldest Service first, so that of two Services holding
 	// one address the older is the likelier to get it. Only what is
 	// missing is sorted: at a server's start that is usually nothing, and
-	// a million Services sorted cost more than the rest of the check.
+	// a million Services sorted costs more than the rest of the check.
 	slices.SortStableFunc(missing, func(a, b claim) int { return report.OldestFirst(a.service, b.service) })
 	if cfg.DryRun {
 		rep.Created = len(missing)
