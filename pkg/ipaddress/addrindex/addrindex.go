@@ -84,15 +84,15 @@ func addressOf(obj any) (*networkingv1.IPAddress, netip.Addr, bool) {
 }
 
 // Geometry is the size of a block of each family, in prefix bits: a
-// block is the prefix of that length holding an address. The index's own
-// blocks are Blocks; an index of another kind of object may file it under
-// blocks of its own size (the IPAddress repair's of Services, blocks of 16
-// addresses) and name them with its Geometry.
+// block is the prefix of that length holding an address. An index of
+// another kind of object may file it under blocks of its own size (the
+// IPAddress repair's of Services, blocks of 16 addresses) and name them
+// with its Geometry; BlockKey and BlockKeys name this package's own.
 type Geometry struct{ V4, V6 int }
 
-// Blocks is the geometry of this package's index: the IPv4 /24 and the
-// IPv6 /112.
-var Blocks = Geometry{V4: v4BlockBits, V6: v6BlockBits}
+// indexBlocks is the geometry of this package's index: the IPv4 /24 and
+// the IPv6 /112.
+var indexBlocks = Geometry{V4: v4BlockBits, V6: v6BlockBits}
 
 // blockOf returns the block that contains addr.
 func (g Geometry) blockOf(addr netip.Addr) netip.Prefix {
@@ -137,11 +137,11 @@ func (g Geometry) BlockKeys(prefixes []netip.Prefix) ([]string, bool) {
 }
 
 // BlockKey names the block of the index that holds addr.
-func BlockKey(addr netip.Addr) string { return Blocks.BlockKey(addr) }
+func BlockKey(addr netip.Addr) string { return indexBlocks.BlockKey(addr) }
 
 // BlockKeys names the blocks of the index that prefixes cover
 // (Geometry.BlockKeys).
-func BlockKeys(prefixes []netip.Prefix) ([]string, bool) { return Blocks.BlockKeys(prefixes) }
+func BlockKeys(prefixes []netip.Prefix) ([]string, bool) { return indexBlocks.BlockKeys(prefixes) }
 
 // blocks returns the blocks of g that p covers, or ok false when they are
 // more than limit.
