@@ -158,6 +158,7 @@ func lostDelete(t *testing.T, m model.Name) {
 
 	key := etcdlayout.Layout{}.Service(namespace, "lost")
 	for attempt := 1; ; attempt++ {
+		warmWriteLease(ctx, t, fast, attempt)
 		proxy.Set(faultproxy.Fault{Delay: lostDelay, Direction: faultproxy.ToTarget, Match: [][]byte{[]byte(key)}})
 		err = slow.CoreV1().Services(namespace).Delete(ctx, "lost", metav1.DeleteOptions{})
 		if err == nil || apierrors.IsNotFound(err) {
@@ -304,4 +305,28 @@ func claimLandedLate(ctx context.Context, t *testing.T, l lostSetup, key string,
 		}
 	}
 	return true
+}
+
+// warmWriteLease writes Service "lost" through the fast path, so that the
+// faulted delete right after it finds a write lease to reuse. A server
+// hands a lease out for at most 10 s after its grant (fence.maxLeaseReuse);
+// an attempt that came later than that after the create had to ask etcd
+// for a new one under the fault, and on a loaded machine that grant
+// outlived the request in every attempt after the first. It waits until
+// the watch cache holds the write, so that the delete's read is still the
+// cache's.
+func warmWriteLease(ctx context.Context, t *testing.T, fast kubernetes.Interface, attempt int) {
+	t.Helper()
+	cur, err := fast.CoreV1().Services(namespace).Get(ctx, "lost", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	cur.Labels = map[string]string{"attempt": strconv.Itoa(attempt)}
+	updated, err := fast.CoreV1().Services(namespace).Update(ctx, cur, metav1.UpdateOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := fast.CoreV1().Services(namespace).Get(ctx, "lost", metav1.GetOptions{ResourceVersion: updated.ResourceVersion}); err != nil {
+		t.Fatal(err)
+	}
 }
