@@ -310,11 +310,10 @@ func claimLandedLate(ctx context.Context, t *testing.T, l lostSetup, key string,
 // warmWriteLease writes Service "lost" through the fast path, so that the
 // faulted delete right after it finds a write lease to reuse. A server
 // hands a lease out for at most 10 s after its grant (fence.maxLeaseReuse);
-// an attempt that came later than that after the create had to ask etcd
-// for a new one under the fault, and on a loaded machine that grant
-// outlived the request in every attempt after the first. It waits until
-// the watch cache holds the write, so that the delete's read is still the
-// cache's.
+// later, a delete must ask etcd for a new one under the fault, and that
+// grant may outlive the request, so that no attempt could reach etcd. It
+// waits until the watch cache holds the write, so that the delete's read
+// is still the cache's.
 func warmWriteLease(ctx context.Context, t *testing.T, fast kubernetes.Interface, attempt int) {
 	t.Helper()
 	cur, err := fast.CoreV1().Services(namespace).Get(ctx, "lost", metav1.GetOptions{})
