@@ -753,3 +753,64 @@ func TestIPAddressRepairOrphanReclaimedBeforeDelete(t *testing.T) {
 		t.Errorf("the new claim is gone: %v, %v", got, err)
 	}
 }
+
+// TestIPAddressRepairPassWorkers: a pass reconciles its keys in chunks on
+// several goroutines and reports what one goroutine would, in the same
+// order: 3,000 addresses over six chunks, a third of them without an
+// IPAddress, a third out of range, a third held rightly, and 400 leaks.
+func TestIPAddressRepairPassWorkers(t *testing.T) {
+	t.Parallel()
+	cidr := tableServiceCIDR()
+	cidr.Spec.CIDRs = []string{"10.0.0.0/20"}
+	objs := []runtime.Object{cidr}
+	for i := range 3000 {
+		name := fmt.Sprintf("s%d", i)
+		switch i % 3 {
+		case 0: // no IPAddress
+			objs = append(objs, tableService(name, -time.Hour, fmt.Sprintf("10.0.%d.%d", 1+i/250, 1+i%250)))
+		case 1: // out of range
+			objs = append(objs, tableService(name, -time.Hour, fmt.Sprintf("10.9.%d.%d", i/250, 1+i%250)))
+		default:
+			ip := fmt.Sprintf("10.0.%d.%d", 1+i/250, 1+i%250)
+			objs = append(objs, tableService(name, -time.Hour, ip), ours(ip, name))
+		}
+	}
+	for i := range 400 { // leaks
+		objs = append(objs, ours(fmt.Sprintf("10.0.%d.%d", 14+i/200, 1+i%200), "ghost"))
+	}
+	pass := func(workers int) []string {
+		client := fake.NewClientset(objs...)
+		r, err := iprepair.NewIPAddressRepair(iprepair.IPAddressConfig{Workers: workers, Options: repair.Options{
+			Client: client, DryRun: true, OrphanGrace: tableGrace, Now: func() time.Time { return tableEpoch.Add(time.Hour) },
+		}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		rep, err := r.RunOnce(context.Background())
+		if err != nil {
+			t.Fatal(err)
+		}
+		var found []string
+		for _, p := range rep.Problems {
+			found = append(found, fmt.Sprintf("%s %s %s", p.Type, p.Reason, p.IP))
+		}
+		if rep.Services != 3000 || rep.Allocated != 1000+400 {
+			t.Errorf("%d workers: report counts %d Services, %d allocated; want 3000, 1400", workers, rep.Services, rep.Allocated)
+		}
+		return found
+	}
+	one := pass(1)
+	if len(one) != 1000+1000+400 {
+		t.Fatalf("one worker found %d problems, want %d", len(one), 2400)
+	}
+	ips := make([]netip.Addr, len(one))
+	for i, f := range one {
+		ips[i] = netip.MustParseAddr(f[strings.LastIndexByte(f, ' ')+1:])
+	}
+	if !slices.IsSortedFunc(ips, netip.Addr.Compare) {
+		t.Errorf("one worker's problems are not in address order")
+	}
+	if diff := cmp.Diff(one, pass(8)); diff != "" {
+		t.Errorf("eight workers against one (-one +eight):\n%s", diff)
+	}
+}
