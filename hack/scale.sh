@@ -35,6 +35,10 @@
 #       against the first with the machine's drift paired away, and the garbage collection charged by allocation
 #       (test/scale/paired.go); the restart's figures then follow that extra history. PAIRED_PROFILES=DIR also
 #       saves a CPU profile of each burst's server into DIR
+#   PAIRED_DATA=/tmp/scale-data PAIRS=4 V4_RANGE=10.96.0.0/12 CIDRS=10000 SERVICES=1000000 hack/scale.sh
+#       the paired bursts alone, the filled server on a copy of a data dir an earlier run kept (KEEP_DATA, with
+#       the same V4_RANGE, CIDRS and SERVICES): minutes instead of the fill's half hour, to compare builds
+#       (ALLOCATOR_BIN) or settings (GOGC in the environment reaches both servers) alternately
 #   HEAP_PROFILE=/tmp/heap.pprof hack/scale.sh               also saves the server's heap profile right after the
 #       creates (/tmp/heap.pprof.creates) and after the restart (/tmp/heap.pprof), each taken after a garbage
 #       collection (gc=1), so that it holds what is live then; read them with
@@ -185,6 +189,33 @@ if [ -n "$KUBE" ]; then
   summary
   exit 0
 fi
+# paired_bursts starts a second, empty server (the same flags, its own data
+# dir and port) and runs the paired comparison between the running server
+# and it (test/scale/paired.go).
+paired_bursts() {
+  "$work/allocator" serve --data-dir "$work/data0" --secure-port 0 "${args[@]}" >>"$work/server0.log" 2>&1 &
+  empty_pid=$!
+  trap 'kill -KILL "$empty_pid" 2>/dev/null || true; serve_cleanup' EXIT
+  serve_wait "$work/data0/admin.kubeconfig" "$empty_pid" "$work/server0.log"
+  "$work/scale" --kubeconfig "$kc" --pids "$server_pid" --compare-with "$work/data0/admin.kubeconfig" --compare-pids "$empty_pid" \
+    "${scale_args[@]}" --pairs "${PAIRS:-6}" --burst "${BURST:-10000}" ${PAIRED_PROFILES:+--profile-dir "$PAIRED_PROFILES"}
+  echo "RSS after the paired bursts: filled server $(rss "$server_pid"), empty server $(rss "$empty_pid")"
+  kill -TERM "$empty_pid"
+  wait "$empty_pid" || true
+}
+
+if [ -n "${PAIRED_DATA:-}" ]; then
+  # The paired comparison alone, the filled server on a copy of a kept
+  # data dir (its admin kubeconfig names the port it had then).
+  cp -a "$PAIRED_DATA" "$work/data"
+  rm -f "$kc"
+  t0=$(date +%s%N)
+  serve_start "${args[@]}"
+  echo "server on a copy of $PAIRED_DATA ready in $(since "$t0") ($(nproc) CPUs)"
+  paired_bursts
+  exit 0
+fi
+
 t0=$(date +%s%N)
 serve_start "${args[@]}"
 echo "empty server ready in $(since "$t0") ($(nproc) CPUs)"
@@ -200,15 +231,7 @@ summary_db_kib=$(( $(stat -c %s "$db") >> 10 ))
 echo "etcd database file: $((summary_db_kib >> 10)) MiB"
 
 if [ -n "${PAIRED:-}" ]; then
-  # The empty server: the same flags, its own data dir and port.
-  "$work/allocator" serve --data-dir "$work/data0" --secure-port 0 "${args[@]}" >>"$work/server0.log" 2>&1 &
-  empty_pid=$!
-  trap 'kill -KILL "$empty_pid" 2>/dev/null || true; serve_cleanup' EXIT
-  serve_wait "$work/data0/admin.kubeconfig" "$empty_pid" "$work/server0.log"
-  "$work/scale" --kubeconfig "$kc" --pids "$server_pid" --compare-with "$work/data0/admin.kubeconfig" --compare-pids "$empty_pid" \
-    "${scale_args[@]}" --pairs "${PAIRS:-6}" --burst "${BURST:-10000}" ${PAIRED_PROFILES:+--profile-dir "$PAIRED_PROFILES"}
-  kill -TERM "$empty_pid"
-  wait "$empty_pid" || true
+  paired_bursts
 fi
 
 serve_stop

@@ -6,15 +6,16 @@ import (
 	"time"
 )
 
-// serveGCPercent is serve's GOGC when the environment sets none. The
-// server's heap is mostly long-lived caches (the informers' Services and
-// IPAddresses), and Go's default of 100 lets the heap grow to twice that
-// before a collection: at a million Services, gigabytes of garbage held
-// for nothing. 50 keeps the heap at one and a half times the live
-// objects for more frequent collections (docs/performance.md has the
-// figures: the memory saved and the CPU a create pays for it). GOGC in
-// the environment, set or "off", wins.
-const serveGCPercent = 50
+// serveGCPercent is serve's GOGC after its start-up when the environment
+// sets none: Go's default, at which the heap grows to twice the live
+// objects before a collection. Collecting more often (50, one and a half
+// times) saves a quarter of the heap but doubles the collector's CPU per
+// byte allocated, and at a million Services, where the live heap is
+// gigabytes of small objects the collector marks slowly, that made a
+// create on a full server cost half as much again as on an empty one
+// (docs/performance.md has the figures: the memory and the CPU per create
+// at both). GOGC in the environment, set or "off", wins.
+const serveGCPercent = 100
 
 // startupGCPercent is serve's GOGC until its start-up is over, when the
 // environment sets none. A start-up builds the whole live heap at once,
