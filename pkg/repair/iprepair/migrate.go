@@ -17,6 +17,7 @@ import (
 	"k8s.io/client-go/kubernetes"
 
 	"github.com/allocator/allocator/internal/holding"
+	"github.com/allocator/allocator/internal/slim"
 	"github.com/allocator/allocator/pkg/allocation"
 	"github.com/allocator/allocator/pkg/ipaddress"
 	"github.com/allocator/allocator/pkg/ipaddress/prefixindex"
@@ -404,7 +405,8 @@ func listIPAddressObjects(ctx context.Context, client kubernetes.Interface) (map
 }
 
 // ipAddressPages is a paged list of every IPAddress under way. Its first
-// page fixes the revision every later page is read at.
+// page fixes the revision every later page is read at. It keeps each
+// IPAddress as internal/slim.IPAddress does, without its managedFields.
 type ipAddressPages struct {
 	byName map[string]*networkingv1.IPAddress
 	opts   metav1.ListOptions
@@ -426,7 +428,7 @@ func (l *ipAddressPages) next(ctx context.Context, client kubernetes.Interface) 
 		return fmt.Errorf("list ipaddresses: %w", err)
 	}
 	for i := range list.Items {
-		l.byName[list.Items[i].Name] = &list.Items[i]
+		l.byName[list.Items[i].Name] = slim.IPAddress(&list.Items[i])
 	}
 	if l.opts.Continue == "" && list.Continue != "" {
 		l.opts.Limit = report.NextPageSize(list.RemainingItemCount)

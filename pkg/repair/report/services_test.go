@@ -116,3 +116,37 @@ func TestListServicesPages(t *testing.T) {
 		t.Errorf("page limits %v, want %v", limits, want)
 	}
 }
+
+// TestListServicesSlim: the listed Services are the slim copies the repairs
+// read (internal/slim), not the pages' items: what no repair reads is gone,
+// the addresses, ports and identity stay.
+func TestListServicesSlim(t *testing.T) {
+	t.Parallel()
+	now := metav1.NewTime(time.Unix(1000, 0))
+	full := corev1.Service{
+		ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "a", UID: "uid-a", ResourceVersion: "7", CreationTimestamp: now,
+			Labels: map[string]string{"app": "a"}, Annotations: map[string]string{"note": "dropped"},
+			ManagedFields: []metav1.ManagedFieldsEntry{{Manager: "kubectl", Operation: metav1.ManagedFieldsOperationUpdate}}},
+		Spec: corev1.ServiceSpec{Type: corev1.ServiceTypeNodePort, ClusterIP: "10.0.0.1", ClusterIPs: []string{"10.0.0.1", "fd00::1"},
+			Selector: map[string]string{"app": "a"}, Ports: []corev1.ServicePort{{Name: "http", Port: 80, Protocol: corev1.ProtocolTCP, NodePort: 30080}}},
+	}
+	client := fake.NewClientset()
+	client.PrependReactor("list", "services", func(k8stesting.Action) (bool, runtime.Object, error) {
+		return true, &corev1.ServiceList{Items: []corev1.Service{*full.DeepCopy()}}, nil
+	})
+	services, err := ListServices(context.Background(), client)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(services) != 1 {
+		t.Fatalf("%d Services, want 1", len(services))
+	}
+	got := services[0]
+	if got.ManagedFields != nil || got.Annotations != nil || got.Spec.Selector != nil {
+		t.Errorf("kept what no repair reads: managedFields %v, annotations %v, selector %v", got.ManagedFields, got.Annotations, got.Spec.Selector)
+	}
+	if got.UID != "uid-a" || got.ResourceVersion != "7" || !got.CreationTimestamp.Equal(&now) || got.Labels["app"] != "a" ||
+		!slices.Equal(got.Spec.ClusterIPs, full.Spec.ClusterIPs) || len(got.Spec.Ports) != 1 || got.Spec.Ports[0].NodePort != 30080 {
+		t.Errorf("lost what the repairs read: %+v", got)
+	}
+}
