@@ -587,6 +587,23 @@ func pendingLeak(ip, parent string) report.Problem {
 		Message: fmt.Sprintf("IPAddress %s (parent %s) is held by no Service; it is deleted once it is %v old", ip, parent, tableGrace)}
 }
 
+// dryRunPass runs one dry-run pass over client an hour after tableEpoch,
+// with workers (0: the default) and events recorded in events.
+func dryRunPass(t *testing.T, client *fake.Clientset, events *eventLog, workers int) *report.Report {
+	t.Helper()
+	r, err := iprepair.NewIPAddressRepair(iprepair.IPAddressConfig{Workers: workers, Options: repair.Options{
+		Client: client, Recorder: events, DryRun: true, OrphanGrace: tableGrace, Now: func() time.Time { return tableEpoch.Add(time.Hour) },
+	}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	rep, err := r.RunOnce(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	return rep
+}
+
 // TestIPAddressRepairDryRun: a dry run over every kind of fault finds what
 // a real pass would, and writes nothing and emits no event.
 func TestIPAddressRepairDryRun(t *testing.T) {
@@ -598,17 +615,7 @@ func TestIPAddressRepairDryRun(t *testing.T) {
 		ours("10.0.0.11", "ghost"), ours("10.0.0.12", "ghost"), // and a leak
 	)
 	events := &eventLog{}
-	clock := clocktesting.NewFakeClock(tableEpoch.Add(time.Hour))
-	r, err := iprepair.NewIPAddressRepair(iprepair.IPAddressConfig{Options: repair.Options{
-		Client: client, Recorder: events, DryRun: true, OrphanGrace: tableGrace, Now: clock.Now,
-	}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	rep, err := r.RunOnce(context.Background())
-	if err != nil {
-		t.Fatal(err)
-	}
+	rep := dryRunPass(t, client, events, 0)
 	var found []string
 	for _, p := range rep.Problems {
 		found = append(found, fmt.Sprintf("%s %s %s fixed=%v", p.Type, p.Reason, p.IP, p.Fixed))
@@ -779,17 +786,7 @@ func TestIPAddressRepairPassWorkers(t *testing.T) {
 		objs = append(objs, ours(fmt.Sprintf("10.0.%d.%d", 14+i/200, 1+i%200), "ghost"))
 	}
 	pass := func(workers int) []string {
-		client := fake.NewClientset(objs...)
-		r, err := iprepair.NewIPAddressRepair(iprepair.IPAddressConfig{Workers: workers, Options: repair.Options{
-			Client: client, DryRun: true, OrphanGrace: tableGrace, Now: func() time.Time { return tableEpoch.Add(time.Hour) },
-		}})
-		if err != nil {
-			t.Fatal(err)
-		}
-		rep, err := r.RunOnce(context.Background())
-		if err != nil {
-			t.Fatal(err)
-		}
+		rep := dryRunPass(t, fake.NewClientset(objs...), &eventLog{}, workers)
 		var found []string
 		for _, p := range rep.Problems {
 			found = append(found, fmt.Sprintf("%s %s %s", p.Type, p.Reason, p.IP))
