@@ -10,11 +10,11 @@ import (
 // sets none: Go's default, at which the heap grows to twice the live
 // objects before a collection. Collecting more often (50, one and a half
 // times) saves a quarter of the heap but doubles the collector's CPU per
-// byte allocated, and at a million Services, where the live heap is
-// gigabytes of small objects the collector marks slowly, that made a
-// create on a full server cost half as much again as on an empty one
-// (docs/performance.md has the figures: the memory and the CPU per create
-// at both). GOGC in the environment, set or "off", wins.
+// byte allocated: at a million Services, where the live heap is gigabytes
+// of small objects the collector marks slowly, a create on a full server
+// then costs 1.6-1.8 times one on an empty server, against 1.2-1.5 at
+// 100 (docs/performance.md has the figures: the memory and the CPU per
+// create at both). GOGC in the environment, set or "off", wins.
 const serveGCPercent = 100
 
 // startupGCPercent is serve's GOGC until its start-up is over, when the

@@ -48,8 +48,8 @@ func NextPageSize(remaining *int64) int64 {
 // fields the repairs and the migrations read, what the server's Service
 // informer keeps), each an allocation of its own, so a page's decoded items,
 // their managedFields and everything else no reader reads, are garbage
-// once the next page is read: a job that kept the pages held every Service
-// whole, 4 to 5 GB at a million Services.
+// once the next page is read. Keeping the pages would hold every Service
+// whole: 4 to 5 GB of the job's memory at a million Services.
 func ListServices(ctx context.Context, client kubernetes.Interface) ([]*corev1.Service, error) {
 	var services []*corev1.Service
 	opts := metav1.ListOptions{Limit: ListPageSize}
