@@ -158,7 +158,7 @@ func lostDelete(t *testing.T, m model.Name) {
 
 	key := etcdlayout.Layout{}.Service(namespace, "lost")
 	for attempt := 1; ; attempt++ {
-		warmWriteLease(ctx, t, fast, attempt)
+		warmWriteLease(ctx, t, fast, "lost", attempt)
 		proxy.Set(faultproxy.Fault{Delay: lostDelay, Direction: faultproxy.ToTarget, Match: [][]byte{[]byte(key)}})
 		err = slow.CoreV1().Services(namespace).Delete(ctx, "lost", metav1.DeleteOptions{})
 		if err == nil || apierrors.IsNotFound(err) {
@@ -249,7 +249,15 @@ func TestLostClaimLeavesNothing(t *testing.T) {
 	key := etcdlayout.Layout{}.IPAddress(ip)
 	svc := newService("claimed", shape{typ: corev1.ServiceTypeClusterIP})
 	svc.Spec.ClusterIP, svc.Spec.ClusterIPs = ip, []string{ip}
+	// A Service of its own to warm the write lease with, on an address of
+	// the static band, which no dynamic allocation takes.
+	warm := newService("warm", shape{typ: corev1.ServiceTypeClusterIP})
+	warm.Spec.ClusterIP, warm.Spec.ClusterIPs = "10.96.0.5", []string{"10.96.0.5"}
+	if _, err := l.fast.CoreV1().Services(namespace).Create(ctx, warm, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
 	for attempt := 1; ; attempt++ {
+		warmWriteLease(ctx, t, l.fast, "warm", attempt)
 		if claimLandedLate(ctx, t, l, key, svc) {
 			break
 		}
@@ -307,16 +315,18 @@ func claimLandedLate(ctx context.Context, t *testing.T, l lostSetup, key string,
 	return true
 }
 
-// warmWriteLease writes Service "lost" through the fast path, so that the
-// faulted delete right after it finds a write lease to reuse. A server
+// warmWriteLease writes Service name through the fast path, so that the
+// faulted write right after it finds a write lease to reuse. A server
 // hands a lease out for at most 10 s after its grant (fence.maxLeaseReuse);
-// later, a delete must ask etcd for a new one under the fault, and that
-// grant may outlive the request, so that no attempt could reach etcd. It
-// waits until the watch cache holds the write, so that the delete's read
-// is still the cache's.
-func warmWriteLease(ctx context.Context, t *testing.T, fast kubernetes.Interface, attempt int) {
+// later, a write must ask etcd for a new one under the fault, and the
+// fault delays every byte behind the faulted key's on the server's one
+// connection to etcd, so that grant may outlive the request and no
+// attempt could reach etcd. It waits until a read at the write's
+// resourceVersion sees it, so that a watch cache's read is still the
+// cache's.
+func warmWriteLease(ctx context.Context, t *testing.T, fast kubernetes.Interface, name string, attempt int) {
 	t.Helper()
-	cur, err := fast.CoreV1().Services(namespace).Get(ctx, "lost", metav1.GetOptions{})
+	cur, err := fast.CoreV1().Services(namespace).Get(ctx, name, metav1.GetOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -325,7 +335,7 @@ func warmWriteLease(ctx context.Context, t *testing.T, fast kubernetes.Interface
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := fast.CoreV1().Services(namespace).Get(ctx, "lost", metav1.GetOptions{ResourceVersion: updated.ResourceVersion}); err != nil {
+	if _, err := fast.CoreV1().Services(namespace).Get(ctx, name, metav1.GetOptions{ResourceVersion: updated.ResourceVersion}); err != nil {
 		t.Fatal(err)
 	}
 }
