@@ -249,8 +249,8 @@ func TestLostClaimLeavesNothing(t *testing.T) {
 	key := etcdlayout.Layout{}.IPAddress(ip)
 	svc := newService("claimed", shape{typ: corev1.ServiceTypeClusterIP})
 	svc.Spec.ClusterIP, svc.Spec.ClusterIPs = ip, []string{ip}
-	// A Service of its own to warm the write lease with, on an address of
-	// the static band, which no dynamic allocation takes.
+	// A Service of its own to warm the write lease with, on an address it
+	// names: allocated dynamically, it could take the test's own.
 	warm := newService("warm", shape{typ: corev1.ServiceTypeClusterIP})
 	warm.Spec.ClusterIP, warm.Spec.ClusterIPs = "10.96.0.5", []string{"10.96.0.5"}
 	if _, err := l.fast.CoreV1().Services(namespace).Create(ctx, warm, metav1.CreateOptions{}); err != nil {
