@@ -1,6 +1,7 @@
 package iprepair
 
 import (
+	"context"
 	"fmt"
 	"math/rand/v2"
 	"net/netip"
@@ -11,10 +12,14 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	networkingv1 "k8s.io/api/networking/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes/fake"
+	corelisters "k8s.io/client-go/listers/core/v1"
 	networkinglisters "k8s.io/client-go/listers/networking/v1"
 	"k8s.io/client-go/tools/cache"
 
 	"github.com/allocator/allocator/internal/holding"
+	"github.com/allocator/allocator/pkg/repair"
+	"github.com/allocator/allocator/pkg/repair/report"
 )
 
 func TestIPAddressServiceCIDRsContains(t *testing.T) {
@@ -235,5 +240,57 @@ func TestInformerViewKeys(t *testing.T) {
 	}
 	if diff := cmp.Diff(want, got); diff != "" {
 		t.Errorf("keys (-want +got):\n%s", diff)
+	}
+}
+
+// TestInformerViewPassWorkers: a dry-run pass over the server's view, the
+// informers' caches, finds on four workers what it finds on one, in the
+// same order, the addresses' (run under -race, the view read from several
+// goroutines).
+func TestInformerViewPassWorkers(t *testing.T) {
+	t.Parallel()
+	services := indexedServices(t)
+	ips := cache.NewIndexer(cache.MetaNamespaceKeyFunc, cache.Indexers{})
+	i := 0
+	for k := range scanHolders(services) {
+		if i++; i%3 != 0 { // two in three held addresses with an IPAddress, none its owner's
+			if err := ips.Add(&networkingv1.IPAddress{ObjectMeta: metav1.ObjectMeta{Name: k}}); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	cidrs := cache.NewIndexer(cache.MetaNamespaceKeyFunc, cache.Indexers{})
+	if err := cidrs.Add(&networkingv1.ServiceCIDR{ObjectMeta: metav1.ObjectMeta{Name: "kubernetes"},
+		Spec: networkingv1.ServiceCIDRSpec{CIDRs: []string{"10.0.0.0/16", "fd00::/64"}}}); err != nil {
+		t.Fatal(err)
+	}
+	view := &informerView{serviceIndexer: services, serviceLister: corelisters.NewServiceLister(services),
+		ipLister: networkinglisters.NewIPAddressLister(ips), cidrLister: networkinglisters.NewServiceCIDRLister(cidrs)}
+	pass := func(workers int) []report.Problem {
+		r, err := NewIPAddressRepair(IPAddressConfig{Workers: workers, Options: repair.Options{Client: fake.NewClientset(), DryRun: true}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		rep, err := r.pass(context.Background(), view)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return rep.Problems
+	}
+	one := pass(1)
+	if len(one) < 1000 {
+		t.Fatalf("one worker found %d problems; the view should give thousands", len(one))
+	}
+	var addrs []netip.Addr // the problems' addresses, in key order
+	for _, p := range one {
+		if ip, err := netip.ParseAddr(p.IP); err == nil {
+			addrs = append(addrs, ip)
+		}
+	}
+	if !slices.IsSortedFunc(addrs, netip.Addr.Compare) {
+		t.Errorf("one worker's problems are not in address order")
+	}
+	if diff := cmp.Diff(one, pass(4)); diff != "" {
+		t.Errorf("four workers against one (-one +four):\n%s", diff)
 	}
 }
