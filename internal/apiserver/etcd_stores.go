@@ -224,7 +224,7 @@ func (p *etcdStores) rawStorage(config *storagebackend.ConfigForResource, newFun
 		return nil, nil, fmt.Errorf("etcd storage of %s: %w", config.GroupResource, err)
 	}
 	var once sync.Once
-	return store, func() {
+	return newPresizedLists(store, resourcePrefix), func() {
 		once.Do(func() {
 			store.Close()
 			_ = client.Close()
