@@ -266,7 +266,7 @@ func newListView(ctx context.Context, client kubernetes.Interface) (*listView, e
 	ipsDone := make(chan struct{})
 	go func() {
 		defer close(ipsDone)
-		v.ips, ipErr = ipPages.rest(ctx, client)
+		v.ips, ipErr = ipPages.rest(ctx)
 	}()
 	services, err := report.ListServices(ctx, client) // oldest first
 	if err != nil {

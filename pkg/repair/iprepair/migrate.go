@@ -17,7 +17,6 @@ import (
 	"k8s.io/client-go/kubernetes"
 
 	"github.com/allocator/allocator/internal/holding"
-	"github.com/allocator/allocator/internal/slim"
 	"github.com/allocator/allocator/pkg/allocation"
 	"github.com/allocator/allocator/pkg/ipaddress"
 	"github.com/allocator/allocator/pkg/ipaddress/prefixindex"
@@ -401,7 +400,7 @@ func listIPAddressObjects(ctx context.Context, client kubernetes.Interface) (map
 	if err != nil {
 		return nil, err
 	}
-	return list.rest(ctx, client)
+	return list.rest(ctx)
 }
 
 // ipAddressPages is a paged list of every IPAddress under way. Its first
@@ -409,38 +408,40 @@ func listIPAddressObjects(ctx context.Context, client kubernetes.Interface) (map
 // IPAddress as internal/slim.IPAddress does, without its managedFields.
 type ipAddressPages struct {
 	byName map[string]*networkingv1.IPAddress
+	pages  *report.Pages[*networkingv1.IPAddress]
 	opts   metav1.ListOptions
 }
 
 // firstIPAddressPage reads the first page of a list of every IPAddress.
 func firstIPAddressPage(ctx context.Context, client kubernetes.Interface) (*ipAddressPages, error) {
-	l := &ipAddressPages{byName: map[string]*networkingv1.IPAddress{}, opts: metav1.ListOptions{Limit: report.ListPageSize}}
-	if err := l.next(ctx, client); err != nil {
+	l := &ipAddressPages{byName: map[string]*networkingv1.IPAddress{}, pages: report.IPAddressPages(client),
+		opts: metav1.ListOptions{Limit: report.ListPageSize}}
+	if err := l.next(ctx); err != nil {
 		return nil, err
 	}
 	return l, nil
 }
 
 // next reads one page.
-func (l *ipAddressPages) next(ctx context.Context, client kubernetes.Interface) error {
-	list, err := client.NetworkingV1().IPAddresses().List(ctx, l.opts)
+func (l *ipAddressPages) next(ctx context.Context) error {
+	items, meta, err := l.pages.Page(ctx, l.opts)
 	if err != nil {
-		return fmt.Errorf("list ipaddresses: %w", err)
+		return err
 	}
-	for i := range list.Items {
-		l.byName[list.Items[i].Name] = slim.IPAddress(&list.Items[i])
+	for _, ipa := range items {
+		l.byName[ipa.Name] = ipa
 	}
-	if l.opts.Continue == "" && list.Continue != "" {
-		l.opts.Limit = report.NextPageSize(list.RemainingItemCount)
+	if l.opts.Continue == "" && meta.Continue != "" {
+		l.opts.Limit = report.NextPageSize(meta.RemainingItemCount)
 	}
-	l.opts.Continue = list.Continue
+	l.opts.Continue = meta.Continue
 	return nil
 }
 
 // rest reads the pages after the first and returns every IPAddress by name.
-func (l *ipAddressPages) rest(ctx context.Context, client kubernetes.Interface) (map[string]*networkingv1.IPAddress, error) {
+func (l *ipAddressPages) rest(ctx context.Context) (map[string]*networkingv1.IPAddress, error) {
 	for l.opts.Continue != "" {
-		if err := l.next(ctx, client); err != nil {
+		if err := l.next(ctx); err != nil {
 			return nil, err
 		}
 	}

@@ -10,8 +10,6 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
-
-	"github.com/allocator/allocator/internal/slim"
 )
 
 // ListPageSize is the first page's size in the repairs' and the
@@ -46,28 +44,27 @@ func NextPageSize(remaining *int64) int64 {
 //
 // It returns the slim copy of each Service (internal/slim.Service: the
 // fields the repairs and the migrations read, what the server's Service
-// informer keeps), each an allocation of its own, so a page's decoded items,
-// their managedFields and everything else no reader reads, are garbage
-// once the next page is read. Keeping the pages would hold every Service
-// whole: 4 to 5 GB of the job's memory at a million Services.
+// informer keeps), each an allocation of its own, read from the pages'
+// bytes by ServicePages, so nothing else of a page outlives it. Keeping
+// the pages whole would hold 4 to 5 GB of the job's memory at a million
+// Services.
 func ListServices(ctx context.Context, client kubernetes.Interface) ([]*corev1.Service, error) {
 	var services []*corev1.Service
+	pages := ServicePages(client)
 	opts := metav1.ListOptions{Limit: ListPageSize}
 	for {
-		list, err := client.CoreV1().Services(metav1.NamespaceAll).List(ctx, opts)
+		items, meta, err := pages.Page(ctx, opts)
 		if err != nil {
-			return nil, fmt.Errorf("list services: %w", err)
+			return nil, err
 		}
-		for i := range list.Items {
-			services = append(services, slim.Service(&list.Items[i]))
-		}
-		if list.Continue == "" {
+		services = append(services, items...)
+		if meta.Continue == "" {
 			break
 		}
 		if opts.Continue == "" {
-			opts.Limit = NextPageSize(list.RemainingItemCount)
+			opts.Limit = NextPageSize(meta.RemainingItemCount)
 		}
-		opts.Continue = list.Continue
+		opts.Continue = meta.Continue
 	}
 	slices.SortFunc(services, OldestFirst)
 	return services, nil
