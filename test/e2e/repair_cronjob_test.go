@@ -254,15 +254,18 @@ func testByDesign(t *testing.T, f *fleet, client kubernetes.Interface) {
 	if _, err := client.CoreV1().Namespaces().Update(ctx, ns, metav1.UpdateOptions{}); err != nil {
 		t.Fatal(err)
 	}
+	// In the range's lower band: a dynamic allocation takes from it only
+	// once the upper band is full, and this cluster holds a handful of
+	// Services, any of which may hold an address of the upper band.
 	handMade := &networkingv1.IPAddress{
-		ObjectMeta: metav1.ObjectMeta{Name: "10.0.0.200", Labels: map[string]string{ipaddress.LabelIPFamily: "IPv4"}},
+		ObjectMeta: metav1.ObjectMeta{Name: "10.0.0.10", Labels: map[string]string{ipaddress.LabelIPFamily: "IPv4"}},
 		Spec:       networkingv1.IPAddressSpec{ParentRef: &networkingv1.ParentReference{Resource: "services", Namespace: "default", Name: "ghost"}},
 	}
 	if _, err := client.NetworkingV1().IPAddresses().Create(ctx, handMade, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
 	rep := expectGreen(t, f, "etcd holds no ClusterIP RangeAllocation", 2)
-	for ip, want := range map[string]string{"10.2.0.5": "kubectl label namespace team-a", "10.0.0.200": "kubectl delete ipaddress 10.0.0.200"} {
+	for ip, want := range map[string]string{"10.2.0.5": "kubectl label namespace team-a", "10.0.0.10": "kubectl delete ipaddress 10.0.0.10"} {
 		i := slices.IndexFunc(rep.Problems, func(p report.Problem) bool { return p.IP == ip })
 		if i < 0 || !strings.Contains(rep.Problems[i].Clear, want) {
 			t.Errorf("finding about %s: %+v; want one whose clear says %q", ip, rep.Problems, want)
