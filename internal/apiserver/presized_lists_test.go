@@ -48,21 +48,12 @@ func TestPresizedLists(t *testing.T) {
 	for i := range 50 {
 		put("other", 1000+i)
 	}
-	opts, err := getter.GetRESTOptions(corev1.Resource("services"), nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	store, destroy, err := getter.stores.rawStorage(opts.StorageConfig,
-		func() runtime.Object { return &corev1.Service{} }, func() runtime.Object { return &corev1.ServiceList{} }, opts.ResourcePrefix)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer destroy()
+	store, prefix := servicesStore(t, getter)
 	presized, ok := store.(*presizedLists)
 	if !ok {
 		t.Fatalf("the Services' store is a %T, not presized", store)
 	}
-	whole, other := opts.ResourcePrefix, opts.ResourcePrefix+"/other"
+	whole, other := prefix, prefix+"/other"
 	page := func(limit int64) storage.ListOptions {
 		p := storage.Everything
 		p.Limit = limit
@@ -149,16 +140,7 @@ func BenchmarkGetListPage(b *testing.B) {
 			b.Fatal(err)
 		}
 	}
-	opts, err := getter.GetRESTOptions(corev1.Resource("services"), nil)
-	if err != nil {
-		b.Fatal(err)
-	}
-	store, destroy, err := getter.stores.rawStorage(opts.StorageConfig,
-		func() runtime.Object { return &corev1.Service{} }, func() runtime.Object { return &corev1.ServiceList{} }, opts.ResourcePrefix)
-	if err != nil {
-		b.Fatal(err)
-	}
-	defer destroy()
+	store, prefix := servicesStore(b, getter)
 	for _, bc := range []struct {
 		name  string
 		store storage.Interface
@@ -169,7 +151,7 @@ func BenchmarkGetListPage(b *testing.B) {
 			b.ReportAllocs()
 			for b.Loop() {
 				list := &corev1.ServiceList{}
-				if err := bc.store.GetList(ctx, opts.ResourcePrefix, storage.ListOptions{Recursive: true, Predicate: p}, list); err != nil {
+				if err := bc.store.GetList(ctx, prefix, storage.ListOptions{Recursive: true, Predicate: p}, list); err != nil {
 					b.Fatal(err)
 				}
 				if len(list.Items) != n {
@@ -178,4 +160,21 @@ func BenchmarkGetListPage(b *testing.B) {
 			}
 		})
 	}
+}
+
+// servicesStore is the Services' etcd store as getter builds it for the
+// registry, and its key prefix; it is destroyed when tb ends.
+func servicesStore(tb testing.TB, getter *restOptionsGetter) (storage.Interface, string) {
+	tb.Helper()
+	opts, err := getter.GetRESTOptions(corev1.Resource("services"), nil)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	store, destroy, err := getter.stores.rawStorage(opts.StorageConfig,
+		func() runtime.Object { return &corev1.Service{} }, func() runtime.Object { return &corev1.ServiceList{} }, opts.ResourcePrefix)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	tb.Cleanup(destroy)
+	return store, opts.ResourcePrefix
 }
