@@ -18,9 +18,9 @@ import (
 // room for each chunk only up to the chunk's own length: past the first,
 // every item is appended to a slice of whole objects that copies itself
 // each time it fills, about four times its final size allocated, copied
-// and cleared for each page. A page of 50,000 Services is 35 MB of items;
-// at a million Services the growth was a quarter of the server's CPU while
-// a repair job listed everything through the API.
+// and cleared for each page. A page of 50,000 Services is 30 MB of items;
+// while a repair job lists a million Services and IPAddresses through the
+// API, that growth would be about a quarter of the server's CPU.
 //
 // The room is the page's limit, or, for a list of the whole collection, the
 // collection's object count, never more than that count: a page of 50,000
