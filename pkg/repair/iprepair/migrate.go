@@ -409,13 +409,11 @@ func listIPAddressObjects(ctx context.Context, client kubernetes.Interface) (map
 type ipAddressPages struct {
 	byName map[string]*networkingv1.IPAddress
 	pages  *report.Pages[*networkingv1.IPAddress]
-	opts   metav1.ListOptions
 }
 
 // firstIPAddressPage reads the first page of a list of every IPAddress.
 func firstIPAddressPage(ctx context.Context, client kubernetes.Interface) (*ipAddressPages, error) {
-	l := &ipAddressPages{byName: map[string]*networkingv1.IPAddress{}, pages: report.IPAddressPages(client),
-		opts: metav1.ListOptions{Limit: report.ListPageSize}}
+	l := &ipAddressPages{byName: map[string]*networkingv1.IPAddress{}, pages: report.IPAddressPages(client)}
 	if err := l.next(ctx); err != nil {
 		return nil, err
 	}
@@ -424,23 +422,19 @@ func firstIPAddressPage(ctx context.Context, client kubernetes.Interface) (*ipAd
 
 // next reads one page.
 func (l *ipAddressPages) next(ctx context.Context) error {
-	items, meta, err := l.pages.Page(ctx, l.opts)
+	items, err := l.pages.Next(ctx)
 	if err != nil {
 		return err
 	}
 	for _, ipa := range items {
 		l.byName[ipa.Name] = ipa
 	}
-	if l.opts.Continue == "" && meta.Continue != "" {
-		l.opts.Limit = report.NextPageSize(meta.RemainingItemCount)
-	}
-	l.opts.Continue = meta.Continue
 	return nil
 }
 
 // rest reads the pages after the first and returns every IPAddress by name.
 func (l *ipAddressPages) rest(ctx context.Context) (map[string]*networkingv1.IPAddress, error) {
-	for l.opts.Continue != "" {
+	for !l.pages.Done() {
 		if err := l.next(ctx); err != nil {
 			return nil, err
 		}

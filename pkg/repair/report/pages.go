@@ -21,9 +21,12 @@ import (
 // bytes of a protobuf page are walked for the fields kept, each object an
 // allocation of its own, instead of decoded whole into a list whose items
 // the decoder grows by copying them. A page is read into one buffer the
-// pages share. At a million Services the whole decode, the growth of the
-// pages' items and of their bytes were most of a repair job's CPU, which
-// shares the machine with the API server answering it.
+// pages share. Decoding whole is most of a job's CPU at scale, and the job
+// shares the machine with the API server answering it (docs/performance.md).
+//
+// Next reads the list in the repairs' pages: ListPageSize first, then
+// NextPageSize of what the first page says remains, each page at the
+// first page's revision (its continue token).
 //
 // Bytes the walk does not read (JSON from a server that sends no
 // protobuf, anything else) are decoded in full and then made slim; a
@@ -36,7 +39,29 @@ type Pages[T any] struct {
 	slim     func(runtime.Object) ([]T, metav1.ListMeta, error)
 	typed    func(context.Context, metav1.ListOptions) (runtime.Object, error)
 	buf      bytes.Buffer
+
+	opts metav1.ListOptions // Next's next page; Limit 0: none read yet
 }
+
+// Next reads the list's next page; Done reports when there is none left.
+func (p *Pages[T]) Next(ctx context.Context) ([]T, error) {
+	first := p.opts.Limit == 0
+	if first {
+		p.opts.Limit = ListPageSize
+	}
+	items, meta, err := p.Page(ctx, p.opts)
+	if err != nil {
+		return nil, err
+	}
+	if first && meta.Continue != "" {
+		p.opts.Limit = NextPageSize(meta.RemainingItemCount)
+	}
+	p.opts.Continue = meta.Continue
+	return items, nil
+}
+
+// Done reports whether Next has read the list's last page.
+func (p *Pages[T]) Done() bool { return p.opts.Limit != 0 && p.opts.Continue == "" }
 
 // ServicePages reads the pages of a list of every Service as slim.Service
 // makes them.

@@ -8,7 +8,6 @@ import (
 	"strings"
 
 	corev1 "k8s.io/api/core/v1"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
 )
 
@@ -50,21 +49,12 @@ func NextPageSize(remaining *int64) int64 {
 // Services.
 func ListServices(ctx context.Context, client kubernetes.Interface) ([]*corev1.Service, error) {
 	var services []*corev1.Service
-	pages := ServicePages(client)
-	opts := metav1.ListOptions{Limit: ListPageSize}
-	for {
-		items, meta, err := pages.Page(ctx, opts)
+	for pages := ServicePages(client); !pages.Done(); {
+		items, err := pages.Next(ctx)
 		if err != nil {
 			return nil, err
 		}
 		services = append(services, items...)
-		if meta.Continue == "" {
-			break
-		}
-		if opts.Continue == "" {
-			opts.Limit = NextPageSize(meta.RemainingItemCount)
-		}
-		opts.Continue = meta.Continue
 	}
 	slices.SortFunc(services, OldestFirst)
 	return services, nil
