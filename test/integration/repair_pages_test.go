@@ -14,9 +14,10 @@ import (
 	"github.com/allocator/allocator/pkg/repair/report"
 )
 
-// TestRepairPagesWalk: the repairs' pages of Services and IPAddresses, read
-// from the real server as protobuf and walked for what the repairs keep,
-// hold what client-go's typed lists hold once made slim, page for page
+// TestRepairPagesWalk: the real server's protobuf pages are what the walk
+// reads; the repairs' pages of Services and IPAddresses, read from it and
+// walked for what the repairs keep, hold what client-go's typed lists hold
+// once made slim, page for page
 // (Services of every type, dual-stack, with node ports, labels and
 // managedFields; the continue token and remaining count of each page).
 func TestRepairPagesWalk(t *testing.T) {
@@ -42,6 +43,26 @@ func TestRepairPagesWalk(t *testing.T) {
 	}))
 	for i := range 5 {
 		mustCreate(t, ctx, srv.client, newService(fmt.Sprintf("more-%d", i)))
+	}
+
+	// The server's pages are what the walk reads, not what it leaves to the
+	// full decode.
+	for resource, walk := range map[string]func([]byte) bool{
+		"services":    func(b []byte) bool { _, _, ok := slim.DecodeServiceList(b); return ok },
+		"ipaddresses": func(b []byte) bool { _, _, ok := slim.DecodeIPAddressList(b); return ok },
+	} {
+		rc := srv.client.CoreV1().RESTClient()
+		if resource == "ipaddresses" {
+			rc = srv.client.NetworkingV1().RESTClient()
+		}
+		raw, err := rc.Get().Resource(resource).Param("limit", "4").
+			SetHeader("Accept", "application/vnd.kubernetes.protobuf").DoRaw(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !walk(raw) {
+			t.Errorf("a page of %s from the server: the walk does not read it", resource)
+		}
 	}
 
 	services := report.ServicePages(srv.client)
