@@ -18,9 +18,9 @@ import (
 // room for each chunk only up to the chunk's own length: past the first,
 // every item is appended to a slice of whole objects that copies itself
 // each time it fills, about four times its final size allocated, copied
-// and cleared for each page. A page of 50,000 Services is 30 MB of items;
-// while a repair job lists a million Services and IPAddresses through the
-// API, that growth would be about a quarter of the server's CPU.
+// and cleared for each page. A page of 50,000 Services is 30 MB of items
+// (592 bytes each), so a list of a large collection pays that growth on
+// every page (docs/performance.md: the repair through the API).
 //
 // The room is the page's limit, or, for a list of the whole collection, the
 // collection's object count, never more than that count: a page of 50,000
@@ -40,8 +40,9 @@ type presizedLists struct {
 }
 
 // countTTL is how long a collection's count is taken as is: longer than the
-// registry's minute between its own reads with their jitter, since at a
-// million keys a count-only read walks etcd's index for about 200 ms.
+// registry's minute between its own reads with their jitter, so that a
+// list reads it itself only when the registry does not (a count-only read
+// walks etcd's index over every key of the collection).
 const countTTL = 90 * time.Second
 
 // maxRoom bounds the room given a list of the whole collection ahead of its

@@ -11,10 +11,10 @@ import (
 // objects before a collection. Collecting more often (50, one and a half
 // times) saves a quarter of the heap but doubles the collector's CPU per
 // byte allocated: at a million Services, where the live heap is gigabytes
-// of small objects the collector marks slowly, a create on a full server
-// then costs 1.6-1.8 times one on an empty server, against 1.2-1.5 at
-// 100 (docs/performance.md has the figures: the memory and the CPU per
-// create at both). GOGC in the environment, set or "off", wins.
+// of small objects the collector marks slowly, that collector's CPU is most
+// of what a create on a full server costs beyond one on an empty server
+// (docs/performance.md has the memory and the CPU per create at both).
+// GOGC in the environment, set or "off", wins.
 const serveGCPercent = 100
 
 // startupGCPercent is serve's GOGC until its start-up is over, when the
