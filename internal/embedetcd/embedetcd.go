@@ -17,6 +17,7 @@ import (
 	"go.etcd.io/etcd/api/v3/etcdserverpb"
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.etcd.io/etcd/server/v3/embed"
+	"go.etcd.io/etcd/server/v3/etcdserver"
 	"go.etcd.io/etcd/server/v3/etcdserver/api/v3client"
 	"go.etcd.io/etcd/server/v3/etcdserver/api/v3rpc"
 	"go.etcd.io/etcd/server/v3/proxy/grpcproxy/adapter"
@@ -86,8 +87,9 @@ type Config struct {
 
 // Server is a running etcd member.
 type Server struct {
-	cfg  Config
-	etcd *embed.Etcd
+	cfg    Config
+	etcd   *embed.Etcd
+	counts *rangeCounts // the in-process clients' counted pages (rangecount.go)
 
 	closeOnce sync.Once
 }
@@ -184,7 +186,7 @@ func start(ctx context.Context, cfg Config) (*Server, error) {
 	}
 	select {
 	case <-e.Server.ReadyNotify():
-		return &Server{cfg: cfg, etcd: e}, nil
+		return &Server{cfg: cfg, etcd: e, counts: newRangeCounts()}, nil
 	case err := <-e.Err():
 		e.Close()
 		return nil, fmt.Errorf("etcd failed before becoming ready: %w", err)
@@ -237,17 +239,20 @@ func (s *Server) ClientTLS() (*tls.Config, error) {
 func (s *Server) InProcessClient() *clientv3.Client {
 	c := v3client.New(s.etcd.Server)
 	server := v3rpc.NewQuotaKVServer(s.etcd.Server)
-	kv := inProcessKV{KVClient: adapter.KvServerToKvClient(server), server: server, closed: c.Ctx()}
+	kv := inProcessKV{KVClient: adapter.KvServerToKvClient(server), server: server, member: s.etcd.Server, counts: s.counts, closed: c.Ctx()}
 	c.KV = clientv3.NewKVFromKVClient(kv, c)
 	return c
 }
 
 // inProcessKV is the key-value API of an in-process client: writes detached
-// from their context's end, streaming ranges (RangeStream), every call
-// refused once closed ends (the client's Close).
+// from their context's end, streaming ranges (RangeStream) whose pages are
+// counted once (rangecount.go), every call refused once closed ends (the
+// client's Close).
 type inProcessKV struct {
 	etcdserverpb.KVClient
 	server etcdserverpb.KVServer
+	member *etcdserver.EtcdServer
+	counts *rangeCounts
 	closed context.Context
 }
 

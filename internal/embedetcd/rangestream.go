@@ -16,7 +16,9 @@ import (
 // and falls back to paging with Range when it is not implemented, as
 // etcd's own in-process adapter does not: each page of Range counts every
 // key after it, so the pages of a million keys cost time quadratic in
-// their number. The stream counts once, at its end.
+// their number. The stream counts once, at its end, and a page that
+// continues a list whose last page it followed is not counted at all
+// (rangecount.go).
 //
 // The chunks are the handler's own, unmarshalled nowhere: like Range's
 // responses in process, they may share byte slices with etcd, and the
@@ -27,9 +29,19 @@ func (k inProcessKV) RangeStream(ctx context.Context, in *etcdserverpb.RangeRequ
 	}
 	ctx, cancel := context.WithCancel(ctx)
 	p := &rangePipe{ctx: ctx, chunks: make(chan *etcdserverpb.RangeStreamResponse, 1), done: make(chan struct{})}
+	start, inRange, counted := k.counts.countedStart(in)
+	// etcd's handler changes the request as it goes: what the page's end
+	// needs is read here.
+	end := &pageEnd{counts: k.counts, end: string(in.RangeEnd), rev: in.Revision}
 	go func() {
 		defer cancel()
-		p.err = k.server.RangeStream(in, rangePipeServer{p})
+		if counted {
+			p.err = k.counts.streamCounted(ctx, k.member, in, start, inRange, func(resp *etcdserverpb.RangeResponse) error {
+				return rangePipeServer{p: p}.Send(&etcdserverpb.RangeStreamResponse{RangeResponse: resp})
+			})
+		} else {
+			p.err = k.server.RangeStream(in, rangePipeServer{p, end})
+		}
 		close(p.done)
 	}()
 	return rangePipeClient{p}, nil
@@ -45,12 +57,19 @@ type rangePipe struct {
 }
 
 // rangePipeServer is the handler's end: Send waits for the caller to take
-// the chunk, or for the caller's context to end.
-type rangePipeServer struct{ p *rangePipe }
+// the chunk, or for the caller's context to end. end, when set, keeps the
+// count of the keys after the page (rangecount.go).
+type rangePipeServer struct {
+	p   *rangePipe
+	end *pageEnd
+}
 
 func (s rangePipeServer) Send(resp *etcdserverpb.RangeStreamResponse) error {
 	if err := s.p.ctx.Err(); err != nil {
 		return err // the caller went away: send nothing more
+	}
+	if s.end != nil {
+		s.end.saw(resp.RangeResponse)
 	}
 	select {
 	case s.p.chunks <- resp:
