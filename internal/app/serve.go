@@ -188,15 +188,20 @@ func startEmbeddedEtcd(ctx context.Context, dir string, pki embedetcd.PKI) (*emb
 	} else if !errors.Is(err, fs.ErrNotExist) {
 		return nil, fmt.Errorf("read %s: %w", urlsPath, err)
 	}
-	startCtx, cancel := context.WithTimeout(ctx, time.Minute)
-	defer cancel()
-	cfg := embedetcd.Config{DataDir: dir, ClientURL: prev.ClientURL, PeerURL: prev.PeerURL, PKI: &pki,
+	// No bound on the wait but the server's own end: the member restores its
+	// index of every stored key before it serves, a minute or more at a
+	// million Services on two cores, and a bound would turn a large
+	// database into a server that never starts. It is logged meanwhile
+	// (etcd's own logs are at V(5)).
+	cfg := embedetcd.Config{DataDir: dir, ClientURL: prev.ClientURL, PeerURL: prev.PeerURL, PKI: &pki, StartTimeout: -1,
 		Logger: embedetcd.KlogLogger(klog.FromContext(ctx).WithName("etcd"))}
-	etcd, err := embedetcd.Start(startCtx, cfg)
-	if err != nil && prev.ClientURL != "" {
-		// The old ports may be taken now; a single member can move.
+	stopWaiting := logWhileWaiting(ctx, "Embedded etcd not serving yet: it restores its index of every stored key first", "data-dir", dir)
+	defer stopWaiting()
+	etcd, err := embedetcd.Start(ctx, cfg)
+	if isAddrInUse(err) && prev.ClientURL != "" {
+		// The old ports are taken now; a single member can move.
 		cfg.ClientURL, cfg.PeerURL = "", ""
-		etcd, err = embedetcd.Start(startCtx, cfg)
+		etcd, err = embedetcd.Start(ctx, cfg)
 	}
 	if err != nil {
 		return nil, err
@@ -208,6 +213,31 @@ func startEmbeddedEtcd(ctx context.Context, dir string, pki embedetcd.PKI) (*emb
 		return nil, fmt.Errorf("write %s: %w", urlsPath, err)
 	}
 	return etcd, nil
+}
+
+// waitLogInterval is how often logWhileWaiting logs.
+const waitLogInterval = 15 * time.Second
+
+// logWhileWaiting logs msg, with how long it has waited, every
+// waitLogInterval until the returned stop is called or ctx ends.
+func logWhileWaiting(ctx context.Context, msg string, keysAndValues ...any) (stop func()) {
+	ctx, cancel := context.WithCancel(ctx)
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		began := time.Now()
+		tick := time.NewTicker(waitLogInterval)
+		defer tick.Stop()
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case <-tick.C:
+				klog.FromContext(ctx).Info(msg, append([]any{"waited", time.Since(began).Round(time.Second)}, keysAndValues...)...)
+			}
+		}
+	}()
+	return func() { cancel(); <-done }
 }
 
 func absPath(p string) string {

@@ -83,6 +83,13 @@ type Config struct {
 	// require a client certificate signed by PKI's CA (see EnsurePKI); the
 	// URLs are then https. Nil: plain http, open to every local process.
 	PKI *PKI
+	// StartTimeout bounds how long Start waits for the member to become
+	// ready when its context has no deadline: 0 is DefaultStartTimeout, a
+	// negative value no bound (the context alone ends the wait). A member
+	// restores its index of every key before it is ready, which takes a
+	// minute or more for the two million keys of a million Services on two
+	// cores (docs/performance.md).
+	StartTimeout time.Duration
 }
 
 // Server is a running etcd member.
@@ -95,13 +102,10 @@ type Server struct {
 }
 
 // Start starts an etcd member and waits until it is ready to serve. If ctx has
-// no deadline, DefaultStartTimeout applies. On error nothing is left running.
+// no deadline, cfg.StartTimeout applies. On error nothing is left running.
 func Start(ctx context.Context, cfg Config) (*Server, error) {
-	if _, ok := ctx.Deadline(); !ok {
-		var cancel context.CancelFunc
-		ctx, cancel = context.WithTimeout(ctx, DefaultStartTimeout)
-		defer cancel()
-	}
+	ctx, cancel := boundStart(ctx, cfg.StartTimeout)
+	defer cancel()
 	if cfg.DataDir == "" {
 		return nil, errors.New("start embedded etcd: DataDir is required")
 	}
@@ -134,6 +138,18 @@ func Start(ctx context.Context, cfg Config) (*Server, error) {
 		}
 		return nil, fmt.Errorf("start embedded etcd %q in %s: %w", cfg.Name, cfg.DataDir, err)
 	}
+}
+
+// boundStart returns ctx bounded by timeout when it has no deadline of its
+// own (Config.StartTimeout: 0 is DefaultStartTimeout, negative no bound).
+func boundStart(ctx context.Context, timeout time.Duration) (context.Context, context.CancelFunc) {
+	if _, ok := ctx.Deadline(); ok || timeout < 0 {
+		return context.WithCancel(ctx)
+	}
+	if timeout == 0 {
+		timeout = DefaultStartTimeout
+	}
+	return context.WithTimeout(ctx, timeout)
 }
 
 // walFilesKept is how many WAL files (64 MB each) the member keeps, etcd's

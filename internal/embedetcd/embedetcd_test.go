@@ -2,6 +2,7 @@ package embedetcd
 
 import (
 	"context"
+	"errors"
 	"strings"
 	"sync"
 	"testing"
@@ -91,4 +92,51 @@ func TestStartRejectsBadConfig(t *testing.T) {
 			}
 		})
 	}
+}
+
+// TestStartTimeout: Config.StartTimeout bounds the wait for a context
+// without a deadline (0 by DefaultStartTimeout), a negative one leaves it
+// unbounded, and a context's own deadline wins; a member not ready within
+// the bound is stopped, and its data dir starts again.
+func TestStartTimeout(t *testing.T) {
+	t.Parallel()
+	soon, cancel := context.WithTimeout(context.Background(), time.Hour)
+	defer cancel()
+	ownDeadline, _ := soon.Deadline()
+	tests := []struct {
+		name    string
+		ctx     context.Context
+		timeout time.Duration
+		want    time.Duration // 0: no deadline
+	}{
+		{"default", context.Background(), 0, DefaultStartTimeout},
+		{"set", context.Background(), 3 * time.Minute, 3 * time.Minute},
+		{"unbounded", context.Background(), -1, 0},
+		{"the context's own", soon, 3 * time.Minute, time.Until(ownDeadline)},
+		{"the context's own, unbounded", soon, -1, time.Until(ownDeadline)},
+	}
+	for _, tt := range tests {
+		ctx, cancel := boundStart(tt.ctx, tt.timeout)
+		deadline, ok := ctx.Deadline()
+		cancel()
+		switch {
+		case tt.want == 0 && ok:
+			t.Errorf("%s: deadline in %v, want none", tt.name, time.Until(deadline))
+		case tt.want != 0 && (!ok || time.Until(deadline) > tt.want || time.Until(deadline) < tt.want-time.Minute):
+			t.Errorf("%s: deadline %v (set %v), want in %v", tt.name, time.Until(deadline), ok, tt.want)
+		}
+	}
+
+	dir := t.TempDir()
+	if s, err := Start(context.Background(), Config{DataDir: dir, UnsafeNoFsync: true, StartTimeout: time.Nanosecond}); err == nil {
+		s.Close()
+		t.Fatal("a member given a nanosecond started")
+	} else if !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("a member given a nanosecond: %v, want the deadline", err)
+	}
+	s, err := Start(context.Background(), Config{DataDir: dir, UnsafeNoFsync: true, StartTimeout: -1})
+	if err != nil {
+		t.Fatalf("the data dir of a member stopped before ready: %v", err)
+	}
+	s.Close()
 }
