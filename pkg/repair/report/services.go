@@ -24,12 +24,14 @@ const MaxListPageSize = 50_000
 // when the server did not say): about a twentieth of them, between
 // ListPageSize and MaxListPageSize.
 //
-// Why: each page costs the API server a walk of every key stored after it
-// (etcd counts them for remainingItemCount; a watch cache walks its index
-// to the same end), so a list of N objects in pages of P costs about
-// N²/2P key visits besides the objects themselves, quadratic in N while P
-// stays fixed. With about twenty pages the walk stays linear in N, up to
-// a million objects, and a small list keeps small pages.
+// Why: each page can cost the API server a walk of every key stored after
+// it (etcd counts them for remainingItemCount over gRPC, as for
+// kube-apiserver; a watch cache walks its index to the same end; our
+// server's embedded etcd counts a list once), so a list of N objects in
+// pages of P costs about N²/2P key visits besides the objects themselves,
+// quadratic in N while P stays fixed. With about twenty pages the walk
+// stays linear in N, up to a million objects, and a small list keeps small
+// pages.
 func NextPageSize(remaining *int64) int64 {
 	if remaining == nil {
 		return ListPageSize
