@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"slices"
 	"testing"
-	"time"
 
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	clientv3 "go.etcd.io/etcd/client/v3"
@@ -50,15 +49,7 @@ func pagedStream(ctx context.Context, t testing.TB, c *clientv3.Client, start, e
 // etcd's error.
 func TestCountedPages(t *testing.T) {
 	t.Parallel()
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-	defer cancel()
-	s, err := Start(ctx, Config{DataDir: t.TempDir(), UnsafeNoFsync: true})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer s.Close()
-	c := s.InProcessClient()
-	defer c.Close()
+	ctx, s, c := inProcessMember(t)
 
 	const n = 2500
 	var want []string
@@ -182,14 +173,7 @@ func TestRangeCountsBound(t *testing.T) {
 // list: streamed (the pages after the first counted once, rangecount.go)
 // against unary Range pages, each of which etcd counts to the range's end.
 func BenchmarkPagedList(b *testing.B) {
-	ctx := context.Background()
-	s, err := Start(ctx, Config{DataDir: b.TempDir(), UnsafeNoFsync: true})
-	if err != nil {
-		b.Fatal(err)
-	}
-	defer s.Close()
-	c := s.InProcessClient()
-	defer c.Close()
+	ctx, _, c := inProcessMember(b)
 	const n, limit, batch = 50_000, 500, 100
 	value := string(make([]byte, 600)) // about a stored Service
 	for i := 0; i < n; i += batch {

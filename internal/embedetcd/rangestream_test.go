@@ -21,15 +21,7 @@ import (
 // client refuses it.
 func TestInProcessRangeStream(t *testing.T) {
 	t.Parallel()
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-	defer cancel()
-	s, err := Start(ctx, Config{DataDir: t.TempDir(), UnsafeNoFsync: true})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer s.Close()
-	c := s.InProcessClient()
-	defer c.Close()
+	ctx, s, c := inProcessMember(t)
 
 	const n = 3000
 	value := strings.Repeat("v", 1024) // 3 MB in all: more than one chunk
@@ -136,4 +128,21 @@ func TestInProcessRangeStream(t *testing.T) {
 	if _, err := c2.KV.GetStream(ctx, "/s/", clientv3.WithRange(end)); err == nil {
 		t.Error("a closed client's stream did not fail")
 	}
+}
+
+// inProcessMember starts a member in a temporary dir and returns a context
+// bounded by a minute, the member and an in-process client of it, all
+// closed when the test ends.
+func inProcessMember(t testing.TB) (context.Context, *Server, *clientv3.Client) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	t.Cleanup(cancel)
+	s, err := Start(ctx, Config{DataDir: t.TempDir(), UnsafeNoFsync: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(s.Close)
+	c := s.InProcessClient()
+	t.Cleanup(func() { c.Close() })
+	return ctx, s, c
 }
