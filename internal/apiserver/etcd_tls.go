@@ -68,11 +68,14 @@ const etcdProbeTimeout = 10 * time.Second
 // probeEtcd makes one bounded read, so an etcd that is down, or that refuses
 // our certificates, is one line at start. clientv3.New does not wait for a
 // connection, and the first real request (joining the model transition)
-// otherwise failed as a bare "context deadline exceeded".
+// otherwise failed as a bare "context deadline exceeded". The read is of
+// one key (the prefix itself, which holds nothing): a read of a range,
+// even counting it only or limited to one key, walks etcd's index to the
+// range's end, two million keys at a million Services.
 func probeEtcd(ctx context.Context, client *clientv3.Client, endpoints []string, prefix string, secure bool) error {
 	probeCtx, cancel := context.WithTimeout(ctx, etcdProbeTimeout)
 	defer cancel()
-	_, err := client.Get(probeCtx, prefix+"/", clientv3.WithPrefix(), clientv3.WithCountOnly())
+	_, err := client.Get(probeCtx, prefix+"/")
 	if err == nil {
 		return nil
 	}
