@@ -33,7 +33,8 @@ const (
 	ClusterStateExisting = embed.ClusterStateFlagExisting
 )
 
-// DefaultStartTimeout bounds Start when the context has no deadline.
+// DefaultStartTimeout bounds Start when the context has no deadline and
+// Config.StartTimeout is 0.
 const DefaultStartTimeout = time.Minute
 
 // maxPortAttempts bounds how often Start re-picks ports after a bind conflict.
