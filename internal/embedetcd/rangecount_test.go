@@ -126,6 +126,25 @@ func TestCountedPages(t *testing.T) {
 	if _, ok := s.counts.lookup(pageStart{key: next, end: end, rev: rev}); !ok {
 		t.Fatal("the second page's start is no longer kept")
 	}
+	// The caller of a kept page goes away after its first chunk: the page
+	// ends with an error, not as if it had been read.
+	gone, stop := context.WithCancel(ctx)
+	ch, err := c.KV.GetStream(gone, next, clientv3.WithRange(end), clientv3.WithRev(rev), clientv3.WithLimit(n))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r := <-ch; r.Err() != nil || r.RangeResponse.Header != nil {
+		t.Fatalf("a kept page's first chunk: err %v, last %v; want a chunk with more to come", r.Err(), r.RangeResponse.Header != nil)
+	}
+	stop()
+	var ended bool
+	for r := range ch {
+		ended = ended || r.Err() != nil
+	}
+	if !ended {
+		t.Error("a kept page whose caller went away ended without an error")
+	}
+
 	resp, err := c.Put(ctx, "/q/later", "x")
 	if err != nil {
 		t.Fatal(err)
