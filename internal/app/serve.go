@@ -189,10 +189,10 @@ func startEmbeddedEtcd(ctx context.Context, dir string, pki embedetcd.PKI) (*emb
 		return nil, fmt.Errorf("read %s: %w", urlsPath, err)
 	}
 	// No bound on the wait but the server's own end: the member restores its
-	// index of every stored key before it serves, a minute or more at a
-	// million Services on two cores, and a bound would turn a large
-	// database into a server that never starts. It is logged meanwhile
-	// (etcd's own logs are at V(5)).
+	// index of every stored key before it serves, in time that grows with
+	// the keys, and a bound would turn a database past it into a server
+	// that never starts. It is logged meanwhile (etcd's own logs are at
+	// V(5)).
 	cfg := embedetcd.Config{DataDir: dir, ClientURL: prev.ClientURL, PeerURL: prev.PeerURL, PKI: &pki, StartTimeout: -1,
 		Logger: embedetcd.KlogLogger(klog.FromContext(ctx).WithName("etcd"))}
 	stopWaiting := logWhileWaiting(ctx, "Embedded etcd not serving yet: it restores its index of every stored key first", "data-dir", dir)

@@ -87,9 +87,9 @@ type Config struct {
 	// StartTimeout bounds how long Start waits for the member to become
 	// ready when its context has no deadline: 0 is DefaultStartTimeout, a
 	// negative value no bound (the context alone ends the wait). A member
-	// restores its index of every key before it is ready, which takes a
-	// minute or more for the two million keys of a million Services on two
-	// cores (docs/performance.md).
+	// restores its index of every stored key before it is ready, in time
+	// that grows with the keys and the machine, with nothing to show in
+	// between: a bound fails a start that would have succeeded.
 	StartTimeout time.Duration
 }
 

@@ -30,9 +30,12 @@ func (k inProcessKV) RangeStream(ctx context.Context, in *etcdserverpb.RangeRequ
 	ctx, cancel := context.WithCancel(ctx)
 	p := &rangePipe{ctx: ctx, chunks: make(chan *etcdserverpb.RangeStreamResponse, 1), done: make(chan struct{})}
 	start, inRange, counted := k.counts.countedStart(in)
-	// etcd's handler changes the request as it goes: what the page's end
-	// needs is read here.
-	end := &pageEnd{counts: k.counts, end: string(in.RangeEnd), rev: in.Revision}
+	var end *pageEnd
+	if !counted {
+		// etcd's handler changes the request as it goes: what the page's
+		// end needs is read here.
+		end = &pageEnd{counts: k.counts, end: string(in.RangeEnd), rev: in.Revision}
+	}
 	go func() {
 		defer cancel()
 		if counted {
