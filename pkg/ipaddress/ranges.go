@@ -146,23 +146,17 @@ func (a *Allocator) rebuildLocked() []RefusedCIDR {
 	return fresh
 }
 
-// cachedAddrs returns the addresses of the cached IPAddresses inside p:
-// those of its blocks in the addrindex index, not a read of every
-// IPAddress (a ServiceCIDR added at 100,000 IPAddresses); the whole
-// family's (familyPrefix) is a scan.
+// cachedAddrs returns the addresses of the cached IPAddresses inside p,
+// named canonically: those of its blocks in the addrindex index, not a
+// read of every IPAddress (a ServiceCIDR added at 100,000 IPAddresses);
+// the whole family's (familyPrefix) is a scan of the cache's keys.
 func (a *Allocator) cachedAddrs(p netip.Prefix) []netip.Addr {
-	objs, err := addrindex.In(a.ipIndexer, []netip.Prefix{p})
+	addrs, err := addrindex.Addresses(a.ipIndexer, []netip.Prefix{p}, subrange.ParseAddr)
 	if err != nil {
 		a.logger.Error(err, "list IPAddresses from cache", "cidr", p)
 		return nil
 	}
-	out := make([]netip.Addr, 0, len(objs))
-	for _, o := range objs {
-		if ip, err := subrange.ParseAddr(o.Name); err == nil {
-			out = append(out, ip)
-		}
-	}
-	return out
+	return addrs
 }
 
 // familyPrefix is the prefix of every address of one family.

@@ -18,8 +18,8 @@
 // addresses).
 //
 // Invariant: In returns the same objects as a scan of the whole cache
-// filtered by the prefixes would, whatever the index holds; an informer
-// without the index is scanned.
+// filtered by the prefixes would, whatever the index holds, and Addresses
+// their addresses; an informer without the index is scanned.
 package addrindex
 
 import (
@@ -190,40 +190,78 @@ func nextBlock(b netip.Prefix) (netip.Prefix, bool) {
 // In returns the IPAddresses of indexer whose names are addresses inside
 // one of prefixes, each once. Prefixes that are not valid select nothing.
 func In(indexer cache.Indexer, prefixes []netip.Prefix) ([]*networkingv1.IPAddress, error) {
-	_, indexed := indexer.GetIndexers()[Name]
-	keys, ok := BlockKeys(prefixes)
-	scan := !indexed || !ok
-	inside := func(obj any) (*networkingv1.IPAddress, bool) {
-		ipa, addr, ok := addressOf(obj)
-		if !ok {
-			return nil, false
-		}
-		for _, p := range prefixes {
-			if p.IsValid() && p.Contains(addr) {
-				return ipa, true
-			}
-		}
-		return nil, false
-	}
 	var out []*networkingv1.IPAddress
+	keep := func(obj any) {
+		if ipa, addr, ok := addressOf(obj); ok && contains(prefixes, addr) {
+			out = append(out, ipa)
+		}
+	}
+	blocks, scan := blocksOf(indexer, prefixes)
 	if scan {
 		for _, obj := range indexer.List() {
-			if ipa, ok := inside(obj); ok {
-				out = append(out, ipa)
-			}
+			keep(obj)
 		}
 		return out, nil
 	}
-	for _, k := range keys {
-		objs, err := indexer.ByIndex(Name, k)
+	for _, b := range blocks {
+		objs, err := indexer.ByIndex(Name, b)
 		if err != nil {
-			return nil, fmt.Errorf("IPAddresses in block %s: %w", k, err)
+			return nil, fmt.Errorf("IPAddresses in block %s: %w", b, err)
 		}
 		for _, obj := range objs {
-			if ipa, ok := inside(obj); ok {
-				out = append(out, ipa)
-			}
+			keep(obj)
 		}
 	}
 	return out, nil
+}
+
+// Addresses returns the addresses of the IPAddresses In returns whose
+// names parse (netip.ParseAddr, or a stricter parser such as
+// subrange.ParseAddr), in no particular order. It reads the keys of
+// indexer's store and index, not the objects: an IPAddress is
+// cluster-scoped, so an informer files it under its name. The addresses
+// of a wide prefix are read this way at a key per address, where In looks
+// each object up and reads its name.
+func Addresses(indexer cache.Indexer, prefixes []netip.Prefix, parse func(string) (netip.Addr, error)) ([]netip.Addr, error) {
+	var out []netip.Addr
+	keep := func(name string) {
+		if addr, err := parse(name); err == nil && contains(prefixes, addr) {
+			out = append(out, addr)
+		}
+	}
+	blocks, scan := blocksOf(indexer, prefixes)
+	if scan {
+		for _, key := range indexer.ListKeys() {
+			keep(key)
+		}
+		return out, nil
+	}
+	for _, b := range blocks {
+		keys, err := indexer.IndexKeys(Name, b)
+		if err != nil {
+			return nil, fmt.Errorf("IPAddresses in block %s: %w", b, err)
+		}
+		for _, key := range keys {
+			keep(key)
+		}
+	}
+	return out, nil
+}
+
+// blocksOf names the blocks of indexer's index that prefixes cover; scan
+// when indexer has no index or the prefixes cover more than MaxBlocks.
+func blocksOf(indexer cache.Indexer, prefixes []netip.Prefix) (blocks []string, scan bool) {
+	_, indexed := indexer.GetIndexers()[Name]
+	blocks, ok := BlockKeys(prefixes)
+	return blocks, !indexed || !ok
+}
+
+// contains reports whether one of prefixes, valid, holds addr.
+func contains(prefixes []netip.Prefix, addr netip.Addr) bool {
+	for _, p := range prefixes {
+		if p.IsValid() && p.Contains(addr) {
+			return true
+		}
+	}
+	return false
 }

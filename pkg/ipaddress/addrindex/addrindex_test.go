@@ -43,6 +43,28 @@ func names(objs []*networkingv1.IPAddress) []string {
 	return out
 }
 
+// sameAddresses checks that Addresses finds the addresses of the
+// IPAddresses In found (want: their names).
+func sameAddresses(t *testing.T, inf cache.SharedIndexInformer, prefixes []netip.Prefix, want []string) {
+	t.Helper()
+	addrs, err := Addresses(inf.GetIndexer(), prefixes, netip.ParseAddr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got, wantAddrs []string
+	for _, a := range addrs {
+		got = append(got, a.String())
+	}
+	for _, n := range want {
+		wantAddrs = append(wantAddrs, netip.MustParseAddr(n).String()) // a name In found parses
+	}
+	slices.Sort(got)
+	slices.Sort(wantAddrs)
+	if diff := cmp.Diff(wantAddrs, got); diff != "" {
+		t.Errorf("Addresses(%v) differs from In (-In +Addresses):\n%s", prefixes, diff)
+	}
+}
+
 // scan is the reference: every cached name inside one of prefixes.
 func scan(inf cache.SharedIndexInformer, prefixes []netip.Prefix) []string {
 	var out []string
@@ -110,6 +132,7 @@ func TestIn(t *testing.T) {
 				if diff := cmp.Diff(scan(inf, prefixes), names(got)); diff != "" {
 					t.Errorf("In(%v) differs from a scan (-scan +In):\n%s", tc.prefixes, diff)
 				}
+				sameAddresses(t, inf, prefixes, names(got))
 			})
 		}
 	}
@@ -137,6 +160,7 @@ func TestInFollowsChanges(t *testing.T) {
 	if diff := cmp.Diff([]string{"10.96.0.2", "10.96.0.3"}, names(got)); diff != "" {
 		t.Errorf("(-want +got):\n%s", diff)
 	}
+	sameAddresses(t, inf, []netip.Prefix{netip.MustParsePrefix("10.96.0.0/24")}, names(got))
 }
 
 // TestAddToRunningIndexer checks that an index added after objects are
@@ -180,6 +204,7 @@ func TestInRandom(t *testing.T) {
 		if diff := cmp.Diff(scan(inf, prefixes), names(got)); diff != "" {
 			t.Fatalf("round %d, In(%v) differs from a scan (-scan +In):\n%s", i, prefixes, diff)
 		}
+		sameAddresses(t, inf, prefixes, names(got))
 	}
 }
 
@@ -213,5 +238,6 @@ func FuzzIn(f *testing.F) {
 		if diff := cmp.Diff(scan(inf, []netip.Prefix{p}), names(got)); diff != "" {
 			t.Fatalf("In(%v) differs from a scan (-scan +In):\n%s", p, diff)
 		}
+		sameAddresses(t, inf, []netip.Prefix{p}, names(got))
 	})
 }

@@ -84,12 +84,16 @@ type namedCIDR struct {
 }
 
 // conditionInput is what the conditions of one ServiceCIDR are computed
-// from: the ServiceCIDR, the IPAddresses inside its prefixes, and every
-// other ServiceCIDR.
+// from: the ServiceCIDR, the addresses of the IPAddresses inside its
+// prefixes, the Services holding them, and every other ServiceCIDR.
 type conditionInput struct {
-	sc     *networkingv1.ServiceCIDR
-	ips    []*networkingv1.IPAddress
-	others []namedCIDR
+	sc    *networkingv1.ServiceCIDR
+	addrs []netip.Addr
+	// services counts the Services that hold an address inside ranges,
+	// each once; only the messages of a ServiceCIDR that takes no new
+	// allocation ask for it (servicesHolding).
+	services func(ranges []subrange.Range) int
+	others   []namedCIDR
 }
 
 // computeConditions returns the conditions this controller owns for in.sc,
@@ -105,21 +109,11 @@ func computeConditions(in conditionInput) []metav1.Condition {
 			ranges = append(ranges, r)
 		}
 	}
-	type serviceKey struct{ namespace, name string }
-	services := map[serviceKey]struct{}{} // the Services holding an address
 	used := make([]uint64, len(ranges))
-	for _, ipa := range in.ips {
-		addr, err := netip.ParseAddr(ipa.Name)
-		if err != nil {
-			continue
-		}
+	for _, addr := range in.addrs {
 		for i, r := range ranges {
-			if !r.Contains(addr) {
-				continue
-			}
-			used[i]++
-			if ipaddress.ParentIsService(ipa) {
-				services[serviceKey{ipa.Spec.ParentRef.Namespace, ipa.Spec.ParentRef.Name}] = struct{}{}
+			if r.Contains(addr) {
+				used[i]++
 			}
 		}
 	}
@@ -131,8 +125,35 @@ func computeConditions(in conditionInput) []metav1.Condition {
 			out = append(out, c)
 		}
 	}
-	out = append(out, lifecycleConditions(in.sc, len(services), in.others)...)
+	out = append(out, lifecycleConditions(in.sc, func() int { return in.services(ranges) }, in.others)...)
 	return append(out, overlapCondition(in.sc.Name, prefixes(in.sc), in.others))
+}
+
+// servicesHolding counts the Services that hold an address of ips inside
+// ranges, each once (a dual-stack one may hold one of each family). It
+// reads every IPAddress and keeps a set of their Services, work that would
+// be most of the conditions of a ServiceCIDR holding hundreds of thousands
+// of addresses, were they not asked for only by a ServiceCIDR that takes
+// no new allocation.
+func servicesHolding(ips []*networkingv1.IPAddress, ranges []subrange.Range) int {
+	type serviceKey struct{ namespace, name string }
+	services := map[serviceKey]struct{}{}
+	for _, ipa := range ips {
+		if !ipaddress.ParentIsService(ipa) {
+			continue
+		}
+		addr, err := netip.ParseAddr(ipa.Name)
+		if err != nil {
+			continue
+		}
+		for _, r := range ranges {
+			if r.Contains(addr) {
+				services[serviceKey{ipa.Spec.ParentRef.Namespace, ipa.Spec.ParentRef.Name}] = struct{}{}
+				break
+			}
+		}
+	}
+	return len(services)
 }
 
 // capacityCondition is the capacity of the family's ranges (one, as a

@@ -76,31 +76,41 @@ func boundedNames(entries []string) []string {
 // annotations as the allocators read them (lifecycle.Parse: an invalid
 // value drains), from the deletion (a ServiceCIDR being deleted takes no
 // new allocation), and from the other ServiceCIDRs that overlap it: a
-// draining or manual-only one closes the addresses they share.
-func lifecycleConditions(sc *networkingv1.ServiceCIDR, services int, others []namedCIDR) []metav1.Condition {
+// draining or manual-only one closes the addresses they share. services
+// counts the Services holding an address in it; it is called only for the
+// message of a ServiceCIDR that takes no new allocation.
+func lifecycleConditions(sc *networkingv1.ServiceCIDR, services func() int, others []namedCIDR) []metav1.Condition {
 	mode, err := lifecycle.Parse(sc.Annotations)
 	cl := closersOf(sc.Name, prefixes(sc), others)
-	held := fmt.Sprintf("%d Services still hold addresses in it", services)
-	switch services {
-	case 0:
-		held = "no Service holds an address in it"
-	case 1:
-		held = "1 Service still holds an address in it"
+	held := func() (string, int) {
+		n := services()
+		switch n {
+		case 0:
+			return "no Service holds an address in it", n
+		case 1:
+			return "1 Service still holds an address in it", n
+		}
+		return fmt.Sprintf("%d Services still hold addresses in it", n), n
 	}
 	deleting := sc.DeletionTimestamp != nil
 	draining := metav1.Condition{Type: ConditionDraining, Status: metav1.ConditionTrue}
 	switch {
 	case deleting:
-		draining.Reason, draining.Message = ReasonDeleting, "being deleted: takes no new allocation; "+held
+		text, _ := held()
+		draining.Reason, draining.Message = ReasonDeleting, "being deleted: takes no new allocation; "+text
 	case err != nil:
-		draining.Reason, draining.Message = ReasonInvalid, fmt.Sprintf("%v; %s", err, held)
-	case mode == lifecycle.Draining && services > 0:
-		draining.Reason, draining.Message = ReasonDraining, "takes no new allocation; "+held
+		text, _ := held()
+		draining.Reason, draining.Message = ReasonInvalid, fmt.Sprintf("%v; %s", err, text)
 	case mode == lifecycle.Draining:
-		draining.Reason, draining.Message = ReasonDrained, "takes no new allocation; no Service holds an address in it, it can be deleted"
+		if text, n := held(); n > 0 {
+			draining.Reason, draining.Message = ReasonDraining, "takes no new allocation; "+text
+		} else {
+			draining.Reason, draining.Message = ReasonDrained, "takes no new allocation; no Service holds an address in it, it can be deleted"
+		}
 	case cl.coveredDraining:
+		text, _ := held()
 		draining.Reason, draining.Message = ReasonInsideDraining, fmt.Sprintf("takes no new allocation: it lies in draining ServiceCIDR %s, and %s; %s",
-			strings.Join(cl.draining, ", "), closedWins, held)
+			strings.Join(cl.draining, ", "), closedWins, text)
 	case len(cl.draining) > 0:
 		draining.Status, draining.Reason, draining.Message = metav1.ConditionFalse, ReasonPartlyDraining,
 			fmt.Sprintf("takes new allocations, but none inside draining ServiceCIDR %s: %s", strings.Join(cl.draining, ", "), closedWins)

@@ -109,9 +109,16 @@ func TestLifecycleConditionsOfOverlapsAndDeletion(t *testing.T) {
 			if tt.sc == "gone" {
 				obj = deleting
 			}
-			got := lifecycleConditions(obj, tt.services, tt.others)
+			counted := 0
+			got := lifecycleConditions(obj, func() int { counted++; return tt.services }, tt.others)
 			if diff := cmp.Diff(tt.want, got); diff != "" {
 				t.Errorf("conditions (-want +got):\n%s", diff)
+			}
+			// The Services are counted, at a cost that grows with the
+			// addresses, only for a message that says how many hold one:
+			// a ServiceCIDR that takes no new allocation.
+			if closed := tt.want[0].Status == metav1.ConditionTrue; counted != map[bool]int{true: 1, false: 0}[closed] {
+				t.Errorf("the Services were counted %d times for a Draining condition %s, want %d", counted, tt.want[0].Status, map[bool]int{true: 1, false: 0}[closed])
 			}
 		})
 	}

@@ -10,9 +10,11 @@ import (
 	apiequality "k8s.io/apimachinery/pkg/api/equality"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/tools/cache"
 	"k8s.io/klog/v2"
 
 	"github.com/allocator/allocator/pkg/ipaddress/addrindex"
+	"github.com/allocator/allocator/pkg/subrange"
 )
 
 // DefaultConditionInterval is the shortest time between two writes of a
@@ -57,11 +59,10 @@ func (c *Controller) syncConditions(ctx context.Context, name string) (time.Dura
 		return wait, nil
 	}
 	started := c.now()
-	ips, err := addrindex.In(c.ipIndexer, prefixes(sc))
+	want, err := conditionsFromCache(c.ipIndexer, sc, c.index.overlapping(prefixes(sc)))
 	if err != nil {
-		return 0, fmt.Errorf("IPAddresses of ServiceCIDR %s: %w", name, err)
+		return 0, err
 	}
-	want := computeConditions(conditionInput{sc: sc, ips: ips, others: c.index.overlapping(prefixes(sc))})
 	c.noteCompute(name, c.now().Sub(started))
 	if conditionsStored(sc.Status.Conditions, want) {
 		return 0, nil
@@ -84,6 +85,32 @@ func (c *Controller) syncConditions(ctx context.Context, name string) (time.Dura
 	c.conditionWrites.Add(1)
 	c.noteWrite(name)
 	return 0, nil
+}
+
+// conditionsFromCache computes the conditions of sc from the IPAddresses
+// of ipIndexer (with the addrindex index) inside sc's prefixes, and others,
+// the ServiceCIDRs overlapping it. The addresses are counted from the
+// index's keys; the IPAddresses themselves are read only when a message
+// counts their Services.
+func conditionsFromCache(ipIndexer cache.Indexer, sc *networkingv1.ServiceCIDR, others []namedCIDR) ([]metav1.Condition, error) {
+	addrs, err := addrindex.Addresses(ipIndexer, prefixes(sc), netip.ParseAddr)
+	if err != nil {
+		return nil, fmt.Errorf("IPAddresses of ServiceCIDR %s: %w", sc.Name, err)
+	}
+	var servicesErr error
+	services := func(ranges []subrange.Range) int {
+		ips, err := addrindex.In(ipIndexer, prefixes(sc))
+		if err != nil {
+			servicesErr = err
+			return 0
+		}
+		return servicesHolding(ips, ranges)
+	}
+	want := computeConditions(conditionInput{sc: sc, addrs: addrs, services: services, others: others})
+	if servicesErr != nil {
+		return nil, fmt.Errorf("IPAddresses of ServiceCIDR %s: %w", sc.Name, servicesErr)
+	}
+	return want, nil
 }
 
 // computeCostFactor bounds the CPU the conditions of one ServiceCIDR take:

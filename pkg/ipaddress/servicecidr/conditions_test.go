@@ -20,6 +20,7 @@ import (
 	k8stesting "k8s.io/client-go/testing"
 
 	"github.com/allocator/allocator/pkg/ipaddress/lifecycle"
+	"github.com/allocator/allocator/pkg/subrange"
 )
 
 func testCIDR(name string, annotations map[string]string, cidrs ...string) *networkingv1.ServiceCIDR {
@@ -41,6 +42,19 @@ func testIPs(held bool, addrs ...string) []*networkingv1.IPAddress {
 		out = append(out, ipa)
 	}
 	return out
+}
+
+// inputOf is the conditions' input of sc from ips, the IPAddresses inside
+// its prefixes, as conditionsFromCache reads it from an informer.
+func inputOf(sc *networkingv1.ServiceCIDR, ips []*networkingv1.IPAddress, others []namedCIDR) conditionInput {
+	in := conditionInput{sc: sc, others: others,
+		services: func(ranges []subrange.Range) int { return servicesHolding(ips, ranges) }}
+	for _, ipa := range ips {
+		if addr, err := netip.ParseAddr(ipa.Name); err == nil {
+			in.addrs = append(in.addrs, addr)
+		}
+	}
+	return in
 }
 
 // manyIPs is n IPAddresses inside prefix, from its second address on.
@@ -166,7 +180,7 @@ func TestComputeConditions(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			t.Parallel()
-			got := computeConditions(conditionInput{sc: tt.sc, ips: tt.ips, others: tt.others})
+			got := computeConditions(inputOf(tt.sc, tt.ips, tt.others))
 			if diff := cmp.Diff(tt.want, got); diff != "" {
 				t.Errorf("conditions (-want +got):\n%s", diff)
 			}
