@@ -70,6 +70,11 @@ type Config struct {
 	ServerURL string
 	// KubeconfigPath is where the admin kubeconfig was written.
 	KubeconfigPath string
+	// CountMetricPollPeriod is how often the registry counts each
+	// resource's objects in etcd, for apiserver_storage_objects and the
+	// priority and fairness estimate of a list's cost: 0 means
+	// DefaultCountMetricPollPeriod, negative never.
+	CountMetricPollPeriod time.Duration
 	// RepairInterval is the period of the repair controller's full pass
 	// (0: repair.DefaultInterval, applied by repair.Options.WithDefaults).
 	RepairInterval time.Duration
@@ -172,6 +177,7 @@ func (o *Options) Config(etcdServers []string) (*Config, error) {
 		KubeconfigPath:             kubeconfig,
 		KubernetesServicePort:      port,
 		NoWatchCache:               noWatchCache,
+		CountMetricPollPeriod:      countPollPeriod(o.EtcdCountMetricPollPeriod),
 	}
 	return cfg, nil
 }

@@ -55,8 +55,9 @@ func TestOptionsValidate(t *testing.T) {
 	}
 	o.Allocator, o.SecurePort, o.BindAddress, o.EtcdPrefix = "magic", 70000, "localhost", "registry"
 	o.RepairInterval = -5 * time.Second
+	o.EtcdCountMetricPollPeriod = -time.Minute
 	err := o.Validate()
-	for _, want := range []string{"--allocator", "--secure-port", "--bind-address", "--etcd-prefix", "--repair-interval -5s"} {
+	for _, want := range []string{"--allocator", "--secure-port", "--bind-address", "--etcd-prefix", "--repair-interval -5s", "--etcd-count-metric-poll-period -1m0s"} {
 		if err == nil || !strings.Contains(err.Error(), want) {
 			t.Errorf("want an error about %s, got %v", want, err)
 		}

@@ -25,9 +25,10 @@ import (
 // The room is the page's limit, or, for a list of the whole collection, the
 // collection's object count, never more than that count: a page of 50,000
 // of ten objects gets room for ten. The count is etcd's (a count-only
-// read, the store's Stats), which the registry reads every minute for its
-// object count metric (storage.go's CountMetricPollPeriod) and this store
-// keeps; when no one has read it for countTTL, the next list reads it. A
+// read, the store's Stats), which the registry reads every minute by
+// default for its object count metric (Config.CountMetricPollPeriod,
+// --etcd-count-metric-poll-period) and this store keeps; when no one has
+// read it for countTTL (a longer period, or none), the next list reads it. A
 // count behind the collection only leaves the last items to grow the
 // slice as before.
 type presizedLists struct {

@@ -135,6 +135,12 @@ func (c CompletedConfig) New(ctx context.Context) (*Server, error) {
 	s.writeLeases = fence.NewLeases(s.etcd, etcdlayout.Layout{Prefix: c.EtcdPrefix}, c.WriteLeaseTTL)
 	getter.stores.leases = s.writeLeases
 	getter.stores.uncached = c.NoWatchCache
+	switch {
+	case c.CountMetricPollPeriod > 0:
+		getter.countPollPeriod = c.CountMetricPollPeriod
+	case c.CountMetricPollPeriod < 0:
+		getter.countPollPeriod = 0
+	}
 	ipREST, err := ipaddresses.NewREST(Scheme, getter)
 	if err != nil {
 		return nil, err
@@ -185,6 +191,7 @@ func (c CompletedConfig) newServer(ctx context.Context) (*Server, error) {
 	generic.Handler.FullHandlerChain = s.watches.wrap(generic.Handler.FullHandlerChain)
 	s.allocMetrics.Register(s.registry)
 	s.repairMetrics.Register(s.registry)
+	registerAPIServerMetrics()
 	generic.Handler.NonGoRestfulMux.Handle("/metrics", metrics.HandlerFor(
 		prometheus.Gatherers{legacyregistry.DefaultGatherer, s.registry}, metrics.HandlerOpts{}))
 	return s, nil

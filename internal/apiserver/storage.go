@@ -39,6 +39,22 @@ var resourcePrefixes = map[schema.GroupResource]string{
 type restOptionsGetter struct {
 	base   storagebackend.Config
 	stores *etcdStores
+	// countPollPeriod is the registry's count of each resource's objects
+	// (Config.CountMetricPollPeriod; 0: none).
+	countPollPeriod time.Duration
+}
+
+// DefaultCountMetricPollPeriod is how often the registry counts each
+// resource's objects in etcd unless told otherwise, as kube-apiserver.
+const DefaultCountMetricPollPeriod = time.Minute
+
+// countPollPeriod is Config.CountMetricPollPeriod for
+// --etcd-count-metric-poll-period, whose 0 turns the count off.
+func countPollPeriod(flag time.Duration) time.Duration {
+	if flag == 0 {
+		return -1
+	}
+	return flag
 }
 
 // newRESTOptionsGetter reaches etcd at etcdServers over gRPC (logging
@@ -51,7 +67,7 @@ func newRESTOptionsGetter(etcdServers []string, etcdPrefix string, etcdTLS EtcdT
 	base.Transport.TrustedCAFile = etcdTLS.CAFile
 	base.Transport.CertFile = etcdTLS.CertFile
 	base.Transport.KeyFile = etcdTLS.KeyFile
-	g := &restOptionsGetter{base: *base}
+	g := &restOptionsGetter{base: *base, countPollPeriod: DefaultCountMetricPollPeriod}
 	switch {
 	case inProcess != nil:
 		g.stores = inProcessStores(inProcess)
@@ -79,7 +95,7 @@ func (g *restOptionsGetter) GetRESTOptions(resource schema.GroupResource, _ runt
 		DeleteCollectionWorkers: 1,
 		EnableGarbageCollection: false,
 		ResourcePrefix:          prefix,
-		CountMetricPollPeriod:   time.Minute,
+		CountMetricPollPeriod:   g.countPollPeriod,
 	}, nil
 }
 
