@@ -191,28 +191,12 @@ func nextBlock(b netip.Prefix) (netip.Prefix, bool) {
 // one of prefixes, each once. Prefixes that are not valid select nothing.
 func In(indexer cache.Indexer, prefixes []netip.Prefix) ([]*networkingv1.IPAddress, error) {
 	var out []*networkingv1.IPAddress
-	keep := func(obj any) {
+	err := walk(indexer, prefixes, indexer.List, func(b string) ([]any, error) { return indexer.ByIndex(Name, b) }, func(obj any) {
 		if ipa, addr, ok := addressOf(obj); ok && contains(prefixes, addr) {
 			out = append(out, ipa)
 		}
-	}
-	blocks, scan := blocksOf(indexer, prefixes)
-	if scan {
-		for _, obj := range indexer.List() {
-			keep(obj)
-		}
-		return out, nil
-	}
-	for _, b := range blocks {
-		objs, err := indexer.ByIndex(Name, b)
-		if err != nil {
-			return nil, fmt.Errorf("IPAddresses in block %s: %w", b, err)
-		}
-		for _, obj := range objs {
-			keep(obj)
-		}
-	}
-	return out, nil
+	})
+	return out, err
 }
 
 // Addresses returns the addresses of the IPAddresses In returns whose
@@ -224,28 +208,36 @@ func In(indexer cache.Indexer, prefixes []netip.Prefix) ([]*networkingv1.IPAddre
 // each object up and reads its name.
 func Addresses(indexer cache.Indexer, prefixes []netip.Prefix, parse func(string) (netip.Addr, error)) ([]netip.Addr, error) {
 	var out []netip.Addr
-	keep := func(name string) {
+	err := walk(indexer, prefixes, indexer.ListKeys, func(b string) ([]string, error) { return indexer.IndexKeys(Name, b) }, func(name string) {
 		if addr, err := parse(name); err == nil && contains(prefixes, addr) {
 			out = append(out, addr)
 		}
-	}
+	})
+	return out, err
+}
+
+// walk calls keep on each entry (an object or a key) that block returns
+// for the blocks of indexer's index that prefixes cover, or on each that
+// all returns when indexer has no index or the prefixes cover more than
+// MaxBlocks.
+func walk[T any](indexer cache.Indexer, prefixes []netip.Prefix, all func() []T, block func(string) ([]T, error), keep func(T)) error {
 	blocks, scan := blocksOf(indexer, prefixes)
 	if scan {
-		for _, key := range indexer.ListKeys() {
-			keep(key)
+		for _, e := range all() {
+			keep(e)
 		}
-		return out, nil
+		return nil
 	}
 	for _, b := range blocks {
-		keys, err := indexer.IndexKeys(Name, b)
+		entries, err := block(b)
 		if err != nil {
-			return nil, fmt.Errorf("IPAddresses in block %s: %w", b, err)
+			return fmt.Errorf("IPAddresses in block %s: %w", b, err)
 		}
-		for _, key := range keys {
-			keep(key)
+		for _, e := range entries {
+			keep(e)
 		}
 	}
-	return out, nil
+	return nil
 }
 
 // blocksOf names the blocks of indexer's index that prefixes cover; scan
