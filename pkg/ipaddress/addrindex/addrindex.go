@@ -94,6 +94,9 @@ type Geometry struct{ V4, V6 int }
 // the IPv6 /112.
 var indexBlocks = Geometry{V4: v4BlockBits, V6: v6BlockBits}
 
+// Block returns the block of g that contains addr (zone dropped).
+func (g Geometry) Block(addr netip.Addr) netip.Prefix { return g.blockOf(addr.WithZone("")) }
+
 // blockOf returns the block that contains addr.
 func (g Geometry) blockOf(addr netip.Addr) netip.Prefix {
 	bits := g.V6

@@ -429,6 +429,7 @@ func (r *IPAddressRepair) pass(ctx context.Context, view ipView) (*report.Report
 // reconcileChunk reconciles keys in turn, committing each outcome.
 func (r *IPAddressRepair) reconcileChunk(ctx context.Context, view ipView, keys []string) chunkResult {
 	var res chunkResult
+	view = chunkView(view)
 	for _, k := range keys {
 		out, err := r.reconcile(ctx, view, k)
 		r.commit(out)

@@ -31,6 +31,19 @@ func benchServices(n int) []*corev1.Service {
 	return svcs
 }
 
+// benchServiceIndexer is a Service store with the repair's indexes holding
+// benchServices(n).
+func benchServiceIndexer(b *testing.B, n int) cache.Indexer {
+	b.Helper()
+	indexer := cache.NewIndexer(cache.MetaNamespaceKeyFunc, serviceIndexers)
+	for _, svc := range benchServices(n) {
+		if err := indexer.Add(svc); err != nil {
+			b.Fatal(err)
+		}
+	}
+	return indexer
+}
+
 // BenchmarkServiceIndexBytes measures what the repair's indexes add to the
 // Service informer's store, in bytes per Service, over the store with the
 // namespace index alone.
@@ -69,18 +82,43 @@ func BenchmarkServiceIndexBytes(b *testing.B) {
 // BenchmarkHolders measures one lookup of an address's holders in a dense
 // block: 16 Services checked for each.
 func BenchmarkHolders(b *testing.B) {
-	indexer := cache.NewIndexer(cache.MetaNamespaceKeyFunc, serviceIndexers)
-	for _, svc := range benchServices(100_000) {
-		if err := indexer.Add(svc); err != nil {
-			b.Fatal(err)
-		}
-	}
+	indexer := benchServiceIndexer(b, 100_000)
 	view := &informerView{serviceIndexer: indexer}
 	b.ReportAllocs()
 	for b.Loop() {
 		if svcs, err := view.holders("10.96.1.7"); err != nil || len(svcs) != 1 {
 			b.Fatalf("holders: %d, %v", len(svcs), err)
 		}
+	}
+}
+
+// BenchmarkPassHolders measures the holders of every held address of
+// 100,000 Services, dense blocks, in a pass's order (its keys sorted),
+// read as informerView.holders reads them (every Service of the block for
+// each address) and as a pass's chunk reads them (chunkView: once per
+// block).
+//
+//	go test ./pkg/repair/iprepair -run '^$' -bench BenchmarkPassHolders -benchmem
+func BenchmarkPassHolders(b *testing.B) {
+	indexer := benchServiceIndexer(b, 100_000)
+	view := &informerView{serviceIndexer: indexer}
+	keys := view.heldKeys()
+	sortKeys(keys)
+	for _, tc := range []struct {
+		name string
+		view func() ipView
+	}{{"informer view", func() ipView { return view }}, {"chunk view", func() ipView { return chunkView(view) }}} {
+		b.Run(tc.name, func(b *testing.B) {
+			b.ReportAllocs()
+			for b.Loop() {
+				v := tc.view()
+				for _, k := range keys {
+					if svcs, err := v.holders(k); err != nil || len(svcs) != 1 {
+						b.Fatalf("holders(%s): %d, %v", k, len(svcs), err)
+					}
+				}
+			}
+		})
 	}
 }
 

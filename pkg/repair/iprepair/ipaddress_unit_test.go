@@ -124,6 +124,14 @@ func scanHolders(indexer cache.Indexer) map[string][]string {
 	return out
 }
 
+func serviceNames(svcs []*corev1.Service) []string {
+	var out []string
+	for _, svc := range svcs {
+		out = append(out, svc.Namespace+"/"+svc.Name)
+	}
+	return out
+}
+
 // TestHolders: the Services the index finds holding a key are those a
 // scan of every Service finds, for every held key, for free addresses
 // beside held ones, and for keys that are no work key.
@@ -153,6 +161,27 @@ func TestHolders(t *testing.T) {
 		slices.Sort(want[k])
 		if diff := cmp.Diff(want[k], got); diff != "" {
 			t.Errorf("holders(%q) (-scan +index):\n%s", k, diff)
+		}
+	}
+	// A pass's chunk reads them through a view that keeps a block's
+	// holders: the same Services in the same order, whatever order the
+	// keys come in (sorted, as a pass's do, and the order above).
+	sorted := slices.Clone(keys)
+	sortKeys(sorted)
+	for _, order := range [][]string{sorted, keys} {
+		chunk := chunkView(view)
+		for _, k := range order {
+			direct, err := view.holders(k)
+			if err != nil {
+				t.Fatal(err)
+			}
+			remembered, err := chunk.holders(k)
+			if err != nil {
+				t.Fatalf("a chunk's holders(%q): %v", k, err)
+			}
+			if diff := cmp.Diff(serviceNames(direct), serviceNames(remembered)); diff != "" {
+				t.Errorf("a chunk's holders(%q) (-informer view +chunk's view):\n%s", k, diff)
+			}
 		}
 	}
 	heldKeys := view.heldKeys()
