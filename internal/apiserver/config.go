@@ -71,9 +71,10 @@ type Config struct {
 	// KubeconfigPath is where the admin kubeconfig was written.
 	KubeconfigPath string
 	// CountMetricPollPeriod is how often the registry counts each
-	// resource's objects in etcd, for apiserver_storage_objects and the
-	// priority and fairness estimate of a list's cost: 0 means
-	// DefaultCountMetricPollPeriod, negative never.
+	// resource's objects in etcd, for apiserver_resource_objects (and the
+	// deprecated apiserver_storage_objects): 0 means
+	// DefaultCountMetricPollPeriod, negative never. A list presized from
+	// the count reads it itself when no poll has for 90 s.
 	CountMetricPollPeriod time.Duration
 	// RepairInterval is the period of the repair controller's full pass
 	// (0: repair.DefaultInterval, applied by repair.Options.WithDefaults).
