@@ -117,23 +117,41 @@ func TestDrainUnderConcurrentCreates(t *testing.T) {
 // drainWhileCreating runs two creating workers per replica, annotates
 // ServiceCIDR name draining through the first replica once 20 Services
 // exist, and measures when each replica refuses probeIP (inside it) as
-// draining. It returns every create and the moment the last replica
-// applied the drain; a replica slower than seenBound fails the test.
+// draining. The workers go on until afterDrain creates have started after
+// the last replica applied the drain (or each has made maxPerWorker, all
+// the ranges hold), so the check after the drain does not depend on how
+// fast the creates ran before it. It returns every create and the moment
+// the last replica applied the drain; a replica slower than seenBound
+// fails the test.
 func drainWhileCreating(ctx context.Context, t *testing.T, replicas []*testserver.Server, name, probeIP string) ([]created, time.Time) {
 	t.Helper()
-	const perWorker = 30
-	var (
-		mu      sync.Mutex
-		records []created
-		count   atomic.Int64
-		wg      sync.WaitGroup
+	const (
+		maxPerWorker = 60 // 360 creates at most: the default /28, old and spare hold more
+		afterDrain   = 40
 	)
+	var (
+		mu       sync.Mutex
+		records  []created
+		count    atomic.Int64
+		drained  atomic.Int64 // the last replica's apply, in UnixNano; 0 before
+		after    atomic.Int64 // creates started after it
+		stop     = make(chan struct{})
+		stopOnce sync.Once
+		wg       sync.WaitGroup
+	)
+	halt := func() { stopOnce.Do(func() { close(stop) }) }
+	defer halt()
 	for r, srv := range replicas {
 		for w := range 2 {
 			wg.Add(1)
 			go func() {
 				defer wg.Done()
-				for i := range perWorker {
+				for i := range maxPerWorker {
+					select {
+					case <-stop:
+						return
+					default:
+					}
 					svcName := fmt.Sprintf("r%d-w%d-%d", r, w, i)
 					start := time.Now()
 					svc, err := srv.Client.CoreV1().Services(metav1.NamespaceDefault).Create(ctx, clusterIPService(svcName, ""), metav1.CreateOptions{})
@@ -142,6 +160,9 @@ func drainWhileCreating(ctx context.Context, t *testing.T, replicas []*testserve
 						return
 					}
 					count.Add(1)
+					if d := drained.Load(); d != 0 && start.UnixNano() > d && after.Add(1) >= afterDrain {
+						halt()
+					}
 					mu.Lock()
 					records = append(records, created{name: svcName, start: start, ip: netip.MustParseAddr(svc.Spec.ClusterIP)})
 					mu.Unlock()
@@ -175,6 +196,7 @@ func drainWhileCreating(ctx context.Context, t *testing.T, replicas []*testserve
 			allSeen = seen
 		}
 	}
+	drained.Store(allSeen.UnixNano())
 	wg.Wait()
 	return records, allSeen
 }
