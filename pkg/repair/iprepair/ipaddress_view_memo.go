@@ -27,9 +27,10 @@ func chunkView(view ipView) ipView {
 // reads every Service filed under the block for each address of it and
 // parses their ClusterIPs, sixteen times over where the block is full
 // (a /12 at 86%). Here each Service of a block is read once per block.
-// The memory is one block's, and as old as the addresses of the block
-// take to reconcile: less than what the informer itself lags. One chunk
-// at a time: not safe for concurrent use.
+// The memory is one block's, kept while that block's addresses are
+// reconciled: a Service changed meanwhile is seen at the block's next
+// read, as an informer that lags shows it. One chunk at a time: not safe
+// for concurrent use.
 type blockMemo struct {
 	*informerView
 	block netip.Prefix
