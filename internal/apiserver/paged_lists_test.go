@@ -2,16 +2,13 @@ package apiserver
 
 import (
 	"context"
-	"fmt"
 	"testing"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
-	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apiserver/pkg/storage"
 
 	"github.com/allocator/allocator/internal/etcdtest"
-	"github.com/allocator/allocator/pkg/etcdlayout"
 )
 
 // TestContinuedPages: a paged list through the Services' etcd store (the
@@ -26,18 +23,7 @@ func TestContinuedPages(t *testing.T) {
 	defer cancel()
 	etcd := etcdtest.New(t)
 	getter := newRESTOptionsGetter(etcd.Endpoints(), "/registry", EtcdTLS{}, etcd, nil, nil)
-	put := func(i int) {
-		t.Helper()
-		svc := scaleService(i)
-		data, err := runtime.Encode(storageCodec(""), svc)
-		if err != nil {
-			t.Fatal(err)
-		}
-		key := fmt.Sprintf("/registry/%s/%s/%s", etcdlayout.ServicesPath, svc.Namespace, svc.Name)
-		if _, err := etcd.Client().Put(ctx, key, string(data)); err != nil {
-			t.Fatal(err)
-		}
-	}
+	put := func(i int) { t.Helper(); putStoredService(ctx, t, etcd, scaleService(i)) }
 	const stored, limit = 230, 40
 	for i := range stored {
 		put(i)

@@ -33,14 +33,7 @@ func TestPresizedLists(t *testing.T) {
 		t.Helper()
 		svc := scaleService(i)
 		svc.Namespace = ns
-		data, err := runtime.Encode(storageCodec(""), svc)
-		if err != nil {
-			t.Fatal(err)
-		}
-		key := fmt.Sprintf("/registry/%s/%s/%s", etcdlayout.ServicesPath, ns, svc.Name)
-		if _, err := etcd.Client().Put(ctx, key, string(data)); err != nil {
-			t.Fatal(err)
-		}
+		putStoredService(ctx, t, etcd, svc)
 	}
 	for i := range 250 {
 		put("scale", i)
@@ -164,6 +157,20 @@ func BenchmarkGetListPage(b *testing.B) {
 
 // servicesStore is the Services' etcd store as getter builds it for the
 // registry, and its key prefix; it is destroyed when tb ends.
+// putStoredService writes svc to etcd under the Services' prefix of
+// /registry, encoded as the storage codec encodes it.
+func putStoredService(ctx context.Context, t *testing.T, etcd *etcdtest.Etcd, svc *corev1.Service) {
+	t.Helper()
+	data, err := runtime.Encode(storageCodec(""), svc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	key := fmt.Sprintf("/registry/%s/%s/%s", etcdlayout.ServicesPath, svc.Namespace, svc.Name)
+	if _, err := etcd.Client().Put(ctx, key, string(data)); err != nil {
+		t.Fatal(err)
+	}
+}
+
 func servicesStore(tb testing.TB, getter *restOptionsGetter) (storage.Interface, string) {
 	tb.Helper()
 	opts, err := getter.GetRESTOptions(corev1.Resource("services"), nil)
