@@ -52,7 +52,9 @@ func TestEtcdCountMetricPollPeriod(t *testing.T) {
 	if err != nil {
 		t.Fatalf("with a 300 ms period: %s is %q, want 2: %v", services, last, err)
 	}
-	// Ten of the other's periods, and the other's count was set meanwhile.
+	// The registry counts once as it starts, then every period: a server
+	// that counted at all would show the series by now. Ten more of the
+	// other's periods for good measure.
 	time.Sleep(3 * time.Second)
 	v, err := metric(off)
 	if err != nil {
