@@ -26,6 +26,7 @@ import (
 	"k8s.io/utils/clock"
 
 	"github.com/allocator/allocator/internal/fence"
+	"github.com/allocator/allocator/internal/rawlist"
 	"github.com/allocator/allocator/pkg/etcdlayout"
 )
 
@@ -216,8 +217,15 @@ func (p *etcdStores) rawStorage(config *storagebackend.ConfigForResource, newFun
 	// in-process client has none of its own (inProcessEndpoint names it),
 	// and without it every such LIST went to etcd.
 	etcdfeature.DefaultFeatureSupportChecker.CheckClient(client.Ctx(), p.endpoints(client), storage.RequestWatchProgress)
+	kind, err := servedKind(newFunc)
+	if err != nil {
+		_ = client.Close()
+		p.releaseCompactor()
+		return nil, nil, fmt.Errorf("etcd storage of %s: %w", config.GroupResource, err)
+	}
+	decoder := rawlist.NewDecoder(etcd3.NewDefaultDecoder(config.Codec, versioner), kind, newFunc)
 	store, err := etcd3.New(kc, compactor, config.Codec, newFunc, newListFunc, config.Prefix, resourcePrefix,
-		config.GroupResource, transformer, config.LeaseManagerConfig, etcd3.NewDefaultDecoder(config.Codec, versioner), versioner)
+		config.GroupResource, transformer, config.LeaseManagerConfig, decoder, versioner)
 	if err != nil {
 		_ = client.Close()
 		p.releaseCompactor()
@@ -231,6 +239,21 @@ func (p *etcdStores) rawStorage(config *storagebackend.ConfigForResource, newFun
 			p.releaseCompactor()
 		})
 	}, nil
+}
+
+// servedKind is the kind and served version (v1) of the objects newFunc
+// makes.
+func servedKind(newFunc func() runtime.Object) (schema.GroupVersionKind, error) {
+	kinds, _, err := Scheme.ObjectKinds(newFunc())
+	if err != nil {
+		return schema.GroupVersionKind{}, err
+	}
+	for _, k := range kinds {
+		if k.Version == "v1" {
+			return k, nil
+		}
+	}
+	return schema.GroupVersionKind{}, fmt.Errorf("%T is not served in v1 (%v)", newFunc(), kinds)
 }
 
 // inProcessEndpoint shows the storage layer's feature check an in-process

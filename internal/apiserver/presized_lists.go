@@ -85,6 +85,10 @@ func (s *presizedLists) room(ctx context.Context, key string, opts storage.ListO
 	return int(min(n+n/64+16, maxRoom))
 }
 
+// ServesStoredLists implements rawlist.Source: the etcd store below reads a
+// rawlist.List's items (rawStorage gives it a rawlist.Decoder).
+func (s *presizedLists) ServesStoredLists() bool { return true }
+
 // Stats is the store's Stats, whose object count the store keeps.
 func (s *presizedLists) Stats(ctx context.Context) (storage.Stats, error) {
 	stats, err := s.Interface.Stats(ctx)

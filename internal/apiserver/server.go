@@ -36,6 +36,7 @@ import (
 	"github.com/allocator/allocator/internal/etcdhistory"
 	"github.com/allocator/allocator/internal/fence"
 	"github.com/allocator/allocator/internal/ipallocator"
+	"github.com/allocator/allocator/internal/rawlist"
 	"github.com/allocator/allocator/internal/registry/events"
 	"github.com/allocator/allocator/internal/registry/ipaddresses"
 	"github.com/allocator/allocator/internal/registry/namespaces"
@@ -188,7 +189,7 @@ func (c CompletedConfig) newServer(ctx context.Context) (*Server, error) {
 	}
 	s.watches = newWatchTerminator()
 	s.sources = newInProcessSources()
-	generic.Handler.FullHandlerChain = s.watches.wrap(generic.Handler.FullHandlerChain)
+	generic.Handler.FullHandlerChain = s.watches.wrap(rawlist.WithNegotiation(generic.Handler.FullHandlerChain, Codecs))
 	s.allocMetrics.Register(s.registry)
 	s.repairMetrics.Register(s.registry)
 	registerAPIServerMetrics()

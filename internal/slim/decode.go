@@ -9,6 +9,7 @@ import (
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/types"
 
+	"github.com/allocator/allocator/internal/protowalk"
 	"github.com/allocator/allocator/pkg/etcdlayout"
 )
 
@@ -23,7 +24,7 @@ func Envelope(data []byte, gvk schema.GroupVersionKind) (raw []byte, ok bool) {
 	b := data[len(magic):]
 	var typeMeta []byte
 	for len(b) > 0 {
-		num, typ, v, rest, err := consumeField(b)
+		num, typ, v, rest, err := protowalk.Field(b)
 		if err != nil {
 			return nil, false
 		}
@@ -48,7 +49,7 @@ func Envelope(data []byte, gvk schema.GroupVersionKind) (raw []byte, ok bool) {
 // views of b: valid only while b is.
 func decodeTypeMeta(b []byte) (apiVersion, kind []byte, err error) {
 	for len(b) > 0 {
-		num, typ, v, rest, err := consumeField(b)
+		num, typ, v, rest, err := protowalk.Field(b)
 		if err != nil {
 			return nil, nil, err
 		}
@@ -72,7 +73,7 @@ func DecodeService(b []byte) (*corev1.Service, error) {
 	svc := &corev1.Service{}
 	var spec slimSpecFields
 	for len(b) > 0 {
-		num, typ, v, rest, err := consumeField(b)
+		num, typ, v, rest, err := protowalk.Field(b)
 		if err != nil {
 			return nil, err
 		}
@@ -99,7 +100,7 @@ func DecodeService(b []byte) (*corev1.Service, error) {
 // keeps: name, namespace, uid, resourceVersion, creationTimestamp, labels.
 func decodeSlimMeta(m *metav1.ObjectMeta, b []byte) error {
 	for len(b) > 0 {
-		num, typ, v, rest, err := consumeField(b)
+		num, typ, v, rest, err := protowalk.Field(b)
 		if err != nil {
 			return err
 		}
@@ -152,13 +153,13 @@ type slimSpecFields struct {
 
 func (s *slimSpecFields) decode(b []byte) error {
 	for len(b) > 0 {
-		num, typ, v, rest, err := consumeField(b)
+		num, typ, v, rest, err := protowalk.Field(b)
 		if err != nil {
 			return err
 		}
 		b = rest
 		if num == 12 && typ == protowire.VarintType {
-			s.healthCheckNodePort = int32(varintValue(v))
+			s.healthCheckNodePort = int32(protowalk.Varint(v))
 			continue
 		}
 		if typ != protowire.BytesType {
@@ -224,7 +225,7 @@ func decodeSlimPort(b []byte) (corev1.ServicePort, error) {
 	var protocol []byte
 	var nodePort int32
 	for len(b) > 0 {
-		num, typ, v, rest, err := consumeField(b)
+		num, typ, v, rest, err := protowalk.Field(b)
 		if err != nil {
 			return corev1.ServicePort{}, err
 		}
@@ -233,7 +234,7 @@ func decodeSlimPort(b []byte) (corev1.ServicePort, error) {
 		case num == 2 && typ == protowire.BytesType:
 			protocol = v
 		case num == 5 && typ == protowire.VarintType:
-			nodePort = int32(varintValue(v))
+			nodePort = int32(protowalk.Varint(v))
 		}
 	}
 	p := corev1.ServicePort{NodePort: nodePort}
@@ -244,36 +245,6 @@ func decodeSlimPort(b []byte) (corev1.ServicePort, error) {
 		}
 	}
 	return p, nil
-}
-
-// consumeField reads one field of b: its number, its wire type, its value
-// (a length-delimited field's bytes, a varint's own encoding, as a view of
-// b) and what follows it.
-func consumeField(b []byte) (protowire.Number, protowire.Type, []byte, []byte, error) {
-	num, typ, n := protowire.ConsumeTag(b)
-	if n < 0 {
-		return 0, 0, nil, nil, protowire.ParseError(n)
-	}
-	b = b[n:]
-	if typ == protowire.BytesType {
-		v, n := protowire.ConsumeBytes(b)
-		if n < 0 {
-			return 0, 0, nil, nil, protowire.ParseError(n)
-		}
-		return num, typ, v, b[n:], nil
-	}
-	n = protowire.ConsumeFieldValue(num, typ, b)
-	if n < 0 {
-		return 0, 0, nil, nil, protowire.ParseError(n)
-	}
-	return num, typ, b[:n], b[n:], nil
-}
-
-// varintValue is the value of a varint field's encoding (consumeField's
-// value of a VarintType field).
-func varintValue(b []byte) uint64 {
-	v, _ := protowire.ConsumeVarint(b)
-	return v
 }
 
 // knownBytes returns the constant among values that b spells, else b as a

@@ -10,6 +10,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 
+	"github.com/allocator/allocator/internal/protowalk"
 	"github.com/allocator/allocator/pkg/ipaddress"
 )
 
@@ -20,7 +21,7 @@ import (
 func DecodeIPAddress(b []byte) (*networkingv1.IPAddress, error) {
 	ipa := &networkingv1.IPAddress{}
 	for len(b) > 0 {
-		num, typ, v, rest, err := consumeField(b)
+		num, typ, v, rest, err := protowalk.Field(b)
 		if err != nil {
 			return nil, err
 		}
@@ -48,7 +49,7 @@ func DecodeIPAddress(b []byte) (*networkingv1.IPAddress, error) {
 func decodeMetaWithoutManagedFields(m *metav1.ObjectMeta, b []byte) error {
 	var labels [][]byte // the labels' entries, decoded at the end
 	for len(b) > 0 {
-		num, typ, v, rest, err := consumeField(b)
+		num, typ, v, rest, err := protowalk.Field(b)
 		if err != nil {
 			return err
 		}
@@ -56,9 +57,9 @@ func decodeMetaWithoutManagedFields(m *metav1.ObjectMeta, b []byte) error {
 		if typ == protowire.VarintType {
 			switch num {
 			case 7:
-				m.Generation = int64(varintValue(v))
+				m.Generation = int64(protowalk.Varint(v))
 			case 10:
-				seconds := int64(varintValue(v))
+				seconds := int64(protowalk.Varint(v))
 				m.DeletionGracePeriodSeconds = &seconds
 			}
 			continue
@@ -172,7 +173,7 @@ var errMapEntry = errors.New("a map entry with a field other than a string key a
 // within the entry: the generated code reads those as this does.
 func decodeMapEntryBytes(b []byte) (key, value []byte, err error) {
 	for len(b) > 0 {
-		num, typ, v, rest, err := consumeField(b)
+		num, typ, v, rest, err := protowalk.Field(b)
 		if err != nil {
 			return nil, nil, err
 		}
@@ -199,7 +200,7 @@ func decodeIPAddressSpec(spec *networkingv1.IPAddressSpec, b []byte) error {
 	}
 	var ref *networkingv1.ParentReference
 	for rest := b; len(rest) > 0; {
-		num, typ, v, next, err := consumeField(rest)
+		num, typ, v, next, err := protowalk.Field(rest)
 		if err != nil || (num == 1 && (typ != protowire.BytesType || ref != nil)) {
 			return spec.Unmarshal(b)
 		}
@@ -223,7 +224,7 @@ var errParentRef = errors.New("a parentRef field of another wire type")
 func decodeParentRef(b []byte) (*networkingv1.ParentReference, error) {
 	ref := &networkingv1.ParentReference{}
 	for len(b) > 0 {
-		num, typ, v, rest, err := consumeField(b)
+		num, typ, v, rest, err := protowalk.Field(b)
 		if err != nil {
 			return nil, err
 		}

@@ -1,6 +1,7 @@
 package slim
 
 import (
+	"github.com/allocator/allocator/internal/protowalk"
 	"google.golang.org/protobuf/encoding/protowire"
 	corev1 "k8s.io/api/core/v1"
 	networkingv1 "k8s.io/api/networking/v1"
@@ -45,7 +46,7 @@ func decodeList[T any](data []byte, gvk schema.GroupVersionKind, item func([]byt
 	}
 	var items []T
 	for b := raw; len(b) > 0; {
-		num, typ, v, rest, err := consumeField(b)
+		num, typ, v, rest, err := protowalk.Field(b)
 		if err != nil {
 			return nil, metav1.ListMeta{}, false
 		}

@@ -34,7 +34,7 @@ func svc(mutate ...func(*corev1.Service)) *corev1.Service {
 
 func ptr[T any](v T) *T { return &v }
 
-func newAlloc(t *testing.T, ranges ...string) (*Allocator, []*memAllocator) {
+func newAlloc(t testing.TB, ranges ...string) (*Allocator, []*memAllocator) {
 	t.Helper()
 	var mems []*memAllocator
 	var ifaces []allocation.Interface

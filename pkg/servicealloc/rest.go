@@ -266,6 +266,14 @@ type deleteTracking struct {
 	fencer Fencer // set by NewREST; nil: a delete whose answer was lost releases nothing
 }
 
+// ServesStoredLists tells whether the storage below serves lists from
+// stored bytes (internal/rawlist's Source): a store that records deletes
+// reads lists as the storage does.
+func (d *deleteTracking) ServesStoredLists() bool {
+	s, ok := d.Interface.(interface{ ServesStoredLists() bool })
+	return ok && s.ServesStoredLists()
+}
+
 // Get is the storage's, but for the first read of a Service delete, which
 // the watch cache answers (delete_read.go).
 func (d *deleteTracking) Get(ctx context.Context, key string, opts storage.GetOptions, out runtime.Object) error {

@@ -1,11 +1,12 @@
 package ipaddresses
 
 import (
+	"context"
 	"fmt"
-	"github.com/allocator/allocator/internal/registry/table"
 	"strings"
 
 	networkingv1 "k8s.io/api/networking/v1"
+	metainternalversion "k8s.io/apimachinery/pkg/apis/meta/internalversion"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
@@ -13,6 +14,9 @@ import (
 	genericregistry "k8s.io/apiserver/pkg/registry/generic/registry"
 	"k8s.io/apiserver/pkg/registry/rest"
 	"k8s.io/apiserver/pkg/storage/names"
+
+	"github.com/allocator/allocator/internal/rawlist"
+	"github.com/allocator/allocator/internal/registry/table"
 )
 
 // REST is the IPAddress storage served as "ipaddresses".
@@ -39,6 +43,15 @@ func NewREST(scheme *runtime.Scheme, optsGetter generic.RESTOptionsGetter) (*RES
 		return nil, fmt.Errorf("complete ipaddresses store: %w", err)
 	}
 	return &REST{Store: store}, nil
+}
+
+// List serves a list from the stored bytes when the client reads plain
+// protobuf (internal/rawlist), else as the store does.
+func (r *REST) List(ctx context.Context, opts *metainternalversion.ListOptions) (runtime.Object, error) {
+	if out, handled, err := rawlist.Serve(ctx, r.Store, opts, networkingv1.SchemeGroupVersion.WithKind("IPAddressList")); handled {
+		return out, err
+	}
+	return r.Store.List(ctx, opts)
 }
 
 // ShortNames implements rest.ShortNamesProvider (kubectl get ip).

@@ -5,9 +5,8 @@ import (
 	"fmt"
 	"net/netip"
 
-	statusrest "github.com/allocator/allocator/internal/registry/status"
-
 	corev1 "k8s.io/api/core/v1"
+	metainternalversion "k8s.io/apimachinery/pkg/apis/meta/internalversion"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apiserver/pkg/endpoints/request"
@@ -15,6 +14,8 @@ import (
 	genericregistry "k8s.io/apiserver/pkg/registry/generic/registry"
 	"k8s.io/apiserver/pkg/registry/rest"
 
+	"github.com/allocator/allocator/internal/rawlist"
+	statusrest "github.com/allocator/allocator/internal/registry/status"
 	"github.com/allocator/allocator/pkg/servicealloc"
 )
 
@@ -104,6 +105,15 @@ func (r *REST) Update(ctx context.Context, name string, objInfo rest.UpdatedObje
 		objInfo = hintedInfo{UpdatedObjectInfo: objInfo, r: r}
 	}
 	return r.REST.Update(ctx, name, objInfo, checked, updateValidation, forceAllowCreate, options)
+}
+
+// List serves a list from the stored bytes when the client reads plain
+// protobuf (internal/rawlist), else as the store does.
+func (r *REST) List(ctx context.Context, opts *metainternalversion.ListOptions) (runtime.Object, error) {
+	if out, handled, err := rawlist.Serve(ctx, r.Store, opts, corev1.SchemeGroupVersion.WithKind("ServiceList")); handled {
+		return out, err
+	}
+	return r.Store.List(ctx, opts)
 }
 
 // ShortNames implements rest.ShortNamesProvider (kubectl get svc).
