@@ -112,6 +112,20 @@ func TestStoredLists(t *testing.T) {
 		Spec: corev1.ServiceSpec{Type: corev1.ServiceTypeClusterIP, ClusterIP: "10.0.0.7", ClusterIPs: []string{"10.0.0.7"},
 			InternalTrafficPolicy: &cluster, SessionAffinity: corev1.ServiceAffinityNone, Ports: port},
 	}, decodedMarker)
+	// As a server run with --storage-media-type=application/json wrote it.
+	jsonService, err := json.Marshal(&corev1.Service{
+		TypeMeta:   metav1.TypeMeta{APIVersion: "v1", Kind: "Service"},
+		ObjectMeta: metav1.ObjectMeta{Name: "json", Namespace: "legacy", UID: "77777777-7777-4777-8777-777777777777", CreationTimestamp: metav1.Now()},
+		Spec: corev1.ServiceSpec{Type: corev1.ServiceTypeClusterIP, ClusterIP: "10.0.0.8", ClusterIPs: []string{"10.0.0.8"},
+			IPFamilies: []corev1.IPFamily{corev1.IPv4Protocol}, IPFamilyPolicy: &single, InternalTrafficPolicy: &cluster,
+			SessionAffinity: corev1.ServiceAffinityNone, Ports: port},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := etcd.Client().Put(ctx, layout.Service("legacy", "json"), string(jsonService)); err != nil {
+		t.Fatal(err)
+	}
 	putStoredProtobuf(ctx, t, etcd, layout.IPAddress("10.0.0.5"), "networking.k8s.io/v1", "IPAddress", &networkingv1.IPAddress{
 		ObjectMeta: metav1.ObjectMeta{Name: "10.0.0.5", UID: "55555555-5555-4555-8555-555555555555", CreationTimestamp: metav1.Now()},
 		Spec:       networkingv1.IPAddressSpec{ParentRef: &networkingv1.ParentReference{Resource: "services", Namespace: "legacy", Name: "current"}},
@@ -123,6 +137,9 @@ func TestStoredLists(t *testing.T) {
 	head, err := js.CoreV1().Services("").List(ctx, metav1.ListOptions{})
 	if err != nil {
 		t.Fatal(err)
+	}
+	if n := len(head.Items); n != 14 {
+		t.Fatalf("%d Services listed, want the 10 created and the 4 stored", n)
 	}
 	at := metav1.ListOptions{ResourceVersion: head.ResourceVersion, ResourceVersionMatch: metav1.ResourceVersionMatchExact}
 	for _, limit := range []int64{0, 4} {
