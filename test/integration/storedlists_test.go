@@ -7,8 +7,12 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"strconv"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/google/go-cmp/cmp"
 	"google.golang.org/protobuf/encoding/protowire"
@@ -250,4 +254,81 @@ func rawList(ctx context.Context, t *testing.T, c kubernetes.Interface, path, ac
 		t.Fatalf("GET %s (Accept %s): %d %v: %.200s", path, accept, resp.StatusCode, err, body)
 	}
 	return body
+}
+
+// TestStoredListsUnderWrites: while four clients create and delete
+// Services, lists in protobuf (served from the stored bytes) and in JSON
+// at one revision, page by page, hold the same Services and list metadata,
+// and no Service in them is newer than the list.
+func TestStoredListsUnderWrites(t *testing.T) {
+	t.Parallel()
+	ctx := testContext(t)
+	srv := startServer(t, serverOptions{serviceRange: "10.0.0.0/22", model: "ipaddress"})
+	pb := clientAccepting(t, srv.restConfig, "application/vnd.kubernetes.protobuf,application/json")
+	js := clientAccepting(t, srv.restConfig, "application/json")
+	for i := range 30 {
+		mustCreate(t, ctx, srv.client, newService(fmt.Sprintf("base-%02d", i)))
+	}
+
+	writeCtx, stop := context.WithCancel(ctx)
+	defer stop()
+	var wg sync.WaitGroup
+	var created atomic.Int64
+	errs := make(chan error, 4)
+	for w := range 4 {
+		wg.Go(func() {
+			svcs := srv.client.CoreV1().Services("default")
+			for i := 0; i < 200 && writeCtx.Err() == nil; i++ {
+				name := fmt.Sprintf("w%d-%03d", w, i)
+				if _, err := svcs.Create(writeCtx, newService(name), metav1.CreateOptions{}); err != nil {
+					if writeCtx.Err() == nil {
+						errs <- fmt.Errorf("create %s: %w", name, err)
+					}
+					return
+				}
+				created.Add(1)
+				if i%2 == 1 { // keep half of them
+					if err := svcs.Delete(writeCtx, name, metav1.DeleteOptions{}); err != nil && writeCtx.Err() == nil {
+						errs <- fmt.Errorf("delete %s: %w", name, err)
+						return
+					}
+				}
+			}
+		})
+	}
+	for created.Load() == 0 && ctx.Err() == nil {
+		time.Sleep(5 * time.Millisecond)
+	}
+	before := created.Load()
+	for round := range 15 {
+		head, err := js.CoreV1().Services("").List(ctx, metav1.ListOptions{Limit: 1})
+		if err != nil {
+			t.Fatal(err)
+		}
+		at := metav1.ListOptions{ResourceVersion: head.ResourceVersion, ResourceVersionMatch: metav1.ResourceVersionMatchExact}
+		compareServicePages(ctx, t, pb, js, "", at, int64(7+round))
+		compareIPAddressPages(ctx, t, pb, js, at, int64(11+round))
+		// Unpinned: each page newer than none of its Services.
+		list, err := pb.CoreV1().Services("default").List(ctx, metav1.ListOptions{Limit: 13})
+		if err != nil {
+			t.Fatal(err)
+		}
+		listRV, _ := strconv.ParseUint(list.ResourceVersion, 10, 64)
+		for _, s := range list.Items {
+			if rv, err := strconv.ParseUint(s.ResourceVersion, 10, 64); err != nil || rv == 0 || rv > listRV {
+				t.Fatalf("Service %s at resourceVersion %q in a list at %d", s.Name, s.ResourceVersion, listRV)
+			}
+		}
+	}
+	during := created.Load() - before
+	stop()
+	wg.Wait()
+	close(errs)
+	if during < 20 {
+		t.Errorf("only %d creates during the lists: the test raced too little", during)
+	}
+	t.Logf("%d creates during the lists", during)
+	for err := range errs {
+		t.Error(err)
+	}
 }
