@@ -217,13 +217,7 @@ func (p *etcdStores) rawStorage(config *storagebackend.ConfigForResource, newFun
 	// in-process client has none of its own (inProcessEndpoint names it),
 	// and without it every such LIST went to etcd.
 	etcdfeature.DefaultFeatureSupportChecker.CheckClient(client.Ctx(), p.endpoints(client), storage.RequestWatchProgress)
-	kind, err := servedKind(newFunc)
-	if err != nil {
-		_ = client.Close()
-		p.releaseCompactor()
-		return nil, nil, fmt.Errorf("etcd storage of %s: %w", config.GroupResource, err)
-	}
-	decoder := rawlist.NewDecoder(etcd3.NewDefaultDecoder(config.Codec, versioner), kind, newFunc)
+	decoder := rawlist.NewDecoder(etcd3.NewDefaultDecoder(config.Codec, versioner), servedKind(newFunc), newFunc)
 	store, err := etcd3.New(kc, compactor, config.Codec, newFunc, newListFunc, config.Prefix, resourcePrefix,
 		config.GroupResource, transformer, config.LeaseManagerConfig, decoder, versioner)
 	if err != nil {
@@ -241,19 +235,16 @@ func (p *etcdStores) rawStorage(config *storagebackend.ConfigForResource, newFun
 	}, nil
 }
 
-// servedKind is the kind and served version (v1) of the objects newFunc
-// makes.
-func servedKind(newFunc func() runtime.Object) (schema.GroupVersionKind, error) {
-	kinds, _, err := Scheme.ObjectKinds(newFunc())
-	if err != nil {
-		return schema.GroupVersionKind{}, err
-	}
+// servedKind is the v1 kind of the objects newFunc makes; the zero kind
+// when there is none, whose lists are always decoded (rawlist.Decoder).
+func servedKind(newFunc func() runtime.Object) schema.GroupVersionKind {
+	kinds, _, _ := Scheme.ObjectKinds(newFunc())
 	for _, k := range kinds {
 		if k.Version == "v1" {
-			return k, nil
+			return k
 		}
 	}
-	return schema.GroupVersionKind{}, fmt.Errorf("%T is not served in v1 (%v)", newFunc(), kinds)
+	return schema.GroupVersionKind{}
 }
 
 // inProcessEndpoint shows the storage layer's feature check an in-process
