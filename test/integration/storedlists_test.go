@@ -19,8 +19,10 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	networkingv1 "k8s.io/api/networking/v1"
 	apiequality "k8s.io/apimachinery/pkg/api/equality"
+	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/util/intstr"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
@@ -179,52 +181,56 @@ func TestStoredLists(t *testing.T) {
 // same pages.
 func compareServicePages(ctx context.Context, t *testing.T, pb, js kubernetes.Interface, namespace string, opts metav1.ListOptions, limit int64) {
 	t.Helper()
-	opts.Limit = limit
-	for page := 0; ; page++ {
-		a, err := pb.CoreV1().Services(namespace).List(ctx, opts)
-		if err != nil {
-			t.Fatalf("protobuf list of %q, page %d: %v", namespace, page, err)
-		}
-		b, err := js.CoreV1().Services(namespace).List(ctx, opts)
-		if err != nil {
-			t.Fatalf("JSON list of %q, page %d: %v", namespace, page, err)
-		}
-		for i := range b.Items { // protobuf carries no item's kind
-			b.Items[i].TypeMeta = metav1.TypeMeta{}
-		}
-		if !apiequality.Semantic.DeepEqual(a, b) {
-			t.Fatalf("Services of %q, page %d of %d: protobuf and JSON differ:\n%s", namespace, page, limit, listDiff(a, b))
-		}
-		if len(a.Items) == 0 || a.Continue == "" || page > 10 {
-			return
-		}
-		opts.Continue, opts.ResourceVersion, opts.ResourceVersionMatch = a.Continue, "", ""
-	}
+	compareListPages(t, "Services of "+namespace, opts, limit,
+		func(opts metav1.ListOptions) (*corev1.ServiceList, error) {
+			return pb.CoreV1().Services(namespace).List(ctx, opts)
+		},
+		func(opts metav1.ListOptions) (*corev1.ServiceList, error) {
+			return js.CoreV1().Services(namespace).List(ctx, opts)
+		})
 }
 
 // compareIPAddressPages is compareServicePages for the IPAddresses.
 func compareIPAddressPages(ctx context.Context, t *testing.T, pb, js kubernetes.Interface, opts metav1.ListOptions, limit int64) {
 	t.Helper()
+	compareListPages(t, "IPAddresses", opts, limit,
+		func(opts metav1.ListOptions) (*networkingv1.IPAddressList, error) {
+			return pb.NetworkingV1().IPAddresses().List(ctx, opts)
+		},
+		func(opts metav1.ListOptions) (*networkingv1.IPAddressList, error) {
+			return js.NetworkingV1().IPAddresses().List(ctx, opts)
+		})
+}
+
+// compareListPages lists what through the protobuf and the JSON client's list
+// in pages of limit (0: one), from opts, and requires the same pages, none
+// of them empty.
+func compareListPages[L interface {
+	runtime.Object
+	GetContinue() string
+}](t *testing.T, what string, opts metav1.ListOptions, limit int64, pbList, jsList func(metav1.ListOptions) (L, error)) {
+	t.Helper()
 	opts.Limit = limit
 	for page := 0; ; page++ {
-		a, err := pb.NetworkingV1().IPAddresses().List(ctx, opts)
+		a, err := pbList(opts)
 		if err != nil {
-			t.Fatalf("protobuf list of IPAddresses, page %d: %v", page, err)
+			t.Fatalf("protobuf list of %s, page %d: %v", what, page, err)
 		}
-		b, err := js.NetworkingV1().IPAddresses().List(ctx, opts)
+		b, err := jsList(opts)
 		if err != nil {
-			t.Fatalf("JSON list of IPAddresses, page %d: %v", page, err)
+			t.Fatalf("JSON list of %s, page %d: %v", what, page, err)
 		}
-		for i := range b.Items { // protobuf carries no item's kind
-			b.Items[i].TypeMeta = metav1.TypeMeta{}
+		_ = meta.EachListItem(b, func(item runtime.Object) error { // protobuf carries no item's kind
+			item.GetObjectKind().SetGroupVersionKind(schema.GroupVersionKind{})
+			return nil
+		})
+		if meta.LenList(a) == 0 || !apiequality.Semantic.DeepEqual(a, b) {
+			t.Fatalf("%s, page %d of %d: empty, or protobuf and JSON differ:\n%s", what, page, limit, listDiff(a, b))
 		}
-		if len(a.Items) == 0 || !apiequality.Semantic.DeepEqual(a, b) {
-			t.Fatalf("IPAddresses, page %d of %d: empty, or protobuf and JSON differ:\n%s", page, limit, listDiff(a, b))
-		}
-		if a.Continue == "" || page > 10 {
+		if a.GetContinue() == "" || page > 10 {
 			return
 		}
-		opts.Continue, opts.ResourceVersion, opts.ResourceVersionMatch = a.Continue, "", ""
+		opts.Continue, opts.ResourceVersion, opts.ResourceVersionMatch = a.GetContinue(), "", ""
 	}
 }
 
