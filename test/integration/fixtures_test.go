@@ -49,6 +49,21 @@ func TestServesUpstreamData(t *testing.T) {
 			s := startServer(t, serverOptions{model: tc.model, serviceRange: "10.96.0.0/16", etcd: etcd})
 			c := s.client
 
+			// Upstream's objects listed in protobuf (served from etcd's
+			// bytes where they read as stored, internal/rawlist) read as
+			// in JSON, v1beta1 IPAddresses included.
+			pb := clientAccepting(t, s.restConfig, "application/vnd.kubernetes.protobuf,application/json")
+			js := clientAccepting(t, s.restConfig, "application/json")
+			head, err := js.CoreV1().Services("").List(ctx, metav1.ListOptions{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			at := metav1.ListOptions{ResourceVersion: head.ResourceVersion, ResourceVersionMatch: metav1.ResourceVersionMatchExact}
+			compareServicePages(ctx, t, pb, js, "", at, 0)
+			if tc.model == string(model.IPAddress) {
+				compareIPAddressPages(ctx, t, pb, js, at, 0)
+			}
+
 			taken := map[string]bool{}
 			for key, want := range f.Expect.Services {
 				ns, name, _ := strings.Cut(key, "/")
