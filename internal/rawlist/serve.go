@@ -55,13 +55,17 @@ type Source interface {
 	ServesStoredLists() bool
 }
 
-// Serve answers a LIST of store's resource, items of kind, from the
-// stored bytes, when the request is marked (WithNegotiation), has no
-// selector, the store reads etcd through a Decoder (Source), its kind is
-// served as stored with the store's Decorator, and the audit log does not
-// record response bodies; handled is false for any other request, which
-// the caller answers as usual. The list is the store's GetList, as the
-// registry's List reads it.
+// Serve answers a LIST of store's resource (kind is the list's kind) from
+// the stored bytes when:
+//   - the request is marked (WithNegotiation) and has no selector;
+//   - the store reads etcd through a Decoder (Source), not a watch cache;
+//   - the kind is in storedKinds, and its rule covers the store's
+//     Decorator if the store has one;
+//   - the audit log does not record the response body.
+//
+// handled is false for any other request, which the caller answers as
+// usual. The list is the store's GetList, as the registry's List reads it;
+// items decoded in full get the store's Decorator.
 func Serve(ctx context.Context, store *genericregistry.Store, opts *metainternalversion.ListOptions, kind schema.GroupVersionKind) (out runtime.Object, handled bool, err error) {
 	if !servable(ctx, store, opts, kind) {
 		return nil, false, nil
