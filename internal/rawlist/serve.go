@@ -3,6 +3,7 @@ package rawlist
 import (
 	"context"
 	"net/http"
+	"strings"
 
 	metainternalversion "k8s.io/apimachinery/pkg/apis/meta/internalversion"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -19,7 +20,7 @@ import (
 // plainProtobufKey marks a request whose response is plain protobuf.
 type plainProtobufKey struct{}
 
-// WithNegotiation marks each GET request whose response the API handler
+// WithNegotiation marks each GET of a list of Services or IPAddresses whose response the API handler
 // would write as plain protobuf (no table, no partial metadata), ns being
 // the API's serializers. Serve answers only marked requests.
 //
@@ -29,7 +30,7 @@ type plainProtobufKey struct{}
 // clause is plain protobuf for the handler too.
 func WithNegotiation(h http.Handler, ns runtime.NegotiatedSerializer) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, req *http.Request) {
-		if req.Method == http.MethodGet {
+		if req.Method == http.MethodGet && listsStoredKind(req.URL.Path) {
 			opts, ok := negotiation.NegotiateMediaTypeOptions(req.Header.Get("Accept"), ns.SupportedMediaTypes(), anyTransform{})
 			if ok && opts.Convert == nil && opts.Stream == "" && opts.Accepted.MediaType == runtime.ContentTypeProtobuf {
 				req = req.WithContext(context.WithValue(req.Context(), plainProtobufKey{}, true))
@@ -37,6 +38,13 @@ func WithNegotiation(h http.Handler, ns runtime.NegotiatedSerializer) http.Handl
 		}
 		h.ServeHTTP(w, req)
 	})
+}
+
+// listsStoredKind reports whether path may list a kind in storedKinds: its
+// last segment is their resource. Other GETs (single objects, probes,
+// other resources) are not negotiated again.
+func listsStoredKind(path string) bool {
+	return strings.HasSuffix(path, "/services") || strings.HasSuffix(path, "/ipaddresses")
 }
 
 // anyTransform allows what the API handler allows of a list, and every
