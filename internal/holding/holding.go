@@ -49,6 +49,13 @@ func clusterIPTexts(svc *corev1.Service) ([]string, bool) {
 // spec.clusterIPs is read, or spec.clusterIP alone when clusterIPs is empty;
 // "" and "None" entries name nothing and are not invalid.
 func ClusterIPs(svc *corev1.Service) (ips []netip.Addr, invalid []string) {
+	return AppendClusterIPs(nil, svc)
+}
+
+// AppendClusterIPs is ClusterIPs with the addresses appended to ips: a
+// caller reading every Service passes one slice for all of them.
+func AppendClusterIPs(ips []netip.Addr, svc *corev1.Service) (_ []netip.Addr, invalid []string) {
+	first := len(ips)
 	texts, _ := clusterIPTexts(svc)
 	for _, text := range texts {
 		if text == "" || text == corev1.ClusterIPNone {
@@ -58,11 +65,29 @@ func ClusterIPs(svc *corev1.Service) (ips []netip.Addr, invalid []string) {
 		switch {
 		case !ok && !slices.Contains(invalid, text):
 			invalid = append(invalid, text)
-		case ok && !slices.Contains(ips, ip):
+		case ok && !slices.Contains(ips[first:], ip):
 			ips = append(ips, ip)
 		}
 	}
 	return ips, invalid
+}
+
+// CanonicalText returns ip's canonical text (netip.Addr.String), taken
+// from svc's cluster IP fields when one of them spells it so, as nearly
+// every stored one does: a caller naming the address of every Service then
+// allocates no text.
+func CanonicalText(ip netip.Addr, svc *corev1.Service) string {
+	var buf [48]byte
+	text := ip.AppendTo(buf[:0])
+	if svc.Spec.ClusterIP == string(text) {
+		return svc.Spec.ClusterIP
+	}
+	for _, t := range svc.Spec.ClusterIPs {
+		if t == string(text) {
+			return t
+		}
+	}
+	return string(text)
 }
 
 // ParseClusterIP reads one stored cluster IP: any spelling net/netip accepts

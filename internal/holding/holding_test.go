@@ -60,6 +60,18 @@ func TestClusterIPs(t *testing.T) {
 			if diff := cmp.Diff(ips, IPs(tc.svc), cmpopts.EquateEmpty(), cmp.Comparer(func(a, b netip.Addr) bool { return a == b })); diff != "" {
 				t.Errorf("IPs differs from ClusterIPs (-want +got):\n%s", diff)
 			}
+			// Appended after addresses of other Services, the same ones
+			// again among them: only svc's own are deduplicated.
+			before := addrs("10.0.0.1", "192.0.2.1")
+			appended, _ := AppendClusterIPs(slices.Clone(before), tc.svc)
+			if diff := cmp.Diff(append(before, ips...), appended, cmpopts.EquateEmpty(), cmp.Comparer(func(a, b netip.Addr) bool { return a == b })); diff != "" {
+				t.Errorf("AppendClusterIPs (-want +got):\n%s", diff)
+			}
+			for _, ip := range ips {
+				if got := CanonicalText(ip, tc.svc); got != ip.String() {
+					t.Errorf("CanonicalText(%v) = %q", ip, got)
+				}
+			}
 		})
 	}
 }
@@ -214,6 +226,11 @@ func FuzzClusterIPs(f *testing.F) {
 				t.Fatalf("ClusterIPs(%+v) reports %q invalid", svc.Spec, s)
 			}
 		}
+		for _, ip := range ips {
+			if got := CanonicalText(ip, svc); got != ip.String() {
+				t.Fatalf("CanonicalText(%v, %+v) = %q", ip, svc.Spec, got)
+			}
+		}
 		if len(slices.Compact(slices.SortedFunc(slices.Values(ips), netip.Addr.Compare))) != len(ips) {
 			t.Fatalf("ClusterIPs(%+v) repeats an address: %v", svc.Spec, ips)
 		}
@@ -221,6 +238,25 @@ func FuzzClusterIPs(f *testing.F) {
 			t.Fatalf("ClusterIPs(%+v) repeats a text: %q", svc.Spec, invalid)
 		}
 	})
+}
+
+// TestCanonicalTextAllocs: the text of an address a Service spells
+// canonically is the Service's own; another spelling costs one text.
+func TestCanonicalTextAllocs(t *testing.T) {
+	svc := ipSvc("", "10.96.0.10", "10.96.0.10", "fd00::a")
+	for _, tc := range []struct {
+		ip     string
+		allocs float64
+	}{{"10.96.0.10", 0}, {"fd00::a", 0}, {"10.96.0.11", 1}} {
+		ip := netip.MustParseAddr(tc.ip)
+		if got := testing.AllocsPerRun(100, func() { _ = CanonicalText(ip, svc) }); got != tc.allocs {
+			t.Errorf("CanonicalText(%s): %v allocations, want %v", tc.ip, got, tc.allocs)
+		}
+	}
+	upper := ipSvc("", "FD00::A", "FD00::A")
+	if got := CanonicalText(netip.MustParseAddr("fd00::a"), upper); got != "fd00::a" {
+		t.Errorf("CanonicalText of an upper-case spelling = %q, want fd00::a", got)
+	}
 }
 
 func ipSvc(typ corev1.ServiceType, clusterIP string, clusterIPs ...string) *corev1.Service {

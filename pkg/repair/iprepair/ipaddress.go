@@ -257,7 +257,7 @@ func newRepairView(factory informers.SharedInformerFactory) (*informerView, erro
 	return &informerView{
 		serviceIndexer: svcInf.Informer().GetIndexer(),
 		serviceLister:  svcInf.Lister(),
-		ipLister:       ipInf.Lister(),
+		ipIndexer:      ipInf.Informer().GetIndexer(),
 		cidrLister:     cidrInf.Lister(),
 		nsLister:       nsInf.Lister(),
 	}, nil

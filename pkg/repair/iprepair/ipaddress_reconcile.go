@@ -81,8 +81,8 @@ func (r *IPAddressRepair) reconcile(ctx context.Context, view ipView, k string) 
 		}
 		return out, nil
 	}
-	ip, err := netip.ParseAddr(k)
-	if err != nil || ip.String() != k {
+	ip, canonical := parseAddressKey(k)
+	if !canonical {
 		// Not an address in canonical form: an IPAddress the API server
 		// would not have accepted, not ours to judge.
 		return out, nil

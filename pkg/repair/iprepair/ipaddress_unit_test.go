@@ -262,7 +262,7 @@ func TestInformerViewKeys(t *testing.T) {
 		}
 	}
 	sortKeys(want)
-	view := &informerView{serviceIndexer: services, ipLister: networkinglisters.NewIPAddressLister(ips)}
+	view := &informerView{serviceIndexer: services, ipIndexer: ips}
 	got, err := view.keys()
 	if err != nil {
 		t.Fatal(err)
@@ -294,7 +294,7 @@ func TestInformerViewPassWorkers(t *testing.T) {
 		t.Fatal(err)
 	}
 	view := &informerView{serviceIndexer: services, serviceLister: corelisters.NewServiceLister(services),
-		ipLister: networkinglisters.NewIPAddressLister(ips), cidrLister: networkinglisters.NewServiceCIDRLister(cidrs)}
+		ipIndexer: ips, cidrLister: networkinglisters.NewServiceCIDRLister(cidrs)}
 	pass := func(workers int) []report.Problem {
 		r, err := NewIPAddressRepair(IPAddressConfig{Workers: workers, Options: repair.Options{Client: fake.NewClientset(), DryRun: true}})
 		if err != nil {

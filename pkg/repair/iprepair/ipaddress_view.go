@@ -80,15 +80,23 @@ func holderKeys(svc *corev1.Service) []string {
 // each once: the canonical addresses, then invalidKeyPrefix and the text of
 // each one that does not parse.
 func addressKeys(svc *corev1.Service) []string {
-	ips, invalid := holding.ClusterIPs(svc)
-	keys := make([]string, 0, len(ips)+len(invalid))
+	keys, _ := appendAddressKeys(nil, nil, svc)
+	return keys
+}
+
+// appendAddressKeys appends svc's work keys (addressKeys) to keys, reading
+// its addresses into scratch, which it returns for the next Service. An
+// address's key is the Service's own text of it where that is canonical
+// (holding.CanonicalText): a pass over every Service allocates no key.
+func appendAddressKeys(keys []string, scratch []netip.Addr, svc *corev1.Service) ([]string, []netip.Addr) {
+	ips, invalid := holding.AppendClusterIPs(scratch[:0], svc)
 	for _, ip := range ips {
-		keys = append(keys, ip.String())
+		keys = append(keys, holding.CanonicalText(ip, svc))
 	}
 	for _, text := range invalid {
 		keys = append(keys, invalidKeyPrefix+text)
 	}
-	return keys
+	return keys, ips
 }
 
 // serviceCIDRs is the union of the prefixes of every ServiceCIDR, ready or
@@ -351,7 +359,7 @@ func (v *listView) counts() (int, int, error) { return len(v.services), len(v.ip
 type informerView struct {
 	serviceIndexer cache.Indexer
 	serviceLister  corelisters.ServiceLister
-	ipLister       networkinglisters.IPAddressLister
+	ipIndexer      cache.Indexer
 	cidrLister     networkinglisters.ServiceCIDRLister
 	nsLister       corelisters.NamespaceLister
 
@@ -367,18 +375,13 @@ func (v *informerView) cidrsChanged() { v.parsedCIDRs.Invalidate() }
 // keys returns the names of the cached IPAddresses and the held keys that
 // name none: a held address almost always has its IPAddress, so the keys
 // sorted are about one per address, not one per address and Service. An
-// IPAddress cached after the list and held is left to its event.
+// IPAddress cached after the list and held is left to its event. The
+// names are the store's keys (an IPAddress has no namespace), read
+// without a list of the objects.
 func (v *informerView) keys() ([]string, error) {
-	ips, err := v.ipLister.List(labels.Everything())
-	if err != nil {
-		return nil, fmt.Errorf("list cached ipaddresses: %w", err)
-	}
-	keys := make([]string, 0, len(ips))
-	for _, ipa := range ips {
-		keys = append(keys, ipa.Name)
-	}
+	keys := v.ipIndexer.ListKeys()
 	for _, k := range v.heldKeys() {
-		if _, err := v.ipLister.Get(k); err != nil {
+		if _, exists, err := v.ipIndexer.GetByKey(k); err != nil || !exists {
 			keys = append(keys, k)
 		}
 	}
@@ -389,10 +392,12 @@ func (v *informerView) keys() ([]string, error) {
 // heldKeys returns the work keys of every cached Service (addressKeys), an
 // address two Services hold twice.
 func (v *informerView) heldKeys() []string {
-	var keys []string
-	for _, obj := range v.serviceIndexer.List() {
+	objs := v.serviceIndexer.List()
+	keys := make([]string, 0, len(objs)) // about one address each
+	var scratch []netip.Addr
+	for _, obj := range objs {
 		if svc, ok := obj.(*corev1.Service); ok {
-			keys = append(keys, addressKeys(svc)...)
+			keys, scratch = appendAddressKeys(keys, scratch, svc)
 		}
 	}
 	return keys
@@ -469,25 +474,26 @@ func (v *informerView) holders(key string) ([]*corev1.Service, error) {
 }
 
 func (v *informerView) ipAddress(name string) (*networkingv1.IPAddress, error) {
-	ipa, err := v.ipLister.Get(name)
-	if apierrors.IsNotFound(err) {
-		return nil, nil
-	}
+	obj, exists, err := v.ipIndexer.GetByKey(name)
 	if err != nil {
 		return nil, fmt.Errorf("cached ipaddress %s: %w", name, err)
+	}
+	ipa, _ := obj.(*networkingv1.IPAddress)
+	if !exists || ipa == nil {
+		return nil, nil
 	}
 	return ipa, nil
 }
 
 func (v *informerView) service(namespace, name string) (*corev1.Service, error) {
 	svc, err := v.serviceLister.Services(namespace).Get(name)
-	if apierrors.IsNotFound(err) {
+	switch {
+	case err == nil: // first: apierrors.IsNotFound allocates even for nil
+		return svc, nil
+	case apierrors.IsNotFound(err):
 		return nil, nil
 	}
-	if err != nil {
-		return nil, fmt.Errorf("cached service %s/%s: %w", namespace, name, err)
-	}
-	return svc, nil
+	return nil, fmt.Errorf("cached service %s/%s: %w", namespace, name, err)
 }
 
 func (v *informerView) cidrs() (serviceCIDRs, error) {
@@ -503,24 +509,18 @@ func (v *informerView) cidrs() (serviceCIDRs, error) {
 func (v *informerView) namespaceLabels(name string) (labels.Set, error) {
 	ns, err := v.nsLister.Get(name)
 	switch {
+	case err == nil:
+		return ns.Labels, nil
 	case apierrors.IsNotFound(err):
 		return labels.Set{corev1.LabelMetadataName: name}, nil
-	case err != nil:
-		return nil, fmt.Errorf("get cached namespace %s: %w", name, err)
 	}
-	return ns.Labels, nil
+	return nil, fmt.Errorf("get cached namespace %s: %w", name, err)
 }
 
+// counts counts the caches' keys: a list of the objects through a lister
+// would copy them into a slice grown one append at a time.
 func (v *informerView) counts() (int, int, error) {
-	services, err := v.serviceLister.List(labels.Everything())
-	if err != nil {
-		return 0, 0, fmt.Errorf("list cached services: %w", err)
-	}
-	ips, err := v.ipLister.List(labels.Everything())
-	if err != nil {
-		return 0, 0, fmt.Errorf("list cached ipaddresses: %w", err)
-	}
-	return len(services), len(ips), nil
+	return len(v.serviceIndexer.ListKeys()), len(v.ipIndexer.ListKeys()), nil
 }
 
 // sortKeys orders addresses first (IPv4 before IPv6, numerically), then

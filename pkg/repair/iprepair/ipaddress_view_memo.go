@@ -34,53 +34,83 @@ func chunkView(view ipView) ipView {
 type blockMemo struct {
 	*informerView
 	block netip.Prefix
-	held  map[netip.Addr][]*corev1.Service
-	text  []byte // an address's canonical text, reused
+	// The block's holders: held[i] holds addrs[i], sorted by address, then
+	// oldest first; one allocation each per block.
+	addrs   []netip.Addr
+	held    []*corev1.Service
+	scratch []netip.Addr // a Service's addresses, reused
 }
 
 // holders is informerView.holders, from the block's memory. The slice is
 // shared with the next keys of the block: read it, do not change it (an
 // append copies it).
 func (m *blockMemo) holders(key string) ([]*corev1.Service, error) {
-	ip, err := netip.ParseAddr(key)
-	if err != nil || ip.Zone() != "" {
-		return m.informerView.holders(key) // not an address key: looked up as it is
-	}
-	if m.text = ip.AppendTo(m.text[:0]); string(m.text) != key {
-		return m.informerView.holders(key) // not canonical: no work key's spelling
+	ip, canonical := parseAddressKey(key)
+	if !canonical || ip.Zone() != "" {
+		return m.informerView.holders(key) // not an address's work key: looked up as it is
 	}
 	if block := holderBlocks.Block(ip); !m.block.IsValid() || block != m.block {
-		held, err := m.blockHolders(block)
-		if err != nil {
+		if err := m.readBlock(block); err != nil {
 			return nil, err
 		}
-		m.block, m.held = block, held
+		m.block = block
 	}
-	svcs := m.held[ip]
-	return svcs[:len(svcs):len(svcs)], nil
+	first, found := slices.BinarySearchFunc(m.addrs, ip, netip.Addr.Compare)
+	if !found {
+		return nil, nil
+	}
+	end := first + 1
+	for end < len(m.addrs) && m.addrs[end] == ip {
+		end++
+	}
+	return m.held[first:end:end], nil
 }
 
-// blockHolders reads the Services filed under block and returns, for each
+// readBlock reads the Services filed under block and keeps, for each
 // address of the block one of them holds, its holders oldest first.
-func (v *informerView) blockHolders(block netip.Prefix) (map[netip.Addr][]*corev1.Service, error) {
-	objs, err := v.serviceIndexer.ByIndex(serviceIndex, block.String())
+func (m *blockMemo) readBlock(block netip.Prefix) error {
+	objs, err := m.serviceIndexer.ByIndex(serviceIndex, block.String())
 	if err != nil {
-		return nil, fmt.Errorf("cached services holding addresses of %s: %w", block, err)
+		return fmt.Errorf("cached services holding addresses of %s: %w", block, err)
 	}
-	held := map[netip.Addr][]*corev1.Service{}
+	type held struct {
+		addr netip.Addr
+		svc  *corev1.Service
+	}
+	var all []held
 	for _, obj := range objs {
 		svc, ok := obj.(*corev1.Service)
 		if !ok {
 			continue
 		}
-		for _, ip := range holding.IPs(svc) {
+		m.scratch, _ = holding.AppendClusterIPs(m.scratch[:0], svc)
+		for _, ip := range m.scratch {
 			if block.Contains(ip) {
-				held[ip] = append(held[ip], svc)
+				all = append(all, held{ip, svc})
 			}
 		}
 	}
-	for _, svcs := range held {
-		slices.SortFunc(svcs, report.OldestFirst)
+	slices.SortFunc(all, func(a, b held) int {
+		if c := a.addr.Compare(b.addr); c != 0 {
+			return c
+		}
+		return report.OldestFirst(a.svc, b.svc)
+	})
+	m.addrs, m.held = make([]netip.Addr, len(all)), make([]*corev1.Service, len(all))
+	for i, h := range all {
+		m.addrs[i], m.held[i] = h.addr, h.svc
 	}
-	return held, nil
+	return nil
+}
+
+// parseAddressKey reads a work key as an address; canonical says whether
+// the key is that address's canonical spelling (netip.Addr.String), which
+// every address's work key is.
+func parseAddressKey(key string) (ip netip.Addr, canonical bool) {
+	ip, err := netip.ParseAddr(key)
+	if err != nil {
+		return netip.Addr{}, false
+	}
+	var buf [64]byte
+	return ip, string(ip.AppendTo(buf[:0])) == key
 }
