@@ -119,8 +119,10 @@ func (c claim) svc() string { return c.owner.Namespace + "/" + c.owner.Name }
 // and reports the ones that cannot be addresses at all.
 func serviceClaims(services []*corev1.Service) (claims []claim, problems []report.Problem) {
 	claims = make([]claim, 0, len(services)) // most Services hold one address
+	var ips []netip.Addr                     // one Service's, reused
 	for _, svc := range services {
-		ips, invalid := holding.ClusterIPs(svc)
+		var invalid []string
+		ips, invalid = holding.AppendClusterIPs(ips[:0], svc)
 		for _, ip := range ips {
 			claims = append(claims, claim{ip: ip, owner: allocation.Owner{Namespace: svc.Namespace, Name: svc.Name, UID: string(svc.UID)}, service: svc})
 		}
@@ -267,7 +269,7 @@ func claimsInRange(rep *MigrationReport, claims []claim, prefixes []netip.Prefix
 func missingClaims(rep *MigrationReport, todo []claim, existing func(name string) *networkingv1.IPAddress) []claim {
 	var missing []claim
 	for _, c := range todo {
-		obj := existing(c.ip.String())
+		obj := existing(holding.CanonicalText(c.ip, c.service))
 		switch {
 		case obj == nil:
 			missing = append(missing, c)

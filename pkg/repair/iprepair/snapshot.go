@@ -7,7 +7,6 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	networkingv1 "k8s.io/api/networking/v1"
-	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/client-go/informers"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/cache"
@@ -74,14 +73,12 @@ func (s informerSnapshot) Services(ctx context.Context) ([]*corev1.Service, erro
 	if err := s.wait(ctx); err != nil {
 		return nil, fmt.Errorf("cached services: %w", err)
 	}
-	var out []*corev1.Service
-	err := cache.ListAll(s.services.GetIndexer(), labels.Everything(), func(obj any) {
+	objs := s.services.GetIndexer().List()
+	out := make([]*corev1.Service, 0, len(objs))
+	for _, obj := range objs {
 		if svc, ok := obj.(*corev1.Service); ok {
 			out = append(out, svc)
 		}
-	})
-	if err != nil {
-		return nil, fmt.Errorf("cached services: %w", err)
 	}
 	return out, nil
 }
