@@ -53,6 +53,15 @@ func (a *Allocator) observe(obj any, exists bool) {
 	if !ok {
 		return
 	}
+	if !a.ready.Load() {
+		// Before it is ready the allocator has no ranges and no claims, and
+		// the event is already in the cache its first rebuild reads: the
+		// informer stores an object before it delivers the event, and the
+		// rebuild (becomeReady) starts after ready is set, so after this
+		// read. Skipping the parse spares a start the million events of
+		// the initial list, for each family.
+		return
+	}
 	ip, err := subrange.ParseAddr(ipObj.Name)
 	if err != nil || ip.Is6() != a.ipv6 {
 		return

@@ -286,11 +286,15 @@ func (c *Controller) enqueueTerminating() {
 // enqueueContaining queues the ServiceCIDRs being deleted that contain the
 // address of an IPAddress added or deleted.
 func (c *Controller) enqueueContaining(obj any) {
+	terminating := c.index.terminating()
+	if len(terminating) == 0 {
+		return // most events: no address to read
+	}
 	addr, ok := ipAddressAddr(obj)
 	if !ok {
 		return
 	}
-	for _, t := range c.index.terminating() {
+	for _, t := range terminating {
 		if slices.ContainsFunc(t.prefixes, func(p netip.Prefix) bool { return p.Contains(addr) }) {
 			c.queue.Add(t.name)
 		}
