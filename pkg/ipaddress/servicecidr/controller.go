@@ -190,7 +190,7 @@ func New(client kubernetes.Interface, cidrs networkinginformers.ServiceCIDRInfor
 	if err := addrindex.Add(ips.Informer()); err != nil {
 		return nil, fmt.Errorf("servicecidr controller: %w", err)
 	}
-	ipReg, err := ips.Informer().AddEventHandler(cache.ResourceEventHandlerFuncs{
+	ipReg, err := ips.Informer().AddEventHandler(cache.ResourceEventHandlerDetailedFuncs{
 		AddFunc:    c.addIPAddress,
 		DeleteFunc: c.deleteIPAddress,
 	})
@@ -251,8 +251,13 @@ func (c *Controller) deleteServiceCIDR(obj any) {
 }
 
 // addIPAddress queues the ServiceCIDRs whose capacity or deletion an
-// IPAddress added changes.
-func (c *Controller) addIPAddress(obj any) {
+// IPAddress added changes. An add of the informer's initial list queues
+// nothing: Run queues every ServiceCIDR once the caches have synced, and a
+// start delivers a million of them.
+func (c *Controller) addIPAddress(obj any, isInInitialList bool) {
+	if isInInitialList {
+		return
+	}
 	c.enqueueContaining(obj)
 	c.queueCapacity(obj)
 }
