@@ -16,6 +16,8 @@ import (
 	"k8s.io/client-go/informers"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/cache"
+
+	"github.com/allocator/allocator/internal/streaminformer"
 )
 
 // listWatchStore is what an in-process informer reads: a resource's registry
@@ -175,17 +177,27 @@ func ownCopy(e watch.Event) (watch.Event, bool) {
 // Services); its one reader, a lister's namespace, which the IPAddress
 // repair reads when a namespace is relabelled while a ServiceCIDR is
 // scoped, scans the cache instead.
+//
+// The Services and IPAddresses, a million each at the most, fill their
+// stores from the watch's initial events as they arrive
+// (internal/streaminformer); client-go's informer would collect the whole
+// list first and then store, index and hand it to the handlers on one
+// goroutine, each stage after the one before.
 func inProcessInformers(factory informers.SharedInformerFactory, srcs *inProcessSources) {
 	for _, r := range []struct {
-		obj runtime.Object
-		src *storeSource
+		obj       runtime.Object
+		src       *storeSource
+		streaming string // the description of a streaming informer, "" for client-go's
 	}{
-		{&corev1.Service{}, srcs.services},
-		{&corev1.Namespace{}, srcs.namespaces},
-		{&networkingv1.IPAddress{}, srcs.ipAddresses},
-		{&networkingv1.ServiceCIDR{}, srcs.serviceCIDRs},
+		{&corev1.Service{}, srcs.services, "Service"},
+		{&corev1.Namespace{}, srcs.namespaces, ""},
+		{&networkingv1.IPAddress{}, srcs.ipAddresses, "IPAddress"},
+		{&networkingv1.ServiceCIDR{}, srcs.serviceCIDRs, ""},
 	} {
 		factory.InformerFor(r.obj, func(_ kubernetes.Interface, resync time.Duration) cache.SharedIndexInformer {
+			if r.streaming != "" {
+				return streaminformer.New(storeListWatch{src: r.src}, r.streaming, cache.Indexers{})
+			}
 			return cache.NewSharedIndexInformer(storeListWatch{src: r.src}, r.obj, resync, cache.Indexers{})
 		})
 	}
