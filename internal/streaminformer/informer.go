@@ -253,14 +253,21 @@ func (inf *Informer) handle(e watch.Event, pass *listPass) (done bool, err error
 	return false, nil
 }
 
-// store adds or updates obj under key, and tells the handlers.
+// store adds or updates obj under key, and tells the handlers. A list into
+// an empty store adds without a lookup: a list names each key once.
 func (inf *Informer) store(key string, obj any, pass *listPass) error {
+	var (
+		old    any
+		exists bool
+		err    error
+	)
 	if pass != nil {
 		pass.saw(key)
 	}
-	old, exists, err := inf.indexer.GetByKey(key)
-	if err != nil {
-		return err
+	if pass == nil || pass.seen != nil {
+		if old, exists, err = inf.indexer.GetByKey(key); err != nil {
+			return err
+		}
 	}
 	if exists {
 		if err := inf.indexer.Update(obj); err != nil {
