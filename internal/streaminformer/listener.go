@@ -132,17 +132,20 @@ func (l *listener) remove() {
 
 // HasSynced reports whether the informer has synced and the handler has
 // processed every notification queued before that.
-func (l *listener) HasSynced() bool {
+func (l *listener) HasSynced() bool { return isClosed(l.syncedCh) }
+
+// HasSyncedChecker is HasSynced as a channel.
+func (l *listener) HasSyncedChecker() cache.DoneChecker { return doneChecker{l.name, l.syncedCh} }
+
+// isClosed reports whether ch is closed.
+func isClosed(ch <-chan struct{}) bool {
 	select {
-	case <-l.syncedCh:
+	case <-ch:
 		return true
 	default:
 		return false
 	}
 }
-
-// HasSyncedChecker is HasSynced as a channel.
-func (l *listener) HasSyncedChecker() cache.DoneChecker { return doneChecker{l.name, l.syncedCh} }
 
 // doneChecker is a cache.DoneChecker of a channel.
 type doneChecker struct {

@@ -83,14 +83,7 @@ func (inf *Informer) AddIndexers(indexers cache.Indexers) error {
 func (inf *Informer) GetController() cache.Controller { return controller{inf} }
 
 // HasSynced reports whether the first list is whole in the store.
-func (inf *Informer) HasSynced() bool {
-	select {
-	case <-inf.syncedCh:
-		return true
-	default:
-		return false
-	}
-}
+func (inf *Informer) HasSynced() bool { return isClosed(inf.syncedCh) }
 
 // HasSyncedChecker is HasSynced as a channel.
 func (inf *Informer) HasSyncedChecker() cache.DoneChecker {
