@@ -163,12 +163,14 @@ func (inf *Informer) Run(stopCh <-chan struct{}) {
 func (inf *Informer) watchOnce(ctx context.Context, relist bool) (listed, progressed bool, err error) {
 	opts := metav1.ListOptions{AllowWatchBookmarks: true}
 	var pass *listPass
+	rv := inf.lastRV.Load()
+	relist = relist || rv == nil // nothing to resume from
 	if relist {
 		opts.SendInitialEvents = ptr.To(true)
 		opts.ResourceVersionMatch = metav1.ResourceVersionMatchNotOlderThan
 		pass = inf.newListPass()
 	} else {
-		opts.ResourceVersion = *inf.lastRV.Load()
+		opts.ResourceVersion = *rv
 	}
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
