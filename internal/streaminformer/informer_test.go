@@ -419,3 +419,45 @@ func TestHandlersMirrorTheStore(t *testing.T) {
 			func() any { return fmt.Sprintf("%d objects against %d", len(m.snapshot()), len(want())) })
 	}
 }
+
+// gate is a handler whose adds wait for release, one each.
+type gate struct {
+	recorder
+	release chan struct{}
+}
+
+func (g *gate) OnAdd(obj any, initial bool) {
+	<-g.release
+	g.recorder.OnAdd(obj, initial)
+}
+
+// TestHandlerSyncWaitsForItsAdds: a handler's registration has synced only
+// once the handler has taken every add of the list, however long after the
+// informer synced.
+func TestHandlerSyncWaitsForItsAdds(t *testing.T) {
+	t.Parallel()
+	src := newFakeSource()
+	inf := New(src, "Service", cache.Indexers{})
+	slow := &gate{release: make(chan struct{})}
+	reg, err := inf.AddEventHandler(slow)
+	if err != nil {
+		t.Fatal(err)
+	}
+	w := src.next()
+	start(t, inf)
+	w.Add(svc("a", "5"))
+	w.Add(svc("b", "6"))
+	w.Action(watch.Bookmark, endOfList("7"))
+	eventually(t, "the informer synced", inf.HasSynced)
+	for i := range 2 {
+		time.Sleep(20 * time.Millisecond) // time to sync too early, were it wrong
+		if reg.HasSynced() {
+			t.Fatalf("the registration synced with %d of its 2 adds taken", i)
+		}
+		slow.release <- struct{}{}
+	}
+	eventually(t, "the registration synced", reg.HasSynced)
+	if n := len(slow.events()); n != 2 {
+		t.Errorf("synced after %d adds, want 2", n)
+	}
+}
