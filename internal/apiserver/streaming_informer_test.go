@@ -1,0 +1,182 @@
+package apiserver
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"testing"
+	"time"
+
+	clientv3 "go.etcd.io/etcd/client/v3"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/apimachinery/pkg/watch"
+	"k8s.io/client-go/tools/cache"
+
+	"github.com/allocator/allocator/internal/etcdtest"
+	"github.com/allocator/allocator/internal/streaminformer"
+	"github.com/allocator/allocator/pkg/etcdlayout"
+)
+
+// cuttable is a watch source whose current watch the test can end, as a
+// cut connection ends it; the next watch waits until the test resumes.
+type cuttable struct {
+	inner streaminformer.Watcher
+
+	mu      sync.Mutex
+	current watch.Interface
+	gate    chan struct{} // non-nil while cut
+	opts    []metav1.ListOptions
+}
+
+func (c *cuttable) WatchWithContext(ctx context.Context, opts metav1.ListOptions) (watch.Interface, error) {
+	c.mu.Lock()
+	gate := c.gate
+	c.mu.Unlock()
+	if gate != nil {
+		select {
+		case <-gate:
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		}
+	}
+	w, err := c.inner.WatchWithContext(ctx, opts)
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.current, c.opts = w, append(c.opts, opts)
+	return w, err
+}
+
+func (c *cuttable) cut() {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.gate = make(chan struct{})
+	c.current.Stop()
+}
+
+func (c *cuttable) resume() {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	close(c.gate)
+	c.gate = nil
+}
+
+func (c *cuttable) watches() []metav1.ListOptions {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return append([]metav1.ListOptions(nil), c.opts...)
+}
+
+// tombstones counts a handler's deletes of objects the informer missed.
+type tombstones struct {
+	cache.ResourceEventHandlerFuncs
+	mu   sync.Mutex
+	keys []string
+}
+
+func (h *tombstones) OnDelete(obj any) {
+	if tomb, ok := obj.(cache.DeletedFinalStateUnknown); ok {
+		h.mu.Lock()
+		defer h.mu.Unlock()
+		h.keys = append(h.keys, tomb.Key)
+	}
+}
+
+func (h *tombstones) seen() []string {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return append([]string(nil), h.keys...)
+}
+
+// TestStreamingInformerAfterCompaction: the streaming informer on a
+// Service informer source (a real etcd) whose watch is cut while Services
+// change and etcd compacts past its revision. Resumed, its watch from the
+// old revision is answered 410 by the store, and it lists again: the
+// cache then holds what etcd holds, and a Service deleted while the
+// watch was cut reaches the handlers as a tombstone.
+func TestStreamingInformerAfterCompaction(t *testing.T) {
+	t.Parallel()
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	etcd := etcdtest.New(t)
+	getter := newRESTOptionsGetter(etcd.Endpoints(), "/registry", EtcdTLS{}, etcd, nil, nil)
+	client := etcd.Client()
+	key := func(i int) string { return fmt.Sprintf("/registry/%s/scale/s-%06d", etcdlayout.ServicesPath, i) }
+	put := func(svc *corev1.Service, i int) int64 {
+		t.Helper()
+		data, err := runtime.Encode(storageCodec(""), svc)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp, err := client.Put(ctx, key(i), string(data))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return resp.Header.Revision
+	}
+	for i := 1; i <= 3; i++ {
+		put(scaleService(i), i)
+	}
+	src, destroy, err := getter.informerSource(corev1.Resource("services"), slimServiceCodec,
+		func() runtime.Object { return &corev1.Service{} }, func() runtime.Object { return &corev1.ServiceList{} })
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer destroy()
+	ss := newStoreSource()
+	ss.set(src)
+	source := &cuttable{inner: storeListWatch{src: ss}}
+	informer := streaminformer.New(source, "Service", cache.Indexers{})
+	if err := informer.SetTransform(informerTransform); err != nil {
+		t.Fatal(err)
+	}
+	deletes := &tombstones{}
+	if _, err := informer.AddEventHandler(deletes); err != nil {
+		t.Fatal(err)
+	}
+	ictx, stop := context.WithCancel(ctx)
+	defer stop()
+	go informer.RunWithContext(ictx)
+	if !cache.WaitForCacheSync(ictx.Done(), informer.HasSynced) {
+		t.Fatal("the informer never synced")
+	}
+
+	source.cut()
+	updated := scaleService(3)
+	updated.Spec.Type = corev1.ServiceTypeNodePort
+	updated.Spec.ExternalTrafficPolicy = corev1.ServiceExternalTrafficPolicyCluster
+	updated.Spec.Ports[0].NodePort = 30003
+	put(updated, 3)
+	put(scaleService(4), 4)
+	del, err := client.Delete(ctx, key(2))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := client.Compact(ctx, del.Header.Revision, clientv3.WithCompactPhysical()); err != nil {
+		t.Fatal(err)
+	}
+	source.resume()
+
+	want := map[string]runtime.Object{"scale/s-000001": scaleService(1), "scale/s-000003": updated, "scale/s-000004": scaleService(4)}
+	err = wait.PollUntilContextTimeout(ctx, 20*time.Millisecond, 20*time.Second, true, func(context.Context) (bool, error) {
+		return len(informer.GetStore().ListKeys()) == len(want) && cachedEqual(informer.GetStore(), want) == "", nil
+	})
+	if err != nil {
+		t.Fatalf("after the compaction the informer holds %v (-want +got):\n%s", informer.GetStore().ListKeys(), cachedEqual(informer.GetStore(), want))
+	}
+	err = wait.PollUntilContextTimeout(ctx, 20*time.Millisecond, 10*time.Second, true, func(context.Context) (bool, error) {
+		return len(deletes.seen()) == 1, nil
+	})
+	if got := deletes.seen(); err != nil || len(got) != 1 || got[0] != "scale/s-000002" {
+		t.Errorf("tombstones handed out: %q, want the deleted Service's alone", got)
+	}
+	// The watches: the first list, the resume from the compacted
+	// revision, then a list again.
+	opts := source.watches()
+	if len(opts) < 3 || opts[1].ResourceVersion == "" || opts[1].SendInitialEvents != nil ||
+		opts[len(opts)-1].SendInitialEvents == nil || !*opts[len(opts)-1].SendInitialEvents {
+		t.Errorf("watches %+v: want a list, a resume from a revision, and a list again", opts)
+	}
+}
