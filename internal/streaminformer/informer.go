@@ -66,7 +66,6 @@ type Informer struct {
 	listeners []*listener
 	transform cache.TransformFunc
 	ctx       context.Context // Run's, once it runs
-	synced    bool
 	stopped   bool
 
 	lastRV atomic.Pointer[string]
@@ -281,7 +280,7 @@ func (inf *Informer) store(key string, obj any, pass *listPass) error {
 	if err := inf.indexer.Add(obj); err != nil {
 		return err
 	}
-	inf.notify(notification{kind: added, obj: obj, initial: !inf.synced})
+	inf.notify(notification{kind: added, obj: obj, initial: !inf.HasSynced()})
 	return nil
 }
 
@@ -334,8 +333,7 @@ func (p *listPass) finish() {
 			}
 		}
 	}
-	if !inf.synced {
-		inf.synced = true
+	if !inf.HasSynced() {
 		for _, l := range inf.listeners {
 			l.syncAt(l.enqueued())
 		}

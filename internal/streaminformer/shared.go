@@ -22,7 +22,7 @@ func (inf *Informer) AddEventHandler(handler cache.ResourceEventHandler) (cache.
 	for _, obj := range inf.indexer.List() {
 		l.add(notification{kind: added, obj: obj, initial: true})
 	}
-	if inf.synced {
+	if inf.HasSynced() {
 		l.syncAt(l.enqueued())
 	}
 	inf.listeners = append(inf.listeners, l)
