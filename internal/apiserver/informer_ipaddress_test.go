@@ -42,6 +42,7 @@ func TestCompactIPAddress(t *testing.T) {
 	for _, ipa := range []*networkingv1.IPAddress{v4a, v4b, v6} {
 		want := ipa.DeepCopy()
 		want.ManagedFields = nil
+		want.Annotations = nil // the Service UID, not kept
 		obj, err := informerTransform(ipa)
 		if err != nil {
 			t.Fatal(err)

@@ -187,9 +187,10 @@ func TestSlimService(t *testing.T) {
 	}
 }
 
-// TestInformerTransform: the factory's transform slims a Service and strips
-// only the managedFields of any other object (an IPAddress is updated from
-// the cache by the repair, so it keeps the rest).
+// TestInformerTransform: the factory's transform slims a Service, strips an
+// IPAddress's managedFields and Service UID annotation (slim.IPAddress: the
+// repair patches the one label it mends, so the rest may go), and only the
+// managedFields of any other object.
 func TestInformerTransform(t *testing.T) {
 	t.Parallel()
 	svc := fullService()
@@ -203,8 +204,10 @@ func TestInformerTransform(t *testing.T) {
 
 	ipa := ipaddress.NewObject(netip.MustParseAddr("10.96.0.10"), allocation.Owner{Namespace: "shop", Name: "web", UID: "u1"})
 	ipa.ResourceVersion, ipa.UID, ipa.ManagedFields = "7", "i1", createManagedFields()
+	ipa.Annotations["example.com/note"] = "kept"
 	want := ipa.DeepCopy()
 	want.ManagedFields = nil
+	want.Annotations = map[string]string{"example.com/note": "kept"}
 	got, err = informerTransform(ipa)
 	if err != nil {
 		t.Fatal(err)

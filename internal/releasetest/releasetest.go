@@ -28,12 +28,15 @@ import (
 //   - deleted and re-created for another Service: must be kept;
 //   - updated (a label) by someone, same owner: must be released;
 //   - given a finalizer: must be marked for deletion and kept until the
-//     finalizer goes (the store's rules, not a bypass of them).
+//     finalizer goes (the store's rules, not a bypass of them);
+//   - deleted and re-created for a newer Service of the same name (another
+//     UID), and the cache has seen the new object: must be kept (the
+//     server's cache keeps no UID; its storage judges the stored one).
 func Run(t *testing.T, ctx context.Context, a *ipaddress.Allocator, client kubernetes.Interface, first netip.Addr, n int) {
 	t.Helper()
 	ips := client.NetworkingV1().IPAddresses()
 	owner := func(i int) allocation.Owner {
-		return allocation.Owner{Namespace: "default", Name: fmt.Sprintf("s%d", i)}
+		return allocation.Owner{Namespace: "default", Name: fmt.Sprintf("s%d", i), UID: fmt.Sprintf("uid-s%d", i)}
 	}
 	until := func(what string, cond func() (bool, error)) {
 		t.Helper()
@@ -46,12 +49,16 @@ func Run(t *testing.T, ctx context.Context, a *ipaddress.Allocator, client kuber
 		if err := a.Allocate(ctx, ip, owner(1)); err != nil {
 			t.Fatal(err)
 		}
-		until(ip.String()+" in the cache", func() (bool, error) {
-			cached := false
-			err := a.ForEach(ctx, func(x netip.Addr) { cached = cached || x == ip })
-			return cached, err
-		})
-		switch i % 3 {
+		inCache := func(want bool) {
+			t.Helper()
+			until(fmt.Sprintf("%s in the cache: %v", ip, want), func() (bool, error) {
+				cached := false
+				err := a.ForEach(ctx, func(x netip.Addr) { cached = cached || x == ip })
+				return cached == want, err
+			})
+		}
+		inCache(true)
+		switch i % 4 {
 		case 0:
 			if err := ips.Delete(ctx, ip.String(), metav1.DeleteOptions{}); err != nil {
 				t.Fatal(err)
@@ -104,6 +111,24 @@ func Run(t *testing.T, ctx context.Context, a *ipaddress.Allocator, client kuber
 			obj.Finalizers = nil
 			if _, err := ips.Update(ctx, obj, metav1.UpdateOptions{}); err != nil {
 				t.Fatal(err)
+			}
+		case 3:
+			if err := ips.Delete(ctx, ip.String(), metav1.DeleteOptions{}); err != nil {
+				t.Fatal(err)
+			}
+			inCache(false)
+			newer := owner(1)
+			newer.UID = "uid-s1-newer"
+			if _, err := ips.Create(ctx, ipaddress.NewObject(ip, newer), metav1.CreateOptions{}); err != nil {
+				t.Fatal(err)
+			}
+			inCache(true)
+			if err := a.Release(ctx, ip, owner(1)); err != nil {
+				t.Fatal(err)
+			}
+			obj, err := ips.Get(ctx, ip.String(), metav1.GetOptions{})
+			if err != nil || obj.Annotations[ipaddress.AnnotationServiceUID] != newer.UID {
+				t.Fatalf("%s, re-created for a newer s1, was released by the older s1's release: %v %v", ip, obj, err)
 			}
 		}
 		ip = ip.Next()

@@ -15,9 +15,10 @@ import (
 )
 
 // DecodeIPAddress decodes the protobuf of a v1 IPAddress as the
-// IPAddress informer keeps it: every field but managedFields, its labels
-// the shared map of its family when they are an allocator's two
-// (CompactIPAddress), so that neither is decoded only to be dropped.
+// IPAddress informer keeps it (IPAddress): every field but managedFields
+// and the Service UID annotation, its labels the shared map of its family
+// when they are an allocator's two (CompactIPAddress), so that nothing is
+// decoded only to be dropped.
 func DecodeIPAddress(b []byte) (*networkingv1.IPAddress, error) {
 	ipa := &networkingv1.IPAddress{}
 	for len(b) > 0 {
@@ -109,10 +110,13 @@ func decodeMetaBytesField(m *metav1.ObjectMeta, num protowire.Number, v []byte, 
 		if err != nil {
 			return fmt.Errorf("annotations: %w", err)
 		}
+		if string(k) == ipaddress.AnnotationServiceUID {
+			return nil // not kept (IPAddress)
+		}
 		if m.Annotations == nil {
 			m.Annotations = map[string]string{}
 		}
-		m.Annotations[knownBytes(k, ipaddress.AnnotationServiceUID)] = string(val)
+		m.Annotations[string(k)] = string(val)
 	case 13:
 		m.OwnerReferences = append(m.OwnerReferences, metav1.OwnerReference{})
 		if err := m.OwnerReferences[len(m.OwnerReferences)-1].Unmarshal(v); err != nil {

@@ -26,12 +26,26 @@ func SharedLabels(family string) map[string]string {
 }
 
 // IPAddress is what the server's IPAddress informer, and the repair job,
-// keep of a decoded IPAddress: every field but its managedFields, which no
-// reader reads, its labels compact (CompactIPAddress). It changes ipa and
-// returns it; the IPAddress repair updates IPAddresses from what is kept,
-// so the rest stays.
+// keep of a decoded IPAddress: every field but its managedFields and the
+// Service UID annotation (ipaddress.AnnotationServiceUID), its labels
+// compact (CompactIPAddress). It changes ipa and returns it.
+//
+// Why the UID goes: an annotation is a map of its own, a third of what a
+// kept IPAddress held (internal/apiserver's BenchmarkIPAddressBytes), and
+// what reads it has the stored object instead: a release through the
+// server's storage judges the UID on the object it deletes
+// (ipaddresses.InProcess.DeleteExact), and the repair and the carry-over
+// judge an IPAddress's Service by namespace and name. Nothing writes an
+// IPAddress back from what is kept: the repair patches the one label it
+// mends.
 func IPAddress(ipa *networkingv1.IPAddress) *networkingv1.IPAddress {
 	ipa.ManagedFields = nil
+	if _, ok := ipa.Annotations[ipaddress.AnnotationServiceUID]; ok {
+		delete(ipa.Annotations, ipaddress.AnnotationServiceUID)
+		if len(ipa.Annotations) == 0 {
+			ipa.Annotations = nil
+		}
+	}
 	CompactIPAddress(ipa)
 	return ipa
 }

@@ -2,6 +2,7 @@ package slim
 
 import (
 	"errors"
+	"maps"
 	"math/rand/v2"
 	"reflect"
 	"testing"
@@ -131,6 +132,20 @@ func TestStored(t *testing.T) {
 	v4, err := StoredIPAddress(ipAddresses[0])
 	if err != nil || v4.ManagedFields != nil || !sameMap(v4.Labels, SharedLabels("IPv4")) {
 		t.Errorf("an allocator's IPv4 IPAddress: %v, managedFields %v, labels shared: %v", err, v4.ManagedFields, sameMap(v4.Labels, SharedLabels("IPv4")))
+	}
+	// The Service UID is not kept; another annotation is.
+	ours, err := StoredIPAddress(ipAddresses[3])
+	if err != nil || !maps.Equal(ours.Annotations, map[string]string{"note": "kept"}) {
+		t.Errorf("an IPAddress recording its Service's UID: %v, annotations %v, want only note=kept", err, ours.Annotations)
+	}
+	uidOnly := &networkingv1.IPAddress{ObjectMeta: metav1.ObjectMeta{Name: "10.96.0.12",
+		Annotations: map[string]string{ipaddress.AnnotationServiceUID: "0b6f1c2e-5d4a-4f3b-9c8d-7e6f5a4b3c2d"}}}
+	data, err := etcdlayout.Encode(uidOnly)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got, err := StoredIPAddress(data); err != nil || got.Annotations != nil {
+		t.Errorf("an IPAddress with the Service UID its only annotation: %v, annotations %#v, want none", err, got.Annotations)
 	}
 	if _, err := StoredService([]byte("k8s:enc:aescbc:v1:key1:...")); !errors.Is(err, etcdlayout.ErrEncrypted) {
 		t.Errorf("a Service encrypted at rest: %v, want %v", err, etcdlayout.ErrEncrypted)

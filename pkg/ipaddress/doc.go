@@ -66,9 +66,11 @@
 //   - Release deletes the IPAddress only if its parentRef is still the given
 //     Service, and the delete carries the UID and resourceVersion it saw as
 //     preconditions, so an address re-created or re-assigned in between is
-//     never freed under its new owner. It starts from the informer's copy
-//     (the server's storage deletes that copy without reading it again);
-//     a miss, another owner or a conflict falls back to a fresh read.
+//     never freed under its new owner; a recorded Service UID must be the
+//     owner's. It starts from the informer's copy (the server's storage
+//     deletes that copy without another read, or, when the copy records no
+//     UID, judges the UID on the object as stored at that revision); a
+//     miss, another owner or a conflict falls back to a fresh read.
 //   - Scoped ServiceCIDRs (scopes.go, design.md §11): a request carrying
 //     allocation.Owner.Scoped takes addresses only from the ranges its
 //     Service may use, in their order; a re-mark of a stored address

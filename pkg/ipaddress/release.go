@@ -73,18 +73,20 @@ func (a *Allocator) ReleaseOwned(ctx context.Context, ip netip.Addr, owner alloc
 }
 
 // ExactDeleter is implemented by Objects that can delete an object as the
-// caller read it without reading it again (the server's own storage,
+// caller read it, checked where it is stored (the server's own storage,
 // internal/registry/ipaddresses.InProcess): the delete happens only if the
-// object is still that one (same UID and resourceVersion).
+// object is still that one (same UID and resourceVersion) and, as stored,
+// belongs to owner (OwnedBy). seen may lack the Service UID annotation (the
+// server's informer keeps none); the stored object has it.
 type ExactDeleter interface {
-	DeleteExact(ctx context.Context, seen *networkingv1.IPAddress) error
+	DeleteExact(ctx context.Context, seen *networkingv1.IPAddress, owner allocation.Owner) error
 }
 
-// deleteExact deletes seen only if it is still that object: its UID and
-// resourceVersion are the preconditions.
-func deleteExact(ctx context.Context, api Objects, seen *networkingv1.IPAddress) error {
+// deleteExact deletes seen, which the caller judged owner's, only if it is
+// still that object: its UID and resourceVersion are the preconditions.
+func deleteExact(ctx context.Context, api Objects, seen *networkingv1.IPAddress, owner allocation.Owner) error {
 	if d, ok := api.(ExactDeleter); ok {
-		return d.DeleteExact(ctx, seen)
+		return d.DeleteExact(ctx, seen, owner)
 	}
 	return api.Delete(ctx, seen.Name, metav1.DeleteOptions{Preconditions: &metav1.Preconditions{
 		UID: &seen.UID, ResourceVersion: &seen.ResourceVersion,
@@ -102,13 +104,14 @@ func DeleteOwned(ctx context.Context, api Objects, services Services, ip netip.A
 }
 
 // deleteOwned is DeleteOwned trying cached, an informer's copy, first: its
-// preconditions make a stale copy harmless, and it saves the read. Any
+// preconditions make a stale copy harmless, a copy without the Service UID
+// is judged again as stored (ExactDeleter), and it saves the read. Any
 // failure of that attempt (another owner, a conflict, gone, an error) is
 // settled by the reads that follow. Its errors are allocation.Retriable:
 // the delete is conditional on the owner's object, so sending it again can
 // never remove another Service's address.
 func deleteOwned(ctx context.Context, api Objects, services Services, ip netip.Addr, owner allocation.Owner, cached *networkingv1.IPAddress) (ReleaseOutcome, error) {
-	if cached != nil && OwnedBy(cached, owner) && deleteExact(ctx, api, cached) == nil {
+	if cached != nil && OwnedBy(cached, owner) && deleteExact(ctx, api, cached, owner) == nil {
 		return Released, nil
 	}
 	for range releaseAttempts {
@@ -131,7 +134,7 @@ func deleteOwned(ctx context.Context, api Objects, services Services, ip netip.A
 			}
 			return OtherOwner, nil
 		}
-		err = deleteExact(ctx, api, obj)
+		err = deleteExact(ctx, api, obj, owner)
 		switch {
 		case err == nil, apierrors.IsNotFound(err):
 			return Released, nil

@@ -19,6 +19,7 @@ import (
 
 	"github.com/allocator/allocator/internal/fence"
 	"github.com/allocator/allocator/pkg/allocation"
+	"github.com/allocator/allocator/pkg/ipaddress"
 )
 
 // upstreamManager and upstreamFields are the field ownership kube-apiserver
@@ -152,28 +153,69 @@ func (p InProcess) Delete(ctx context.Context, name string, opts metav1.DeleteOp
 
 // DeleteExact deletes seen, an IPAddress as the caller read it (from an
 // informer or a moment ago), only if it is still that object (its UID and
-// resourceVersion are the preconditions). The store's Delete reads the
-// object from etcd twice before its delete transaction; this hands the
+// resourceVersion are the preconditions) and belongs to owner as stored
+// (ipaddress.OwnedBy). The store's Delete reads the object from etcd twice
+// before its delete transaction. When seen tells owner's Service apart
+// (it records the Service's UID, or owner has none), this hands the
 // storage seen instead, whose transaction compares the revision and, when
-// seen was stale, reads and checks the preconditions again itself. An
-// object with finalizers or being deleted takes the store's Delete, which
-// handles them.
-func (p InProcess) DeleteExact(ctx context.Context, seen *networkingv1.IPAddress) error {
+// seen was stale, reads and checks again itself. A copy that records no
+// UID (the server's informer keeps none, internal/slim) may be of a newer
+// Service of owner's name: the storage then reads the object once and
+// judges that, the same version as seen or no delete. An object with
+// finalizers or being deleted takes the store's Delete, which handles
+// them.
+func (p InProcess) DeleteExact(ctx context.Context, seen *networkingv1.IPAddress, owner allocation.Owner) error {
 	ctx = fence.Unfenced(clusterScoped(ctx))
 	preconditions := metav1.Preconditions{UID: &seen.UID, ResourceVersion: &seen.ResourceVersion}
 	if len(seen.Finalizers) > 0 || seen.DeletionTimestamp != nil {
-		return p.Delete(ctx, seen.Name, metav1.DeleteOptions{Preconditions: &preconditions})
+		return p.deleteOwned(ctx, seen.Name, owner, preconditions)
 	}
 	key, err := p.r.KeyFunc(ctx, seen.Name)
 	if err != nil {
 		return err
 	}
-	out := p.r.NewFunc()
 	// A copy: the storage clears and restores the object's resourceVersion
 	// while it encodes it, and an informer's object is shared.
+	var cached runtime.Object
+	if _, recorded := seen.Annotations[ipaddress.AnnotationServiceUID]; recorded || owner.UID == "" {
+		cached = seen.DeepCopy()
+	}
+	out := p.r.NewFunc()
 	err = p.r.Storage.Delete(ctx, key, out, &storage.Preconditions{UID: preconditions.UID, ResourceVersion: preconditions.ResourceVersion},
-		storage.ValidateAllObjectFunc, false, seen.DeepCopy(), storage.DeleteOptions{})
+		ownedBy(owner), false, cached, storage.DeleteOptions{})
 	return storeerr.InterpretDeleteError(err, p.r.DefaultQualifiedResource, seen.Name)
+}
+
+// deleteOwned is the store's Delete of name with preconditions, refused
+// unless the object deleted belongs to owner.
+func (p InProcess) deleteOwned(ctx context.Context, name string, owner allocation.Owner, preconditions metav1.Preconditions) error {
+	_, _, err := p.r.Delete(ctx, name, rest.ValidateObjectFunc(ownedBy(owner)), &metav1.DeleteOptions{Preconditions: &preconditions})
+	return err
+}
+
+// ownedBy validates a deletion: the object deleted, as stored, must be
+// owner's IPAddress.
+func ownedBy(owner allocation.Owner) storage.ValidateObjectFunc {
+	return func(_ context.Context, obj runtime.Object) error {
+		ipa, ok := obj.(*networkingv1.IPAddress)
+		if !ok {
+			return fmt.Errorf("ipaddresses store holds %T", obj)
+		}
+		if !ipaddress.OwnedBy(ipa, owner) {
+			return apierrors.NewConflict(networkingv1.Resource("ipaddresses"), ipa.Name,
+				fmt.Errorf("the IPAddress belongs to %s, not to service %s", parentOf(ipa), owner))
+		}
+		return nil
+	}
+}
+
+// parentOf spells obj's parentRef for an error.
+func parentOf(obj *networkingv1.IPAddress) string {
+	p := obj.Spec.ParentRef
+	if p == nil {
+		return "no parent"
+	}
+	return fmt.Sprintf("%s %s/%s (uid %q)", p.Resource, p.Namespace, p.Name, obj.Annotations[ipaddress.AnnotationServiceUID])
 }
 
 // clusterScoped gives ctx the request namespace of a cluster-scoped object,

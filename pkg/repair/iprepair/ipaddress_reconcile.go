@@ -2,6 +2,7 @@ package iprepair
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"net/netip"
@@ -13,6 +14,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/klog/v2"
 
 	"github.com/allocator/allocator/internal/holding"
@@ -267,8 +269,10 @@ func duplicateProblem(ip netip.Addr, svc *corev1.Service) report.Problem {
 		Message: fmt.Sprintf("Cluster IP [%s]:%s was assigned to multiple services; please recreate service", subrange.FamilyName(ip.Is6()), ip)}
 }
 
-// fixFamilyLabel sets the ip-family label of an IPAddress of ours with an
-// update conditional on the resourceVersion seen.
+// fixFamilyLabel sets the ip-family label of an IPAddress of ours with a
+// merge patch of that label, conditional on the resourceVersion seen: the
+// rest stays as stored, what the kept copy lacks (the Service UID
+// annotation, managedFields; internal/slim) included.
 func (r *IPAddressRepair) fixFamilyLabel(ctx context.Context, ip netip.Addr, owner *corev1.Service, ipa *networkingv1.IPAddress, out *outcome) error {
 	p := report.Problem{Type: report.TypeRepair, IP: ip.String(), Service: report.ServiceKey(owner),
 		Message: fmt.Sprintf("IPAddress %s has the label %s=%q; repairing", ip, ipaddress.LabelIPFamily, ipa.Labels[ipaddress.LabelIPFamily])}
@@ -276,9 +280,14 @@ func (r *IPAddressRepair) fixFamilyLabel(ctx context.Context, ip netip.Addr, own
 		out.note(nil, p)
 		return nil
 	}
-	updated := ipa.DeepCopy()
-	updated.Labels[ipaddress.LabelIPFamily] = subrange.FamilyName(ip.Is6())
-	_, err := r.cfg.Client.NetworkingV1().IPAddresses().Update(ctx, updated, metav1.UpdateOptions{})
+	patch, err := json.Marshal(map[string]any{"metadata": map[string]any{
+		"resourceVersion": ipa.ResourceVersion,
+		"labels":          map[string]string{ipaddress.LabelIPFamily: subrange.FamilyName(ip.Is6())},
+	}})
+	if err != nil {
+		return fmt.Errorf("label ipaddress %s: %w", ip, err)
+	}
+	_, err = r.cfg.Client.NetworkingV1().IPAddresses().Patch(ctx, ipa.Name, types.MergePatchType, patch, metav1.PatchOptions{})
 	switch {
 	case err == nil:
 		out.writes++

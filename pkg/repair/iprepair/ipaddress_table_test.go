@@ -267,7 +267,7 @@ func runTablePasses(t *testing.T, services []*corev1.Service, ipas []*networking
 			cmpopts.IgnoreFields(metav1.ObjectMeta{}, "ResourceVersion", "ManagedFields")}
 		if seeded := seedOf(ipas, got.Name); seeded != nil && !wrote("create") {
 			want := seeded.DeepCopy()
-			if wrote("update") { // the family label, the one field the repair updates
+			if wrote("patch") { // the family label, the one field the repair patches
 				want.Labels[ipaddress.LabelIPFamily] = familyOf(got.Name)
 			}
 			if diff := cmp.Diff(want, got, ignore); diff != "" {
@@ -545,18 +545,19 @@ func TestIPAddressRepairTable(t *testing.T) {
 			left: []string{"10.0.0.10 → default/a"},
 		},
 		{
-			name:     "IPAddress of ours with the wrong family label: the label is set right",
+			name:     "IPAddress of ours with the wrong family label: the label is set right, the rest kept",
 			services: []*corev1.Service{tableService("a", -hour, "10.0.0.10")},
 			ipAddresses: []*networkingv1.IPAddress{func() *networkingv1.IPAddress {
 				ipa := ours("10.0.0.10", "a")
 				ipa.Labels[ipaddress.LabelIPFamily] = "IPv6"
+				ipa.Annotations = map[string]string{ipaddress.AnnotationServiceUID: "uid-a", "example.com/note": "kept"}
 				return ipa
 			}()},
 			passes: []tablePass{{
 				after: hour,
 				problems: []report.Problem{{Type: report.TypeRepair, IP: "10.0.0.10", Service: "default/a", Fixed: true,
 					Message: `IPAddress 10.0.0.10 has the label ipaddress.kubernetes.io/ip-family="IPv6"; repairing`}},
-				writes: []string{"update 10.0.0.10"},
+				writes: []string{"patch 10.0.0.10"},
 			}},
 			left: []string{"10.0.0.10 → default/a"},
 		},
