@@ -3,6 +3,7 @@ package apiserver
 import (
 	"context"
 	"fmt"
+	"strconv"
 	"sync"
 	"testing"
 	"time"
@@ -18,6 +19,7 @@ import (
 	"github.com/allocator/allocator/internal/etcdtest"
 	"github.com/allocator/allocator/internal/streaminformer"
 	"github.com/allocator/allocator/pkg/etcdlayout"
+	"github.com/allocator/allocator/pkg/repair"
 )
 
 // cuttable is a watch source whose current watch the test can end, as a
@@ -178,5 +180,67 @@ func TestStreamingInformerAfterCompaction(t *testing.T) {
 	if len(opts) < 3 || opts[1].ResourceVersion == "" || opts[1].SendInitialEvents != nil ||
 		opts[len(opts)-1].SendInitialEvents == nil || !*opts[len(opts)-1].SendInitialEvents {
 		t.Errorf("watches %+v: want a list, a resume from a revision, and a list again", opts)
+	}
+}
+
+// TestStreamingInformerServicesAfterCompaction: the map-based repairs read
+// the Services from the streaming informer (repair.InformerServices, which
+// watches etcd from the store's version to see that the store is whole)
+// after etcd has compacted up to the revision the informer listed at. The
+// store's version is the list's, though the list's last object (in key
+// order) was written first: the Services come from the informer, not from
+// the fallback list of every Service.
+func TestStreamingInformerServicesAfterCompaction(t *testing.T) {
+	t.Parallel()
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	etcd := etcdtest.New(t)
+	getter := newRESTOptionsGetter(etcd.Endpoints(), "/registry", EtcdTLS{}, etcd, nil, nil)
+	client := etcd.Client()
+	layout := etcdlayout.Layout{Prefix: "/registry"}
+	for i := 3; i >= 1; i-- { // the last key listed is the oldest write
+		data, err := runtime.Encode(storageCodec(""), scaleService(i))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := client.Put(ctx, fmt.Sprintf("%s/scale/s-%06d", layout.ServicesPrefix(), i), string(data)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for i := range 5 { // writes of other keys: the list's revision is past every Service's
+		if _, err := client.Put(ctx, fmt.Sprintf("/registry/other/%d", i), "x"); err != nil {
+			t.Fatal(err)
+		}
+	}
+	src, destroy, err := getter.informerSource(corev1.Resource("services"), slimServiceCodec,
+		func() runtime.Object { return &corev1.Service{} }, func() runtime.Object { return &corev1.ServiceList{} })
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer destroy()
+	ss := newStoreSource()
+	ss.set(src)
+	informer := streaminformer.New(storeListWatch{src: ss}, "Service", cache.Indexers{})
+	ictx, stop := context.WithCancel(ctx)
+	defer stop()
+	go informer.RunWithContext(ictx)
+	if !cache.WaitForCacheSync(ictx.Done(), informer.HasSynced) {
+		t.Fatal("the informer never synced")
+	}
+	listed, err := strconv.ParseInt(informer.LastSyncResourceVersion(), 10, 64)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := client.Compact(ctx, listed, clientv3.WithCompactPhysical()); err != nil {
+		t.Fatal(err)
+	}
+	services := repair.InformerServices{Informer: informer, Etcd: client, Prefix: layout.ServicesPrefix(),
+		List: func(context.Context) ([]*corev1.Service, error) {
+			return nil, fmt.Errorf("the Services were listed: the store's version %q is older than the list's %d",
+				informer.GetStore().LastStoreSyncResourceVersion(), listed)
+		}}
+	got, err := services.Services(ctx)
+	if err != nil || len(got) != 3 {
+		t.Fatalf("Services from the informer: %d, %v; want the 3", len(got), err)
 	}
 }

@@ -213,12 +213,20 @@ func (inf *Informer) handle(e watch.Event, pass *listPass) (done bool, err error
 			return false, err
 		}
 		inf.lastRV.Store(&rv)
-		if pass == nil || !isInitialEventsEnd(e.Object) {
+		if pass == nil {
+			inf.indexer.Bookmark(rv)
+			return false, nil
+		}
+		if !isInitialEventsEnd(e.Object) {
 			return false, nil
 		}
 		inf.mu.Lock()
 		defer inf.mu.Unlock()
 		pass.finish()
+		// The store is the list as of rv. Each add of the list set the
+		// store's version to its object's, in key order, not revision
+		// order; its readers (LastStoreSyncResourceVersion) take the list's.
+		inf.indexer.Bookmark(rv)
 		return true, nil
 	case watch.Added, watch.Modified, watch.Deleted:
 	default:

@@ -175,6 +175,31 @@ func TestListThenWatch(t *testing.T) {
 	}
 }
 
+// TestStoreVersion: the store's version (LastStoreSyncResourceVersion, what
+// pkg/repair's InformerServices watches etcd from) is the list's once the
+// list has ended, though the list's objects come in key order, not in
+// revision order; then each event's and each bookmark's.
+func TestStoreVersion(t *testing.T) {
+	t.Parallel()
+	src := newFakeSource()
+	inf := New(src, "Service", cache.Indexers{})
+	w := src.next()
+	start(t, inf)
+	version := func(want string) {
+		t.Helper()
+		eventuallyShow(t, "the store at "+want, func() bool { return inf.GetStore().LastStoreSyncResourceVersion() == want },
+			func() any { return inf.GetStore().LastStoreSyncResourceVersion() })
+	}
+	w.Add(svc("a", "7"))
+	w.Add(svc("b", "5"))
+	w.Action(watch.Bookmark, endOfList("9"))
+	version("9")
+	w.Add(svc("c", "12"))
+	version("12")
+	w.Action(watch.Bookmark, svc("", "13"))
+	version("13")
+}
+
 // TestResumeAndRelist: a watch that ends resumes from the last resource
 // version; one whose version was compacted lists again, and the new list
 // updates what changed, adds what is new and deletes what it lacks, as
@@ -222,6 +247,9 @@ func TestResumeAndRelist(t *testing.T) {
 	}
 	if diff := cmp.Diff([]string{"a@9", "c@12", "d@13"}, storeContents(inf)); diff != "" {
 		t.Errorf("store (-want +got):\n%s", diff)
+	}
+	if v := inf.GetStore().LastStoreSyncResourceVersion(); v != "14" {
+		t.Errorf("the store at %q after the relist, want the list's 14 (not its tombstone's)", v)
 	}
 	opts := src.options()
 	for i, o := range opts[2:] {
