@@ -77,7 +77,7 @@ func (a *Allocator) ReleaseOwned(ctx context.Context, ip netip.Addr, owner alloc
 // internal/registry/ipaddresses.InProcess): the delete happens only if the
 // object is still that one (same UID and resourceVersion) and, as stored,
 // belongs to owner (OwnedBy). seen may lack the Service UID annotation (the
-// server's informer keeps none); the stored object has it.
+// server's informer keeps none): the stored object's is what is judged.
 type ExactDeleter interface {
 	DeleteExact(ctx context.Context, seen *networkingv1.IPAddress, owner allocation.Owner) error
 }
