@@ -122,13 +122,7 @@ func TestInformerSource(t *testing.T) {
 	if _, err := client.Compact(ctx, last, clientv3.WithCompactPhysical()); err != nil {
 		t.Fatal(err)
 	}
-	src, destroy, err := getter.informerSource(corev1.Resource("services"), slimServiceCodec,
-		func() runtime.Object { return &corev1.Service{} }, func() runtime.Object { return &corev1.ServiceList{} })
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer destroy()
-	w, err := src.Watch(ctx, &metainternalversion.ListOptions{ResourceVersion: fmt.Sprint(first)})
+	w, err := serviceSource(t, getter).Watch(ctx, &metainternalversion.ListOptions{ResourceVersion: fmt.Sprint(first)})
 	if err == nil {
 		ev := <-w.ResultChan()
 		w.Stop()

@@ -92,6 +92,28 @@ func (h *tombstones) seen() []string {
 	return append([]string(nil), h.keys...)
 }
 
+// serviceSource is the server's Service informer source (the slim codec)
+// over getter's etcd, destroyed when the test ends.
+func serviceSource(t *testing.T, getter *restOptionsGetter) storageSource {
+	t.Helper()
+	src, destroy, err := getter.informerSource(corev1.Resource("services"), slimServiceCodec,
+		func() runtime.Object { return &corev1.Service{} }, func() runtime.Object { return &corev1.ServiceList{} })
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(destroy)
+	return src
+}
+
+// runSynced runs informer until ctx ends and waits until it has synced.
+func runSynced(t *testing.T, ctx context.Context, informer *streaminformer.Informer) {
+	t.Helper()
+	go informer.RunWithContext(ctx)
+	if !cache.WaitForCacheSync(ctx.Done(), informer.HasSynced) {
+		t.Fatal("the informer never synced")
+	}
+}
+
 // TestStreamingInformerAfterCompaction: the streaming informer on a
 // Service informer source (a real etcd) whose watch is cut while Services
 // change and etcd compacts past its revision. Resumed, its watch from the
@@ -121,14 +143,8 @@ func TestStreamingInformerAfterCompaction(t *testing.T) {
 	for i := 1; i <= 3; i++ {
 		put(scaleService(i), i)
 	}
-	src, destroy, err := getter.informerSource(corev1.Resource("services"), slimServiceCodec,
-		func() runtime.Object { return &corev1.Service{} }, func() runtime.Object { return &corev1.ServiceList{} })
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer destroy()
 	ss := newStoreSource()
-	ss.set(src)
+	ss.set(serviceSource(t, getter))
 	source := &cuttable{inner: storeListWatch{src: ss}}
 	informer := streaminformer.New(source, "Service", cache.Indexers{})
 	if err := informer.SetTransform(informerTransform); err != nil {
@@ -140,10 +156,7 @@ func TestStreamingInformerAfterCompaction(t *testing.T) {
 	}
 	ictx, stop := context.WithCancel(ctx)
 	defer stop()
-	go informer.RunWithContext(ictx)
-	if !cache.WaitForCacheSync(ictx.Done(), informer.HasSynced) {
-		t.Fatal("the informer never synced")
-	}
+	runSynced(t, ictx, informer)
 
 	source.cut()
 	updated := scaleService(3)
@@ -212,21 +225,12 @@ func TestStreamingInformerServicesAfterCompaction(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	src, destroy, err := getter.informerSource(corev1.Resource("services"), slimServiceCodec,
-		func() runtime.Object { return &corev1.Service{} }, func() runtime.Object { return &corev1.ServiceList{} })
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer destroy()
 	ss := newStoreSource()
-	ss.set(src)
+	ss.set(serviceSource(t, getter))
 	informer := streaminformer.New(storeListWatch{src: ss}, "Service", cache.Indexers{})
 	ictx, stop := context.WithCancel(ctx)
 	defer stop()
-	go informer.RunWithContext(ictx)
-	if !cache.WaitForCacheSync(ictx.Done(), informer.HasSynced) {
-		t.Fatal("the informer never synced")
-	}
+	runSynced(t, ictx, informer)
 	listed, err := strconv.ParseInt(informer.LastSyncResourceVersion(), 10, 64)
 	if err != nil {
 		t.Fatal(err)
