@@ -30,9 +30,10 @@ func SharedLabels(family string) map[string]string {
 // Service UID annotation (ipaddress.AnnotationServiceUID), its labels
 // compact (CompactIPAddress). It changes ipa and returns it.
 //
-// Why the UID goes: an annotation is a map of its own, a third of what a
-// kept IPAddress held (internal/apiserver's BenchmarkIPAddressBytes), and
-// what reads it has the stored object instead: a release through the
+// Why the UID goes: an annotation is a map of its own, which would be
+// about half of a kept IPAddress (internal/apiserver's
+// BenchmarkIPAddressBytes), and what reads it has the stored object
+// instead: a release through the
 // server's storage judges the UID on the object it deletes
 // (ipaddresses.InProcess.DeleteExact), and the repair and the carry-over
 // judge an IPAddress's Service by namespace and name. Nothing writes an

@@ -49,6 +49,20 @@ func ParentIsService(obj *networkingv1.IPAddress) bool {
 	return p != nil && p.Group == "" && p.Resource == "services"
 }
 
+// Parent spells obj's parentRef for a message: "namespace/name" for a
+// Service, "group/resource/namespace/name" for another parent, "no parent".
+func Parent(obj *networkingv1.IPAddress) string {
+	p := obj.Spec.ParentRef
+	switch {
+	case p == nil:
+		return "no parent"
+	case ParentIsService(obj):
+		return p.Namespace + "/" + p.Name
+	default:
+		return p.Group + "/" + p.Resource + "/" + p.Namespace + "/" + p.Name
+	}
+}
+
 // OwnedBy reports whether obj's parentRef is owner's Service and, when both
 // obj and owner carry a Service UID, whether it is the same Service: an
 // IPAddress kube-apiserver wrote (no UID recorded), or an owner whose UID is

@@ -83,6 +83,26 @@ func TestParentIsService(t *testing.T) {
 	}
 }
 
+func TestParent(t *testing.T) {
+	t.Parallel()
+	for _, tt := range []struct {
+		parent *networkingv1.ParentReference
+		want   string
+	}{
+		{&networkingv1.ParentReference{Resource: "services", Namespace: "default", Name: "web"}, "default/web"},
+		{nil, "no parent"},
+		{&networkingv1.ParentReference{Group: "gateway.networking.k8s.io", Resource: "gateways", Namespace: "default", Name: "gw"},
+			"gateway.networking.k8s.io/gateways/default/gw"},
+		{&networkingv1.ParentReference{Resource: "pods", Namespace: "default", Name: "web"}, "/pods/default/web"},
+	} {
+		obj := NewObject(netip.MustParseAddr("10.0.0.7"), allocation.Owner{})
+		obj.Spec.ParentRef = tt.parent
+		if got := Parent(obj); got != tt.want {
+			t.Errorf("Parent(%+v) = %q, want %q", tt.parent, got, tt.want)
+		}
+	}
+}
+
 // TestDeleteOwnedComparesUID: a release for a deleted Service "web" never
 // deletes the IPAddress a newer "web" (another UID) holds; the newer one's
 // own release does.

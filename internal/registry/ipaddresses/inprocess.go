@@ -203,19 +203,10 @@ func ownedBy(owner allocation.Owner) storage.ValidateObjectFunc {
 		}
 		if !ipaddress.OwnedBy(ipa, owner) {
 			return apierrors.NewConflict(networkingv1.Resource("ipaddresses"), ipa.Name,
-				fmt.Errorf("the IPAddress belongs to %s, not to service %s", parentOf(ipa), owner))
+				fmt.Errorf("the IPAddress belongs to %s (uid %q), not to service %s", ipaddress.Parent(ipa), ipa.Annotations[ipaddress.AnnotationServiceUID], owner))
 		}
 		return nil
 	}
-}
-
-// parentOf spells obj's parentRef for an error.
-func parentOf(obj *networkingv1.IPAddress) string {
-	p := obj.Spec.ParentRef
-	if p == nil {
-		return "no parent"
-	}
-	return fmt.Sprintf("%s %s/%s (uid %q)", p.Resource, p.Namespace, p.Name, obj.Annotations[ipaddress.AnnotationServiceUID])
 }
 
 // clusterScoped gives ctx the request namespace of a cluster-scoped object,

@@ -327,7 +327,7 @@ func (r *IPAddressRepair) repoint(ctx context.Context, view ipView, ip netip.Add
 	}
 	if remaining := r.cfg.OrphanGrace - r.cfg.Now().Sub(ipa.CreationTimestamp.Time); remaining > 0 {
 		out.note(nil, report.Problem{Type: report.TypeRepair, IP: ip.String(), Service: report.ServiceKey(owner),
-			Message: fmt.Sprintf("IPAddress %s references %s, not Service %s that holds the address; it is re-created for that Service once it is %v old", ip, parentString(ipa), report.ServiceKey(owner), r.cfg.OrphanGrace)})
+			Message: fmt.Sprintf("IPAddress %s references %s, not Service %s that holds the address; it is re-created for that Service once it is %v old", ip, ipaddress.Parent(ipa), report.ServiceKey(owner), r.cfg.OrphanGrace)})
 		out.retryAfter = remaining
 		return nil
 	}
@@ -395,8 +395,8 @@ func (r *IPAddressRepair) reconcileOrphan(ctx context.Context, view ipView, ip n
 		if ipaddress.ParentIsService(ipa) {
 			// Reported because it blocks the address; written by someone
 			// else, so only they (or a person) may remove it.
-			out.note(nil, report.Problem{Type: report.TypeLeak, IP: ip.String(), Service: parentString(ipa),
-				Message: fmt.Sprintf("IPAddress %s references Service %s, which does not hold it; it is managed by %q, not %s, and left untouched", ip, parentString(ipa), ipa.Labels[ipaddress.LabelManagedBy], ipaddress.ManagedBy)})
+			out.note(nil, report.Problem{Type: report.TypeLeak, IP: ip.String(), Service: ipaddress.Parent(ipa),
+				Message: fmt.Sprintf("IPAddress %s references Service %s, which does not hold it; it is managed by %q, not %s, and left untouched", ip, ipaddress.Parent(ipa), ipa.Labels[ipaddress.LabelManagedBy], ipaddress.ManagedBy)})
 		}
 		return nil
 	}
@@ -406,11 +406,11 @@ func (r *IPAddressRepair) reconcileOrphan(ctx context.Context, view ipView, ip n
 		case !ipaddress.ParentIsService(ipa):
 			p.Message = fmt.Sprintf("IPAddress %s appears to have been modified, not referencing a Service %v: cleaning up", ip, ipa.Spec.ParentRef)
 		case parentExists:
-			p.Service = parentString(ipa)
+			p.Service = ipaddress.Parent(ipa)
 			p.Reason = report.ReasonWrongReference
 			p.Message = fmt.Sprintf("IPAddress: %s for Service %s has a wrong reference; cleaning up", ip, p.Service)
 		default:
-			p.Service = parentString(ipa)
+			p.Service = ipaddress.Parent(ipa)
 			p.Message = fmt.Sprintf("IPAddress: %s for Service %s appears to have leaked: cleaning up", ip, p.Service)
 		}
 		return p
@@ -470,8 +470,8 @@ func (r *IPAddressRepair) pendingOrphan(ip netip.Addr, ipa *networkingv1.IPAddre
 	if remaining <= 0 {
 		return false
 	}
-	out.note(nil, report.Problem{Type: report.TypeLeak, IP: ip.String(), Service: parentString(ipa),
-		Message: fmt.Sprintf("IPAddress %s (parent %s) is held by no Service; it is deleted once it is %v old", ip, parentString(ipa), r.cfg.OrphanGrace)})
+	out.note(nil, report.Problem{Type: report.TypeLeak, IP: ip.String(), Service: ipaddress.Parent(ipa),
+		Message: fmt.Sprintf("IPAddress %s (parent %s) is held by no Service; it is deleted once it is %v old", ip, ipaddress.Parent(ipa), r.cfg.OrphanGrace)})
 	out.retryAfter = remaining
 	return true
 }
@@ -556,20 +556,6 @@ func (r *IPAddressRepair) create(ctx context.Context, ip netip.Addr, svc *corev1
 // the UID).
 func references(ipa *networkingv1.IPAddress, svc *corev1.Service) bool {
 	return ipaddress.OwnedBy(ipa, allocation.Owner{Namespace: svc.Namespace, Name: svc.Name})
-}
-
-// parentString spells the parent as "namespace/name" for a Service, as
-// "group/resource/namespace/name" otherwise.
-func parentString(ipa *networkingv1.IPAddress) string {
-	p := ipa.Spec.ParentRef
-	switch {
-	case p == nil:
-		return "no parent"
-	case ipaddress.ParentIsService(ipa):
-		return p.Namespace + "/" + p.Name
-	default:
-		return p.Group + "/" + p.Resource + "/" + p.Namespace + "/" + p.Name
-	}
 }
 
 // parentStored reports whether ipa references a Service and the view holds

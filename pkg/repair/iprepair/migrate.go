@@ -115,14 +115,6 @@ type claim struct {
 // a claim that is reported: a string per claim of a million adds up.
 func (c claim) svc() string { return c.owner.Namespace + "/" + c.owner.Name }
 
-// parent is the claim's Service as an IPAddress found for it is judged:
-// by namespace and name, as the repair judges a holder (references). The
-// UID an IPAddress records is a release's to compare, and the server's
-// informer keeps none (internal/slim).
-func (c claim) parent() allocation.Owner {
-	return allocation.Owner{Namespace: c.owner.Namespace, Name: c.owner.Name}
-}
-
 // serviceClaims lists every Service address, in the order of services,
 // and reports the ones that cannot be addresses at all.
 func serviceClaims(services []*corev1.Service) (claims []claim, problems []report.Problem) {
@@ -373,7 +365,7 @@ func carryOver(ctx context.Context, cfg MigrateConfig, c claim) (*report.Problem
 }
 
 func checkOwner(obj *networkingv1.IPAddress, c claim) *report.Problem {
-	if ipaddress.OwnedBy(obj, c.parent()) {
+	if references(obj, c.service) {
 		return nil
 	}
 	holder := "nothing"
@@ -396,7 +388,7 @@ func verifyIPAddresses(ctx context.Context, client kubernetes.Interface, claims 
 		if !ok {
 			return false, nil
 		}
-		if !ipaddress.OwnedBy(obj, c.parent()) {
+		if !references(obj, c.service) {
 			// Reported as a problem already; the views disagree.
 			return false, nil
 		}

@@ -10,6 +10,7 @@ import (
 	networkingv1 "k8s.io/api/networking/v1"
 	"k8s.io/apimachinery/pkg/types"
 
+	"github.com/allocator/allocator/pkg/ipaddress"
 	"github.com/allocator/allocator/pkg/repair"
 	"github.com/allocator/allocator/pkg/repair/report"
 )
@@ -77,9 +78,9 @@ func (r *IPAddressRepair) waitInFlight(ctx context.Context, ip netip.Addr, ipa *
 	if err != nil || ended {
 		return false, err
 	}
-	out.note(nil, report.Problem{Type: report.TypeLeak, IP: ip.String(), Service: parentString(ipa), InFlight: true,
+	out.note(nil, report.Problem{Type: report.TypeLeak, IP: ip.String(), Service: ipaddress.Parent(ipa), InFlight: true,
 		Message: fmt.Sprintf("IPAddress %s (parent %s) is held by no Service; it is deleted once the Service writes in flight, "+
-			"which may still store its Service, can no longer land", ip, parentString(ipa))})
+			"which may still store its Service, can no longer land", ip, ipaddress.Parent(ipa))})
 	out.retryAfter = inFlightRecheck
 	return true, nil
 }
