@@ -3,6 +3,7 @@ package iprepair_test
 import (
 	"context"
 	"fmt"
+	"maps"
 	"slices"
 	"strings"
 	"sync"
@@ -41,7 +42,12 @@ func serviceRef(namespace, name string) *networkingv1.ParentReference {
 // server serves it.
 func plantIPAddress(t *testing.T, srv *testserver.Server, name string, parent *networkingv1.ParentReference, labels map[string]string, created time.Time) {
 	t.Helper()
-	obj := &networkingv1.IPAddress{
+	plantIPAddressObject(t, srv, newPlanted(name, parent, labels, created))
+}
+
+// newPlanted is the IPAddress plantIPAddress writes.
+func newPlanted(name string, parent *networkingv1.ParentReference, labels map[string]string, created time.Time) *networkingv1.IPAddress {
+	return &networkingv1.IPAddress{
 		TypeMeta: metav1.TypeMeta{APIVersion: "networking.k8s.io/v1", Kind: "IPAddress"},
 		ObjectMeta: metav1.ObjectMeta{
 			Name: name, UID: types.UID(uuid.NewUUID()), Labels: labels,
@@ -49,6 +55,13 @@ func plantIPAddress(t *testing.T, srv *testserver.Server, name string, parent *n
 		},
 		Spec: networkingv1.IPAddressSpec{ParentRef: parent},
 	}
+}
+
+// plantIPAddressObject writes obj to etcd as it is and waits until the
+// server lists it.
+func plantIPAddressObject(t *testing.T, srv *testserver.Server, obj *networkingv1.IPAddress) {
+	t.Helper()
+	name := obj.Name
 	value, err := etcdlayout.Encode(obj)
 	if err != nil {
 		t.Fatalf("encode planted ipaddress: %v", err)
@@ -235,9 +248,13 @@ func TestIPAddressRepairPlantedFaults(t *testing.T) {
 	plantIPAddress(t, srv, "10.0.0.80", serviceRef("default", "ghost2"), foreign, old)
 	repairtest.PlantService(t, etcd, "default", "blocked", []string{"10.0.0.81"}, old)
 	plantIPAddress(t, srv, "10.0.0.81", &networkingv1.ParentReference{Group: "gateway.networking.k8s.io", Resource: "gateways", Namespace: "default", Name: "gw"}, foreign, old)
-	// Ours, with the wrong family label.
+	// Ours, with the wrong family label, and annotations the repair's view
+	// does not keep (the Service UID) or does: a fix must leave both.
 	repairtest.PlantService(t, etcd, "default", "lbl", []string{"10.0.0.90"}, old)
-	plantIPAddress(t, srv, "10.0.0.90", serviceRef("default", "lbl"), ourLabels("IPv6"), old)
+	lbl := newPlanted("10.0.0.90", serviceRef("default", "lbl"), ourLabels("IPv6"), old)
+	lblAnnotations := map[string]string{ipaddress.AnnotationServiceUID: "uid-lbl", "example.com/note": "kept"}
+	lbl.Annotations = maps.Clone(lblAnnotations)
+	plantIPAddressObject(t, srv, lbl)
 	for _, name := range []string{"no-ip", "dup", "pair-a", "pair-b", "outside", "garbage", "wr", "wr2", "blocked", "lbl"} {
 		repairtest.WaitListed(t, srv, "default", name, true)
 	}
@@ -319,6 +336,15 @@ func TestIPAddressRepairPlantedFaults(t *testing.T) {
 	checkClaim(t, srv, "10.0.0.70", "default", "wr")
 	checkClaim(t, srv, "10.0.0.71", "default", "wr2")
 	checkClaim(t, srv, "10.0.0.90", "default", "lbl")
+	if got := getIPAddress(t, srv, "10.0.0.90"); got == nil || !maps.Equal(got.Annotations, lblAnnotations) {
+		t.Errorf("IPAddress 10.0.0.90 after its label was fixed: %+v, want the annotations %v kept", got, lblAnnotations)
+	}
+	// The fix's merge patch carries the resourceVersion the repair saw: the
+	// server refuses it on an object changed since.
+	stale := []byte(`{"metadata":{"resourceVersion":"1","labels":{"ipaddress.kubernetes.io/ip-family":"IPv6"}}}`)
+	if _, err := srv.Client.NetworkingV1().IPAddresses().Patch(ctx, "10.0.0.90", types.MergePatchType, stale, metav1.PatchOptions{}); !apierrors.IsConflict(err) {
+		t.Errorf("a label patch at a stale resourceVersion: %v, want a conflict", err)
+	}
 	if getIPAddress(t, srv, "10.9.9.9") != nil {
 		t.Errorf("out-of-range address claimed")
 	}
