@@ -32,9 +32,11 @@ const DefaultServiceCIDRName = servicecidr.DefaultName
 const defaultServiceCIDRInterval = 10 * time.Second
 
 // runBootstrap brings the cluster to the state a control plane starts from:
-// namespaces default and kube-system; allocations rebuilt from stored
-// Services (when configured) before the allocators open; the default
-// ServiceCIDR; the kubernetes Service with network+1 of the primary range.
+// namespaces default and kube-system; the default ServiceCIDR; the other
+// model's allocations carried over (in the IPAddress model by the repair's
+// first pass, awaitCarryOverPass) and allocations rebuilt from stored
+// Services (when configured) before the allocators open; the kubernetes
+// Service with network+1 of the primary range.
 // It retries until done or ctx ends. It never returns an error, because a
 // failed post-start hook stops the process; until it returns, /readyz reports
 // the hook as not finished.
@@ -72,7 +74,8 @@ func (s *Server) bootstrapOnce(ctx context.Context, client kubernetes.Interface,
 	}
 	// The default ServiceCIDR comes first: the IPAddress model serves only
 	// addresses inside a ServiceCIDR, the carry-over below included.
-	if err := s.ensureDefaultServiceCIDR(ctx, client); err != nil {
+	cidrVersion, err := s.ensureDefaultServiceCIDR(ctx, client)
+	if err != nil {
 		return err
 	}
 	if err := s.markModel(ctx, client); err != nil {
@@ -83,6 +86,9 @@ func (s *Server) bootstrapOnce(ctx context.Context, client kubernetes.Interface,
 			return err
 		}
 		s.migrated = true
+	}
+	if err := s.awaitCarryOverPass(ctx, cidrVersion); err != nil {
+		return err
 	}
 	if !*rebuilt {
 		if err := s.rebuildAllocations(ctx, client); err != nil {
@@ -140,8 +146,9 @@ func (s *Server) defaultCIDRs() []string {
 // ensureDefaultServiceCIDR creates the default ServiceCIDR, or grows it from
 // single- to dual-stack when the flag gained the other family. Any other
 // difference is left alone and logged: shrinking or moving the range would
-// strand allocated addresses.
-func (s *Server) ensureDefaultServiceCIDR(ctx context.Context, client kubernetes.Interface) error {
+// strand allocated addresses. It returns the resourceVersion it wrote or
+// read, "" when another server created the object meanwhile.
+func (s *Server) ensureDefaultServiceCIDR(ctx context.Context, client kubernetes.Interface) (string, error) {
 	want := s.defaultCIDRs()
 	api := client.NetworkingV1().ServiceCIDRs()
 	sc, err := api.Get(ctx, DefaultServiceCIDRName, metav1.GetOptions{})
@@ -151,32 +158,37 @@ func (s *Server) ensureDefaultServiceCIDR(ctx context.Context, client kubernetes
 			ObjectMeta: metav1.ObjectMeta{Name: DefaultServiceCIDRName, Annotations: s.modelAnnotations()},
 			Spec:       networkingv1.ServiceCIDRSpec{CIDRs: want},
 		}
-		if _, err := api.Create(ctx, sc, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
-			return fmt.Errorf("create default ServiceCIDR: %w", err)
+		created, err := api.Create(ctx, sc, metav1.CreateOptions{})
+		switch {
+		case apierrors.IsAlreadyExists(err):
+			return "", nil
+		case err != nil:
+			return "", fmt.Errorf("create default ServiceCIDR: %w", err)
 		}
-		return nil
+		return created.ResourceVersion, nil
 	case err != nil:
-		return fmt.Errorf("get default ServiceCIDR: %w", err)
+		return "", fmt.Errorf("get default ServiceCIDR: %w", err)
 	}
 	if sc.DeletionTimestamp != nil {
 		s.warnDefaultServiceCIDROnce(ctx, sc, ReasonDefaultServiceCIDRTerminating,
 			"The default ServiceCIDR is being deleted: it serves no new allocations, and is re-created from --service-cluster-ip-range "+
 				"once the IPAddresses it still holds are released. Create another ServiceCIDR with %v to keep allocating meanwhile", want)
-		return nil
+		return sc.ResourceVersion, nil
 	}
 	if slices.Equal(sc.Spec.CIDRs, want) {
-		return nil
+		return sc.ResourceVersion, nil
 	}
 	if len(sc.Spec.CIDRs) == 1 && len(want) == 2 && sc.Spec.CIDRs[0] == want[0] {
 		sc.Spec.CIDRs = want
-		if _, err := api.Update(ctx, sc, metav1.UpdateOptions{}); err != nil {
-			return fmt.Errorf("grow default ServiceCIDR to dual-stack: %w", err)
+		grown, err := api.Update(ctx, sc, metav1.UpdateOptions{})
+		if err != nil {
+			return "", fmt.Errorf("grow default ServiceCIDR to dual-stack: %w", err)
 		}
-		return nil
+		return grown.ResourceVersion, nil
 	}
 	s.warnDefaultServiceCIDROnce(ctx, sc, ReasonKubernetesDefaultServiceCIDRInconsistent, "%s",
 		rangeMismatch(sc.Spec.CIDRs, want, s.backend == nil || s.backend.AllocatesFromServiceCIDRs()))
-	return nil
+	return sc.ResourceVersion, nil
 }
 
 // rangeMismatch is the warning of a --service-cluster-ip-range (flag) that
@@ -300,7 +312,7 @@ func (s *Server) ensureKubernetesService(ctx context.Context, client kubernetes.
 // kubernetes Service if they are deleted, as kube-apiserver's controllers do.
 func (s *Server) keepDefaultServiceCIDR(ctx context.Context, client kubernetes.Interface) {
 	wait.UntilWithContext(ctx, func(ctx context.Context) {
-		if err := s.ensureDefaultServiceCIDR(ctx, client); err != nil && ctx.Err() == nil {
+		if _, err := s.ensureDefaultServiceCIDR(ctx, client); err != nil && ctx.Err() == nil {
 			logger(ctx).Info("Default ServiceCIDR check failed", "err", err)
 		}
 		if err := s.ensureKubernetesService(ctx, client, false); err != nil && ctx.Err() == nil {

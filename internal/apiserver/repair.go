@@ -3,8 +3,11 @@ package apiserver
 import (
 	"context"
 	"fmt"
+	"strconv"
 	"time"
 
+	"k8s.io/apimachinery/pkg/api/meta"
+	"k8s.io/apimachinery/pkg/util/wait"
 	genericapiserver "k8s.io/apiserver/pkg/server"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/cache"
@@ -32,7 +35,8 @@ func (s *Server) startRepairController(hc genericapiserver.PostStartHookContext)
 	if err != nil {
 		return fmt.Errorf("repair controller client: %w", err)
 	}
-	runner, err := s.backend.Repair(ipallocator.RepairConfig{Options: s.repairOptions(ctx, client), Informers: s.informers})
+	runner, err := s.backend.Repair(ipallocator.RepairConfig{Options: s.repairOptions(ctx, client), Informers: s.informers,
+		FirstPassCarriesOver: s.backend.CarriesOverInRepair(), Start: s.repairStart})
 	if err != nil {
 		return fmt.Errorf("repair controller: %w", err)
 	}
@@ -126,6 +130,73 @@ func (s *Server) migrateFromOtherModel(ctx context.Context) error {
 		log.Info("Allocation not carried over", "type", p.Type, "ip", p.IP, "service", p.Service, "message", p.Message)
 	}
 	return nil
+}
+
+// awaitCarryOverPass waits, when the model's repair carries the other
+// model's allocations over in its first pass (the IPAddress model, see
+// ipallocator.Backend.CarriesOverInRepair), for that pass: the allocators
+// open after it, so they never hand out an address a stored Service holds
+// without an IPAddress. The pass is held (repairStart) until the
+// ServiceCIDR informer holds the default ServiceCIDR at cidrVersion or
+// later, the version bootstrap wrote or read: a pass that missed a range
+// bootstrap just created or grew would find that range's Services out of
+// range and create nothing for them.
+func (s *Server) awaitCarryOverPass(ctx context.Context, cidrVersion string) error {
+	if s.backend == nil || !s.backend.CarriesOverInRepair() || s.cfg.ManualRepair {
+		return nil
+	}
+	if s.informers != nil {
+		seen := s.informers.Networking().V1().ServiceCIDRs().Informer().GetStore()
+		if err := awaitVersion(ctx, seen, DefaultServiceCIDRName, cidrVersion, informerCatchUpWait); err != nil {
+			return fmt.Errorf("the ServiceCIDR informer: %w", err)
+		}
+	}
+	s.repairStartOnce.Do(func() { close(s.repairStart) })
+	select {
+	case <-s.repairFirstPass:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+// informerCatchUpWait bounds awaitCarryOverPass's wait for the ServiceCIDR
+// informer; bootstrap then tries again from the start.
+const informerCatchUpWait = 30 * time.Second
+
+// awaitVersion waits, at most bound, until store holds the object at key at
+// resourceVersion version or later (any version when version is "").
+func awaitVersion(ctx context.Context, store cache.Store, key, version string, bound time.Duration) error {
+	ctx, cancel := context.WithTimeout(ctx, bound)
+	defer cancel()
+	err := wait.PollUntilContextCancel(ctx, 20*time.Millisecond, true, func(context.Context) (bool, error) {
+		obj, ok, err := store.GetByKey(key)
+		if err != nil || !ok {
+			return false, nil
+		}
+		m, err := meta.Accessor(obj)
+		return err == nil && versionAtLeast(m.GetResourceVersion(), version), nil
+	})
+	if err != nil {
+		return fmt.Errorf("%s not seen at resourceVersion %q or later: %w", key, version, err)
+	}
+	return nil
+}
+
+// versionAtLeast reports whether resourceVersion got is want or later; any
+// version is when want is "". An API server's resourceVersions are etcd
+// revisions, so they compare as numbers; ones that do not parse compare
+// equal only.
+func versionAtLeast(got, want string) bool {
+	if want == "" {
+		return true
+	}
+	g, errG := strconv.ParseUint(got, 10, 64)
+	w, errW := strconv.ParseUint(want, 10, 64)
+	if errG != nil || errW != nil {
+		return got == want
+	}
+	return g >= w
 }
 
 // startNodePortRepair runs the node-port repair beside the ClusterIP one, in

@@ -5,6 +5,8 @@ import (
 	"testing"
 	"time"
 
+	networkingv1 "k8s.io/api/networking/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/tools/cache"
 )
 
@@ -92,5 +94,57 @@ func TestAfterServiceInformerSync(t *testing.T) {
 	stop()
 	if (&Server{serviceInformer: syncingInformer{synced: make(chan struct{})}}).afterServiceInformerSync(stopped) {
 		t.Error("server stopped: the work would still start")
+	}
+}
+
+// TestAwaitVersion: the wait for an informer to hold an object at a
+// resourceVersion goes on once the store holds it at that version or a
+// later one, not before, and gives up after its bound.
+func TestAwaitVersion(t *testing.T) {
+	t.Parallel()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	store := cache.NewStore(cache.MetaNamespaceKeyFunc)
+	at := func(rv string) *networkingv1.ServiceCIDR {
+		return &networkingv1.ServiceCIDR{ObjectMeta: metav1.ObjectMeta{Name: "kubernetes", ResourceVersion: rv}}
+	}
+	if err := awaitVersion(ctx, store, "kubernetes", "", 100*time.Millisecond); err == nil {
+		t.Error("an absent object was waited for successfully")
+	}
+	if err := store.Add(at("9")); err != nil {
+		t.Fatal(err)
+	}
+	if err := awaitVersion(ctx, store, "kubernetes", "10", 100*time.Millisecond); err == nil {
+		t.Error("version 9 was taken for 10")
+	}
+	go func() {
+		time.Sleep(50 * time.Millisecond)
+		_ = store.Update(at("11"))
+	}()
+	if err := awaitVersion(ctx, store, "kubernetes", "10", 5*time.Second); err != nil {
+		t.Errorf("version 11 is later than 10: %v", err)
+	}
+	if err := awaitVersion(ctx, store, "kubernetes", "", 100*time.Millisecond); err != nil {
+		t.Errorf("any version: %v", err)
+	}
+}
+
+func TestVersionAtLeast(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		got, want string
+		ok        bool
+	}{
+		{"5", "", true},
+		{"5", "5", true},
+		{"10", "9", true}, // numbers, not text: "10" < "9" as text
+		{"9", "10", false},
+		{"x", "x", true},
+		{"x", "5", false},
+		{"5", "x", false},
+	} {
+		if ok := versionAtLeast(tc.got, tc.want); ok != tc.ok {
+			t.Errorf("versionAtLeast(%q, %q) = %v, want %v", tc.got, tc.want, ok, tc.ok)
+		}
 	}
 }

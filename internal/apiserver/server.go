@@ -94,6 +94,12 @@ type Server struct {
 	// repairFirstPass is closed once the repair controller's first full
 	// pass succeeded; /readyz waits for it.
 	repairFirstPass chan struct{}
+	// repairStart holds the IPAddress repair's first pass until bootstrap
+	// closes it (closeRepairStart), once the default ServiceCIDR it wrote is
+	// in the informers: that pass carries the bitmap model's allocations
+	// over before the allocators open.
+	repairStart     chan struct{}
+	repairStartOnce sync.Once
 	// migrated is set once the start-up carry-over from the other model ran.
 	migrated bool
 	// transition is this replica's membership in the model transition; nil
@@ -185,7 +191,7 @@ func (c CompletedConfig) newServer(ctx context.Context) (*Server, error) {
 	s := &Server{
 		cfg: c.Config, generic: generic, etcd: etcdClient, history: history,
 		registry: metrics.NewKubeRegistry(), allocMetrics: allocmetrics.New(), repairMetrics: report.NewMetrics(),
-		repairFirstPass: make(chan struct{}),
+		repairFirstPass: make(chan struct{}), repairStart: make(chan struct{}),
 	}
 	s.watches = newWatchTerminator()
 	s.sources = newInProcessSources()

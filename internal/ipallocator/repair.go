@@ -24,6 +24,12 @@ type RepairConfig struct {
 	Informers informers.SharedInformerFactory
 	// Progress (IPAddress model) reports each full pass; nil reports nothing.
 	Progress report.StartProgress
+	// FirstPassCarriesOver and Start (IPAddress model) are the server's:
+	// its repair's first pass carries the bitmap model's allocations over
+	// (CarriesOverInRepair), held until Start is closed
+	// (iprepair.IPAddressConfig).
+	FirstPassCarriesOver bool
+	Start                <-chan struct{}
 }
 
 // Runner is a repair controller: Run repairs until ctx ends (closing
@@ -55,6 +61,13 @@ func (b *Backend) Repair(rc RepairConfig) (Runner, error) {
 	}
 	return nil, fmt.Errorf("%w %q", ErrUnknownModel, b.cfg.Model)
 }
+
+// CarriesOverInRepair reports whether the model's repair carries the other
+// model's allocations over in its first pass (RepairConfig.FirstPassCarriesOver):
+// the IPAddress model's does, creating the IPAddresses of the Services'
+// addresses as the migration would, so its host opens the allocators after
+// that pass, and CarryOver does only the rest.
+func (b *Backend) CarriesOverInRepair() bool { return b.cfg.Model == model.IPAddress }
 
 // TransitionRepair returns the repair of the other model's records, which
 // the server runs while dual write is on so that both models stay true
@@ -98,6 +111,7 @@ func (b *Backend) bitmapRepair(rc RepairConfig, companion bool) (Runner, error) 
 func ipAddressRepair(rc RepairConfig, carryOver func() bool) (Runner, error) {
 	r, err := iprepair.NewIPAddressRepair(iprepair.IPAddressConfig{
 		Options: rc.Options, Informers: rc.Informers, Progress: rc.Progress, CarryOver: carryOver,
+		FirstPassCarriesOver: rc.FirstPassCarriesOver, Start: rc.Start,
 	})
 	if err != nil {
 		return nil, err
@@ -107,14 +121,15 @@ func ipAddressRepair(rc RepairConfig, carryOver func() bool) (Runner, error) {
 
 // CarryOver brings the other model's allocations into this one before the
 // allocators open, so a server switched from one model to the other never
-// hands out an address the old model gave away: the IPAddress model creates
-// the missing IPAddresses of stored Services (and, while dual write is on,
-// writes every address into the bitmap too, so a replica rolled back to the
-// bitmap model finds them); the bitmap model, once every IPAddress-model
-// replica dual-writes, writes every IPAddress and Service address into its
-// maps. Addresses the target cannot hold are in the report's Problems
-// (repair reports them as events); they do not make it fail. Nil report:
-// nothing to carry (in-memory bitmaps).
+// hands out an address the old model gave away. In the IPAddress model the
+// repair's first pass creates the missing IPAddresses of stored Services
+// (CarriesOverInRepair); CarryOver only writes, while dual write is on,
+// every address into the bitmap too, so a replica rolled back to the bitmap
+// model finds them. The bitmap model, once every IPAddress-model replica
+// dual-writes, writes every IPAddress and Service address into its maps.
+// Addresses the target cannot hold are in the report's Problems (repair
+// reports them as events); they do not make it fail. Nil report: nothing to
+// carry (in-memory bitmaps, or the IPAddress model without dual write).
 func (b *Backend) CarryOver(ctx context.Context) (*iprepair.MigrationReport, error) {
 	var (
 		rep *iprepair.MigrationReport
@@ -122,18 +137,10 @@ func (b *Backend) CarryOver(ctx context.Context) (*iprepair.MigrationReport, err
 	)
 	switch b.cfg.Model {
 	case model.IPAddress:
-		cfg := iprepair.MigrateConfig{Client: b.cfg.Client}
-		if b.cfg.Informers != nil {
-			cfg.Snapshot = iprepair.InformerSnapshot(b.cfg.Informers)
+		if !b.DualWrite() || len(b.stores) == 0 {
+			return nil, nil
 		}
-		rep, err = iprepair.MigrateToIPAddress(ctx, cfg)
-		if err == nil && b.DualWrite() && len(b.stores) > 0 {
-			var toBitmap *iprepair.MigrationReport
-			toBitmap, err = iprepair.MigrateToBitmap(ctx, iprepair.MigrateConfig{Client: b.cfg.Client, Stores: b.stores, SkipUnrepresentable: true})
-			if err == nil {
-				rep.Problems = append(rep.Problems, toBitmap.Problems...)
-			}
-		}
+		rep, err = iprepair.MigrateToBitmap(ctx, iprepair.MigrateConfig{Client: b.cfg.Client, Stores: b.stores, SkipUnrepresentable: true})
 	case model.Bitmap:
 		if len(b.stores) == 0 {
 			return nil, nil

@@ -17,12 +17,15 @@ import (
 	"github.com/allocator/allocator/internal/apiserver"
 	"github.com/allocator/allocator/internal/etcdtest"
 	"github.com/allocator/allocator/internal/fixtures"
+	"github.com/allocator/allocator/internal/repairtest"
 	"github.com/allocator/allocator/internal/testserver"
 	"github.com/allocator/allocator/pkg/allocation"
 	"github.com/allocator/allocator/pkg/bitmap"
 	"github.com/allocator/allocator/pkg/bitmap/clusterip"
+	"github.com/allocator/allocator/pkg/etcdlayout"
 	"github.com/allocator/allocator/pkg/ipaddress"
 	"github.com/allocator/allocator/pkg/model"
+	"github.com/allocator/allocator/pkg/repair/report"
 	"github.com/allocator/allocator/pkg/subrange"
 )
 
@@ -208,4 +211,58 @@ func TestRefusedServiceCIDRIsVisible(t *testing.T) {
 		}
 		return false, nil
 	})
+}
+
+// TestModelSwitchCarriesOverBeforeOpen starts the IPAddress model on what a
+// bitmap-model kube-apiserver leaves (Services, no IPAddress, no default
+// ServiceCIDR) with another ServiceCIDR beside. The server's repair carries
+// the Services' addresses over in its first pass, which must wait for the
+// default ServiceCIDR bootstrap creates: a pass before it would find every
+// Service out of range and let the allocators open with none of their
+// addresses claimed. So at readiness every address has its IPAddress, and
+// the carry-over is quiet: no ClusterIPOutOfRange or ClusterIPNotAllocated
+// event on any Service.
+func TestModelSwitchCarriesOverBeforeOpen(t *testing.T) {
+	t.Parallel()
+	ctx := testContext(t)
+	etcd := etcdtest.New(t)
+	const cidr = "10.0.0.0/26"
+	for i := range 20 {
+		repairtest.PlantService(t, etcd.Client(), metav1.NamespaceDefault, fmt.Sprintf("bitmap-%02d", i),
+			[]string{fmt.Sprintf("10.0.0.%d", 10+i)}, time.Now())
+	}
+	extra, err := etcdlayout.Encode(&networkingv1.ServiceCIDR{
+		TypeMeta:   metav1.TypeMeta{APIVersion: "networking.k8s.io/v1", Kind: "ServiceCIDR"},
+		ObjectMeta: metav1.ObjectMeta{Name: "extra", UID: "extra-uid", CreationTimestamp: metav1.Now()},
+		Spec:       networkingv1.ServiceCIDRSpec{CIDRs: []string{"10.1.0.0/28"}},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := etcd.Client().Put(ctx, etcdlayout.Layout{}.ServiceCIDR("extra"), string(extra)); err != nil {
+		t.Fatal(err)
+	}
+
+	s := startServer(t, serverOptions{model: "ipaddress", serviceRange: cidr, etcd: etcd})
+	if n := claimsMatch(t, ctx, s.client); n != 21 {
+		t.Fatalf("%d Service IPs claimed at readiness, want 21", n)
+	}
+	// A create after readiness cannot take a carried-over address.
+	before := serviceIPs(t, ctx, s.client)
+	svc := mustCreate(t, ctx, s.client, newService("after"))
+	for name, ip := range before {
+		if ip == svc.Spec.ClusterIP {
+			t.Fatalf("%s handed out again; %s holds it", ip, name)
+		}
+	}
+	time.Sleep(2 * time.Second) // events are recorded asynchronously
+	events, err := s.client.CoreV1().Events(metav1.NamespaceDefault).List(ctx, metav1.ListOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, e := range events.Items {
+		if e.InvolvedObject.Kind == "Service" && (e.Reason == report.ReasonOutOfRange || e.Reason == report.ReasonNotAllocated) {
+			t.Errorf("event %s on Service %s: %s", e.Reason, e.InvolvedObject.Name, e.Message)
+		}
+	}
 }

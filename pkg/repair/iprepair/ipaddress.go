@@ -57,6 +57,17 @@ type IPAddressConfig struct {
 	// created without a ClusterIPNotAllocated event or problem, and counted
 	// as carried over (CarriedOver).
 	CarryOver func() bool
+	// FirstPassCarriesOver says that Run's first successful full pass stands
+	// for a carry-over at start: a server opens its allocators only after
+	// it, in place of migrating the Services' addresses first (every address
+	// is looked up once, not twice). Until that pass succeeds, Run creates
+	// missing IPAddresses as CarryOver does; RunOnce never does.
+	FirstPassCarriesOver bool
+	// Start, if set, holds Run's first full pass until it is closed: the
+	// server closes it once the default ServiceCIDR it writes at start is in
+	// the informers, so that the pass that opens the allocators knows every
+	// range.
+	Start <-chan struct{}
 }
 
 // IPAddressRepair keeps the IPAddress model consistent with the Services
@@ -136,11 +147,22 @@ type IPAddressRepair struct {
 	cfg     IPAddressConfig
 	carried atomic.Uint64
 	orphans *orphanWait
+	// firstPass is true while Run has not made a successful full pass, when
+	// cfg.FirstPassCarriesOver.
+	firstPass atomic.Bool
 }
 
 // CarriedOver is how many IPAddresses the repair created, while CarryOver
-// was true, for addresses a bitmap-model writer had allocated.
+// was true or in a first pass that carries over, for addresses a
+// bitmap-model writer had allocated.
 func (r *IPAddressRepair) CarriedOver() uint64 { return r.carried.Load() }
+
+// carryingOver reports whether a missing IPAddress is created as carried
+// over: while bitmap-model writers may be live (CarryOver), or in Run's
+// first pass when it stands for the carry-over at start.
+func (r *IPAddressRepair) carryingOver() bool {
+	return r.firstPass.Load() || (r.cfg.CarryOver != nil && r.cfg.CarryOver())
+}
 
 // NewIPAddressRepair checks cfg and returns a repair controller.
 func NewIPAddressRepair(cfg IPAddressConfig) (*IPAddressRepair, error) {
@@ -236,6 +258,14 @@ func (r *IPAddressRepair) Run(ctx context.Context, firstPass chan<- struct{}) er
 		return nil // ctx ended
 	}
 
+	if r.cfg.Start != nil {
+		select {
+		case <-r.cfg.Start:
+		case <-ctx.Done():
+			return nil
+		}
+	}
+	r.firstPass.Store(r.cfg.FirstPassCarriesOver)
 	defer run.workers.Wait()
 	defer queue.ShutDown() // runs before Wait: workers see the shutdown
 	report.Loop(ctx, r.cfg.Interval, run.fullPass, run.passFailed)
@@ -288,6 +318,9 @@ func (run *repairRun) fullPass(ctx context.Context) error {
 	run.logger.V(2).Info("IPAddress repair pass done", "report", rep.String())
 	if !run.started {
 		run.started = true
+		if run.r.firstPass.Swap(false) && run.r.CarriedOver() > 0 {
+			run.logger.Info("Carried allocations over from the bitmap model", "created", run.r.CarriedOver())
+		}
 		run.startWorkers(ctx)
 	}
 	report.CloseOnce(&run.firstPass)

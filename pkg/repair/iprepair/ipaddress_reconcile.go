@@ -208,7 +208,7 @@ func (r *IPAddressRepair) createMissing(ctx context.Context, view ipView, ip net
 	switch {
 	case errors.Is(err, errHolderGone):
 		return nil // deleted meanwhile: nothing to repair
-	case err == nil && r.cfg.CarryOver != nil && r.cfg.CarryOver():
+	case err == nil && r.carryingOver():
 		out.writes++
 		out.created++
 		out.carried++
