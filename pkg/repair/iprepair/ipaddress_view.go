@@ -372,23 +372,6 @@ type informerView struct {
 // cidrsChanged makes the next cidrs() parse the ServiceCIDRs again.
 func (v *informerView) cidrsChanged() { v.parsedCIDRs.Invalidate() }
 
-// keys returns the names of the cached IPAddresses and the held keys that
-// name none: a held address almost always has its IPAddress, so the keys
-// sorted are about one per address, not one per address and Service. An
-// IPAddress cached after the list and held is left to its event. The
-// names are the store's keys (an IPAddress has no namespace), read
-// without a list of the objects.
-func (v *informerView) keys() ([]string, error) {
-	keys := v.ipIndexer.ListKeys()
-	for _, k := range v.heldKeys() {
-		if _, exists, err := v.ipIndexer.GetByKey(k); err != nil || !exists {
-			keys = append(keys, k)
-		}
-	}
-	sortKeys(keys)
-	return slices.Compact(keys), nil
-}
-
 // heldKeys returns the work keys of every cached Service (addressKeys), an
 // address two Services hold twice.
 func (v *informerView) heldKeys() []string {
@@ -521,35 +504,4 @@ func (v *informerView) namespaceLabels(name string) (labels.Set, error) {
 // would copy them into a slice grown one append at a time.
 func (v *informerView) counts() (int, int, error) {
 	return len(v.serviceIndexer.ListKeys()), len(v.ipIndexer.ListKeys()), nil
-}
-
-// sortKeys orders addresses first (IPv4 before IPv6, numerically), then
-// invalid ClusterIPs and names that are no address, by text.
-func sortKeys(keys []string) {
-	// Each key parsed once, not in every comparison: the repair's pass
-	// sorts 200,000 keys at 100,000 Services.
-	type parsed struct {
-		addr netip.Addr
-		ok   bool
-		key  string
-	}
-	all := make([]parsed, len(keys))
-	for i, k := range keys {
-		addr, err := netip.ParseAddr(k)
-		all[i] = parsed{addr: addr, ok: err == nil, key: k}
-	}
-	slices.SortFunc(all, func(a, b parsed) int {
-		switch {
-		case a.ok && b.ok:
-			return a.addr.Compare(b.addr)
-		case a.ok:
-			return -1
-		case b.ok:
-			return 1
-		}
-		return strings.Compare(a.key, b.key)
-	})
-	for i := range all {
-		keys[i] = all[i].key
-	}
 }
