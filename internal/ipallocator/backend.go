@@ -53,10 +53,7 @@ type Config struct {
 	// client costs least.
 	Client kubernetes.Interface
 	// Informers is a shared factory on Client for the IPAddress model's
-	// informers; nil: each allocator makes its own. With it, the
-	// IPAddress model's carry-over reads its Service and IPAddress caches
-	// (iprepair.InformerSnapshot), so both must be registered and
-	// started; without it, it lists them.
+	// informers; nil: each allocator makes its own.
 	Informers informers.SharedInformerFactory
 	// IPAddresses is where the allocators claim and release IPAddress
 	// objects; nil: Client's. The server passes its own storage

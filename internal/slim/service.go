@@ -27,7 +27,7 @@ import (
 //	typeMeta, name, namespace, uid, rv      an event on the Service (reference.GetReference; the
 //	                                        scheme answers for an unset typeMeta)
 //	spec.type, clusterIP, clusterIPs        holding.ClusterIPs: the IPAddress repair's indexes and
-//	                                        passes, the bitmap repair, the carry-over (InformerSnapshot)
+//	                                        passes (the IPAddress model's carry-over), the bitmap repair
 //	spec.type, ports[].nodePort,            holding.NodePorts: the node-port repair
 //	healthCheckNodePort,
 //	externalTrafficPolicy

@@ -65,9 +65,9 @@ func BenchmarkFullPass(b *testing.B) {
 	}
 }
 
-// BenchmarkCarryOverCheck measures what a start's carry-over does when
-// nothing is missing: every address of 200,000 Services looked up among
-// their IPAddresses, each found its owner's.
+// BenchmarkCarryOverCheck measures what MigrateToIPAddress (allocator
+// migrate) does when nothing is missing: every address of 200,000 Services
+// looked up among their IPAddresses, each found its owner's.
 //
 //	go test ./pkg/repair/iprepair -run '^$' -bench BenchmarkCarryOverCheck -benchmem
 func BenchmarkCarryOverCheck(b *testing.B) {
