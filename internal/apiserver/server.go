@@ -95,9 +95,9 @@ type Server struct {
 	// pass succeeded; /readyz waits for it.
 	repairFirstPass chan struct{}
 	// repairStart holds the IPAddress repair's first pass until bootstrap
-	// closes it (closeRepairStart), once the default ServiceCIDR it wrote is
-	// in the informers: that pass carries the bitmap model's allocations
-	// over before the allocators open.
+	// closes it (awaitCarryOverPass, once), when the default ServiceCIDR it
+	// wrote is in the informers: that pass carries the bitmap model's
+	// allocations over before the allocators open.
 	repairStart     chan struct{}
 	repairStartOnce sync.Once
 	// migrated is set once the start-up carry-over from the other model ran.

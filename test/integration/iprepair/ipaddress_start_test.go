@@ -1,7 +1,6 @@
 package iprepair_test
 
 import (
-	"context"
 	"testing"
 	"time"
 
@@ -33,11 +32,7 @@ func TestIPAddressRepairRunFirstPassCarriesOver(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	runCtx, cancel := context.WithCancel(ctx)
-	defer cancel()
-	runDone := make(chan error, 1)
-	firstPass := make(chan struct{})
-	go func() { runDone <- ctrl.Run(runCtx, firstPass) }()
+	firstPass, stop := startRepair(ctx, t, ctrl)
 
 	select {
 	case <-firstPass:
@@ -77,13 +72,5 @@ func TestIPAddressRepairRunFirstPassCarriesOver(t *testing.T) {
 		}
 	}
 
-	cancel()
-	select {
-	case err := <-runDone:
-		if err != nil {
-			t.Errorf("Run: %v", err)
-		}
-	case <-time.After(30 * time.Second):
-		t.Error("Run did not stop")
-	}
+	stop()
 }

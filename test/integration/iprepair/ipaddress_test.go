@@ -484,18 +484,26 @@ func TestIPAddressRepairRunServiceCIDRAdded(t *testing.T) {
 // pass; stop fails the test if Run fails or does not return.
 func runRepair(ctx context.Context, t *testing.T, ctrl *iprepair.IPAddressRepair) (stop func()) {
 	t.Helper()
-	runCtx, cancel := context.WithCancel(ctx)
-	t.Cleanup(cancel) // a test that fails before stop
-	runDone := make(chan error, 1)
-	firstPass := make(chan struct{})
-	go func() { runDone <- ctrl.Run(runCtx, firstPass) }()
+	firstPass, stop := startRepair(ctx, t, ctrl)
 	select {
 	case <-firstPass:
 	case <-ctx.Done():
-		cancel()
+		stop()
 		t.Fatal("no first pass")
 	}
-	return func() {
+	return stop
+}
+
+// startRepair starts ctrl's Run, which closes firstPass after its first
+// pass; stop ends it and fails the test if Run fails or does not return.
+func startRepair(ctx context.Context, t *testing.T, ctrl *iprepair.IPAddressRepair) (firstPass <-chan struct{}, stop func()) {
+	t.Helper()
+	runCtx, cancel := context.WithCancel(ctx)
+	t.Cleanup(cancel) // a test that fails before stop
+	runDone := make(chan error, 1)
+	passed := make(chan struct{})
+	go func() { runDone <- ctrl.Run(runCtx, passed) }()
+	return passed, func() {
 		cancel()
 		select {
 		case err := <-runDone:
