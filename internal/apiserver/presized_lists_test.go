@@ -125,13 +125,7 @@ func BenchmarkGetListPage(b *testing.B) {
 	getter := newRESTOptionsGetter(etcd.Endpoints(), "/registry", EtcdTLS{}, etcd, nil, nil)
 	const n = 20000
 	for i := range n {
-		data, err := runtime.Encode(storageCodec(""), scaleService(i))
-		if err != nil {
-			b.Fatal(err)
-		}
-		if _, err := etcd.Client().Put(ctx, fmt.Sprintf("/registry/%s/scale/s-%06d", etcdlayout.ServicesPath, i), string(data)); err != nil {
-			b.Fatal(err)
-		}
+		putScaleService(b, ctx, etcd.Client(), i, scaleService(i))
 	}
 	store, prefix := servicesStore(b, getter)
 	for _, bc := range []struct {

@@ -127,19 +127,7 @@ func TestStreamingInformerAfterCompaction(t *testing.T) {
 	etcd := etcdtest.New(t)
 	getter := newRESTOptionsGetter(etcd.Endpoints(), "/registry", EtcdTLS{}, etcd, nil, nil)
 	client := etcd.Client()
-	key := func(i int) string { return fmt.Sprintf("/registry/%s/scale/s-%06d", etcdlayout.ServicesPath, i) }
-	put := func(svc *corev1.Service, i int) int64 {
-		t.Helper()
-		data, err := runtime.Encode(storageCodec(""), svc)
-		if err != nil {
-			t.Fatal(err)
-		}
-		resp, err := client.Put(ctx, key(i), string(data))
-		if err != nil {
-			t.Fatal(err)
-		}
-		return resp.Header.Revision
-	}
+	put := func(svc *corev1.Service, i int) int64 { return putScaleService(t, ctx, client, i, svc) }
 	for i := 1; i <= 3; i++ {
 		put(scaleService(i), i)
 	}
@@ -165,7 +153,7 @@ func TestStreamingInformerAfterCompaction(t *testing.T) {
 	updated.Spec.Ports[0].NodePort = 30003
 	put(updated, 3)
 	put(scaleService(4), 4)
-	del, err := client.Delete(ctx, key(2))
+	del, err := client.Delete(ctx, scaleServiceKey(2))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -212,13 +200,7 @@ func TestStreamingInformerServicesAfterCompaction(t *testing.T) {
 	client := etcd.Client()
 	layout := etcdlayout.Layout{Prefix: "/registry"}
 	for i := 3; i >= 1; i-- { // the last key listed is the oldest write
-		data, err := runtime.Encode(storageCodec(""), scaleService(i))
-		if err != nil {
-			t.Fatal(err)
-		}
-		if _, err := client.Put(ctx, fmt.Sprintf("%s/scale/s-%06d", layout.ServicesPrefix(), i), string(data)); err != nil {
-			t.Fatal(err)
-		}
+		putScaleService(t, ctx, client, i, scaleService(i))
 	}
 	for i := range 5 { // writes of other keys: the list's revision is past every Service's
 		if _, err := client.Put(ctx, fmt.Sprintf("/registry/other/%d", i), "x"); err != nil {
@@ -247,4 +229,25 @@ func TestStreamingInformerServicesAfterCompaction(t *testing.T) {
 	if err != nil || len(got) != 3 {
 		t.Fatalf("Services from the informer: %d, %v; want the 3", len(got), err)
 	}
+}
+
+// scaleServiceKey is the etcd key of Service i of test/scale.
+func scaleServiceKey(i int) string {
+	return fmt.Sprintf("/registry/%s/scale/s-%06d", etcdlayout.ServicesPath, i)
+}
+
+// putScaleService stores svc in etcd at the key of Service i of test/scale
+// (scaleService), encoded as the Services' store encodes it, and returns
+// the write's revision.
+func putScaleService(tb testing.TB, ctx context.Context, client *clientv3.Client, i int, svc *corev1.Service) int64 {
+	tb.Helper()
+	data, err := runtime.Encode(storageCodec(""), svc)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	resp, err := client.Put(ctx, scaleServiceKey(i), string(data))
+	if err != nil {
+		tb.Fatal(err)
+	}
+	return resp.Header.Revision
 }
