@@ -147,9 +147,9 @@ type IPAddressRepair struct {
 	cfg     IPAddressConfig
 	carried atomic.Uint64
 	orphans *orphanWait
-	// firstPass is true while Run has not made a successful full pass, when
+	// carryOverPass is true while Run has not made a successful full pass, when
 	// cfg.FirstPassCarriesOver.
-	firstPass atomic.Bool
+	carryOverPass atomic.Bool
 }
 
 // CarriedOver is how many IPAddresses the repair created, while CarryOver
@@ -161,7 +161,7 @@ func (r *IPAddressRepair) CarriedOver() uint64 { return r.carried.Load() }
 // over: while bitmap-model writers may be live (CarryOver), or in Run's
 // first pass when it stands for the carry-over at start.
 func (r *IPAddressRepair) carryingOver() bool {
-	return r.firstPass.Load() || (r.cfg.CarryOver != nil && r.cfg.CarryOver())
+	return r.carryOverPass.Load() || (r.cfg.CarryOver != nil && r.cfg.CarryOver())
 }
 
 // NewIPAddressRepair checks cfg and returns a repair controller.
@@ -265,7 +265,7 @@ func (r *IPAddressRepair) Run(ctx context.Context, firstPass chan<- struct{}) er
 			return nil
 		}
 	}
-	r.firstPass.Store(r.cfg.FirstPassCarriesOver)
+	r.carryOverPass.Store(r.cfg.FirstPassCarriesOver)
 	defer run.workers.Wait()
 	defer queue.ShutDown() // runs before Wait: workers see the shutdown
 	report.Loop(ctx, r.cfg.Interval, run.fullPass, run.passFailed)
@@ -318,7 +318,7 @@ func (run *repairRun) fullPass(ctx context.Context) error {
 	run.logger.V(2).Info("IPAddress repair pass done", "report", rep.String())
 	if !run.started {
 		run.started = true
-		if run.r.firstPass.Swap(false) && run.r.CarriedOver() > 0 {
+		if run.r.carryOverPass.Swap(false) && run.r.CarriedOver() > 0 {
 			run.logger.Info("Carried allocations over from the bitmap model", "created", run.r.CarriedOver())
 		}
 		run.startWorkers(ctx)

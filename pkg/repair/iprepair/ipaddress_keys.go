@@ -13,9 +13,9 @@ import (
 // names are the store's keys (an IPAddress has no namespace), read
 // without a list of the objects. The names are parsed and sorted on a
 // goroutine of their own while this one looks for the held keys that name
-// none: the two halves cost about the same (a second each at a million
-// Services), and the first pass at a server's start, which readiness waits
-// for, has the machine's cores to itself.
+// none: the two halves cost about the same, and the first pass at a
+// server's start, which readiness waits for, has the machine's cores
+// mostly to itself.
 func (v *informerView) keys() ([]string, error) {
 	var names []parsedKey
 	done := make(chan struct{})
