@@ -14,6 +14,7 @@ import (
 	genericapiserver "k8s.io/apiserver/pkg/server"
 	genericoptions "k8s.io/apiserver/pkg/server/options"
 
+	"github.com/allocator/allocator/internal/listhold"
 	"github.com/allocator/allocator/internal/registry/servicecidrs"
 	"github.com/allocator/allocator/pkg/allocation"
 	"github.com/allocator/allocator/pkg/bitmap/nodeport"
@@ -76,6 +77,14 @@ type Config struct {
 	// DefaultCountMetricPollPeriod, negative never. A list presized from
 	// the count reads it itself when no poll has for 90 s.
 	CountMetricPollPeriod time.Duration
+	// CompactionInterval is how often the server compacts etcd's history,
+	// to the revision of the interval before, as kube-apiserver's
+	// --etcd-compaction-interval: 0 means DefaultCompactionInterval,
+	// negative never.
+	CompactionInterval time.Duration
+	// ListHoldLimits bound how long a paged list holds etcd's compaction
+	// back (internal/listhold; zero limits: listhold.DefaultLimits).
+	ListHoldLimits listhold.Limits
 	// RepairInterval is the period of the repair controller's full pass
 	// (0: repair.DefaultInterval, applied by repair.Options.WithDefaults).
 	RepairInterval time.Duration
@@ -179,6 +188,7 @@ func (o *Options) Config(etcdServers []string) (*Config, error) {
 		KubernetesServicePort:      port,
 		NoWatchCache:               noWatchCache,
 		CountMetricPollPeriod:      countPollPeriod(o.EtcdCountMetricPollPeriod),
+		CompactionInterval:         compactionInterval(o.EtcdCompactionInterval),
 	}
 	return cfg, nil
 }

@@ -26,6 +26,7 @@ import (
 	"k8s.io/utils/clock"
 
 	"github.com/allocator/allocator/internal/fence"
+	"github.com/allocator/allocator/internal/listhold"
 	"github.com/allocator/allocator/internal/rawlist"
 	"github.com/allocator/allocator/pkg/etcdlayout"
 )
@@ -68,6 +69,12 @@ type etcdStores struct {
 	// uncached are the resources served without a watch cache
 	// (Config.NoWatchCache).
 	uncached map[schema.GroupResource]bool
+	// holds take the revision of every list page whose answer continues;
+	// holdCompaction wraps the compactor's KV so that it compacts no
+	// further than the holds of every server (internal/listhold). nil:
+	// neither (tests of the stores alone).
+	holds          *listhold.Holds
+	holdCompaction func(clientv3.KV) clientv3.KV
 
 	mu        sync.Mutex
 	refs      int            // storages built and not destroyed; guarded by mu
@@ -226,7 +233,12 @@ func (p *etcdStores) rawStorage(config *storagebackend.ConfigForResource, newFun
 		return nil, nil, fmt.Errorf("etcd storage of %s: %w", config.GroupResource, err)
 	}
 	var once sync.Once
-	return newPresizedLists(store, resourcePrefix), func() {
+	presized := newPresizedLists(store, resourcePrefix)
+	var lists storage.Interface = presized
+	if p.holds != nil {
+		lists = heldLists{presizedLists: presized, holds: p.holds}
+	}
+	return lists, func() {
 		once.Do(func() {
 			store.Close()
 			_ = client.Close()
@@ -275,6 +287,9 @@ func (p *etcdStores) acquireCompactor(interval time.Duration) (etcd3.Compactor, 
 		client, err := p.newClient()
 		if err != nil {
 			return nil, err
+		}
+		if p.holdCompaction != nil {
+			client.KV = p.holdCompaction(client.KV)
 		}
 		c := etcd3.NewCompactor(client, interval, clock.RealClock{}, nil)
 		p.compactor = &etcdCompactor{client: client, stop: c.Stop, Compactor: c}

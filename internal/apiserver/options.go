@@ -45,6 +45,9 @@ type Options struct {
 	// --etcd-count-metric-poll-period: how often each resource's objects
 	// are counted in etcd (0: never).
 	EtcdCountMetricPollPeriod time.Duration
+	// EtcdCompactionInterval is kube-apiserver's --etcd-compaction-interval:
+	// how often the server compacts etcd's history (0: never).
+	EtcdCompactionInterval time.Duration
 	// CertDir holds the self-signed serving certificate; default <DataDir>/certs.
 	CertDir string
 	// DataDir holds the embedded etcd, the certificates and admin.kubeconfig.
@@ -71,6 +74,7 @@ func NewOptions() *Options {
 		EtcdPrefix:                etcdlayout.DefaultPrefix,
 		WatchCacheSizes:           slices.Clone(DefaultWatchCacheSizes),
 		EtcdCountMetricPollPeriod: DefaultCountMetricPollPeriod,
+		EtcdCompactionInterval:    DefaultCompactionInterval,
 		DataDir:                   "./allocator-data",
 		Allocator:                 string(model.IPAddress),
 		RepairInterval:            repair.DefaultInterval,
@@ -118,6 +122,9 @@ func (o *Options) Flags() cliflag.NamedFlagSets {
 	fs.DurationVar(&o.EtcdCountMetricPollPeriod, "etcd-count-metric-poll-period", o.EtcdCountMetricPollPeriod,
 		"Frequency of polling etcd for number of resources per type. 0 disables the metric collection. "+
 			"Each poll walks etcd's index over every key of each resource: at a million Services about a second of CPU.")
+	fs.DurationVar(&o.EtcdCompactionInterval, "etcd-compaction-interval", o.EtcdCompactionInterval,
+		"The interval of compaction requests. If 0, the compaction request from apiserver is disabled. "+
+			"Each compacts etcd's history to the revision of the interval before, no further than a paged list in progress on any server reads (for up to 10 minutes).")
 	fs.StringSliceVar(&o.WatchCacheSizes, "watch-cache-sizes", o.WatchCacheSizes,
 		"Watch cache per resource, as kube-apiserver's flag: RESOURCE[.GROUP]#SIZE, comma separated; a size of 0 serves the resource from etcd without one, any other size with one. "+
 			"By default the Services and IPAddresses have none: the server's own informers hold them already, and the cache would hold a second copy. "+
@@ -168,6 +175,9 @@ func (o *Options) Validate() error {
 	}
 	if o.EtcdCountMetricPollPeriod < 0 {
 		errs = append(errs, fmt.Errorf("--etcd-count-metric-poll-period %v: must not be negative (0 turns the count off)", o.EtcdCountMetricPollPeriod))
+	}
+	if o.EtcdCompactionInterval < 0 {
+		errs = append(errs, fmt.Errorf("--etcd-compaction-interval %v: must not be negative (0 turns the compaction off)", o.EtcdCompactionInterval))
 	}
 	if o.RepairInterval <= 0 {
 		errs = append(errs, fmt.Errorf("--repair-interval %v: must be a positive duration such as 30s or 3m (the repair controller cannot be turned off)", o.RepairInterval))

@@ -8,8 +8,11 @@ import (
 	"testing"
 	"time"
 
+	clientv3 "go.etcd.io/etcd/client/v3"
 	"k8s.io/client-go/tools/clientcmd"
 
+	"github.com/allocator/allocator/internal/listhold"
+	"github.com/allocator/allocator/pkg/etcdlayout"
 	"github.com/allocator/allocator/pkg/model"
 )
 
@@ -56,8 +59,9 @@ func TestOptionsValidate(t *testing.T) {
 	o.Allocator, o.SecurePort, o.BindAddress, o.EtcdPrefix = "magic", 70000, "localhost", "registry"
 	o.RepairInterval = -5 * time.Second
 	o.EtcdCountMetricPollPeriod = -time.Minute
+	o.EtcdCompactionInterval = -time.Second
 	err := o.Validate()
-	for _, want := range []string{"--allocator", "--secure-port", "--bind-address", "--etcd-prefix", "--repair-interval -5s", "--etcd-count-metric-poll-period -1m0s"} {
+	for _, want := range []string{"--allocator", "--secure-port", "--bind-address", "--etcd-prefix", "--repair-interval -5s", "--etcd-count-metric-poll-period -1m0s", "--etcd-compaction-interval -1s"} {
 		if err == nil || !strings.Contains(err.Error(), want) {
 			t.Errorf("want an error about %s, got %v", want, err)
 		}
@@ -207,5 +211,32 @@ func TestUnauthorizedIdentitiesWarn(t *testing.T) {
 		case tc.flags != "" && (len(w) != 1 || !strings.HasPrefix(w[0], fmt.Sprintf(want, tc.flags))):
 			t.Errorf("%s: warns %q, want one line naming %s", tc.name, w, tc.flags)
 		}
+	}
+}
+
+// TestCompactionInterval: --etcd-compaction-interval reaches the stores as
+// kube-apiserver's does (0: no compaction), and a Config built without the
+// flag compacts at the default.
+func TestCompactionInterval(t *testing.T) {
+	t.Parallel()
+	stores := func(cfg *Config) time.Duration {
+		s := &Server{listHolds: listhold.NewShared(&clientv3.Client{}, etcdlayout.Layout{}, "p", listhold.NewHolds(listhold.Limits{}, nil), 0)}
+		getter := &restOptionsGetter{stores: &etcdStores{}}
+		CompletedConfig{&completedConfig{Config: cfg}}.holdLists(s, getter)
+		return getter.base.CompactionInterval
+	}
+	for _, tt := range []struct {
+		flag, stores time.Duration
+	}{
+		{flag: 0, stores: 0},
+		{flag: time.Second, stores: time.Second},
+		{flag: DefaultCompactionInterval, stores: DefaultCompactionInterval},
+	} {
+		if got := stores(&Config{CompactionInterval: compactionInterval(tt.flag)}); got != tt.stores {
+			t.Errorf("--etcd-compaction-interval %v: the stores compact every %v, want %v", tt.flag, got, tt.stores)
+		}
+	}
+	if got := stores(&Config{}); got != DefaultCompactionInterval {
+		t.Errorf("a Config without an interval: the stores compact every %v, want %v", got, DefaultCompactionInterval)
 	}
 }

@@ -36,6 +36,7 @@ import (
 	"github.com/allocator/allocator/internal/etcdhistory"
 	"github.com/allocator/allocator/internal/fence"
 	"github.com/allocator/allocator/internal/ipallocator"
+	"github.com/allocator/allocator/internal/listhold"
 	"github.com/allocator/allocator/internal/rawlist"
 	"github.com/allocator/allocator/internal/registry/events"
 	"github.com/allocator/allocator/internal/registry/ipaddresses"
@@ -61,6 +62,9 @@ type Server struct {
 	// writeLeases are the leases of the fenced Service writes, registered
 	// in etcd so that the repairs see the writes in flight (internal/fence).
 	writeLeases *fence.Leases
+	// listHolds hold etcd's compaction back for the paged lists the server
+	// serves, and publish the hold to every server's compactor.
+	listHolds *listhold.Shared
 	// history is this process's restore marker: it ends Run when etcd's
 	// history goes back under the server, and its Guard refuses every
 	// write the server makes after that (internal/etcdhistory).
@@ -142,6 +146,7 @@ func (c CompletedConfig) New(ctx context.Context) (*Server, error) {
 	s.writeLeases = fence.NewLeases(s.etcd, etcdlayout.Layout{Prefix: c.EtcdPrefix}, c.WriteLeaseTTL)
 	getter.stores.leases = s.writeLeases
 	getter.stores.uncached = c.NoWatchCache
+	c.holdLists(s, getter)
 	switch {
 	case c.CountMetricPollPeriod > 0:
 		getter.countPollPeriod = c.CountMetricPollPeriod
@@ -193,6 +198,8 @@ func (c CompletedConfig) newServer(ctx context.Context) (*Server, error) {
 		registry: metrics.NewKubeRegistry(), allocMetrics: allocmetrics.New(), repairMetrics: report.NewMetrics(),
 		repairFirstPass: make(chan struct{}), repairStart: make(chan struct{}),
 	}
+	s.listHolds = listhold.NewShared(etcdClient, etcdlayout.Layout{Prefix: c.EtcdPrefix}, process,
+		listhold.NewHolds(c.ListHoldLimits, nil), 0)
 	s.watches = newWatchTerminator()
 	s.sources = newInProcessSources()
 	generic.Handler.FullHandlerChain = s.watches.wrap(rawlist.WithNegotiation(generic.Handler.FullHandlerChain, Codecs))
@@ -469,6 +476,7 @@ func (s *Server) Run(ctx context.Context) (runErr error) {
 	ctx, stop := context.WithCancelCause(ctx)
 	defer stop(nil)
 	go s.history.Watch(ctx, s.cfg.RestoreCheckInterval)
+	go s.listHolds.Run(ctx)
 	go func() {
 		select {
 		case <-ctx.Done():

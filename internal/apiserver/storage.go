@@ -57,6 +57,19 @@ func countPollPeriod(flag time.Duration) time.Duration {
 	return flag
 }
 
+// DefaultCompactionInterval is how often the server compacts etcd unless
+// told otherwise, as kube-apiserver.
+const DefaultCompactionInterval = 5 * time.Minute
+
+// compactionInterval is Config.CompactionInterval for
+// --etcd-compaction-interval, whose 0 turns the compaction off.
+func compactionInterval(flag time.Duration) time.Duration {
+	if flag == 0 {
+		return -1
+	}
+	return flag
+}
+
 // newRESTOptionsGetter reaches etcd at etcdServers over gRPC (logging
 // through log; nil logs nothing), or in process when inProcess is set
 // (etcd_stores.go). Every store's etcd writes go through guard (nil: none),

@@ -154,6 +154,18 @@ func MapStamp(rangeKey string) string {
 	return LayoutOfRange(rangeKey).key("clusterip-allocator", "stamps", name)
 }
 
+// ListHold is this project's own key through which one server process
+// holds etcd's compaction back for the paged lists it serves
+// (internal/listhold): the oldest revision they are read at, on a lease.
+func (l Layout) ListHold(process string) string {
+	return l.key("clusterip-allocator", "list-holds", process)
+}
+
+// ListHoldsPrefix is the prefix of the ListHold keys.
+func (l Layout) ListHoldsPrefix() string {
+	return l.key("clusterip-allocator", "list-holds", "")
+}
+
 // AllocatorReplicasPrefix is the prefix of the replica records of one
 // allocator model (empty model: of every model).
 func (l Layout) AllocatorReplicasPrefix(model string) string {
