@@ -52,9 +52,11 @@ func (s storageSource) Watch(ctx context.Context, opts *metainternalversion.List
 	}
 	p := storage.Everything
 	p.AllowWatchBookmarks = opts.AllowWatchBookmarks
+	// With bookmarks asked for, etcd's progress notifications (requestProgress)
+	// reach the informer as bookmarks, as the watch cache asks for them.
 	w, err := s.store.Watch(ctx, s.key, storage.ListOptions{
 		ResourceVersion: opts.ResourceVersion, Predicate: p, Recursive: true,
-		SendInitialEvents: opts.SendInitialEvents,
+		SendInitialEvents: opts.SendInitialEvents, ProgressNotify: opts.AllowWatchBookmarks,
 	})
 	if err != nil {
 		return nil, storeerr.InterpretWatchError(err, s.resource, "")

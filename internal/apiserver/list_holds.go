@@ -41,14 +41,7 @@ func (s heldLists) GetList(ctx context.Context, key string, opts storage.ListOpt
 // compaction interval: every page of a paged list holds its revision, and
 // the compactor compacts no further than the holds of every server.
 func (c CompletedConfig) holdLists(s *Server, getter *restOptionsGetter) {
-	switch {
-	case c.CompactionInterval > 0:
-		getter.base.CompactionInterval = c.CompactionInterval
-	case c.CompactionInterval < 0:
-		getter.base.CompactionInterval = 0
-	default:
-		getter.base.CompactionInterval = DefaultCompactionInterval
-	}
+	getter.base.CompactionInterval = compactsEvery(c.CompactionInterval)
 	getter.stores.holds = s.listHolds.Holds()
 	getter.stores.holdCompaction = s.listHolds.Guard
 }

@@ -477,6 +477,7 @@ func (s *Server) Run(ctx context.Context) (runErr error) {
 	defer stop(nil)
 	go s.history.Watch(ctx, s.cfg.RestoreCheckInterval)
 	go s.listHolds.Run(ctx)
+	go s.sources.requestProgress(ctx, progressEvery(compactsEvery(s.cfg.CompactionInterval)))
 	go func() {
 		select {
 		case <-ctx.Done():

@@ -70,6 +70,18 @@ func compactionInterval(flag time.Duration) time.Duration {
 	return flag
 }
 
+// compactsEvery is the interval the stores compact at for
+// Config.CompactionInterval (0: never).
+func compactsEvery(configured time.Duration) time.Duration {
+	switch {
+	case configured > 0:
+		return configured
+	case configured < 0:
+		return 0
+	}
+	return DefaultCompactionInterval
+}
+
 // newRESTOptionsGetter reaches etcd at etcdServers over gRPC (logging
 // through log; nil logs nothing), or in process when inProcess is set
 // (etcd_stores.go). Every store's etcd writes go through guard (nil: none),

@@ -39,7 +39,9 @@ const InformerCatchUp = 10 * time.Second
 // them all. If not, the store may still hold them all: revisions after L
 // are mostly writes of other keys (leases, maps, IPAddresses), which move
 // no Service event, and a bookmark, which would move it, reaches the
-// informer about once a minute at most. So an etcd watch of the Services' prefix from
+// informer about once a minute at most (the API server asks etcd for its
+// watch's progress that often, or at a fifth of its compaction interval, so that
+// L stays a revision etcd has not compacted). So an etcd watch of the Services' prefix from
 // L+1 returns the Service writes in (L, R]: etcd sends a watch its events
 // in revision order and a progress notification only once it has sent
 // every event up to the notification's revision, so once a notification
