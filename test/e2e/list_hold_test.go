@@ -7,7 +7,6 @@ import (
 	"slices"
 	"strconv"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -17,9 +16,9 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/wait"
-	"k8s.io/client-go/kubernetes"
 
 	"github.com/allocator/allocator/internal/etcdtest"
+	"github.com/allocator/allocator/internal/testserver"
 	"github.com/allocator/allocator/pkg/etcdlayout"
 )
 
@@ -50,7 +49,7 @@ func TestKubectlListOutlivesCompaction(t *testing.T) {
 		}
 		want = append(want, "service/"+svc.Name)
 	}
-	stopChurn := churnServices(t, ctx, writer.client)
+	stopChurn := testserver.Churn(t, ctx, writer.client, "default")
 	defer stopChurn()
 
 	start := time.Now()
@@ -113,30 +112,4 @@ func heldRevisions(t *testing.T, ctx context.Context, c *clientv3.Client, prefix
 		revs = append(revs, rev)
 	}
 	return revs
-}
-
-// churnServices creates and deletes a Service in "default" over and over,
-// so that etcd's revision keeps moving, until the returned stop.
-func churnServices(t *testing.T, ctx context.Context, c kubernetes.Interface) (stop func()) {
-	ctx, cancel := context.WithCancel(ctx)
-	var wg sync.WaitGroup
-	wg.Go(func() {
-		svcs := c.CoreV1().Services("default")
-		for i := 0; ctx.Err() == nil && i < 100000; i++ {
-			name := fmt.Sprintf("churn-%d", i)
-			if _, err := svcs.Create(ctx, newService(name), metav1.CreateOptions{}); err != nil {
-				if ctx.Err() == nil {
-					t.Errorf("churn: %v", err)
-				}
-				return
-			}
-			if err := svcs.Delete(ctx, name, metav1.DeleteOptions{}); err != nil {
-				if ctx.Err() == nil {
-					t.Errorf("churn: %v", err)
-				}
-				return
-			}
-		}
-	})
-	return func() { cancel(); wg.Wait() }
 }

@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"slices"
-	"sync"
 	"testing"
 	"time"
 
@@ -53,7 +52,7 @@ func TestPagedListOutlivesCompaction(t *testing.T) {
 	ctx := testContext(t)
 	srv := startHoldServer(t, nil, holdCompaction)
 	want := createListed(t, ctx, srv.Client, 12)
-	defer churn(t, ctx, srv.Client)()
+	defer testserver.Churn(t, ctx, srv.Client, "default")()
 
 	got, err := pageSlowly(ctx, srv.Client, pageGap, 0)
 	if err != nil {
@@ -81,7 +80,7 @@ func TestListHoldAcrossServers(t *testing.T) {
 	lister := startHoldServer(t, e, -1)
 	compactor := startHoldServer(t, e, holdCompaction)
 	want := createListed(t, ctx, compactor.Client, 12)
-	defer churn(t, ctx, compactor.Client)()
+	defer testserver.Churn(t, ctx, compactor.Client, "default")()
 
 	got, err := pageSlowly(ctx, lister.Client, pageGap, 0)
 	if err != nil {
@@ -111,30 +110,6 @@ func createListed(t *testing.T, ctx context.Context, c kubernetes.Interface, n i
 		names = append(names, svc.Name)
 	}
 	return names
-}
-
-// churn creates and deletes a Service in "default" over and over, so that
-// etcd's revision moves past every list's, until the returned stop.
-func churn(t *testing.T, ctx context.Context, c kubernetes.Interface) (stop func()) {
-	ctx, cancel := context.WithCancel(ctx)
-	var wg sync.WaitGroup
-	wg.Go(func() {
-		svcs := c.CoreV1().Services("default")
-		for i := 0; ctx.Err() == nil && i < 10000; i++ {
-			name := fmt.Sprintf("churn-%d", i)
-			if _, err := svcs.Create(ctx, newService(name), metav1.CreateOptions{}); err != nil {
-				if ctx.Err() == nil {
-					t.Errorf("churn: %v", err)
-				}
-				return
-			}
-			if err := svcs.Delete(ctx, name, metav1.DeleteOptions{}); err != nil && ctx.Err() == nil {
-				t.Errorf("churn: %v", err)
-				return
-			}
-		}
-	})
-	return func() { cancel(); wg.Wait() }
 }
 
 // pageSlowly lists the Services of "listed" in pages of 2, waiting gap
