@@ -75,6 +75,8 @@ type etcdStores struct {
 	// neither (tests of the stores alone).
 	holds          *listhold.Holds
 	holdCompaction func(clientv3.KV) clientv3.KV
+	// counts are the object counts the server's informers hold.
+	counts informerCounts
 
 	mu        sync.Mutex
 	refs      int            // storages built and not destroyed; guarded by mu
@@ -234,6 +236,7 @@ func (p *etcdStores) rawStorage(config *storagebackend.ConfigForResource, newFun
 	}
 	var once sync.Once
 	presized := newPresizedLists(store, resourcePrefix)
+	presized.informer = p.counts.of(config.GroupResource)
 	var lists storage.Interface = presized
 	if p.holds != nil {
 		lists = heldLists{presizedLists: presized, holds: p.holds}

@@ -14,6 +14,7 @@ import (
 	"k8s.io/apiserver/pkg/storage"
 	storeerr "k8s.io/apiserver/pkg/storage/errors"
 	"k8s.io/apiserver/pkg/storage/storagebackend/factory"
+	"k8s.io/client-go/tools/cache"
 )
 
 // storageSource lists and watches a resource's etcd store as the resource's
@@ -103,15 +104,23 @@ func (g *restOptionsGetter) setInformerSources(s *Server, svcREST, ipREST regist
 		codec    func(runtime.Codec) runtime.Codec
 		newFunc  func() runtime.Object
 		newList  func() runtime.Object
+		// informer is the server's informer of the resource, whose count
+		// its store reports (informerCounts); nil: none.
+		informer func() cache.SharedIndexInformer
 	}{
 		{corev1.Resource("services"), s.sources.services, svcREST, slimServiceCodec,
-			func() runtime.Object { return &corev1.Service{} }, func() runtime.Object { return &corev1.ServiceList{} }},
+			func() runtime.Object { return &corev1.Service{} }, func() runtime.Object { return &corev1.ServiceList{} },
+			func() cache.SharedIndexInformer { return s.serviceInformer }},
 		{networkingv1.Resource("ipaddresses"), s.sources.ipAddresses, ipREST, compactIPAddressCodec,
-			func() runtime.Object { return &networkingv1.IPAddress{} }, func() runtime.Object { return &networkingv1.IPAddressList{} }},
+			func() runtime.Object { return &networkingv1.IPAddress{} }, func() runtime.Object { return &networkingv1.IPAddressList{} },
+			func() cache.SharedIndexInformer { return s.informers.Networking().V1().IPAddresses().Informer() }},
 	} {
 		if !g.stores.uncached[r.resource] {
 			r.src.set(r.registry)
 			continue
+		}
+		if inf := r.informer(); inf != nil {
+			g.stores.counts.of(r.resource).set(inf)
 		}
 		src, destroy, err := g.informerSource(r.resource, r.codec, r.newFunc, r.newList)
 		if err != nil {

@@ -121,7 +121,7 @@ func (o *Options) Flags() cliflag.NamedFlagSets {
 	fs.StringVar(&o.EtcdKeyFile, "etcd-keyfile", o.EtcdKeyFile, "SSL key file used to secure etcd communication (with --etcd-servers).")
 	fs.DurationVar(&o.EtcdCountMetricPollPeriod, "etcd-count-metric-poll-period", o.EtcdCountMetricPollPeriod,
 		"Frequency of polling etcd for number of resources per type. 0 disables the metric collection. "+
-			"Each poll walks etcd's index over every key of each resource: at a million Services about a second of CPU.")
+			"The Services and IPAddresses are counted in the server's informers; each poll of another resource walks etcd's index over every one of its keys.")
 	fs.DurationVar(&o.EtcdCompactionInterval, "etcd-compaction-interval", o.EtcdCompactionInterval,
 		"The interval of compaction requests. If 0, the compaction request from apiserver is disabled. "+
 			"Each compacts etcd's history to the revision of the interval before, no further than a paged list in progress on any server reads (for up to 10 minutes).")

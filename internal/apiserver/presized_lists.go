@@ -24,8 +24,9 @@ import (
 //
 // The room is the page's limit, or, for a list of the whole collection, the
 // collection's object count, never more than that count: a page of 50,000
-// of ten objects gets room for ten. The count is etcd's (a count-only
-// read, the store's Stats), which the registry reads every minute by
+// of ten objects gets room for ten. The count is the store's Stats (the
+// server's informer's count, informerCounts, or etcd's count-only read),
+// which the registry reads every minute by
 // default for its object count metric (Config.CountMetricPollPeriod,
 // --etcd-count-metric-poll-period) and this store keeps; when no one has
 // read it for countTTL (a longer period, or none), the next list reads it. A
@@ -38,6 +39,9 @@ type presizedLists struct {
 	// collection's count does not tell.
 	prefix string
 	count  objectCount
+	// informer counts the collection when the server's informer holds it
+	// (informerCounts); nil, or not synced: etcd counts it.
+	informer *informerCount
 }
 
 // countTTL is how long a collection's count is taken as is: longer than the
@@ -89,8 +93,13 @@ func (s *presizedLists) room(ctx context.Context, key string, opts storage.ListO
 // rawlist.List's items (rawStorage gives it a rawlist.Decoder).
 func (s *presizedLists) ServesStoredLists() bool { return true }
 
-// Stats is the store's Stats, whose object count the store keeps.
+// Stats is the store's Stats, whose object count the store keeps: the
+// informer's count when it has one, else etcd's.
 func (s *presizedLists) Stats(ctx context.Context) (storage.Stats, error) {
+	if n, ok := s.informer.objects(); ok {
+		s.count.set(n)
+		return storage.Stats{ObjectCount: n}, nil
+	}
 	stats, err := s.Interface.Stats(ctx)
 	if err == nil {
 		s.count.set(stats.ObjectCount)
