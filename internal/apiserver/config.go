@@ -83,7 +83,7 @@ type Config struct {
 	// negative never.
 	CompactionInterval time.Duration
 	// ListHoldLimits bound how long a paged list holds etcd's compaction
-	// back (internal/listhold; zero limits: listhold.DefaultLimits).
+	// back (internal/listhold; a zero limit: listhold.DefaultIdle or DefaultMaxAge).
 	ListHoldLimits listhold.Limits
 	// RepairInterval is the period of the repair controller's full pass
 	// (0: repair.DefaultInterval, applied by repair.Options.WithDefaults).

@@ -3,6 +3,8 @@ package apiserver
 import (
 	"context"
 	"time"
+
+	"k8s.io/apimachinery/pkg/util/wait"
 )
 
 // progressEvery is how often requestProgress asks etcd for the progress of
@@ -27,14 +29,7 @@ func progressEvery(compaction time.Duration) time.Duration {
 // is current, lists every Service instead, each pass. A watch cache asks
 // for the same notifications for its own watch.
 func (s *inProcessSources) requestProgress(ctx context.Context, period time.Duration) {
-	tick := time.NewTicker(period)
-	defer tick.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-tick.C:
-		}
+	wait.UntilWithContext(ctx, func(ctx context.Context) {
 		for _, src := range []*storeSource{s.services, s.ipAddresses} {
 			select {
 			case <-src.ready:
@@ -49,5 +44,5 @@ func (s *inProcessSources) requestProgress(ctx context.Context, period time.Dura
 				logger(ctx).V(2).Info("Asking etcd for the progress of an informer's watch failed", "resource", etcdSource.resource, "err", err)
 			}
 		}
-	}
+	}, period)
 }

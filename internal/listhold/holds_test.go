@@ -82,8 +82,8 @@ func TestHoldsChangedOnNewRevisionOnly(t *testing.T) {
 }
 
 func TestLimitsWithDefaults(t *testing.T) {
-	if got := (Limits{}).WithDefaults(); got != DefaultLimits {
-		t.Errorf("zero limits with defaults: %+v, want %+v", got, DefaultLimits)
+	if got, want := (Limits{}).WithDefaults(), (Limits{Idle: DefaultIdle, MaxAge: DefaultMaxAge}); got != want {
+		t.Errorf("zero limits with defaults: %+v, want %+v", got, want)
 	}
 	l := Limits{Idle: time.Second, MaxAge: time.Hour}
 	if got := l.WithDefaults(); got != l {
