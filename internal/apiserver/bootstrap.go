@@ -59,8 +59,14 @@ func (s *Server) runBootstrap(ctx context.Context, loopback *restclient.Config) 
 	if err != nil {
 		return nil // shutting down
 	}
-	s.bootstrap.Store(true)
 	log.Info("Bootstrap done")
+	go func() {
+		select {
+		case <-s.repairFirstPass:
+			close(s.started)
+		case <-ctx.Done():
+		}
+	}()
 	s.controllers.run(ctx, func(ctx context.Context) { s.keepDefaultServiceCIDR(ctx, client) })
 	return nil
 }

@@ -88,7 +88,9 @@ type Server struct {
 	ipAddresses ipaddresses.InProcess
 	allocators  []allocation.Interface // the backend's, as wrapped by Config.WrapAllocator; primary first
 	open        atomic.Bool            // set once bootstrap opened s.alloc
-	bootstrap   atomic.Bool
+	// started is closed once bootstrap is done and the repair's first
+	// pass with it: the start-up /readyz waits for is over (Started).
+	started chan struct{}
 
 	// registry holds this server's own metrics (allocators, repair), served
 	// on /metrics together with the process-wide ones.
@@ -196,7 +198,7 @@ func (c CompletedConfig) newServer(ctx context.Context) (*Server, error) {
 	s := &Server{
 		cfg: c.Config, generic: generic, etcd: etcdClient, history: history,
 		registry: metrics.NewKubeRegistry(), allocMetrics: allocmetrics.New(), repairMetrics: report.NewMetrics(),
-		repairFirstPass: make(chan struct{}), repairStart: make(chan struct{}),
+		repairFirstPass: make(chan struct{}), repairStart: make(chan struct{}), started: make(chan struct{}),
 	}
 	s.listHolds = listhold.NewShared(etcdClient, etcdlayout.Layout{Prefix: c.EtcdPrefix}, process,
 		listhold.NewHolds(c.ListHoldLimits, nil), 0)
@@ -543,19 +545,15 @@ const drainTimeout = 30 * time.Second
 // Allocator returns the Service allocator the registry uses.
 func (s *Server) Allocator() *servicealloc.Allocator { return s.alloc }
 
-// FirstRepairPass is closed once the ClusterIP repair's first pass is
-// done (at once when no repair runs): the end of the start-up /readyz
-// waits for.
-func (s *Server) FirstRepairPass() <-chan struct{} { return s.repairFirstPass }
+// Started is closed once the start-up /readyz waits for is over: bootstrap
+// done, and the ClusterIP repair's first pass (at once when no repair runs).
+func (s *Server) Started() <-chan struct{} { return s.started }
 
 // LoopbackClientConfig returns a client config with full rights, for
 // in-process callers.
 func (s *Server) LoopbackClientConfig() *restclient.Config {
 	return restclient.CopyConfig(s.generic.LoopbackClientConfig)
 }
-
-// Bootstrapped reports whether bootstrap has finished.
-func (s *Server) Bootstrapped() bool { return s.bootstrap.Load() }
 
 // logger returns the logger of ctx with the server's name.
 func logger(ctx context.Context) klog.Logger { return klog.FromContext(ctx).WithName("allocator") }

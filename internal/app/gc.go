@@ -45,14 +45,16 @@ func setServeGC(lookup func(string) (string, bool)) (int, bool) {
 }
 
 // releaseAfterStartup ends the start-up's garbage collection once started
-// is closed (the server's first repair pass: the informers hold every
-// object by then) or window has passed: when ours is true (setServeGC set
-// the percentage) it applies serveGCPercent, and it returns the start-up's
-// garbage to the operating system. A start-up decodes every Service and
-// IPAddress, some twice, and the heap it leaves behind is well above what
-// the server holds afterwards; the runtime would give it back over
-// minutes. One forced collection gives it back at once, when nothing waits
-// for the server.
+// is closed (the server's start-up over: bootstrap done and the first
+// repair pass, the informers holding every object) or window has passed:
+// when ours is true (setServeGC set the percentage) it applies
+// serveGCPercent, and it returns the start-up's garbage to the operating
+// system. A start-up decodes every Service and IPAddress, some twice, and
+// the heap it leaves behind is well above what the server holds
+// afterwards; the runtime would give it back over minutes. One forced
+// collection gives it back at once, when readiness no longer waits on
+// anything: at a million Services it marks gigabytes, and the bootstrap's
+// last steps, after the repair's first pass, ran beside it.
 func releaseAfterStartup(ctx context.Context, started <-chan struct{}, ours bool, window time.Duration) {
 	timer := time.NewTimer(window)
 	defer timer.Stop()

@@ -150,7 +150,7 @@ func runServe(ctx context.Context, opts *apiserver.Options, streams Streams) err
 			etcdFlags(endpoints, absPath(opts.EtcdCAFile), absPath(opts.EtcdCertFile), absPath(opts.EtcdKeyFile)))
 		fmt.Fprintf(streams.Out, "or, on this machine, with:\n  --data-dir %s\n", absPath(opts.DataDir))
 	}
-	go releaseAfterStartup(ctx, server.FirstRepairPass(), ourGC, startupGCWindow)
+	go releaseAfterStartup(ctx, server.Started(), ourGC, startupGCWindow)
 	if err := server.Run(ctx); err != nil {
 		return fmt.Errorf("serve: %w", err)
 	}

@@ -65,8 +65,10 @@ type Server struct {
 	Etcd           *etcdtest.Etcd
 	DataDir        string
 	KubeconfigPath string
-	stop           func()
-	run            *runState
+	// Started is the server's Started: closed once its start-up is over.
+	Started <-chan struct{}
+	stop    func()
+	run     *runState
 }
 
 // runState is how the server's Run ended.
@@ -174,7 +176,7 @@ func Start(t testing.TB, o Options) *Server {
 	if !o.NoWait {
 		WaitReady(t, client)
 	}
-	return &Server{Client: client, RESTConfig: restConfig, Etcd: o.Etcd, DataDir: o.DataDir, KubeconfigPath: cfg.KubeconfigPath, stop: stop, run: run}
+	return &Server{Client: client, RESTConfig: restConfig, Etcd: o.Etcd, DataDir: o.DataDir, KubeconfigPath: cfg.KubeconfigPath, Started: srv.Started(), stop: stop, run: run}
 }
 
 // WaitReady waits until /readyz is ok and the kubernetes Service exists.

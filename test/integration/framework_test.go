@@ -22,6 +22,7 @@ type server struct {
 	restConfig *rest.Config
 	etcd       *etcdtest.Etcd
 	dataDir    string
+	started    <-chan struct{} // the server's start-up is over (apiserver.Server.Started)
 	stop       func()
 }
 
@@ -74,7 +75,7 @@ func startServer(t *testing.T, so serverOptions) *server {
 			}
 		},
 	})
-	return &server{client: srv.Client, restConfig: srv.RESTConfig, etcd: srv.Etcd, dataDir: srv.DataDir, stop: srv.Stop}
+	return &server{client: srv.Client, restConfig: srv.RESTConfig, etcd: srv.Etcd, dataDir: srv.DataDir, started: srv.Started, stop: srv.Stop}
 }
 
 func waitReady(t *testing.T, client kubernetes.Interface) { testserver.WaitReady(t, client) }

@@ -40,8 +40,9 @@ func (u unreadyAllocator) DryRun() allocation.Interface {
 }
 
 // TestNotReadyUntilBootstrapped: while the allocator is not ready, bootstrap
-// cannot create the kubernetes Service, /readyz fails, and creates get 503
-// with Retry-After; once it is ready, everything proceeds.
+// cannot create the kubernetes Service, /readyz fails, creates get 503
+// with Retry-After, and the start-up is not over (Started); once it is
+// ready, everything proceeds.
 func TestNotReadyUntilBootstrapped(t *testing.T) {
 	t.Parallel()
 	var notReady atomic.Bool
@@ -70,6 +71,11 @@ func TestNotReadyUntilBootstrapped(t *testing.T) {
 	body = string(raw)
 	if code == http.StatusOK || !strings.Contains(body, "allocator-bootstrap") {
 		t.Fatalf("ready before bootstrap: HTTP %d %s", code, body)
+	}
+	select {
+	case <-s.started: // the start-up's garbage collection would end here
+		t.Fatal("the start-up is over before bootstrap")
+	default:
 	}
 
 	// No client-side retries: client-go retries a 503 that carries
@@ -106,5 +112,10 @@ func TestNotReadyUntilBootstrapped(t *testing.T) {
 
 	notReady.Store(false)
 	waitReady(t, s.client)
+	select {
+	case <-s.started:
+	case <-time.After(30 * time.Second):
+		t.Fatal("the start-up is not over 30 s after the server is ready")
+	}
 	mustCreate(t, ctx, s.client, newService("late"))
 }
