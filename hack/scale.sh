@@ -239,14 +239,17 @@ log_from=$(( $(wc -l <"$work/server.log") + 1 ))
 t0=$(date +%s%N)
 serve_start "${args[@]}"
 summary_ready=$(since "$t0")
-echo "start-up to ready with every Service stored: $summary_ready; the start-up's steps:"
-tail -n +"$log_from" "$work/server.log" | grep -E 'listening on|Bootstrap|Carried|repair pass|first pass' | cut -c1-220 || true
+echo "start-up to ready with every Service stored: $summary_ready"
 echo "server RSS after the restart: $(rss "$server_pid")"
 summary_rss_restart=$(rss_kib "$server_pid")
 summary_parts_restart=$(rss_parts "$server_pid")
 # At ready the start-up's heap is at its peak (it collects at GOGC=200 until
-# the first repair pass, internal/app/gc.go); it returns that garbage then.
+# the start-up is over, internal/app/gc.go); it returns that garbage then.
 sleep 10
+# The start-up's steps, as the server logged them (its end is logged just
+# after /readyz's first success, so they are read once the wait is over).
+echo "the start-up's steps:"
+tail -n +"$log_from" "$work/server.log" | grep -E 'listening on|Embedded etcd serving|allocator ready|Bootstrap|Carried|repair pass|first pass|Start-up over' | sed -E 's/ ranges=\[[^]]*\]//' | cut -c1-220 || true
 summary_rss_settled=$(rss_kib "$server_pid")
 echo "server RSS 10 s later: $(rss "$server_pid")"
 summary_heap_restart=$(go_heap)

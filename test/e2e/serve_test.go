@@ -377,6 +377,12 @@ func TestStartupLogs(t *testing.T) {
 	if _, err := s.client.CoreV1().Services("default").Create(context.Background(), newService("logged"), metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
+	// The start-up's end is logged beside /readyz's first success, not
+	// before it: waited for here, so that the stop does not race it.
+	startupOver := `"Start-up over: bootstrap and the first repair pass done" took=`
+	for deadline := time.Now().Add(10 * time.Second); !strings.Contains(s.log.String(), startupOver) && time.Now().Before(deadline); {
+		time.Sleep(50 * time.Millisecond)
+	}
 	if _, err, exited := s.stop(t, 30*time.Second); !exited || err != nil {
 		t.Fatalf("stop: exited=%v err=%v", exited, err)
 	}
@@ -397,6 +403,11 @@ func TestStartupLogs(t *testing.T) {
 	}
 	if !strings.Contains(out, "Bootstrap done") {
 		t.Errorf("no klog output at -v 2?\n%s", tail(out, 20))
+	}
+	for _, want := range []string{`"Embedded etcd serving" took=`, startupOver} {
+		if !strings.Contains(out, want) {
+			t.Errorf("no %s line in the log of a start:\n%s", want, tail(out, 20))
+		}
 	}
 
 	// Started again, the server finds default/kubernetes stored and keeps
