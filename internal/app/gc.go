@@ -52,9 +52,9 @@ func setServeGC(lookup func(string) (string, bool)) (int, bool) {
 // system. A start-up decodes every Service and IPAddress, some twice, and
 // the heap it leaves behind is well above what the server holds
 // afterwards; the runtime would give it back over minutes. One forced
-// collection gives it back at once, when readiness no longer waits on
-// anything: at a million Services it marks gigabytes, and the bootstrap's
-// last steps, after the repair's first pass, ran beside it.
+// collection gives it back at once, when readiness waits on nothing more:
+// at a million Services it marks gigabytes, and made any earlier, it would
+// run beside the bootstrap's last steps, which follow the first pass.
 func releaseAfterStartup(ctx context.Context, started <-chan struct{}, ours bool, window time.Duration) {
 	timer := time.NewTimer(window)
 	defer timer.Stop()

@@ -220,9 +220,9 @@ func startEmbeddedEtcd(ctx context.Context, dir string, pki embedetcd.PKI) (*emb
 }
 
 // logStartupOver logs, once started is closed, how long the start-up took
-// from begin: the time an operator waits for /readyz after a restart, which
-// at a million Services is most of a minute (etcd's restore, the informers'
-// lists, the repair's first pass; each logs its own end).
+// from begin: the time an operator waits for /readyz after a restart. Its
+// parts grow with the objects stored: the embedded etcd's restore (logged
+// when it ends), the informers' lists, the repair's first pass.
 func logStartupOver(ctx context.Context, started <-chan struct{}, begin time.Time) {
 	select {
 	case <-started:
