@@ -34,8 +34,9 @@ func TestQuietServicesAreNotListed(t *testing.T) {
 
 // TestQuietServicesAreNotListedOverGRPC is TestQuietServicesAreNotListed
 // for a server on an etcd of its own (--etcd-servers): the progress
-// requests then travel over gRPC, on the watch stream the informers'
-// watches share, and etcd answers them only there.
+// requests then travel over gRPC, and etcd answers a request only on the
+// watch stream it came on, which must be the one the informers' watches
+// share.
 func TestQuietServicesAreNotListedOverGRPC(t *testing.T) {
 	t.Parallel()
 	bin := buildBinary(t)
