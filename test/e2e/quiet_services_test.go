@@ -13,6 +13,7 @@ import (
 	"k8s.io/client-go/kubernetes"
 
 	"github.com/allocator/allocator/internal/etcdtest"
+	"github.com/allocator/allocator/internal/faultproxy"
 )
 
 // quietFlags compact etcd every second (the restore marker moves etcd's
@@ -29,7 +30,7 @@ func TestQuietServicesAreNotListed(t *testing.T) {
 	t.Parallel()
 	bin := buildBinary(t)
 	s := startEmbedded(t, bin, "", quietFlags...)
-	checkQuietServices(t, s.client, s.log.String)
+	checkQuietServices(t, s.client, s.log.String, nil)
 }
 
 // TestQuietServicesAreNotListedOverGRPC is TestQuietServicesAreNotListed
@@ -46,13 +47,56 @@ func TestQuietServicesAreNotListedOverGRPC(t *testing.T) {
 	checkQuietServices(t, client, func() string {
 		b, _ := os.ReadFile(logPath)
 		return string(b)
-	})
+	}, nil)
+}
+
+// TestQuietServicesAreNotListedAcrossCuts is the gRPC variant on a
+// three-member etcd reached through a fault proxy in front of each member
+// (--etcd-servers names the three proxies), whose connections are all cut
+// twice during the quiet seconds: the client then watches again on new
+// streams, possibly to another member, and the progress requests must
+// reach the streams the informers' watches share again, or the informer's
+// store falls behind etcd's compactions and the repair lists the Services.
+func TestQuietServicesAreNotListedAcrossCuts(t *testing.T) {
+	t.Parallel()
+	bin := buildBinary(t)
+	cluster := etcdtest.NewCluster(t, 3)
+	var proxies []*faultproxy.Proxy
+	var urls endpointList
+	for i := range cluster.Size() {
+		p := cluster.Member(i).Proxy(t)
+		proxies = append(proxies, p)
+		urls = append(urls, p.URL())
+	}
+	kubeconfig, client := startServe(t, bin, urls, quietFlags...)
+	logPath := filepath.Join(filepath.Dir(kubeconfig), "server.log")
+	conns := func() (n int64) {
+		for _, p := range proxies {
+			n += p.Stats().Conns
+		}
+		return n
+	}
+	var beforeLastCut int64
+	cut := func() {
+		beforeLastCut = conns()
+		for _, p := range proxies {
+			p.Cut()
+		}
+	}
+	checkQuietServices(t, client, func() string {
+		b, _ := os.ReadFile(logPath)
+		return string(b)
+	}, cut, 2*time.Second, 5*time.Second)
+	if after := conns(); after <= beforeLastCut {
+		t.Errorf("the server opened no connection to etcd after the last cut (%d connections through the proxies before it, %d after)", beforeLastCut, after)
+	}
 }
 
 // checkQuietServices creates a Service, then writes none for 8 s, and fails
 // if the server listed the Services meanwhile or its log shows the repair's
-// fallback to a list.
-func checkQuietServices(t *testing.T, client kubernetes.Interface, log func() string) {
+// fallback to a list. At each of cutAt, counted from the quiet seconds'
+// start, it calls cut.
+func checkQuietServices(t *testing.T, client kubernetes.Interface, log func() string, cut func(), cutAt ...time.Duration) {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
@@ -60,7 +104,12 @@ func checkQuietServices(t *testing.T, client kubernetes.Interface, log func() st
 		t.Fatal(err)
 	}
 	before := serviceLists(t, ctx, client)
-	time.Sleep(8 * time.Second)
+	start := time.Now()
+	for _, at := range cutAt {
+		time.Sleep(time.Until(start.Add(at)))
+		cut()
+	}
+	time.Sleep(time.Until(start.Add(8 * time.Second)))
 	if after := serviceLists(t, ctx, client); after != before {
 		t.Errorf("the Services were listed through the API %d times in 8 s without a Service write, want none", after-before)
 	}

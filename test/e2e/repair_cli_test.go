@@ -49,9 +49,19 @@ func TestMain(m *testing.M) {
 	os.Exit(code)
 }
 
+// etcdEndpoints is where a server process finds etcd: a member
+// (*etcdtest.Etcd), a cluster (*etcdtest.Cluster), or proxies in front of
+// them (endpointList).
+type etcdEndpoints interface{ Endpoints() []string }
+
+// endpointList is etcd's client URLs as given.
+type endpointList []string
+
+func (l endpointList) Endpoints() []string { return l }
+
 // startServe runs `allocator serve` as a process on etcd and returns the
 // admin kubeconfig path once the server is ready.
-func startServe(t *testing.T, bin string, etcd *etcdtest.Etcd, args ...string) (string, kubernetes.Interface) {
+func startServe(t *testing.T, bin string, etcd etcdEndpoints, args ...string) (string, kubernetes.Interface) {
 	t.Helper()
 	dataDir := t.TempDir()
 	logPath := filepath.Join(dataDir, "server.log")
