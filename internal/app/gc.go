@@ -2,8 +2,16 @@ package app
 
 import (
 	"context"
+	"math"
+	"os"
+	"path/filepath"
 	"runtime/debug"
 	"time"
+
+	"k8s.io/klog/v2"
+
+	"github.com/allocator/allocator/internal/apiserver"
+	"github.com/allocator/allocator/internal/procstat"
 )
 
 // serveGCPercent is serve's GOGC after its start-up when the environment
@@ -18,44 +26,116 @@ import (
 const serveGCPercent = 100
 
 // startupGCPercent is serve's GOGC until its start-up is over, when the
-// environment sets none. A start-up builds the whole live heap at once,
-// and at 50 the collector marks it again each time it grows by half:
-// about three times its final size marked in all, two fifths of a
-// start-up's CPU at a million Services. At 200 it marks about half that,
-// for a peak heap of up to three times the live objects while it lasts
-// (docs/performance.md has the figures).
+// environment sets no GOGC and no start-up heap applies (startupHeap). A
+// start-up builds the whole live heap at once, and at 50 the collector
+// marks it again each time it grows by half: about three times its final
+// size marked in all, two fifths of a start-up's CPU at a million
+// Services. At 200 it marks about half that, for a peak heap of up to
+// three times the live objects while it lasts (docs/performance.md has the
+// figures).
 const startupGCPercent = 200
 
-// startupGCWindow bounds the start-up's GOGC: a server whose first repair
-// pass does not come (no ServiceCIDR yet, etcd away) collects at
-// serveGCPercent after it.
+// A start-up heap: with the embedded etcd, when the environment sets
+// neither GOGC nor GOMEMLIMIT, the start-up collects only when the heap
+// reaches startupHeapPerDBByte times etcd's database file (at least
+// startupHeapFloor, at most half the memory the process may use), as a
+// soft memory limit with GOGC off. A start-up's garbage comes mostly while
+// the live heap is still small (etcd's restore, the first pages of the
+// lists), where GOGC=200 collects every time it has allocated twice the
+// little that is live; a heap of the size GOGC=200 reaches only at the
+// end lets it collect a few times in all (docs/performance.md has the CPU
+// and the peak at a million Services). The database's size tracks the
+// objects the start-up reads, so a small server gets a small bound; the
+// bound is soft, so a live heap near it costs collections, not an
+// out-of-memory kill.
+const (
+	startupHeapPerDBByte = 3.5
+	startupHeapFloor     = 256 << 20
+)
+
+// startupGCWindow bounds the start-up's collection settings: a server
+// whose first repair pass does not come (no ServiceCIDR yet, etcd away)
+// collects at serveGCPercent after it.
 const startupGCWindow = 5 * time.Minute
 
-// setServeGC applies startupGCPercent unless lookup (os.LookupEnv) finds
-// GOGC set; it returns the percentage in force and whether it set it
-// (releaseAfterStartup then applies serveGCPercent).
-func setServeGC(lookup func(string) (string, bool)) (int, bool) {
+// startupGC is how serve collects garbage until its start-up is over.
+type startupGC struct {
+	// ours: the environment sets no GOGC, so serve chose; the release
+	// then applies serveGCPercent.
+	ours bool
+	// percent is GOGC during the start-up, -1 for off.
+	percent int
+	// limit is the start-up heap, a soft memory limit, when percent is -1
+	// (ours, and only then: GOMEMLIMIT unset).
+	limit int64
+}
+
+// planStartupGC chooses the start-up's collection. lookup is os.LookupEnv;
+// dbBytes the embedded etcd's database file (0 with no embedded etcd, or
+// none yet); memCap what the process may use (procstat.MemoryCap; 0 when
+// unknown). GOGC in the environment is the runtime's already, and is
+// kept; GOMEMLIMIT alone keeps its limit with startupGCPercent.
+func planStartupGC(lookup func(string) (string, bool), dbBytes, memCap int64) startupGC {
 	if _, set := lookup("GOGC"); set {
 		percent := debug.SetGCPercent(-1) // read the environment's value back
 		debug.SetGCPercent(percent)
-		return percent, false
+		return startupGC{percent: percent}
 	}
-	debug.SetGCPercent(startupGCPercent)
-	return startupGCPercent, true
+	_, limitSet := lookup("GOMEMLIMIT")
+	if limitSet || dbBytes <= 0 || memCap <= 0 {
+		return startupGC{ours: true, percent: startupGCPercent}
+	}
+	limit := max(int64(float64(dbBytes)*startupHeapPerDBByte), startupHeapFloor)
+	return startupGC{ours: true, percent: -1, limit: min(limit, memCap/2)}
+}
+
+// embeddedDBBytes is the size of the embedded etcd's database file (bbolt's,
+// where etcd keeps it in its data dir), 0 with --etcd-servers or before
+// the first start.
+func embeddedDBBytes(opts *apiserver.Options) int64 {
+	if len(opts.EtcdServers) > 0 {
+		return 0
+	}
+	fi, err := os.Stat(filepath.Join(opts.DataDir, embeddedEtcdDir, "member", "snap", "db"))
+	if err != nil {
+		return 0
+	}
+	return fi.Size()
+}
+
+// memoryCap is procstat.MemoryCap, 0 when unknown.
+func memoryCap() int64 {
+	limit, err := procstat.MemoryCap()
+	if err != nil {
+		klog.V(2).InfoS("The memory this process may use is unknown; the start-up collects at its GOGC", "err", err)
+		return 0
+	}
+	return limit
+}
+
+// apply puts the plan in force.
+func (g startupGC) apply() {
+	if !g.ours {
+		return
+	}
+	if g.limit > 0 {
+		debug.SetMemoryLimit(g.limit)
+	}
+	debug.SetGCPercent(g.percent)
 }
 
 // releaseAfterStartup ends the start-up's garbage collection once started
 // is closed (the server's start-up over: bootstrap done and the first
 // repair pass, the informers holding every object) or window has passed:
-// when ours is true (setServeGC set the percentage) it applies
-// serveGCPercent, and it returns the start-up's garbage to the operating
-// system. A start-up decodes every Service and IPAddress, some twice, and
-// the heap it leaves behind is well above what the server holds
-// afterwards; the runtime would give it back over minutes. One forced
-// collection gives it back at once, when readiness waits on nothing more:
-// at a million Services it marks gigabytes, and made any earlier, it would
-// run beside the bootstrap's last steps, which follow the first pass.
-func releaseAfterStartup(ctx context.Context, started <-chan struct{}, ours bool, window time.Duration) {
+// when the plan is ours it applies serveGCPercent and lifts the start-up
+// heap, and it returns the start-up's garbage to the operating system. A
+// start-up decodes every Service and IPAddress, some twice, and the heap
+// it leaves behind is well above what the server holds afterwards; the
+// runtime would give it back over minutes. One forced collection gives it
+// back at once, when readiness waits on nothing more: at a million
+// Services it marks gigabytes, and made any earlier, it would run beside
+// the bootstrap's last steps, which follow the first pass.
+func releaseAfterStartup(ctx context.Context, started <-chan struct{}, g startupGC, window time.Duration) {
 	timer := time.NewTimer(window)
 	defer timer.Stop()
 	select {
@@ -64,8 +144,11 @@ func releaseAfterStartup(ctx context.Context, started <-chan struct{}, ours bool
 	case <-ctx.Done():
 		return
 	}
-	if ours {
+	if g.ours {
 		debug.SetGCPercent(serveGCPercent)
+		if g.limit > 0 {
+			debug.SetMemoryLimit(math.MaxInt64)
+		}
 	}
 	debug.FreeOSMemory()
 }

@@ -92,10 +92,11 @@ func runServe(ctx context.Context, opts *apiserver.Options, streams Streams) err
 	if err := opts.Validate(); err != nil {
 		return err
 	}
-	percent, ourGC := setServeGC(os.LookupEnv)
-	if ourGC {
+	gc := planStartupGC(os.LookupEnv, embeddedDBBytes(opts), memoryCap())
+	gc.apply()
+	if gc.ours {
 		klog.V(2).InfoS("GOGC is not set; the server collects garbage at the defaults of serve",
-			"startupGCPercent", percent, "gcPercent", serveGCPercent)
+			"startupGCPercent", gc.percent, "startupHeap", gc.limit, "gcPercent", serveGCPercent)
 	}
 	for _, w := range opts.Security.Warnings() {
 		fmt.Fprintf(streams.Err, "warning: %s\n", w)
@@ -118,7 +119,7 @@ func runServe(ctx context.Context, opts *apiserver.Options, streams Streams) err
 		if err != nil {
 			return err
 		}
-		etcd, err := startEmbeddedEtcd(ctx, filepath.Join(opts.DataDir, "etcd"), pki)
+		etcd, err := startEmbeddedEtcd(ctx, filepath.Join(opts.DataDir, embeddedEtcdDir), pki)
 		if err != nil {
 			return err
 		}
@@ -151,7 +152,7 @@ func runServe(ctx context.Context, opts *apiserver.Options, streams Streams) err
 			etcdFlags(endpoints, absPath(opts.EtcdCAFile), absPath(opts.EtcdCertFile), absPath(opts.EtcdKeyFile)))
 		fmt.Fprintf(streams.Out, "or, on this machine, with:\n  --data-dir %s\n", absPath(opts.DataDir))
 	}
-	go releaseAfterStartup(ctx, server.Started(), ourGC, startupGCWindow)
+	go releaseAfterStartup(ctx, server.Started(), gc, startupGCWindow)
 	go logStartupOver(ctx, server.Started(), begin)
 	if err := server.Run(ctx); err != nil {
 		return fmt.Errorf("serve: %w", err)
@@ -170,6 +171,9 @@ func isAddrInUse(err error) bool {
 // etcdPKIDir is where, inside the data dir, the embedded etcd's CA and
 // certificates are kept.
 const etcdPKIDir = "etcd-pki"
+
+// embeddedEtcdDir is the embedded etcd's data dir, inside serve's.
+const embeddedEtcdDir = "etcd"
 
 // etcdFlags is the command-line fragment that reaches an etcd.
 func etcdFlags(endpoints []string, caFile, certFile, keyFile string) string {

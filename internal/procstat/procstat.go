@@ -1,7 +1,9 @@
 // Package procstat reads what a process costs from Linux's /proc: its CPU
 // time and its resident memory, for the benchmarks that report CPU per
 // operation and memory at scale rather than rates alone (on a shared machine
-// a rate says little; the CPU a request costs says what the server pays).
+// a rate says little; the CPU a request costs says what the server pays);
+// and how much memory a process may use (MemoryCap), which bounds the heap
+// serve lets its start-up grow.
 package procstat
 
 import (
