@@ -1,0 +1,82 @@
+#!/usr/bin/env bash
+# Restarts: starts `allocator serve` again and again on a data dir a scale
+# run kept (hack/scale.sh's KEEP_DATA), alternating two builds or two
+# environments, and prints for each start the time to /readyz, the time
+# the embedded etcd took to serve (from the log), the process's CPU and its
+# peak RSS (VmHWM) at ready; then each side's medians. The machine's speed
+# drifts by more than most changes move a start, so only alternated starts
+# compare; and the first start of a pair tends to be the faster, so the
+# pairs alternate which side goes first (AB, BA, AB, ...).
+#
+#   DATA=/tmp/scale-data V4_RANGE=10.96.0.0/12 hack/restarts.sh A_BIN B_BIN
+#       PAIRS=3 pairs (6 starts) of two builds on the data dir of a million-Service run
+#   DATA=/tmp/scale-data V4_RANGE=10.96.0.0/12 A_ENV='GOGC=400' hack/restarts.sh BIN
+#       one build, the environment changed on one side (B_ENV the other's)
+#
+# V4_RANGE and V6_RANGE are the run's (scale.sh's defaults 10.96.0.0/24 and
+# fd00::/112); the data dir keeps whatever the starts write to it.
+set -euo pipefail
+{
+cd "$(dirname "$0")/.."
+
+: "${DATA:?DATA is the data dir a scale run kept (KEEP_DATA)}"
+[ $# -ge 1 ] || { echo "usage: DATA=dir hack/restarts.sh A_BIN [B_BIN]" >&2; exit 2; }
+a_bin=$1
+b_bin=${2:-$1}
+PAIRS=${PAIRS:-3}
+READY_TIMEOUT=${READY_TIMEOUT:-600}
+ranges="${V4_RANGE:-10.96.0.0/24},${V6_RANGE:-fd00::/112}"
+kc="$DATA/admin.kubeconfig"
+log=$(mktemp)
+results=$(mktemp)
+pid=""
+cleanup() {
+  if [ -n "$pid" ]; then kill -TERM "$pid" 2>/dev/null || true; wait "$pid" 2>/dev/null || true; fi
+  rm -f "$log" "$results"
+}
+trap cleanup EXIT
+
+# start SIDE BIN ENV: one start to ready and its figures, then a stop.
+start() {
+  local side=$1 bin=$2 env=$3 t0 t1 cpu hwm etcd
+  rm -f "$kc" # written again by the start, with its port
+  t0=$(date +%s%N)
+  # shellcheck disable=SC2086 # ENV is a list of VAR=value words
+  env $env "$bin" serve --data-dir "$DATA" --secure-port 0 --service-cluster-ip-range "$ranges" \
+    --allocator ipaddress >"$log" 2>&1 &
+  pid=$!
+  for _ in $(seq 1 $((READY_TIMEOUT * 10))); do
+    if [ -f "$kc" ] && kubectl --kubeconfig "$kc" get --raw /readyz >/dev/null 2>&1; then break; fi
+    kill -0 "$pid" 2>/dev/null || { tail -20 "$log"; echo "server exited" >&2; exit 1; }
+    sleep 0.1
+  done
+  t1=$(date +%s%N)
+  kubectl --kubeconfig "$kc" get --raw /readyz >/dev/null 2>&1 || { tail -20 "$log"; echo "not ready after ${READY_TIMEOUT}s" >&2; exit 1; }
+  cpu=$(awk '{ printf "%.1f", ($14 + $15) / 100 }' "/proc/$pid/stat")
+  hwm=$(awk '/^VmHWM:/ { printf "%d", $2 / 1024 }' "/proc/$pid/status")
+  etcd=$(grep -o '"Embedded etcd serving" took="[^"]*"' "$log" | sed -E 's/.*took="([^"]*)"/\1/' || true)
+  kill -TERM "$pid"; wait "$pid" 2>/dev/null || true; pid=""
+  awk -v s="$side" -v r="$(( (t1 - t0) / 1000000 ))" -v c="$cpu" -v m="$hwm" -v e="${etcd:--}" \
+    'BEGIN { printf "%s  ready %6.1f s  etcd serving %8s  CPU %6.1f s  peak RSS %6d MiB\n", s, r / 1000, e, c, m }' | tee -a "$results"
+}
+
+for i in $(seq 1 "$PAIRS"); do
+  if [ $((i % 2)) -eq 1 ]; then
+    start A "$a_bin" "${A_ENV:-}"; start B "$b_bin" "${B_ENV:-}"
+  else
+    start B "$b_bin" "${B_ENV:-}"; start A "$a_bin" "${A_ENV:-}"
+  fi
+done
+
+echo "A: $a_bin ${A_ENV:-}"
+echo "B: $b_bin ${B_ENV:-}"
+for side in A B; do
+  awk -v s="$side" '$1 == s { r[++n] = $3; c[n] = $9; m[n] = $13 }
+    function median(a, n,   i, j, t) {
+      for (i = 2; i <= n; i++) for (j = i; j > 1 && a[j-1] > a[j]; j--) { t = a[j]; a[j] = a[j-1]; a[j-1] = t }
+      return n % 2 ? a[(n + 1) / 2] : (a[n / 2] + a[n / 2 + 1]) / 2
+    }
+    END { printf "%s medians: ready %.1f s, CPU %.1f s, peak RSS %d MiB (%d starts)\n", s, median(r, n), median(c, n), median(m, n), n }' "$results"
+done
+exit 0
+}
