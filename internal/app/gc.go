@@ -26,7 +26,7 @@ import (
 const serveGCPercent = 100
 
 // startupGCPercent is serve's GOGC until its start-up is over, when the
-// environment sets no GOGC and no start-up heap applies (startupHeap). A
+// environment sets no GOGC and no start-up heap applies (below). A
 // start-up builds the whole live heap at once, and at 50 the collector
 // marks it again each time it grows by half: about three times its final
 // size marked in all, two fifths of a start-up's CPU at a million
