@@ -48,7 +48,10 @@ func TestRepairReadsEtcd(t *testing.T) {
 	if err := ipas.Delete(ctx, created[1].Spec.ClusterIP, metav1.DeleteOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	leak := ipaddress.NewObject(netip.MustParseAddr("10.0.0.200"), allocation.Owner{Namespace: "default", Name: "gone", UID: "u-gone"})
+	// In the static band (10.0.0.1-16), which the three creates above,
+	// picking from the upper band, never reach: an address of the upper
+	// band could be one of theirs, and the create would then fail.
+	leak := ipaddress.NewObject(netip.MustParseAddr("10.0.0.10"), allocation.Owner{Namespace: "default", Name: "gone", UID: "u-gone"})
 	if _, err := ipas.Create(ctx, leak, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
@@ -80,7 +83,7 @@ func TestRepairReadsEtcd(t *testing.T) {
 	if diff := cmp.Diff(viaAPI, clusterIPs); diff != "" {
 		t.Errorf("ClusterIP problems found (-through the API +from etcd):\n%s", diff)
 	}
-	for _, want := range []string{"ClusterIPNotAllocated " + created[1].Spec.ClusterIP, "10.0.0.200",
+	for _, want := range []string{"ClusterIPNotAllocated " + created[1].Spec.ClusterIP, " 10.0.0.10 ",
 		"ClusterIPAlreadyAllocated " + created[0].Spec.ClusterIP, "ClusterIPAlreadyAllocated " + np.Spec.ClusterIP,
 		"PortAlreadyAllocated " + strconv.Itoa(int(np.Spec.Ports[0].NodePort))} {
 		if !slices.ContainsFunc(viaEtcd, func(p string) bool { return strings.Contains(p, want) }) {
