@@ -8,6 +8,7 @@ import (
 	"runtime/debug"
 	"time"
 
+	"go.etcd.io/etcd/server/v3/storage/datadir"
 	"k8s.io/klog/v2"
 
 	"github.com/allocator/allocator/internal/apiserver"
@@ -90,13 +91,13 @@ func planStartupGC(lookup func(string) (string, bool), dbBytes, memCap int64) st
 }
 
 // embeddedDBBytes is the size of the embedded etcd's database file (bbolt's,
-// where etcd keeps it in its data dir), 0 with --etcd-servers or before
+// where etcd's datadir package puts it), 0 with --etcd-servers or before
 // the first start.
 func embeddedDBBytes(opts *apiserver.Options) int64 {
 	if len(opts.EtcdServers) > 0 {
 		return 0
 	}
-	fi, err := os.Stat(filepath.Join(opts.DataDir, embeddedEtcdDir, "member", "snap", "db"))
+	fi, err := os.Stat(datadir.ToBackendFileName(filepath.Join(opts.DataDir, embeddedEtcdDir)))
 	if err != nil {
 		return 0
 	}
