@@ -243,8 +243,9 @@ echo "start-up to ready with every Service stored: $summary_ready"
 echo "server RSS after the restart: $(rss "$server_pid")"
 summary_rss_restart=$(rss_kib "$server_pid")
 summary_parts_restart=$(rss_parts "$server_pid")
-# At ready the start-up's heap is at its peak (it collects at GOGC=200 until
-# the start-up is over, internal/app/gc.go); it returns that garbage then.
+# At ready the start-up's heap is at its peak (until the start-up is over it
+# collects only when the heap reaches a size set by etcd's database file,
+# internal/app/gc.go); it returns that garbage then.
 sleep 10
 # The start-up's steps, as the server logged them (its end is logged just
 # after /readyz's first success, so they are read once the wait is over).
