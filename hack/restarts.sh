@@ -24,17 +24,12 @@ cd "$(dirname "$0")/.."
 a_bin=$1
 b_bin=${2:-$1}
 PAIRS=${PAIRS:-3}
-READY_TIMEOUT=${READY_TIMEOUT:-600}
+export READY_TIMEOUT=${READY_TIMEOUT:-600}
 ranges="${V4_RANGE:-10.96.0.0/24},${V6_RANGE:-fd00::/112}"
+. hack/lib/serve.sh # serve_wait, serve_stop; $work, removed at exit
 kc="$DATA/admin.kubeconfig"
-log=$(mktemp)
-results=$(mktemp)
-pid=""
-cleanup() {
-  if [ -n "$pid" ]; then kill -TERM "$pid" 2>/dev/null || true; wait "$pid" 2>/dev/null || true; fi
-  rm -f "$log" "$results"
-}
-trap cleanup EXIT
+log="$work/server.log"
+results="$work/results"
 
 # start SIDE BIN ENV: one start to ready and its figures, then a stop.
 start() {
@@ -44,18 +39,13 @@ start() {
   # shellcheck disable=SC2086 # ENV is a list of VAR=value words
   env $env "$bin" serve --data-dir "$DATA" --secure-port 0 --service-cluster-ip-range "$ranges" \
     --allocator ipaddress >"$log" 2>&1 &
-  pid=$!
-  for _ in $(seq 1 $((READY_TIMEOUT * 10))); do
-    if [ -f "$kc" ] && kubectl --kubeconfig "$kc" get --raw /readyz >/dev/null 2>&1; then break; fi
-    kill -0 "$pid" 2>/dev/null || { tail -20 "$log"; echo "server exited" >&2; exit 1; }
-    sleep 0.1
-  done
+  server_pid=$!
+  serve_wait "$kc" "$server_pid" "$log"
   t1=$(date +%s%N)
-  kubectl --kubeconfig "$kc" get --raw /readyz >/dev/null 2>&1 || { tail -20 "$log"; echo "not ready after ${READY_TIMEOUT}s" >&2; exit 1; }
-  cpu=$(awk '{ printf "%.1f", ($14 + $15) / 100 }' "/proc/$pid/stat")
-  hwm=$(awk '/^VmHWM:/ { printf "%d", $2 / 1024 }' "/proc/$pid/status")
+  cpu=$(awk '{ printf "%.1f", ($14 + $15) / 100 }' "/proc/$server_pid/stat")
+  hwm=$(awk '/^VmHWM:/ { printf "%d", $2 / 1024 }' "/proc/$server_pid/status")
   etcd=$(grep -o '"Embedded etcd serving" took="[^"]*"' "$log" | sed -E 's/.*took="([^"]*)"/\1/' || true)
-  kill -TERM "$pid"; wait "$pid" 2>/dev/null || true; pid=""
+  serve_stop
   awk -v s="$side" -v r="$(( (t1 - t0) / 1000000 ))" -v c="$cpu" -v m="$hwm" -v e="${etcd:--}" \
     'BEGIN { printf "%s  ready %6.1f s  etcd serving %8s  CPU %6.1f s  peak RSS %6d MiB\n", s, r / 1000, e, c, m }' | tee -a "$results"
 }
