@@ -378,11 +378,9 @@ func TestStartupLogs(t *testing.T) {
 		t.Fatal(err)
 	}
 	// The start-up's end is logged beside /readyz's first success, not
-	// before it: waited for here, so that the stop does not race it.
-	startupOver := `"Start-up over: bootstrap and the first repair pass done" took=`
-	for deadline := time.Now().Add(10 * time.Second); !strings.Contains(s.log.String(), startupOver) && time.Now().Before(deadline); {
-		time.Sleep(50 * time.Millisecond)
-	}
+	// before it: waited for here, so that the stop does not race it (the
+	// line is required below).
+	waitStartupOver(s.log.String, 10*time.Second)
 	if _, err, exited := s.stop(t, 30*time.Second); !exited || err != nil {
 		t.Fatalf("stop: exited=%v err=%v", exited, err)
 	}
@@ -404,7 +402,7 @@ func TestStartupLogs(t *testing.T) {
 	if !strings.Contains(out, "Bootstrap done") {
 		t.Errorf("no klog output at -v 2?\n%s", tail(out, 20))
 	}
-	for _, want := range []string{`"Embedded etcd serving" took=`, startupOver} {
+	for _, want := range []string{`"Embedded etcd serving" took=`, startupOverLine + " took="} {
 		if !strings.Contains(out, want) {
 			t.Errorf("no %s line in the log of a start:\n%s", want, tail(out, 20))
 		}

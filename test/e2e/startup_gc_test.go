@@ -57,11 +57,8 @@ func startupGC(t *testing.T, log func() string) (int, int64) {
 // no memory limit in the runtime's metrics.
 func checkServeGC(t *testing.T, client kubernetes.Interface, log func() string) {
 	t.Helper()
-	for deadline := time.Now().Add(30 * time.Second); !strings.Contains(log(), `"Start-up over: bootstrap and the first repair pass done"`); {
-		if time.Now().After(deadline) {
-			t.Fatalf("no start-up over line in 30 s:\n%s", tail(log(), 30))
-		}
-		time.Sleep(50 * time.Millisecond)
+	if !waitStartupOver(log, 30*time.Second) {
+		t.Fatalf("no start-up over line in 30 s:\n%s", tail(log(), 30))
 	}
 	// The release waits on the same channel as the line: give it 10 s.
 	var gogc, limit float64
@@ -77,6 +74,22 @@ func checkServeGC(t *testing.T, client kubernetes.Interface, log func() string) 
 	}
 	if gogc != 100 || limit != math.MaxInt64 {
 		t.Errorf("after the start-up: GOGC %v, memory limit %v; want 100, none", gogc, limit)
+	}
+}
+
+// startupOverLine is how serve logs the start-up's end.
+const startupOverLine = `"Start-up over: bootstrap and the first repair pass done"`
+
+// waitStartupOver waits up to limit for the start-up's end in log, and
+// reports whether it came.
+func waitStartupOver(log func() string, limit time.Duration) bool {
+	for deadline := time.Now().Add(limit); ; time.Sleep(50 * time.Millisecond) {
+		if strings.Contains(log(), startupOverLine) {
+			return true
+		}
+		if time.Now().After(deadline) {
+			return false
+		}
 	}
 }
 
