@@ -51,6 +51,10 @@ type Config struct {
 	// other processes (repair, migrate) are told to use. The member must
 	// outlive the server's Run.
 	InProcessEtcd InProcessEtcd
+	// WarmStart, when set, carries the Service and IPAddress informers'
+	// stores across a clean restart (LoadWarmStart): serve sets it for its
+	// embedded etcd.
+	WarmStart *WarmStart
 	// Model is the ClusterIP allocator model (--allocator); internal/ipallocator
 	// builds it.
 	Model model.Name

@@ -67,12 +67,19 @@ func (s *storeSource) wait(ctx context.Context) error {
 // informers read (Services, Namespaces, IPAddresses, ServiceCIDRs).
 type inProcessSources struct {
 	services, namespaces, ipAddresses, serviceCIDRs *storeSource
+	// warm seeds the streaming informer of src from its warm-start file
+	// (file), if any (WarmStart); nil: none is seeded.
+	warm func(inf *streaminformer.Informer, file string, src *storeSource)
+	// streaming are the streaming informers inProcessInformers made, by
+	// their warm-start file.
+	streaming map[string]*streaminformer.Informer
 }
 
 func newInProcessSources() *inProcessSources {
 	return &inProcessSources{
 		services: newStoreSource(), namespaces: newStoreSource(),
 		ipAddresses: newStoreSource(), serviceCIDRs: newStoreSource(),
+		streaming: map[string]*streaminformer.Informer{},
 	}
 }
 
@@ -188,15 +195,21 @@ func inProcessInformers(factory informers.SharedInformerFactory, srcs *inProcess
 		obj       runtime.Object
 		src       *storeSource
 		streaming string // the description of a streaming informer, "" for client-go's
+		warmFile  string // its warm-start file
 	}{
-		{&corev1.Service{}, srcs.services, "Service"},
-		{&corev1.Namespace{}, srcs.namespaces, ""},
-		{&networkingv1.IPAddress{}, srcs.ipAddresses, "IPAddress"},
-		{&networkingv1.ServiceCIDR{}, srcs.serviceCIDRs, ""},
+		{&corev1.Service{}, srcs.services, "Service", warmServices},
+		{&corev1.Namespace{}, srcs.namespaces, "", ""},
+		{&networkingv1.IPAddress{}, srcs.ipAddresses, "IPAddress", warmIPAddresses},
+		{&networkingv1.ServiceCIDR{}, srcs.serviceCIDRs, "", ""},
 	} {
 		factory.InformerFor(r.obj, func(_ kubernetes.Interface, resync time.Duration) cache.SharedIndexInformer {
 			if r.streaming != "" {
-				return streaminformer.New(storeListWatch{src: r.src}, r.streaming, cache.Indexers{})
+				inf := streaminformer.New(storeListWatch{src: r.src}, r.streaming, cache.Indexers{})
+				if srcs.warm != nil {
+					srcs.warm(inf, r.warmFile, r.src)
+				}
+				srcs.streaming[r.warmFile] = inf
+				return inf
 			}
 			return cache.NewSharedIndexInformer(storeListWatch{src: r.src}, r.obj, resync, cache.Indexers{})
 		})

@@ -207,6 +207,9 @@ func (c CompletedConfig) newServer(ctx context.Context) (*Server, error) {
 	generic.Handler.FullHandlerChain = s.watches.wrap(rawlist.WithNegotiation(generic.Handler.FullHandlerChain, Codecs))
 	s.allocMetrics.Register(s.registry)
 	s.repairMetrics.Register(s.registry)
+	if c.WarmStart != nil {
+		c.WarmStart.attach(s, etcdClient.KV)
+	}
 	registerAPIServerMetrics()
 	generic.Handler.NonGoRestfulMux.Handle("/metrics", metrics.HandlerFor(
 		prometheus.Gatherers{legacyregistry.DefaultGatherer, s.registry}, metrics.HandlerOpts{}))
@@ -531,7 +534,11 @@ func (s *Server) Run(ctx context.Context) (runErr error) {
 		}
 		stopServing()
 	}()
-	return s.generic.PrepareRun().RunWithContext(serving)
+	if err := s.generic.PrepareRun().RunWithContext(serving); err != nil {
+		return err
+	}
+	s.saveWarmStart(ctx)
+	return nil
 }
 
 // controllerStopTimeout bounds how long a shutdown waits for the

@@ -114,7 +114,10 @@ func runServe(ctx context.Context, opts *apiserver.Options, streams Streams) err
 		return errors.New("--etcd-cafile, --etcd-certfile and --etcd-keyfile need --etcd-servers (the embedded etcd uses the certificates in <data-dir>/etcd-pki)")
 	}
 	var inProcess *embedetcd.Server
+	var warm *apiserver.WarmStart
 	if embedded {
+		// Read beside etcd's restore of its index, which keeps one core busy.
+		warm = apiserver.LoadWarmStart(filepath.Join(opts.DataDir, warmStartDir))
 		pki, err := embedetcd.EnsurePKI(filepath.Join(opts.DataDir, etcdPKIDir))
 		if err != nil {
 			return err
@@ -140,6 +143,7 @@ func runServe(ctx context.Context, opts *apiserver.Options, streams Streams) err
 		// The server's own requests call the member in this process; the
 		// endpoints are for everyone else.
 		cfg.InProcessEtcd = inProcess
+		cfg.WarmStart = warm
 	}
 	server, err := cfg.Complete().New(ctx)
 	if err != nil {
@@ -174,6 +178,10 @@ const etcdPKIDir = "etcd-pki"
 
 // embeddedEtcdDir is the embedded etcd's data dir, inside serve's.
 const embeddedEtcdDir = "etcd"
+
+// warmStartDir holds, inside serve's data dir, the informers' stores as the
+// last clean shutdown left them (apiserver.WarmStart).
+const warmStartDir = "warm-start"
 
 // etcdFlags is the command-line fragment that reaches an etcd.
 func etcdFlags(endpoints []string, caFile, certFile, keyFile string) string {

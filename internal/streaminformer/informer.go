@@ -67,6 +67,12 @@ type Informer struct {
 	transform cache.TransformFunc
 	ctx       context.Context // Run's, once it runs
 	stopped   bool
+	// whole is set while the store is the state at lastRV: after a seed or
+	// a whole list, not in the middle of one (Snapshot).
+	whole bool
+
+	seed     SeedFunc                        // set before Run; nil: none
+	progress func(ctx context.Context) error // asks the source for a bookmark
 
 	lastRV atomic.Pointer[string]
 }
@@ -111,7 +117,7 @@ func (inf *Informer) RunWithContext(ctx context.Context) {
 	}()
 	logger := klog.FromContext(ctx).WithValues("informer", inf.description)
 	backoff := minBackoff
-	relist := true
+	relist := !inf.applySeed(ctx)
 	for ctx.Err() == nil {
 		listed, progressed, err := inf.watchOnce(ctx, relist)
 		switch {
@@ -179,6 +185,9 @@ func (inf *Informer) watchOnce(ctx context.Context, relist bool) (listed, progre
 	}
 	defer w.Stop()
 	listed = !relist
+	if !relist && !inf.HasSynced() && inf.progress != nil {
+		go inf.askProgress(ctx)
+	}
 	for {
 		select {
 		case <-ctx.Done():
@@ -215,6 +224,13 @@ func (inf *Informer) handle(e watch.Event, pass *listPass) (done bool, err error
 		inf.lastRV.Store(&rv)
 		if pass == nil {
 			inf.indexer.Bookmark(rv)
+			if !inf.HasSynced() {
+				// A seeded store: the source has sent every change up to a
+				// version it reached after this watch began.
+				inf.mu.Lock()
+				inf.markSynced()
+				inf.mu.Unlock()
+			}
 			return false, nil
 		}
 		if !isInitialEventsEnd(e.Object) {
@@ -311,6 +327,7 @@ func (inf *Informer) newListPass() *listPass {
 	inf.mu.Lock()
 	defer inf.mu.Unlock()
 	p := &listPass{inf: inf}
+	inf.whole = false
 	if len(inf.indexer.ListKeys()) > 0 {
 		p.seen = map[string]struct{}{}
 	}
@@ -341,12 +358,20 @@ func (p *listPass) finish() {
 			}
 		}
 	}
-	if !inf.HasSynced() {
-		for _, l := range inf.listeners {
-			l.syncAt(l.enqueued())
-		}
-		close(inf.syncedCh)
+	inf.whole = true
+	inf.markSynced()
+}
+
+// markSynced marks the informer and each handler's registration synced,
+// unless they are already; inf.mu is held.
+func (inf *Informer) markSynced() {
+	if inf.HasSynced() {
+		return
 	}
+	for _, l := range inf.listeners {
+		l.syncAt(l.enqueued())
+	}
+	close(inf.syncedCh)
 }
 
 // resourceVersion reads obj's resourceVersion.

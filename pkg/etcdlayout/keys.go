@@ -154,6 +154,11 @@ func MapStamp(rangeKey string) string {
 	return LayoutOfRange(rangeKey).key("clusterip-allocator", "stamps", name)
 }
 
+// WarmStart is this project's own key that a clean shutdown of serve writes
+// beside its warm-start files (internal/warmstart): a start uses them only
+// while etcd still holds that write.
+func (l Layout) WarmStart() string { return l.key("clusterip-allocator", "warm-start") }
+
 // ListHold is this project's own key through which one server process
 // holds etcd's compaction back for the paged lists it serves
 // (internal/listhold): the oldest revision they are read at, on a lease.
