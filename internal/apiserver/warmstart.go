@@ -169,6 +169,11 @@ func progressOf(src *storeSource) func(ctx context.Context) error {
 	}
 }
 
+// informerStopWait bounds how long the shutdown waits for the informers,
+// which stop with the context the server was built with, before it writes
+// their stores.
+const informerStopWait = 10 * time.Second
+
 // warmMarkTimeout bounds the shutdown's mark in etcd.
 const warmMarkTimeout = 5 * time.Second
 
@@ -225,7 +230,17 @@ func (s *Server) saveWarmStart(ctx context.Context) {
 		return
 	}
 	start := time.Now()
-	s.informers.Shutdown() // waits for every informer's Run to return
+	stopped := make(chan struct{})
+	go func() {
+		s.informers.Shutdown() // waits for every informer's Run to return
+		close(stopped)
+	}()
+	select {
+	case <-stopped:
+	case <-time.After(informerStopWait):
+		logger(ctx).Info("Not writing the warm-start files: the informers have not stopped", "waited", informerStopWait)
+		return
+	}
 	if err := s.cfg.WarmStart.save(context.WithoutCancel(ctx), s.etcd.KV, s.cfg.EtcdPrefix, s.sources.streaming); err != nil {
 		logger(ctx).Error(err, "Writing the warm-start files failed; the next start lists instead")
 		return
