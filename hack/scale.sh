@@ -234,7 +234,9 @@ if [ -n "${PAIRED:-}" ]; then
   paired_bursts
 fi
 
+t0=$(date +%s%N)
 serve_stop
+echo "server stopped in $(since "$t0") (SIGTERM; its warm-start files written)"
 log_from=$(( $(wc -l <"$work/server.log") + 1 ))
 t0=$(date +%s%N)
 serve_start "${args[@]}"
@@ -250,7 +252,7 @@ sleep 10
 # The start-up's steps, as the server logged them (its end is logged just
 # after /readyz's first success, so they are read once the wait is over).
 echo "the start-up's steps:"
-tail -n +"$log_from" "$work/server.log" | grep -E 'listening on|Embedded etcd serving|allocator ready|Bootstrap|Carried|repair pass|first pass|Start-up over' | sed -E 's/ ranges=\[[^]]*\]//' | cut -c1-220 || true
+tail -n +"$log_from" "$work/server.log" | grep -E 'listening on|Embedded etcd serving|warm-start file|allocator ready|Bootstrap|Carried|repair pass|first pass|Start-up over' | cut -c1-220 || true
 summary_rss_settled=$(rss_kib "$server_pid")
 echo "server RSS 10 s later: $(rss "$server_pid")"
 summary_heap_restart=$(go_heap)

@@ -199,6 +199,9 @@ func New(ctx context.Context, cfg Config) (*Allocator, error) {
 	return a, nil
 }
 
+// maxLoggedRanges is how many of its ranges the ready line names.
+const maxLoggedRanges = 4
+
 // becomeReady waits until every synced reports true, then builds the ranges
 // from the caches and marks the allocator ready. It gives up when ctx ends.
 func (a *Allocator) becomeReady(ctx context.Context, synced ...cache.InformerSynced) {
@@ -211,7 +214,10 @@ func (a *Allocator) becomeReady(ctx context.Context, synced ...cache.InformerSyn
 	a.mu.Unlock()
 	a.readyOnce.Do(func() { close(a.readyCh) })
 	a.report(newlyRefused)
-	a.logger.V(2).Info("IPAddress allocator ready", "ranges", a.Ranges())
+	// The count and the first few: a server of 10,000 ServiceCIDRs would log
+	// every one of them on one line.
+	ranges := a.Ranges()
+	a.logger.V(2).Info("IPAddress allocator ready", "ranges", len(ranges), "first", ranges[:min(len(ranges), maxLoggedRanges)])
 }
 
 // Ready reports whether the informers have synced.
