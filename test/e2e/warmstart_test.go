@@ -6,11 +6,22 @@ import (
 	"os"
 	"path/filepath"
 	"regexp"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
+	clientv3 "go.etcd.io/etcd/client/v3"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/tools/clientcmd"
+
+	"github.com/allocator/allocator/internal/invariants"
+	"github.com/allocator/allocator/pkg/etcdlayout"
+	"github.com/allocator/allocator/pkg/model"
 )
 
 // warmStartLine is serve's line for an informer started from its
@@ -93,5 +104,104 @@ func TestWarmStart(t *testing.T) {
 	}
 	if len(list.Items) != 91 {
 		t.Errorf("%d Services stored, want 91", len(list.Items))
+	}
+}
+
+// TestWarmStartAfterSIGTERMUnderLoad: serve stopped with SIGTERM while 8
+// clients create and delete Services writes its warm-start files after the
+// writes in flight have drained, which come after its caches' version; the
+// restart starts from the files, and its caches must end where etcd is:
+// the Services and IPAddresses its count metric reports (counted from those
+// caches) reach etcd's counts, and etcd holds no address twice and none
+// without its IPAddress.
+func TestWarmStartAfterSIGTERMUnderLoad(t *testing.T) {
+	t.Parallel()
+	bin := buildBinary(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	args := []string{"--allocator", "ipaddress", "--service-cluster-ip-range", "10.0.0.0/22",
+		"--etcd-count-metric-poll-period", "300ms", "-v", "2"}
+	s := startEmbedded(t, bin, "", args...)
+	cfg, err := clientcmd.BuildConfigFromFlags("", s.kubeconfig)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg.Timeout, cfg.QPS, cfg.Burst = 2*time.Second, 1000, 1000
+	client, err := kubernetes.NewForConfig(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	svcs := client.CoreV1().Services("default")
+	var (
+		next, answers atomic.Int32
+		wg            sync.WaitGroup
+	)
+	loadCtx, stopLoad := context.WithCancel(ctx)
+	defer stopLoad()
+	for range 8 {
+		wg.Go(func() {
+			for loadCtx.Err() == nil {
+				i := next.Add(1)
+				if _, err := svcs.Create(loadCtx, newService(fmt.Sprintf("w%04d", i)), metav1.CreateOptions{}); err == nil {
+					answers.Add(1)
+				}
+				if i%3 == 0 { // a Service made a little earlier, by this client or another
+					_ = svcs.Delete(loadCtx, fmt.Sprintf("w%04d", i-5), metav1.DeleteOptions{})
+				}
+			}
+		})
+	}
+	for deadline := time.Now().Add(30 * time.Second); answers.Load() < 150 && time.Now().Before(deadline); {
+		time.Sleep(10 * time.Millisecond)
+	}
+	took, err, exited := s.stop(t, 60*time.Second)
+	if !exited || err != nil {
+		t.Fatalf("SIGTERM under load: exited=%v err=%v\n%s", exited, err, tail(s.log.String(), 20))
+	}
+	stopLoad()
+	wg.Wait()
+	t.Logf("%d creates answered before and during the stop, which took %v", answers.Load(), took)
+
+	s = startEmbedded(t, bin, s.dataDir, args...)
+	if got := warmStarts(s.log.String()); got["services"] == "" || got["ipaddresses"] == "" {
+		t.Fatalf("the restart did not start from its warm-start files: %v\n%s", got, tail(s.log.String(), 30))
+	}
+	etcd := embeddedEtcdClient(t, s)
+	count := func(prefix string) string {
+		resp, err := etcd.Get(ctx, prefix, clientv3.WithPrefix(), clientv3.WithCountOnly())
+		if err != nil {
+			t.Fatal(err)
+		}
+		return strconv.FormatInt(resp.Count, 10)
+	}
+	layout := etcdlayout.Layout{Prefix: etcdlayout.DefaultPrefix}
+	for _, c := range []struct{ metric, prefix string }{
+		{`apiserver_resource_objects{group="",resource="services"}`, layout.ServicesPrefix()},
+		{`apiserver_resource_objects{group="networking.k8s.io",resource="ipaddresses"}`, layout.IPAddressesPrefix()},
+	} {
+		want, got := count(c.prefix), ""
+		err := wait.PollUntilContextTimeout(ctx, 100*time.Millisecond, 20*time.Second, true, func(ctx context.Context) (bool, error) {
+			body, err := s.client.CoreV1().RESTClient().Get().AbsPath("/metrics").DoRaw(ctx)
+			if err != nil {
+				return false, err
+			}
+			got = ""
+			for _, line := range strings.Split(string(body), "\n") {
+				if v, ok := strings.CutPrefix(line, c.metric+" "); ok {
+					got = v
+				}
+			}
+			return got == want, nil
+		})
+		if err != nil {
+			t.Errorf("%s is %q, etcd holds %s: the restart's cache is not etcd's", c.metric, got, want)
+		}
+	}
+	report, err := invariants.Check(ctx, etcd, layout, model.IPAddress)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !report.OK() {
+		t.Errorf("after a warm start:\n%s", report)
 	}
 }
