@@ -2,8 +2,10 @@ package streaminformer
 
 import (
 	"context"
+	"strconv"
 	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/google/go-cmp/cmp"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -197,5 +199,37 @@ func TestSetSeedAfterRun(t *testing.T) {
 	eventually(t, "the watch", func() bool { return len(src.options()) == 1 })
 	if err := inf.SetSeed(seedOf("1"), nil); err == nil {
 		t.Error("a running informer took a seed")
+	}
+}
+
+// BenchmarkSeed seeds an informer with one handler from 100,000 Services
+// and waits until it has synced and the handler has taken them all.
+func BenchmarkSeed(b *testing.B) {
+	const n = 100_000
+	objs := make([]any, n)
+	for i := range objs {
+		objs[i] = svc("s-"+strconv.Itoa(i), strconv.Itoa(i+1))
+	}
+	b.ReportAllocs()
+	for b.Loop() {
+		src := newFakeSource()
+		inf := New(src, "Service", cache.Indexers{})
+		var added atomic.Int32
+		if _, err := inf.AddEventHandler(cache.ResourceEventHandlerFuncs{AddFunc: func(any) { added.Add(1) }}); err != nil {
+			b.Fatal(err)
+		}
+		if err := inf.SetSeed(seedOf(strconv.Itoa(n+1), objs...), func(context.Context) error { return nil }); err != nil {
+			b.Fatal(err)
+		}
+		w := src.next()
+		ctx, cancel := context.WithCancel(context.Background())
+		done := make(chan struct{})
+		go func() { defer close(done); inf.RunWithContext(ctx) }()
+		w.Action(watch.Bookmark, svc("", strconv.Itoa(n+2)))
+		for !inf.HasSynced() || added.Load() < n {
+			time.Sleep(time.Millisecond)
+		}
+		cancel()
+		<-done
 	}
 }
