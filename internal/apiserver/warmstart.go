@@ -90,6 +90,10 @@ func (ws *WarmStart) attach(s *Server, kv clientv3.KV) {
 	}
 }
 
+// maxPresized bounds the objects a read makes room for before reading
+// them: 4 million, 64 MiB of slice.
+const maxPresized = 1 << 22
+
 // read reads and decodes the file at path.
 func (l *warmLoad) read(path string, decode func([]byte) (any, error)) {
 	defer close(l.done)
@@ -101,7 +105,9 @@ func (l *warmLoad) read(path string, decode func([]byte) (any, error)) {
 		return
 	}
 	l.header = r.Header()
-	objs := make([]any, 0, l.header.Count)
+	// Sized by the header, up to a bound: a corrupt count is found only at
+	// the file's end.
+	objs := make([]any, 0, min(l.header.Count, maxPresized))
 	l.err = r.Each(func(b []byte) error {
 		obj, err := decode(b)
 		if err != nil {
@@ -155,7 +161,8 @@ func (ws *WarmStart) seed(name string, src *storeSource, kv clientv3.KV, prefix 
 	}
 }
 
-// progress asks etcd for the progress of src's watches (requestProgress).
+// progressOf asks etcd for the progress of src's watches, as requestProgress
+// does.
 func progressOf(src *storeSource) func(ctx context.Context) error {
 	return func(ctx context.Context) error {
 		if err := src.wait(ctx); err != nil {

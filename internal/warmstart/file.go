@@ -205,18 +205,25 @@ func Open(path string) (*Reader, error) {
 		f.Close()
 		return nil, fmt.Errorf("warm-start file: %w", err)
 	}
+	info, err := f.Stat()
+	if err != nil {
+		f.Close()
+		return nil, fmt.Errorf("warm-start file: %w", err)
+	}
 	r := &Reader{f: f, r: &summingReader{r: bufio.NewReaderSize(f, 1<<20), crc: crc32.New(castagnoli)}}
-	if err := r.readHeader(); err != nil {
+	if err := r.readHeader(info.Size()); err != nil {
 		f.Close()
 		return nil, err
 	}
 	return r, nil
 }
 
-// Header returns what the File says about its objects.
+// Header returns what the File says about its objects. Its Count is at
+// most the file's size in bytes.
 func (r *Reader) Header() Header { return r.header }
 
-func (r *Reader) readHeader() error {
+// readHeader reads the header of a File of size bytes.
+func (r *Reader) readHeader(size int64) error {
 	m := make([]byte, len(magic))
 	if _, err := io.ReadFull(r.r, m); err != nil || string(m) != magic {
 		return fmt.Errorf("%w: not a warm-start file", ErrCorrupt)
@@ -238,8 +245,10 @@ func (r *Reader) readHeader() error {
 	if h.ResourceVersion, err = r.readString(); err != nil {
 		return err
 	}
+	// Each object takes a byte at least (its length), so a count past the
+	// file's size is corrupt: a reader may size its slice by it.
 	n, err := binary.ReadUvarint(r.r)
-	if err != nil || n > 1<<40 {
+	if err != nil || n > uint64(size) {
 		return fmt.Errorf("%w: object count", ErrCorrupt)
 	}
 	h.Count = int(n)

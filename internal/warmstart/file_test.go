@@ -1,6 +1,7 @@
 package warmstart
 
 import (
+	"encoding/binary"
 	"errors"
 	"os"
 	"path/filepath"
@@ -187,4 +188,19 @@ func FuzzOpen(f *testing.F) {
 			t.Errorf("accepted %d objects of %d", n, r.Header().Count)
 		}
 	})
+}
+
+// TestCountBeyondSize: a header whose count the file could not hold is
+// corrupt at Open, before a reader sizes anything by it.
+func TestCountBeyondSize(t *testing.T) {
+	t.Parallel()
+	path := filepath.Join(t.TempDir(), "f")
+	b := append([]byte(magic), formatVersion, 1, 'x', 2, 1, '7')
+	b = binary.AppendUvarint(b, 1<<40)
+	if err := os.WriteFile(path, b, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := Open(path); !errors.Is(err, ErrCorrupt) {
+		t.Errorf("Open: %v, want ErrCorrupt", err)
+	}
 }
