@@ -19,6 +19,10 @@
 //     list object by object, then deletes what it lacks; client-go's
 //     replaces the store at once. Each step is an event a handler gets, as a
 //     lagging watch would give it.
+//   - Seeded (SetSeed), it starts from objects as they were at a resource
+//     version (what Snapshot gave of a stopped informer, kept by the
+//     caller) and watches on from that version; it has synced at the
+//     watch's first bookmark, which it asks its source for.
 //   - Handlers get no resync (no handler of this server asks for one on the
 //     resources it serves), and SetWatchErrorHandler is refused: watch errors
 //     are logged, and the watch starts again after a backoff.
