@@ -122,6 +122,20 @@ func storeContents(inf *Informer) []string {
 	return out
 }
 
+// recorded is a new informer on a new fake source, a recorder its one
+// handler.
+func recorded(t *testing.T) (*fakeSource, *Informer, *recorder, cache.ResourceEventHandlerRegistration) {
+	t.Helper()
+	src := newFakeSource()
+	inf := New(src, "Service", cache.Indexers{})
+	rec := &recorder{}
+	reg, err := inf.AddEventHandler(rec)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return src, inf, rec, reg
+}
+
 func start(t *testing.T, inf *Informer) {
 	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
@@ -136,13 +150,7 @@ func start(t *testing.T, inf *Informer) {
 // handler in order.
 func TestListThenWatch(t *testing.T) {
 	t.Parallel()
-	src := newFakeSource()
-	inf := New(src, "Service", cache.Indexers{})
-	rec := &recorder{}
-	reg, err := inf.AddEventHandler(rec)
-	if err != nil {
-		t.Fatal(err)
-	}
+	src, inf, rec, reg := recorded(t)
 	w := src.next()
 	start(t, inf)
 	w.Add(svc("a", "5"))

@@ -24,13 +24,7 @@ func seedOf(rv string, objs ...any) SeedFunc {
 // at that bookmark, the changes before it applied.
 func TestSeedThenWatch(t *testing.T) {
 	t.Parallel()
-	src := newFakeSource()
-	inf := New(src, "Service", cache.Indexers{})
-	rec := &recorder{}
-	reg, err := inf.AddEventHandler(rec)
-	if err != nil {
-		t.Fatal(err)
-	}
+	src, inf, rec, reg := recorded(t)
 	var asked atomic.Int32
 	if err := inf.SetSeed(seedOf("9", svc("a", "5"), svc("b", "7")), func(context.Context) error {
 		asked.Add(1)
@@ -75,13 +69,7 @@ func TestSeedThenWatch(t *testing.T) {
 // lacks is deleted, each a change the handlers get.
 func TestSeedCompacted(t *testing.T) {
 	t.Parallel()
-	src := newFakeSource()
-	inf := New(src, "Service", cache.Indexers{})
-	rec := &recorder{}
-	reg, err := inf.AddEventHandler(rec)
-	if err != nil {
-		t.Fatal(err)
-	}
+	src, inf, rec, reg := recorded(t)
 	if err := inf.SetSeed(seedOf("9", svc("a", "5"), svc("b", "7")), func(context.Context) error { return nil }); err != nil {
 		t.Fatal(err)
 	}
