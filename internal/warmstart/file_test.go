@@ -204,3 +204,34 @@ func TestCountBeyondSize(t *testing.T) {
 		t.Errorf("Open: %v, want ErrCorrupt", err)
 	}
 }
+
+// failing is an object whose encoding fails, as a write fails on a full
+// disk: after some bytes of the File.
+type failing struct{}
+
+func (failing) Size() int { return 8 }
+func (failing) MarshalToSizedBuffer([]byte) (int, error) {
+	return 0, errors.New("no space left on device")
+}
+
+// TestWriteFails: a File whose writing fails half-way is an error, and
+// leaves neither a File nor its temporary file; one written before stays.
+func TestWriteFails(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	path := filepath.Join(dir, "services")
+	if err := Write(path, Header{ResourceVersion: "1"}, []any{service("a")}); err != nil {
+		t.Fatal(err)
+	}
+	objs := []any{service("a"), service("b"), failing{}}
+	if err := Write(path, Header{ResourceVersion: "2"}, objs); err == nil {
+		t.Fatal("a failed encoding written")
+	}
+	entries, _ := os.ReadDir(dir)
+	if len(entries) != 1 {
+		t.Fatalf("left %v, want the first File alone", entries)
+	}
+	if h, _, err := readAll(path); err != nil || h.ResourceVersion != "1" {
+		t.Errorf("the first File: %+v, %v", h, err)
+	}
+}
