@@ -12,6 +12,10 @@
 #       PAIRS=3 pairs (6 starts) of two builds on the data dir of a million-Service run
 #   DATA=/tmp/scale-data V4_RANGE=10.96.0.0/12 A_ENV='GOGC=400' hack/restarts.sh BIN
 #       one build, the environment changed on one side (B_ENV the other's)
+#   DATA=/tmp/scale-data V4_RANGE=10.96.0.0/12 A_COLD=1 hack/restarts.sh BIN
+#       one build, its A side starting without the warm-start files (removed
+#       before each of its starts: it lists), the B side from those the stop
+#       before it wrote
 #
 # V4_RANGE and V6_RANGE are the run's (scale.sh's defaults 10.96.0.0/24 and
 # fd00::/112); the data dir keeps whatever the starts write to it.
@@ -31,10 +35,12 @@ kc="$DATA/admin.kubeconfig"
 log="$work/server.log"
 results="$work/results"
 
-# start SIDE BIN ENV: one start to ready and its figures, then a stop.
+# start SIDE BIN ENV COLD: one start to ready and its figures, then a stop;
+# COLD non-empty removes the warm-start files first.
 start() {
-  local side=$1 bin=$2 env=$3 t0 t1 cpu hwm etcd
+  local side=$1 bin=$2 env=$3 cold=$4 t0 t1 cpu hwm etcd
   rm -f "$kc" # written again by the start, with its port
+  if [ -n "$cold" ]; then rm -rf "$DATA/warm-start"; fi
   t0=$(date +%s%N)
   # shellcheck disable=SC2086 # ENV is a list of VAR=value words
   env $env "$bin" serve --data-dir "$DATA" --secure-port 0 --service-cluster-ip-range "$ranges" \
@@ -52,14 +58,14 @@ start() {
 
 for i in $(seq 1 "$PAIRS"); do
   if [ $((i % 2)) -eq 1 ]; then
-    start A "$a_bin" "${A_ENV:-}"; start B "$b_bin" "${B_ENV:-}"
+    start A "$a_bin" "${A_ENV:-}" "${A_COLD:-}"; start B "$b_bin" "${B_ENV:-}" "${B_COLD:-}"
   else
-    start B "$b_bin" "${B_ENV:-}"; start A "$a_bin" "${A_ENV:-}"
+    start B "$b_bin" "${B_ENV:-}" "${B_COLD:-}"; start A "$a_bin" "${A_ENV:-}" "${A_COLD:-}"
   fi
 done
 
-echo "A: $a_bin ${A_ENV:-}"
-echo "B: $b_bin ${B_ENV:-}"
+echo "A: $a_bin ${A_ENV:-}${A_COLD:+ (no warm-start files)}"
+echo "B: $b_bin ${B_ENV:-}${B_COLD:+ (no warm-start files)}"
 for side in A B; do
   awk -v s="$side" '$1 == s { r[++n] = $3; c[n] = $9; m[n] = $13 }
     function median(a, n,   i, j, t) {
