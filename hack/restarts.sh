@@ -2,8 +2,9 @@
 # Restarts: starts `allocator serve` again and again on a data dir a scale
 # run kept (hack/scale.sh's KEEP_DATA), alternating two builds or two
 # environments, and prints for each start the time to /readyz, the time
-# the embedded etcd took to serve (from the log), the process's CPU and its
-# peak RSS (VmHWM) at ready; then each side's medians. The machine's speed
+# the embedded etcd took to serve (from the log), the process's CPU, its
+# peak RSS (VmHWM) at ready and how many warm-start files it started from
+# (0 to 2); then each side's medians. The machine's speed
 # drifts by more than most changes move a start, so only alternated starts
 # compare; and the first start of a pair tends to be the faster, so the
 # pairs alternate which side goes first (AB, BA, AB, ...).
@@ -38,7 +39,7 @@ results="$work/results"
 # start SIDE BIN ENV COLD: one start to ready and its figures, then a stop;
 # COLD non-empty removes the warm-start files first.
 start() {
-  local side=$1 bin=$2 env=$3 cold=$4 t0 t1 cpu hwm etcd
+  local side=$1 bin=$2 env=$3 cold=$4 t0 t1 cpu hwm etcd warm
   rm -f "$kc" # written again by the start, with its port
   if [ -n "$cold" ]; then rm -rf "$DATA/warm-start"; fi
   t0=$(date +%s%N)
@@ -51,9 +52,10 @@ start() {
   cpu=$(awk '{ printf "%.1f", ($14 + $15) / 100 }' "/proc/$server_pid/stat")
   hwm=$(awk '/^VmHWM:/ { printf "%d", $2 / 1024 }' "/proc/$server_pid/status")
   etcd=$(grep -o '"Embedded etcd serving" took="[^"]*"' "$log" | sed -E 's/.*took="([^"]*)"/\1/' || true)
+  warm=$(grep -c '"Starting from the warm-start file"' "$log" || true)
   serve_stop
-  awk -v s="$side" -v r="$(( (t1 - t0) / 1000000 ))" -v c="$cpu" -v m="$hwm" -v e="${etcd:--}" \
-    'BEGIN { printf "%s  ready %6.1f s  etcd serving %8s  CPU %6.1f s  peak RSS %6d MiB\n", s, r / 1000, e, c, m }' | tee -a "$results"
+  awk -v s="$side" -v r="$(( (t1 - t0) / 1000000 ))" -v c="$cpu" -v m="$hwm" -v e="${etcd:--}" -v w="$warm" \
+    'BEGIN { printf "%s  ready %6.1f s  etcd serving %8s  CPU %6.1f s  peak RSS %6d MiB  warm-start files used %d\n", s, r / 1000, e, c, m, w }' | tee -a "$results"
 }
 
 for i in $(seq 1 "$PAIRS"); do
