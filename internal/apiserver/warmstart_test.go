@@ -97,14 +97,24 @@ func TestWarmStartFilesRoundTrip(t *testing.T) {
 }
 
 // TestWarmStartNoFiles: a start with no warm-start files has nothing to
-// seed from, and one with a damaged file seeds nothing from it.
+// seed from, and one with a damaged file seeds nothing from it. What a
+// stop killed during its write left (a temporary file of each) is removed,
+// and no file is read from it.
 func TestWarmStartNoFiles(t *testing.T) {
 	t.Parallel()
 	dir := t.TempDir()
 	if err := os.WriteFile(filepath.Join(dir, warmServices), []byte("damaged"), 0o600); err != nil {
 		t.Fatal(err)
 	}
+	// As a killed Write leaves them: a valid start of a File, cut short.
+	partial := filepath.Join(dir, warmIPAddresses+".4711.tmp")
+	if err := os.WriteFile(partial, []byte("allocator warm start\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
 	ws := LoadWarmStart(dir)
+	if _, err := os.Stat(partial); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("a killed write's temporary file is still there: %v", err)
+	}
 	for file, want := range map[string]error{warmServices: warmstart.ErrCorrupt, warmIPAddresses: os.ErrNotExist} {
 		l := ws.loads[file]
 		<-l.done
