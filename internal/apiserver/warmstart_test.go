@@ -1,21 +1,30 @@
 package apiserver
 
 import (
+	"context"
 	"errors"
 	"os"
 	"path/filepath"
 	"sort"
 	"strconv"
 	"testing"
+	"time"
 
 	"github.com/google/go-cmp/cmp"
+	clientv3 "go.etcd.io/etcd/client/v3"
+	corev1 "k8s.io/api/core/v1"
 	networkingv1 "k8s.io/api/networking/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/watch"
 
+	"github.com/allocator/allocator/internal/etcdtest"
 	"github.com/allocator/allocator/internal/slim"
+	"github.com/allocator/allocator/internal/streaminformer"
 	"github.com/allocator/allocator/internal/warmstart"
+	"github.com/allocator/allocator/pkg/etcdlayout"
 )
 
 // decodedForInformer decodes each stored object as the informer keeps it,
@@ -121,5 +130,74 @@ func TestWarmStartNoFiles(t *testing.T) {
 		if !errors.Is(l.err, want) || l.objs != nil {
 			t.Errorf("%s: %v with %d objects, want %v and none", file, l.err, len(l.objs), want)
 		}
+	}
+}
+
+// idleSource is a watch source whose watches never send anything.
+type idleSource struct{}
+
+func (idleSource) WatchWithContext(context.Context, metav1.ListOptions) (watch.Interface, error) {
+	return watch.NewFake(), nil
+}
+
+// stoppedSeeded returns a stopped Service informer whose store was seeded
+// with objs at rv: one whose Snapshot a shutdown writes.
+func stoppedSeeded(t *testing.T, rv string, objs ...any) *streaminformer.Informer {
+	t.Helper()
+	inf := streaminformer.New(idleSource{}, "Service", nil)
+	seed := func(context.Context) ([]any, string, bool) { return objs, rv, true }
+	if err := inf.SetSeed(seed, func(context.Context) error { return nil }); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { defer close(done); inf.RunWithContext(ctx) }()
+	for deadline := time.Now().Add(10 * time.Second); len(inf.GetStore().ListKeys()) < len(objs); time.Sleep(time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatal("the seed was not stored")
+		}
+	}
+	cancel()
+	<-done
+	return inf
+}
+
+// refusingKV fails every put, as etcd does when it is down or out of space.
+type refusingKV struct{ clientv3.KV }
+
+func (refusingKV) Put(context.Context, string, string, ...clientv3.OpOption) (*clientv3.PutResponse, error) {
+	return nil, errors.New("etcdserver: mvcc: database space exceeded")
+}
+
+// TestWarmStartSave: a shutdown writes a file of each stopped store, named
+// by a token it put in etcd, which the next start's check accepts; when
+// etcd refuses the token, the shutdown writes no file (a file without its
+// token would be refused anyway).
+func TestWarmStartSave(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	e := etcdtest.New(t)
+	svc := &corev1.Service{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "a", ResourceVersion: "1"}}
+	infs := map[string]*streaminformer.Informer{warmServices: stoppedSeeded(t, "1", svc)}
+
+	refused := t.TempDir()
+	if err := LoadWarmStart(refused).save(ctx, refusingKV{}, "/registry", infs); err == nil {
+		t.Error("saved with the token refused")
+	}
+	if entries, _ := os.ReadDir(refused); len(entries) != 0 {
+		t.Errorf("files written without a token: %v", entries)
+	}
+
+	dir := t.TempDir()
+	if err := LoadWarmStart(dir).save(ctx, e.Client(), "/registry", infs); err != nil {
+		t.Fatal(err)
+	}
+	l := LoadWarmStart(dir).loads[warmServices]
+	<-l.done
+	if l.err != nil || len(l.objs) != 1 || l.header.ResourceVersion != "1" {
+		t.Fatalf("read back %d objects at %q: %v", len(l.objs), l.header.ResourceVersion, l.err)
+	}
+	if err := l.header.Token.Check(ctx, e.Client(), etcdlayout.Layout{Prefix: "/registry"}.WarmStart(), "1"); err != nil {
+		t.Errorf("the written token: %v", err)
 	}
 }
