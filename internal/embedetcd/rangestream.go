@@ -3,6 +3,7 @@ package embedetcd
 import (
 	"context"
 	"io"
+	"slices"
 
 	"go.etcd.io/etcd/api/v3/etcdserverpb"
 	"google.golang.org/grpc"
@@ -74,12 +75,28 @@ func (s rangePipeServer) Send(resp *etcdserverpb.RangeStreamResponse) error {
 	if s.end != nil {
 		s.end.saw(resp.RangeResponse)
 	}
+	resp = handOver(resp)
 	select {
 	case s.p.chunks <- resp:
 		return nil
 	case <-s.p.ctx.Done():
 		return s.p.ctx.Err()
 	}
+}
+
+// handOver gives the caller a chunk whose Kvs slice is its own. Both
+// handlers read the chunk's keys after Send returns, to size the next
+// chunk, and k8s.io/apiserver clears each entry of the slice as it decodes
+// it; over gRPC the chunk is marshalled and the two never share it. The
+// key-values themselves stay shared: neither side changes them.
+func handOver(resp *etcdserverpb.RangeStreamResponse) *etcdserverpb.RangeStreamResponse {
+	if resp.RangeResponse == nil || len(resp.RangeResponse.Kvs) == 0 {
+		return resp
+	}
+	r := resp.RangeResponse
+	return &etcdserverpb.RangeStreamResponse{RangeResponse: &etcdserverpb.RangeResponse{
+		Header: r.Header, Kvs: slices.Clone(r.Kvs), More: r.More, Count: r.Count,
+	}}
 }
 
 func (s rangePipeServer) Context() context.Context   { return s.p.ctx }
