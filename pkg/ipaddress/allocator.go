@@ -19,6 +19,7 @@ import (
 
 	"github.com/allocator/allocator/pkg/allocation"
 	"github.com/allocator/allocator/pkg/ipaddress/addrindex"
+	"github.com/allocator/allocator/pkg/ipaddress/prefixindex"
 	"github.com/allocator/allocator/pkg/model"
 	"github.com/allocator/allocator/pkg/subrange"
 )
@@ -96,25 +97,35 @@ type Allocator struct {
 	ready   atomic.Bool
 	readyCh chan struct{}
 	// stale: a ServiceCIDR event came since the ranges were built
-	// (cidrsChanged); rebuildCh wakes the rebuild loop.
+	// (changed); dirty names the ServiceCIDRs it came for, dirtyAll says
+	// one could not be named; rebuildCh wakes the rebuild loop.
 	stale     atomic.Bool
+	dirtyMu   sync.Mutex
+	dirty     map[string]bool
+	dirtyAll  bool
 	rebuildCh chan struct{}
 	collided  atomic.Uint64
 	readyOnce sync.Once
 
 	mu sync.Mutex
 	// ranges are the served ranges in allocation order, each with its index;
-	// lookup, built with them, finds by position those that hold an address.
-	ranges []*cidrRange
-	lookup rangeLookup
+	// lookup, kept with them, finds those that hold an address, byPrefix
+	// the one of a prefix, closed those whose own mode is not automatic
+	// (lifecycle.go). served is what each ServiceCIDR gives them, by name
+	// (served.go).
+	ranges   []*cidrRange
+	lookup   rangeLookup
+	byPrefix map[netip.Prefix]*cidrRange
+	closed   *prefixindex.Index[*cidrRange]
+	served   map[string]*served
 	// fullBefore is a position in ranges before which every range is
 	// full or takes no dynamic pick (its lifecycle): a pick over all of
 	// them starts there. Ranges fill in order, so a pick that asked each
 	// full one in turn would make every create cost more the fuller the
 	// cluster; with it, no step of a create grows with the fill (the
 	// paired runs of hack/scale.sh, docs/performance.md). markLocked
-	// lowers it when it frees an address of an earlier range;
-	// setRangesLocked zeroes it.
+	// lowers it when it frees an address of an earlier range, and a
+	// change of the ranges to the first place it touches (served.go).
 	fullBefore int
 	// unscoped and scopedRanges split ranges by their carriers' scopes
 	// (splitScopesLocked).

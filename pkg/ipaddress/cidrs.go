@@ -37,9 +37,12 @@ func (r RefusedCIDR) Unwrap() error { return r.Err }
 // of the oldest ready ServiceCIDR that carries it, and every ready
 // ServiceCIDR that carries it with its scope.
 type activeRange struct {
-	rng      subrange.Range
-	created  metav1.Time
-	name     string
+	rng     subrange.Range
+	created metav1.Time
+	name    string
+	// spec is the range's position among the ranges its first carrier
+	// gives (served.ranges): the last part of its allocation order.
+	spec     int
 	carriers []carrier
 }
 
@@ -150,85 +153,126 @@ func changeConcerns(old, obj any, ipv6 bool) bool {
 }
 
 // selectRanges turns ServiceCIDRs into the ordered, de-duplicated ranges of
-// one family, plus the CIDRs it refuses. Order: oldest creationTimestamp
-// first, then name; a prefix carried by several ServiceCIDRs takes the
-// position of the first of them and appears once, with each of them as a
-// carrier. A ServiceCIDR whose scope annotations do not parse (written by a
-// server that does not validate them) is refused whole: serving it unscoped
-// would hand its addresses to Services it was meant to keep out. One whose
-// lifecycle annotations do not parse is served as draining
-// (lifecycle.Parse): its Services keep their addresses, and it hands out no
-// new one.
+// one family, plus the CIDRs it refuses (servedBy, assemble).
 func selectRanges(cidrs []*networkingv1.ServiceCIDR, ipv6 bool) ([]activeRange, []RefusedCIDR) {
-	sorted := slices.Clone(cidrs)
-	slices.SortFunc(sorted, func(a, b *networkingv1.ServiceCIDR) int {
-		if c := a.CreationTimestamp.Compare(b.CreationTimestamp.Time); c != 0 {
-			return c
+	return assemble(servedByAll(cidrs, ipv6))
+}
+
+// served is what one ready ServiceCIDR gives one family: its carrier entry,
+// the ranges of its CIDRs of the family that are served, in the order of
+// its spec, and its CIDRs that are refused. A ServiceCIDR whose scope
+// annotations do not parse (written by a server that does not validate
+// them) is refused whole: serving it unscoped would hand its addresses to
+// Services it was meant to keep out. One whose lifecycle annotations do not
+// parse is served as draining (lifecycle.Parse): its Services keep their
+// addresses, and it hands out no new one. A CIDR that does not parse is
+// refused by both families.
+type served struct {
+	created metav1.Time
+	carrier carrier
+	ranges  []subrange.Range
+	refused []RefusedCIDR
+}
+
+// servedBy returns what sc gives the family, nil when it is not ready or
+// gives nothing.
+func servedBy(sc *networkingv1.ServiceCIDR, ipv6 bool) *served {
+	if !IsReady(sc) {
+		return nil
+	}
+	sco, scopeErr := scope.Parse(sc.Annotations)
+	mode, _ := lifecycle.Parse(sc.Annotations) // an invalid value reads as Draining
+	s := &served{created: sc.CreationTimestamp, carrier: carrier{name: sc.Name, scope: sco, mode: mode}}
+	for _, text := range sc.Spec.CIDRs {
+		prefix, err := subrange.ParsePrefix(text)
+		if err != nil {
+			s.refused = append(s.refused, RefusedCIDR{ServiceCIDR: sc.Name, CIDR: text, Err: err})
+			continue
 		}
-		return cmp.Compare(a.Name, b.Name)
-	})
-	out := make([]activeRange, 0, len(sorted))
+		if prefix.Addr().Is6() != ipv6 {
+			continue
+		}
+		if scopeErr != nil {
+			s.refused = append(s.refused, RefusedCIDR{ServiceCIDR: sc.Name, CIDR: text, Err: fmt.Errorf("invalid scope: %w", scopeErr)})
+			continue
+		}
+		rng, err := subrange.New(prefix, model.IPAddress)
+		if err != nil {
+			s.refused = append(s.refused, RefusedCIDR{ServiceCIDR: sc.Name, CIDR: text, Err: err})
+			continue
+		}
+		s.ranges = append(s.ranges, rng)
+	}
+	if len(s.ranges) == 0 && len(s.refused) == 0 {
+		return nil
+	}
+	return s
+}
+
+// servedByAll returns what each of cidrs gives the family, in allocation
+// order (compareServed).
+func servedByAll(cidrs []*networkingv1.ServiceCIDR, ipv6 bool) []*served {
+	out := make([]*served, 0, len(cidrs))
+	for _, sc := range cidrs {
+		if s := servedBy(sc, ipv6); s != nil {
+			out = append(out, s)
+		}
+	}
+	slices.SortFunc(out, compareServed)
+	return out
+}
+
+// compareServed orders ServiceCIDRs for allocation: oldest
+// creationTimestamp first, then by name.
+func compareServed(x, y *served) int {
+	if c := x.created.Compare(y.created.Time); c != 0 {
+		return c
+	}
+	return cmp.Compare(x.carrier.name, y.carrier.name)
+}
+
+// assemble turns what ServiceCIDRs give, in allocation order, into the
+// ordered, de-duplicated ranges, plus the refused CIDRs. A prefix carried
+// by several ServiceCIDRs takes the position of the first of them and
+// appears once, with each of them as a carrier.
+func assemble(all []*served) ([]activeRange, []RefusedCIDR) {
+	out := make([]activeRange, 0, len(all))
 	var refused []RefusedCIDR
-	seen := make(map[netip.Prefix]int, len(sorted))
+	seen := make(map[netip.Prefix]int, len(all))
 	// firsts holds each range's first carrier: one allocation, not one per
 	// range. A range gets it as a slice of capacity 1, so that a second
 	// carrier (the same prefix in another ServiceCIDR) copies it out
 	// rather than overwrite the next range's.
-	firsts := make([]carrier, 0, len(sorted))
-	for _, sc := range sorted {
-		if !IsReady(sc) {
-			continue
-		}
-		sco, scopeErr := scope.Parse(sc.Annotations)
-		mode, _ := lifecycle.Parse(sc.Annotations) // an invalid value reads as Draining
-		for _, s := range sc.Spec.CIDRs {
-			prefix, err := subrange.ParsePrefix(s)
-			if err != nil {
-				refused = append(refused, RefusedCIDR{ServiceCIDR: sc.Name, CIDR: s, Err: err})
+	firsts := make([]carrier, 0, len(all))
+	for _, s := range all {
+		refused = append(refused, s.refused...)
+		for k, rng := range s.ranges {
+			if i, ok := seen[rng.Prefix()]; ok {
+				out[i].carriers = append(out[i].carriers, s.carrier)
 				continue
 			}
-			if prefix.Addr().Is6() != ipv6 {
-				continue
-			}
-			if scopeErr != nil {
-				refused = append(refused, RefusedCIDR{ServiceCIDR: sc.Name, CIDR: s, Err: fmt.Errorf("invalid scope: %w", scopeErr)})
-				continue
-			}
-			if i, ok := seen[prefix]; ok {
-				out[i].carriers = append(out[i].carriers, carrier{name: sc.Name, scope: sco, mode: mode})
-				continue
-			}
-			rng, err := subrange.New(prefix, model.IPAddress)
-			if err != nil {
-				refused = append(refused, RefusedCIDR{ServiceCIDR: sc.Name, CIDR: s, Err: err})
-				continue
-			}
-			seen[prefix] = len(out)
-			firsts = append(firsts, carrier{name: sc.Name, scope: sco, mode: mode})
-			out = append(out, activeRange{rng: rng, created: sc.CreationTimestamp, name: sc.Name,
+			seen[rng.Prefix()] = len(out)
+			firsts = append(firsts, s.carrier)
+			out = append(out, activeRange{rng: rng, created: s.created, name: s.carrier.name, spec: k,
 				carriers: firsts[len(firsts)-1 : len(firsts) : len(firsts)]})
 		}
 	}
 	return out, refused
 }
 
-// maximalRanges returns the ranges not contained in another one. Prefixes
-// either nest or are disjoint, and the usable addresses of a nested prefix
-// are usable in its parent, so the union of all ranges is the disjoint union
-// of the maximal ones: counting only those never double-counts.
-func maximalRanges(ranges []activeRange) []int {
-	var out []int
-	for i, r := range ranges {
-		contained := false
-		for j, o := range ranges {
-			if i != j && o.rng.Prefix().Bits() < r.rng.Prefix().Bits() && o.rng.Prefix().Overlaps(r.rng.Prefix()) {
-				contained = true
-				break
-			}
-		}
-		if !contained {
-			out = append(out, i)
+// maximalLocked reports whether r lies inside no other served range.
+// Prefixes either nest or are disjoint, and the usable addresses of a
+// nested prefix are usable in its parent, so the union of all ranges is
+// the disjoint union of the maximal ones: counting only those never
+// double-counts. The ranges holding r's first address are the only ones
+// that can hold r.
+func (a *Allocator) maximalLocked(r *cidrRange) bool {
+	p := r.rng.Prefix()
+	var buf [4]*cidrRange
+	for _, o := range a.lookup.appendHolding(buf[:0], p.Addr()) {
+		if o.rng.Prefix().Bits() < p.Bits() {
+			return false
 		}
 	}
-	return out
+	return true
 }

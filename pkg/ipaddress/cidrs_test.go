@@ -95,14 +95,18 @@ func TestSelectRangesScopes(t *testing.T) {
 
 func TestMaximalRanges(t *testing.T) {
 	t.Parallel()
-	mk := func(ps ...string) []activeRange {
-		var out []activeRange
-		for _, p := range ps {
-			out = append(out, activeRange{rng: subrange.MustNew(netip.MustParsePrefix(p), model.IPAddress)})
-		}
-		return out
+	var ranges []*cidrRange
+	for _, p := range []string{"10.0.0.0/28", "10.0.0.0/24", "10.1.0.0/24", "10.0.0.240/28", "10.0.0.16/28"} {
+		ranges = append(ranges, &cidrRange{activeRange: activeRange{rng: subrange.MustNew(netip.MustParsePrefix(p), model.IPAddress)}})
 	}
-	got := maximalRanges(mk("10.0.0.0/28", "10.0.0.0/24", "10.1.0.0/24", "10.0.0.240/28"))
+	a := &Allocator{}
+	a.setRangesLocked(ranges)
+	var got []int
+	for i, r := range a.ranges {
+		if a.maximalLocked(r) {
+			got = append(got, i)
+		}
+	}
 	if diff := cmp.Diff([]int{1, 2}, got); diff != "" {
 		t.Errorf("(-want +got):\n%s", diff)
 	}
@@ -175,13 +179,16 @@ func TestRangeLookup(t *testing.T) {
 	l := newRangeLookup(ranges)
 	for _, text := range []string{"10.0.0.0", "10.0.0.5", "10.0.0.16", "10.0.0.255", "10.0.1.1", "10.0.255.255", "10.1.0.9", "10.2.0.1", "192.168.0.1", "fd00::5", "fd00::1:5", "fd01::1"} {
 		ip := netip.MustParseAddr(text)
-		var want []int
+		var want, got []int
 		for i, r := range ranges {
 			if r.rng.Prefix().Contains(ip) {
 				want = append(want, i)
 			}
 		}
-		got := slices.Sorted(slices.Values(l.appendHolding(nil, ip)))
+		for _, r := range l.appendHolding(nil, ip) {
+			got = append(got, slices.Index(ranges, r))
+		}
+		slices.Sort(got)
 		if !slices.Equal(got, want) {
 			t.Errorf("ranges holding %s: %v, want %v", ip, got, want)
 		}

@@ -84,8 +84,8 @@
 //     gets *allocation.DrainingError. A re-mark of a stored address is never
 //     refused, so draining a range leaves every Service its address. A
 //     replica applies a lifecycle change once its ServiceCIDR informer
-//     delivers it: the rebuild runs in the event handler, under the lock
-//     every pick takes.
+//     delivers it: the handler marks the ranges stale, and the next pick
+//     applies the change under the lock every pick takes (served.go).
 //   - Dry-run never writes: Allocate answers from a fresh read and
 //     AllocateNext reports the candidate it would try first.
 //   - The user-facing sentinels (ErrFull, ErrAllocated, ErrMismatchedNetwork,

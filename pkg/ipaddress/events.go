@@ -2,9 +2,12 @@ package ipaddress
 
 import (
 	"context"
+	"maps"
+	"slices"
+	"time"
+
 	networkingv1 "k8s.io/api/networking/v1"
 	"k8s.io/client-go/tools/cache"
-	"time"
 
 	"github.com/allocator/allocator/pkg/subrange"
 )
@@ -20,7 +23,7 @@ func (a *Allocator) deleteIPAddress(obj any) { a.observe(obj, false) }
 // of this family.
 func (a *Allocator) addServiceCIDR(obj any) {
 	if concerns(obj, a.ipv6) {
-		a.cidrsChanged()
+		a.cidrsChanged(obj)
 	}
 }
 
@@ -28,19 +31,24 @@ func (a *Allocator) addServiceCIDR(obj any) {
 // family serves.
 func (a *Allocator) updateServiceCIDR(old, obj any) {
 	if changeConcerns(old, obj, a.ipv6) {
-		a.cidrsChanged()
+		a.cidrsChanged(obj)
 	}
 }
 
 // deleteServiceCIDR rebuilds the ranges when the deleted ServiceCIDR had a
 // CIDR of this family.
 func (a *Allocator) deleteServiceCIDR(obj any) {
+	name := ""
 	if tomb, ok := obj.(cache.DeletedFinalStateUnknown); ok {
-		obj = tomb.Obj
+		obj, name = tomb.Obj, tomb.Key // a ServiceCIDR's key is its name
 	}
-	if concerns(obj, a.ipv6) {
-		a.cidrsChanged()
+	if !concerns(obj, a.ipv6) {
+		return
 	}
+	if sc, ok := obj.(*networkingv1.ServiceCIDR); ok {
+		name = sc.Name
+	}
+	a.changed(name)
 }
 
 // observe applies an informer's word on an IPAddress of this family: it
@@ -78,16 +86,35 @@ func (a *Allocator) observe(obj any, exists bool) {
 	a.markLocked(ip, exists)
 }
 
-// cidrsChanged marks the ranges stale once the allocator is ready (before,
-// the first rebuild runs once everything has synced). The next taker of
-// a.mu (lock) rebuilds them, or else the rebuild loop within rebuildDelay:
-// a burst of ServiceCIDR events costs a few rebuilds, not one each, and
-// every rebuild lists and sorts every ServiceCIDR. What reads the ranges sees every event its informer
+// cidrsChanged notes a change of the ServiceCIDR obj.
+func (a *Allocator) cidrsChanged(obj any) {
+	name := ""
+	if sc, ok := obj.(*networkingv1.ServiceCIDR); ok {
+		name = sc.Name
+	}
+	a.changed(name)
+}
+
+// changed marks the ranges stale once the allocator is ready (before, the
+// first rebuild runs once everything has synced), with the name of the
+// ServiceCIDR that changed ("": unknown, rebuild them all). The next taker
+// of a.mu (lock) applies the change, or else the rebuild loop within
+// rebuildDelay: what reads the ranges sees every event its informer
 // delivered before the read, as when each event rebuilt them.
-func (a *Allocator) cidrsChanged() {
+func (a *Allocator) changed(name string) {
 	if !a.ready.Load() {
 		return
 	}
+	a.dirtyMu.Lock()
+	if name == "" {
+		a.dirtyAll = true
+	} else {
+		if a.dirty == nil {
+			a.dirty = map[string]bool{}
+		}
+		a.dirty[name] = true
+	}
+	a.dirtyMu.Unlock()
 	a.stale.Store(true)
 	select {
 	case a.rebuildCh <- struct{}{}:
@@ -130,14 +157,22 @@ func (a *Allocator) lock() {
 	}
 }
 
-// freshenLocked rebuilds the ranges if a ServiceCIDR event came since the
-// last rebuild. The flag is cleared before the cache is read, so an event
-// whose change the read misses marks the ranges stale again.
+// freshenLocked applies the ServiceCIDR events that came since the last
+// rebuild or apply. The flag and the names are taken before the cache is
+// read, so an event whose change the read misses marks the ranges stale
+// again, with its name.
 func (a *Allocator) freshenLocked() []RefusedCIDR {
 	if !a.stale.CompareAndSwap(true, false) {
 		return nil
 	}
-	return a.rebuildLocked()
+	a.dirtyMu.Lock()
+	dirty, all := a.dirty, a.dirtyAll
+	a.dirty, a.dirtyAll = nil, false
+	a.dirtyMu.Unlock()
+	if all || a.served == nil {
+		return a.rebuildLocked()
+	}
+	return a.applyLocked(slices.Sorted(maps.Keys(dirty)))
 }
 
 // report logs each refused CIDR and passes it to Config.OnRefused.

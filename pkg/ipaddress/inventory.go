@@ -75,13 +75,11 @@ func (a *Allocator) Usage(context.Context) (allocation.Usage, error) {
 	}
 	a.lock()
 	defer a.mu.Unlock()
-	active := make([]activeRange, len(a.ranges))
-	for i, r := range a.ranges {
-		active[i] = r.activeRange
-	}
 	var u allocation.Usage
-	for _, i := range maximalRanges(active) {
-		r := a.ranges[i]
+	for _, r := range a.ranges {
+		if !a.maximalLocked(r) {
+			continue
+		}
 		u.Size += r.rng.Size()
 		u.StaticSize += r.rng.StaticSize()
 		u.Used += r.index.Used()

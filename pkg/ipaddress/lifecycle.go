@@ -52,56 +52,54 @@ func (r *cidrRange) takes(u use) bool {
 	}
 }
 
-// closeRangesLocked sets each served range's mode (the most closed of its
-// carriers' and of those of the ranges holding it), the ServiceCIDRs that
-// set it, and its holes (the ranges nested inside it that take no dynamic
-// pick). The cost is the closed ranges times the served ones: closed
-// ranges are few, and a cluster without lifecycles pays one pass.
-func (a *Allocator) closeRangesLocked() {
-	type own struct {
-		mode  lifecycle.Mode
-		names []string
-	}
-	owns := make([]own, len(a.ranges))
-	var closed []int
-	for i, r := range a.ranges {
-		for _, c := range r.carriers {
-			switch {
-			case c.mode > owns[i].mode:
-				owns[i] = own{c.mode, []string{c.name}}
-			case c.mode == owns[i].mode && c.mode != lifecycle.Automatic:
-				owns[i].names = append(owns[i].names, c.name)
-			}
-		}
-		r.mode, r.closedBy, r.holes = owns[i].mode, slices.Clone(owns[i].names), nil
-		if owns[i].mode != lifecycle.Automatic {
-			closed = append(closed, i)
+// ownMode returns the most closed of carriers' lifecycles, and the
+// carriers that set it when it is not automatic.
+func ownMode(carriers []carrier) (lifecycle.Mode, []string) {
+	mode, names := lifecycle.Automatic, []string(nil)
+	for _, c := range carriers {
+		switch {
+		case c.mode > mode:
+			mode, names = c.mode, []string{c.name}
+		case c.mode == mode && c.mode != lifecycle.Automatic:
+			names = append(names, c.name)
 		}
 	}
-	nested := map[*cidrRange][]netip.Prefix{}
-	for _, j := range closed {
-		o := a.ranges[j].rng.Prefix()
-		for i, r := range a.ranges {
-			p := r.rng.Prefix()
-			switch {
-			case i == j || !o.Overlaps(p):
-			case o.Bits() < p.Bits(): // r lies inside the closed range
-				if owns[j].mode > r.mode {
-					r.mode, r.closedBy = owns[j].mode, nil
-				}
-				if owns[j].mode == r.mode {
-					r.closedBy = append(r.closedBy, owns[j].names...)
-				}
-			default: // the closed range lies inside r
-				nested[r] = append(nested[r], o)
-			}
+	return mode, names
+}
+
+// closeLocked sets r's mode (the most closed of its own and of those of
+// the served ranges holding it), the ServiceCIDRs that set it, and its
+// holes (the closed ranges nested inside it, when it takes dynamic picks
+// itself). It asks only the closed ranges (a.closed) that hold r or lie
+// in it: closed ranges are few, and a cluster without lifecycles asks
+// none.
+func (a *Allocator) closeLocked(r *cidrRange) {
+	p := r.rng.Prefix()
+	r.mode, r.closedBy, r.holes = r.own, slices.Clone(r.ownBy), nil
+	var buf [4]*cidrRange
+	for _, c := range a.closed.AppendContaining(buf[:0], p.Addr()) {
+		if c.rng.Prefix().Bits() >= p.Bits() {
+			continue // r itself, or a range inside it
+		}
+		if c.own > r.mode {
+			r.mode, r.closedBy = c.own, nil
+		}
+		if c.own == r.mode {
+			r.closedBy = append(r.closedBy, c.ownBy...)
 		}
 	}
-	for _, r := range a.ranges {
-		r.closedBy = sortedUnique(r.closedBy)
-		if ps := nested[r]; len(ps) > 0 && r.mode.Dynamic() {
-			r.holes = holesIn(r.rng, ps)
+	r.closedBy = sortedUnique(r.closedBy)
+	if !r.mode.Dynamic() {
+		return
+	}
+	var nested []netip.Prefix
+	for _, c := range a.closed.Overlapping(p) {
+		if q := c.rng.Prefix(); q.Bits() > p.Bits() {
+			nested = append(nested, q)
 		}
+	}
+	if len(nested) > 0 {
+		r.holes = holesIn(r.rng, nested)
 	}
 }
 
@@ -111,10 +109,9 @@ func (a *Allocator) closeRangesLocked() {
 func (a *Allocator) TakesDynamic(ip netip.Addr) bool {
 	a.lock()
 	defer a.mu.Unlock()
-	var buf [4]int
+	var buf [4]*cidrRange
 	served := false
-	for _, i := range a.lookup.appendHolding(buf[:0], ip) {
-		r := a.ranges[i]
+	for _, r := range a.lookup.appendHolding(buf[:0], ip) {
 		if !r.mode.Dynamic() {
 			return false
 		}
@@ -131,9 +128,8 @@ func (a *Allocator) TakesDynamic(ip netip.Addr) bool {
 func (a *Allocator) InHole(ip netip.Addr) bool {
 	a.lock()
 	defer a.mu.Unlock()
-	var buf [4]int
-	for _, i := range a.lookup.appendHolding(buf[:0], ip) {
-		r := a.ranges[i]
+	var buf [4]*cidrRange
+	for _, r := range a.lookup.appendHolding(buf[:0], ip) {
 		if !r.mode.Dynamic() || len(r.holes) == 0 {
 			continue
 		}
@@ -151,9 +147,9 @@ func (a *Allocator) InHole(ip netip.Addr) bool {
 // mode is draining, its own or that of a range holding it.
 func (a *Allocator) checkDrainingLocked(ip netip.Addr) error {
 	var draining []string
-	var buf [4]int
-	for _, i := range a.lookup.appendHolding(buf[:0], ip) {
-		if r := a.ranges[i]; r.mode == lifecycle.Draining {
+	var buf [4]*cidrRange
+	for _, r := range a.lookup.appendHolding(buf[:0], ip) {
+		if r.mode == lifecycle.Draining {
 			draining = append(draining, r.closedBy...)
 		}
 	}

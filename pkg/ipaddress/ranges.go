@@ -25,29 +25,36 @@ type cidrRange struct {
 	// holes are the addresses of the served ranges nested inside this one
 	// that take no dynamic pick: a pick from this range passes over them.
 	holes holes
+	// own is the most closed of its carriers' lifecycles, ownBy the
+	// carriers that set it when it is not automatic (ownMode).
+	own   lifecycle.Mode
+	ownBy []string
+	// pos is the range's position in Allocator.ranges; -1 while it is
+	// taken out of them (served.go).
+	pos int
 }
 
 // rangeLookup finds the served ranges whose prefix holds an address
 // (prefixindex), not by looking at every range: an informer event or a
 // claim marks its address in each, and with a thousand ServiceCIDRs a look
 // at every range would cost about a thirtieth of a create's CPU
-// (hack/scale.sh).
+// (hack/scale.sh). It is kept with the ranges, a range added or removed at
+// a time (served.go).
 type rangeLookup struct {
-	prefixes *prefixindex.Index[int] // positions in the ranges it was built from
+	prefixes *prefixindex.Index[*cidrRange]
 }
 
 func newRangeLookup(ranges []*cidrRange) rangeLookup {
-	entries := make([]prefixindex.Entry[int], len(ranges))
+	entries := make([]prefixindex.Entry[*cidrRange], len(ranges))
 	for i, r := range ranges {
-		entries[i] = prefixindex.Entry[int]{Prefix: r.rng.Prefix(), Value: i}
+		entries[i] = prefixindex.Entry[*cidrRange]{Prefix: r.rng.Prefix(), Value: r}
 	}
 	return rangeLookup{prefixes: prefixindex.New(entries)}
 }
 
-// appendHolding appends to dst the positions of the ranges whose prefix
-// holds ip (its network and broadcast addresses included: the caller asks
-// the range).
-func (l rangeLookup) appendHolding(dst []int, ip netip.Addr) []int {
+// appendHolding appends to dst the ranges whose prefix holds ip (its
+// network and broadcast addresses included: the caller asks the range).
+func (l rangeLookup) appendHolding(dst []*cidrRange, ip netip.Addr) []*cidrRange {
 	return l.prefixes.AppendContaining(dst, ip)
 }
 
@@ -75,10 +82,10 @@ func (a *Allocator) CIDROf(ip netip.Addr) (netip.Prefix, bool) {
 		return netip.Prefix{}, false
 	}
 	first := len(a.ranges) // none holds ip
-	var buf [4]int
-	for _, i := range a.lookup.appendHolding(buf[:0], ip) {
-		if i < first && a.ranges[i].rng.Contains(ip) {
-			first = i
+	var buf [4]*cidrRange
+	for _, r := range a.lookup.appendHolding(buf[:0], ip) {
+		if r.pos < first && r.rng.Contains(ip) {
+			first = r.pos
 		}
 	}
 	if first == len(a.ranges) {
@@ -95,42 +102,35 @@ func (a *Allocator) Refused() []RefusedCIDR {
 	return slices.Clone(a.refused)
 }
 
-// rebuildLocked recomputes the served ranges from the ServiceCIDR cache. It
-// keeps the index of every prefix still served and builds new ones from the
-// IPAddress cache plus the in-flight claims. It returns the CIDRs refused now
-// that were not refused before.
+// rebuildLocked recomputes the served ranges from every ServiceCIDR in the
+// cache: the first build, and the one after an event it cannot name. It
+// keeps the index of every prefix still served and builds new ones
+// (newIndexLocked). It returns the CIDRs refused now that were not refused
+// before. An event that names its ServiceCIDR costs an applyLocked of it
+// instead (served.go).
 func (a *Allocator) rebuildLocked() []RefusedCIDR {
 	cidrs, err := a.cidrLister.List(labels.Everything())
 	if err != nil {
 		a.logger.Error(err, "list ServiceCIDRs from cache")
 		return nil
 	}
-	active, refused := selectRanges(cidrs, a.ipv6)
-	old := make(map[netip.Prefix]*FreeIndex, len(a.ranges))
-	for _, r := range a.ranges {
-		old[r.rng.Prefix()] = r.index
-	}
+	all := servedByAll(cidrs, a.ipv6)
+	active, refused := assemble(all)
 	ranges := make([]*cidrRange, 0, len(active))
 	built := make([]cidrRange, len(active)) // one allocation for the ranges, not one each
 	for i, ar := range active {
-		idx := old[ar.rng.Prefix()]
+		idx := a.indexOf(ar.rng.Prefix())
 		if idx == nil {
-			if idx, err = NewFreeIndex(ar.rng); err != nil {
-				a.logger.Error(err, "build free index", "cidr", ar.rng.Prefix())
+			if idx, err = a.newIndexLocked(ar.rng); err != nil {
 				continue
-			}
-			for _, ip := range a.cachedAddrs(ar.rng.Prefix()) {
-				idx.Set(ip)
-			}
-			for ip := range a.inflight {
-				idx.Set(ip)
-			}
-			for ip := range a.unobserved {
-				idx.Set(ip)
 			}
 		}
 		built[i] = cidrRange{activeRange: ar, index: idx}
 		ranges = append(ranges, &built[i])
+	}
+	a.served = make(map[string]*served, len(all))
+	for _, s := range all {
+		a.served[s.carrier.name] = s
 	}
 	a.setRangesLocked(ranges)
 
@@ -144,6 +144,36 @@ func (a *Allocator) rebuildLocked() []RefusedCIDR {
 	}
 	a.refused = refused
 	return fresh
+}
+
+// indexOf returns the index of the served range of prefix p, nil when none
+// is served.
+func (a *Allocator) indexOf(p netip.Prefix) *FreeIndex {
+	if r := a.byPrefix[p]; r != nil {
+		return r.index
+	}
+	return nil
+}
+
+// newIndexLocked builds the index of a range newly served: the cached
+// IPAddresses inside it, plus the claims in flight and those not yet seen
+// by the informer.
+func (a *Allocator) newIndexLocked(rng subrange.Range) (*FreeIndex, error) {
+	idx, err := NewFreeIndex(rng)
+	if err != nil {
+		a.logger.Error(err, "build free index", "cidr", rng.Prefix())
+		return nil, err
+	}
+	for _, ip := range a.cachedAddrs(rng.Prefix()) {
+		idx.Set(ip)
+	}
+	for ip := range a.inflight {
+		idx.Set(ip)
+	}
+	for ip := range a.unobserved {
+		idx.Set(ip)
+	}
+	return idx, nil
 }
 
 // cachedAddrs returns the addresses of the cached IPAddresses inside p,
@@ -167,34 +197,46 @@ func familyPrefix(ipv6 bool) netip.Prefix {
 	return netip.PrefixFrom(netip.IPv4Unspecified(), 0)
 }
 
-// setRangesLocked makes ranges the served ones, with what is derived from
-// them.
+// setRangesLocked makes ranges, in allocation order, the served ones, with
+// what is derived from them.
 func (a *Allocator) setRangesLocked(ranges []*cidrRange) {
 	a.ranges = ranges
+	a.byPrefix = make(map[netip.Prefix]*cidrRange, len(ranges))
+	var closed []prefixindex.Entry[*cidrRange]
+	for i, r := range ranges {
+		r.pos = i
+		r.own, r.ownBy = ownMode(r.carriers)
+		a.byPrefix[r.rng.Prefix()] = r
+		if r.own != lifecycle.Automatic {
+			closed = append(closed, prefixindex.Entry[*cidrRange]{Prefix: r.rng.Prefix(), Value: r})
+		}
+	}
 	a.lookup = newRangeLookup(ranges)
+	a.closed = prefixindex.New(closed)
 	a.fullBefore = 0
-	a.closeRangesLocked()
+	for _, r := range ranges {
+		a.closeLocked(r)
+	}
 	a.splitScopesLocked()
 }
 
 // markLocked sets or clears ip in every served index that contains it, so
 // overlapping ranges agree.
 func (a *Allocator) markLocked(ip netip.Addr, used bool) {
-	var buf [4]int
-	for _, i := range a.lookup.appendHolding(buf[:0], ip) {
-		r := a.ranges[i]
+	var buf [4]*cidrRange
+	for _, r := range a.lookup.appendHolding(buf[:0], ip) {
 		if used {
 			r.index.Set(ip)
-		} else if r.index.Clear(ip) && i < a.fullBefore {
-			a.fullBefore = i
+		} else if r.index.Clear(ip) && r.pos < a.fullBefore {
+			a.fullBefore = r.pos
 		}
 	}
 }
 
 func (a *Allocator) containsLocked(ip netip.Addr) bool {
-	var buf [4]int
-	for _, i := range a.lookup.appendHolding(buf[:0], ip) {
-		if a.ranges[i].rng.Contains(ip) {
+	var buf [4]*cidrRange
+	for _, r := range a.lookup.appendHolding(buf[:0], ip) {
+		if r.rng.Contains(ip) {
 			return true
 		}
 	}

@@ -142,14 +142,7 @@ func sortedUnique(names []string) []string {
 func (a *Allocator) splitScopesLocked() {
 	a.unscoped, a.scopedRanges = a.unscoped[:0], a.scopedRanges[:0]
 	for _, r := range a.ranges {
-		scoped, unscoped := false, false
-		for _, c := range r.carriers {
-			if c.scope == nil {
-				unscoped = true
-			} else {
-				scoped = true
-			}
-		}
+		scoped, unscoped := r.scopedWays()
 		if unscoped {
 			a.unscoped = append(a.unscoped, r)
 		}
@@ -158,6 +151,19 @@ func (a *Allocator) splitScopesLocked() {
 		}
 	}
 	a.hasScopes.Store(len(a.scopedRanges) > 0)
+}
+
+// scopedWays reports whether some carrier of r is scoped, and whether
+// some is not.
+func (r *cidrRange) scopedWays() (scoped, unscoped bool) {
+	for _, c := range r.carriers {
+		if c.scope == nil {
+			unscoped = true
+		} else {
+			scoped = true
+		}
+	}
+	return scoped, unscoped
 }
 
 // candidatesLocked returns the ranges a request for use u may take
