@@ -132,13 +132,11 @@ func concerns(obj any, ipv6 bool) bool {
 }
 
 // changeConcerns reports whether an update of a ServiceCIDR can change what
-// selectRanges returns for one family: only what selectRanges reads
+// servedBy returns for one family: only what servedBy reads
 // matters (its CIDRs, whether it is ready, its annotations, its creation
 // time). The ServiceCIDR controller's finalizer and its Ready=True
-// condition on a new ServiceCIDR change none of it: with a thousand
-// ServiceCIDRs, rebuilding both families' ranges from all of them on each of
-// those updates would cost about a tenth of the CPU while they are created
-// (hack/scale.sh).
+// condition on a new ServiceCIDR change none of it, and the allocator
+// passes them by.
 func changeConcerns(old, obj any, ipv6 bool) bool {
 	o, ok1 := old.(*networkingv1.ServiceCIDR)
 	n, ok2 := obj.(*networkingv1.ServiceCIDR)

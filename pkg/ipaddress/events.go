@@ -19,24 +19,24 @@ func (a *Allocator) addIPAddress(obj any) { a.observe(obj, true) }
 // free.
 func (a *Allocator) deleteIPAddress(obj any) { a.observe(obj, false) }
 
-// addServiceCIDR rebuilds the ranges when the added ServiceCIDR has a CIDR
-// of this family.
+// addServiceCIDR notes the added ServiceCIDR when it has a CIDR of this
+// family.
 func (a *Allocator) addServiceCIDR(obj any) {
 	if concerns(obj, a.ipv6) {
 		a.cidrsChanged(obj)
 	}
 }
 
-// updateServiceCIDR rebuilds the ranges when the change moves what this
-// family serves.
+// updateServiceCIDR notes the changed ServiceCIDR when the change moves
+// what this family serves.
 func (a *Allocator) updateServiceCIDR(old, obj any) {
 	if changeConcerns(old, obj, a.ipv6) {
 		a.cidrsChanged(obj)
 	}
 }
 
-// deleteServiceCIDR rebuilds the ranges when the deleted ServiceCIDR had a
-// CIDR of this family.
+// deleteServiceCIDR notes the deleted ServiceCIDR when it had a CIDR of
+// this family.
 func (a *Allocator) deleteServiceCIDR(obj any) {
 	name := ""
 	if tomb, ok := obj.(cache.DeletedFinalStateUnknown); ok {
@@ -123,10 +123,10 @@ func (a *Allocator) changed(name string) {
 }
 
 // rebuildDelay is how long the rebuild loop gathers ServiceCIDR events
-// before it rebuilds the ranges no reader has rebuilt meanwhile.
+// before it applies those no reader has applied meanwhile.
 const rebuildDelay = 50 * time.Millisecond
 
-// rebuildLoop rebuilds stale ranges that no reader rebuilt, until ctx ends,
+// rebuildLoop applies the ServiceCIDR events no reader applied, until ctx ends,
 // so a ServiceCIDR refused or newly served is reported without waiting for
 // an allocation.
 func (a *Allocator) rebuildLoop(ctx context.Context) {

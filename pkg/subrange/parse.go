@@ -85,8 +85,8 @@ func ParsePrefix(s string) (netip.Prefix, error) {
 	if masked := prefix.Masked(); masked != prefix {
 		return fail("host bits are set, the network is %s", masked)
 	}
-	// The canonical text is formatted into a buffer on the stack: every
-	// rebuild of the IPAddress allocator's ranges parses every
+	// The canonical text is formatted into a buffer on the stack: the
+	// IPAddress allocator's first build of its ranges parses every
 	// ServiceCIDR's CIDRs.
 	var buf [len("ffff:ffff:ffff:ffff:ffff:ffff:ffff:ffff/128")]byte
 	if string(prefix.AppendTo(buf[:0])) != s {

@@ -44,7 +44,7 @@ type Index[V comparable] struct {
 func New[V comparable](entries []Entry[V]) *Index[V] {
 	x := &Index[V]{byPrefix: make(map[netip.Prefix][]V, len(entries))}
 	// The values of the distinct prefixes share one array: the allocator
-	// builds an index of every served range on each rebuild of its ranges.
+	// builds an index of every served range when it builds them all.
 	// Each gets a slice of capacity 1, so that a second value filed under
 	// its prefix copies it out rather than overwrite another's.
 	firsts := make([]V, len(entries))

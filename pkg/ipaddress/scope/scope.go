@@ -104,7 +104,7 @@ var annotationsPath = field.NewPath("metadata", "annotations")
 // carry a bad one; the allocator then serves none of its addresses.
 func Parse(annotations map[string]string) (*Scope, error) {
 	if len(annotations) == 0 {
-		return nil, nil // most ServiceCIDRs; every rebuild of the allocator's ranges parses each
+		return nil, nil // most ServiceCIDRs; the allocator's first build of its ranges parses each
 	}
 	if errs := Validate(annotations, annotationsPath); len(errs) > 0 {
 		return nil, errs.ToAggregate()

@@ -21,8 +21,8 @@ import (
 
 // seenBound is how long a replica may take to apply a lifecycle change
 // written through another replica: one etcd watch event into its watch
-// cache, read by its ServiceCIDR informer in process, whose handler rebuilds
-// the ranges (design.md §11). It takes milliseconds; the bound leaves room
+// cache, read by its ServiceCIDR informer in process, whose handler marks
+// the ranges stale for the next pick to apply (design.md §11). It takes milliseconds; the bound leaves room
 // for a loaded machine.
 const seenBound = 2 * time.Second
 
