@@ -128,8 +128,13 @@ type Allocator struct {
 	// change of the ranges to the first place it touches (served.go).
 	fullBefore int
 	// unscoped and scopedRanges split ranges by their carriers' scopes
-	// (splitScopesLocked).
+	// (splitScopesLocked); unscopedFull is fullBefore's place in unscoped,
+	// where a routed pick that may use them starts.
 	unscoped, scopedRanges []*cidrRange
+	unscopedFull           int
+	// scopeIdx files the scoped ranges' carriers by the namespace labels
+	// they select (scopeindex.go).
+	scopeIdx scopeIndex
 	// inflight are the addresses this process is claiming right now; they
 	// are marked used in every index that contains them.
 	inflight map[netip.Addr]*reservation

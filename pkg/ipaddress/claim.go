@@ -106,8 +106,7 @@ func (a *Allocator) allocateNext(ctx context.Context, owner allocation.Owner, ex
 	}
 	for collisions := 0; ; {
 		a.lock()
-		candidates, rt := a.candidatesLocked(routed, nsLabels, svcLabels, useDynamic)
-		ip, ok := a.pickLocked(candidates, rt == nil, excluded)
+		ip, ok, byScope := a.pickForLocked(routed, nsLabels, svcLabels, excluded)
 		if ok && excluded != nil && excluded.Contains(ip) {
 			a.mu.Unlock()
 			if collisions++; collisions > a.maxCollisions {
@@ -121,7 +120,7 @@ func (a *Allocator) allocateNext(ctx context.Context, owner allocation.Owner, ex
 		}
 		a.mu.Unlock()
 		if !ok {
-			return netip.Addr{}, a.nothingFree(rt, nsLabels, svcLabels)
+			return netip.Addr{}, a.nothingFree(byScope, nsLabels, svcLabels)
 		}
 		err := a.create(ctx, ip, owner)
 		a.finish(ip, err)
@@ -147,34 +146,35 @@ func (a *Allocator) create(ctx context.Context, ip netip.Addr, owner allocation.
 }
 
 // pickLocked returns the first candidate of the first of ranges that takes
-// dynamic picks and has a free address outside its holes. all says ranges
-// are all the served ones (a.ranges), not a scope's: the pick then starts
-// at fullBefore, and moves it past the full or closed ranges it finds
+// dynamic picks and has a free address outside its holes. fullBefore, when
+// not nil, is the list's place before which every range is full or closed
+// (Allocator.fullBefore for a.ranges, unscopedFull for a.unscoped): the
+// pick starts there, and moves it past the full or closed ranges it finds
 // before any excluded one.
-func (a *Allocator) pickLocked(ranges []*cidrRange, all bool, excluded Excluded) (netip.Addr, bool) {
-	start := 0
-	if all {
-		start = a.fullBefore
+func (a *Allocator) pickLocked(ranges []*cidrRange, fullBefore *int, excluded Excluded) (netip.Addr, bool) {
+	start, advance := 0, fullBefore != nil
+	if advance {
+		start = *fullBefore
 	}
 	for i := start; i < len(ranges); i++ {
 		r := ranges[i]
 		if !r.mode.Dynamic() {
-			if all {
-				a.fullBefore = i + 1
+			if advance {
+				*fullBefore = i + 1
 			}
 			continue
 		}
 		if excluded != nil && excluded.ContainsPrefix(r.rng.Prefix()) {
-			all = false // not full, perhaps: the hint stops here
+			advance = false // not full, perhaps: the hint stops here
 			continue
 		}
 		if ip, ok := r.index.NextOutside(r.holes); ok {
 			return ip, true
 		}
-		if all && r.index.Free() == 0 {
-			a.fullBefore = i + 1
+		if advance && r.index.Free() == 0 {
+			*fullBefore = i + 1
 		} else {
-			all = false
+			advance = false
 		}
 	}
 	return netip.Addr{}, false

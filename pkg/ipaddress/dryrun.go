@@ -72,16 +72,15 @@ func (d dryRun) AllocateNext(ctx context.Context, owner allocation.Owner) (netip
 		return netip.Addr{}, fmt.Errorf("dry-run allocate next: %w", err)
 	}
 	a.lock()
-	candidates, rt := a.candidatesLocked(routed, nsLabels, svcLabels, useDynamic)
-	ip, ok := a.pickLocked(candidates, rt == nil, nil)
+	ip, ok, byScope := a.pickForLocked(routed, nsLabels, svcLabels, nil)
 	a.mu.Unlock()
 	switch {
 	case ok:
 		return ip, nil
-	case rt == nil:
+	case !byScope:
 		return netip.Addr{}, a.fullError()
 	default:
-		return netip.Addr{}, a.nothingFree(rt, nsLabels, svcLabels)
+		return netip.Addr{}, a.nothingFree(byScope, nsLabels, svcLabels)
 	}
 }
 

@@ -60,7 +60,7 @@ func TestLifecyclePicksAndStatics(t *testing.T) {
 	)
 	picked := 0
 	for range 100 {
-		ip, ok := a.pickLocked(a.ranges, true, nil)
+		ip, ok := a.pickLocked(a.ranges, &a.fullBefore, nil)
 		if !ok {
 			break
 		}
@@ -133,14 +133,14 @@ func TestLifecycleOfScopedServiceCIDRs(t *testing.T) {
 	)
 	teamA := labels.Set{"team": "a"}
 	a.mu.Lock()
-	ranges, rt := a.candidatesLocked(true, teamA, nil, useDynamic)
+	_, ok, byScope := a.pickForLocked(true, teamA, nil, nil)
 	staticErr := a.checkNewLocked(netip.MustParseAddr("10.0.1.2"), newAllocation, true, teamA, nil)
 	otherErr := a.checkNewLocked(netip.MustParseAddr("10.0.0.2"), newAllocation, true, teamA, nil)
 	a.mu.Unlock()
-	if len(ranges) != 0 || rt == nil {
-		t.Fatalf("team a's dynamic route has %d ranges, want none", len(ranges))
+	if ok || !byScope {
+		t.Fatalf("team a's dynamic pick: found %v, routed by scope %v; want nothing found by scope", ok, byScope)
 	}
-	err := a.nothingFree(rt, teamA, nil)
+	err := a.nothingFree(byScope, teamA, nil)
 	if !errors.Is(err, allocation.ErrFull) || !strings.Contains(allocation.Hint(err), `"team-a" (10.0.1.0/29) is draining`) {
 		t.Errorf("nothingFree = %v (hint %q), want range is full naming team-a draining", err, allocation.Hint(err))
 	}

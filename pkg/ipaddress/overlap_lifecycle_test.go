@@ -39,7 +39,7 @@ func TestClosedLifecycleWinsWhereServiceCIDRsOverlap(t *testing.T) {
 	closedInWide := []netip.Prefix{netip.MustParsePrefix("10.0.0.8/29"), netip.MustParsePrefix("10.0.0.16/30")}
 	picked := 0
 	for range 100 {
-		ip, ok := a.pickLocked(a.ranges, true, nil)
+		ip, ok := a.pickLocked(a.ranges, &a.fullBefore, nil)
 		if !ok {
 			break
 		}

@@ -86,7 +86,7 @@ func TestPickSkipsFullRanges(t *testing.T) {
 				break
 			}
 		}
-		ip, ok := a.pickLocked(a.ranges, true, excluded)
+		ip, ok := a.pickLocked(a.ranges, &a.fullBefore, excluded)
 		mostSkipped = max(mostSkipped, a.fullBefore)
 		for i := range a.fullBefore {
 			if a.ranges[i].index.Free() != 0 {

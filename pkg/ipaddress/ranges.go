@@ -30,8 +30,9 @@ type cidrRange struct {
 	own   lifecycle.Mode
 	ownBy []string
 	// pos is the range's position in Allocator.ranges; -1 while it is
-	// taken out of them (served.go).
-	pos int
+	// taken out of them (served.go). upos is its position in
+	// Allocator.unscoped, -1 when it is not there.
+	pos, upos int
 }
 
 // rangeLookup finds the served ranges whose prefix holds an address
@@ -227,9 +228,18 @@ func (a *Allocator) markLocked(ip netip.Addr, used bool) {
 	for _, r := range a.lookup.appendHolding(buf[:0], ip) {
 		if used {
 			r.index.Set(ip)
-		} else if r.index.Clear(ip) && r.pos < a.fullBefore {
-			a.fullBefore = r.pos
+		} else if r.index.Clear(ip) {
+			a.lowerFullLocked(r)
 		}
+	}
+}
+
+// lowerFullLocked moves the places before which every range is full or
+// closed (fullBefore, unscopedFull) back to r, which may not be.
+func (a *Allocator) lowerFullLocked(r *cidrRange) {
+	a.fullBefore = min(a.fullBefore, r.pos)
+	if r.upos >= 0 {
+		a.unscopedFull = min(a.unscopedFull, r.upos)
 	}
 }
 

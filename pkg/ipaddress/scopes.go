@@ -4,6 +4,7 @@ import (
 	"cmp"
 	"context"
 	"fmt"
+	"maps"
 	"net/netip"
 	"slices"
 	"strings"
@@ -74,42 +75,12 @@ func (a *Allocator) scopeLabels(ctx context.Context, owner allocation.Owner) (ns
 // count for the scopes the Service is in, so closing a scope's
 // ServiceCIDRs never lets its Services spill elsewhere.
 func (a *Allocator) routeLocked(nsLabels, svcLabels labels.Set, u use) route {
-	type hit struct {
-		r        *cidrRange
-		priority int
-	}
-	var hits []hit
 	var rt route
 	var verdict scope.Verdict
-	for _, r := range a.scopedRanges {
-		best, in := 0, false
-		for _, c := range r.carriers {
-			if c.scope == nil {
-				continue
-			}
-			matches := c.scope.Matches(nsLabels, svcLabels)
-			verdict.Note(c.scope, matches)
-			if !matches {
-				continue
-			}
-			rt.matched = append(rt.matched, c.name)
-			if !r.takes(u) {
-				continue
-			}
-			rt.allowed = append(rt.allowed, c.name)
-			if !in || c.scope.Priority > best {
-				best, in = c.scope.Priority, true
-			}
-		}
-		if in {
-			hits = append(hits, hit{r, best})
-		}
-	}
-	slices.SortStableFunc(hits, func(x, y hit) int { return cmp.Compare(y.priority, x.priority) })
-	taken := make(map[*cidrRange]bool, len(hits))
-	for _, h := range hits {
-		rt.ranges = append(rt.ranges, h.r)
-		taken[h.r] = true
+	rt.ranges, verdict = a.matchScopesLocked(nsLabels, svcLabels, u, &rt)
+	taken := make(map[*cidrRange]bool, len(rt.ranges))
+	for _, r := range rt.ranges {
+		taken[r] = true
 	}
 	if verdict.Unscoped() {
 		rt.fallback = verdict.In
@@ -131,6 +102,55 @@ func (a *Allocator) routeLocked(nsLabels, svcLabels labels.Set, u use) route {
 	return rt
 }
 
+// matchScopesLocked returns the scoped ranges a Service in a namespace
+// with nsLabels and its own svcLabels may use for use u, highest priority
+// first (then in allocation order), and how its scopes treat it. It asks
+// the carriers the scope index finds for nsLabels; names, when not nil
+// (an error's message), gets the ServiceCIDRs it matched and those
+// allowed, from every scoped carrier.
+func (a *Allocator) matchScopesLocked(nsLabels, svcLabels labels.Set, u use, names *route) ([]*cidrRange, scope.Verdict) {
+	var verdict scope.Verdict
+	best := map[*cidrRange]int{}
+	visit := func(r *cidrRange, c carrier) {
+		matches := c.scope.Matches(nsLabels, svcLabels)
+		verdict.Note(c.scope, matches)
+		if !matches {
+			return
+		}
+		if names != nil {
+			names.matched = append(names.matched, c.name)
+		}
+		if !r.takes(u) {
+			return
+		}
+		if names != nil {
+			names.allowed = append(names.allowed, c.name)
+		}
+		if p, in := best[r]; !in || c.scope.Priority > p {
+			best[r] = c.scope.Priority
+		}
+	}
+	if names == nil {
+		a.scopeIdx.each(nsLabels, visit)
+	} else {
+		for _, r := range a.scopedRanges {
+			for _, c := range r.carriers {
+				if c.scope != nil {
+					visit(r, c)
+				}
+			}
+		}
+	}
+	hits := slices.Collect(maps.Keys(best))
+	slices.SortFunc(hits, func(x, y *cidrRange) int {
+		if c := cmp.Compare(best[y], best[x]); c != 0 {
+			return c
+		}
+		return cmp.Compare(x.pos, y.pos)
+	})
+	return hits, verdict
+}
+
 func sortedUnique(names []string) []string {
 	slices.Sort(names)
 	return slices.Compact(names)
@@ -140,14 +160,18 @@ func sortedUnique(names []string) []string {
 // carrier is unscoped) and the scoped ones (some carrier is scoped), in
 // allocation order; a range carried both ways is in both.
 func (a *Allocator) splitScopesLocked() {
-	a.unscoped, a.scopedRanges = a.unscoped[:0], a.scopedRanges[:0]
+	a.unscoped, a.scopedRanges, a.unscopedFull = a.unscoped[:0], a.scopedRanges[:0], 0
+	a.scopeIdx = scopeIndex{}
 	for _, r := range a.ranges {
 		scoped, unscoped := r.scopedWays()
+		r.upos = -1
 		if unscoped {
+			r.upos = len(a.unscoped)
 			a.unscoped = append(a.unscoped, r)
 		}
 		if scoped {
 			a.scopedRanges = append(a.scopedRanges, r)
+			a.scopeIdx.add(r)
 		}
 	}
 	a.hasScopes.Store(len(a.scopedRanges) > 0)
@@ -166,25 +190,39 @@ func (r *cidrRange) scopedWays() (scoped, unscoped bool) {
 	return scoped, unscoped
 }
 
-// candidatesLocked returns the ranges a request for use u may take
-// addresses from: its route when routed, every served range otherwise
-// (which pickLocked narrows to those that take dynamic picks).
-func (a *Allocator) candidatesLocked(routed bool, nsLabels, svcLabels labels.Set, u use) ([]*cidrRange, *route) {
+// pickForLocked picks a candidate for a dynamic request: from every served
+// range when the request is not routed by scope (byScope false), else
+// from the scoped ranges its Service may use, then, when its scopes let
+// it, from the unscoped ones. Neither pick looks at a range before its
+// list's fullBefore, so its cost does not grow with the ranges that are
+// full.
+func (a *Allocator) pickForLocked(routed bool, nsLabels, svcLabels labels.Set, excluded Excluded) (ip netip.Addr, ok, byScope bool) {
 	if !routed || len(a.scopedRanges) == 0 {
-		return a.ranges, nil
+		ip, ok = a.pickLocked(a.ranges, &a.fullBefore, excluded)
+		return ip, ok, false
 	}
-	rt := a.routeLocked(nsLabels, svcLabels, u)
-	return rt.ranges, &rt
+	hits, verdict := a.matchScopesLocked(nsLabels, svcLabels, useDynamic, nil)
+	if ip, ok = a.pickLocked(hits, nil, excluded); ok || !verdict.Unscoped() {
+		return ip, ok, true
+	}
+	ip, ok = a.pickLocked(a.unscoped, &a.unscopedFull, excluded)
+	return ip, ok, true
 }
 
 // nothingFree is the error of a dynamic request that found no candidate;
-// rt is its route (nil when not routed), nsLabels and svcLabels what it
-// was routed on.
-func (a *Allocator) nothingFree(rt *route, nsLabels, svcLabels labels.Set) error {
-	if rt != nil {
+// byScope says it was routed by scope, on nsLabels and svcLabels. Its
+// route is computed again, names and all: this is the only path that
+// needs them.
+func (a *Allocator) nothingFree(byScope bool, nsLabels, svcLabels labels.Set) error {
+	var rt *route
+	if byScope {
 		if err := a.closedError(nsLabels, svcLabels); err != nil {
 			return err
 		}
+		a.lock()
+		r := a.routeLocked(nsLabels, svcLabels, useDynamic)
+		a.mu.Unlock()
+		rt = &r
 	}
 	a.lock()
 	served := len(a.ranges)
@@ -245,16 +283,28 @@ func (a *Allocator) checkNewLocked(ip netip.Addr, owner allocation.Owner, routed
 }
 
 // checkScopeLocked returns an *allocation.OutOfScopeError when a routed
-// static request asks for ip (inside a served range) outside its route.
+// static request asks for ip (inside a served range) outside its route:
+// in none of the scoped ranges its Service may use, nor, when its scopes
+// let it, in an unscoped range that takes it. Only the ranges holding ip
+// are asked.
 func (a *Allocator) checkScopeLocked(ip netip.Addr, routed bool, nsLabels, svcLabels labels.Set) error {
-	ranges, rt := a.candidatesLocked(routed, nsLabels, svcLabels, useStatic)
-	if rt == nil {
+	if !routed || len(a.scopedRanges) == 0 {
 		return nil
 	}
-	for _, r := range ranges {
+	hits, verdict := a.matchScopesLocked(nsLabels, svcLabels, useStatic, nil)
+	for _, r := range hits {
 		if r.rng.Contains(ip) {
 			return nil
 		}
 	}
+	if verdict.Unscoped() {
+		var buf [4]*cidrRange
+		for _, r := range a.lookup.appendHolding(buf[:0], ip) {
+			if _, unscoped := r.scopedWays(); unscoped && r.takes(useStatic) && r.rng.Contains(ip) {
+				return nil
+			}
+		}
+	}
+	rt := a.routeLocked(nsLabels, svcLabels, useStatic)
 	return &allocation.OutOfScopeError{IP: ip, Allowed: rt.allowed}
 }

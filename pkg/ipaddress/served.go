@@ -117,7 +117,7 @@ func (c *change) contribute(s *served) {
 				}
 			}
 			delete(c.kept, p)
-			r = &cidrRange{activeRange: activeRange{rng: rng}, index: idx, pos: -1}
+			r = &cidrRange{activeRange: activeRange{rng: rng}, index: idx, pos: -1, upos: -1}
 			a.byPrefix[p] = r
 		}
 		i := slices.IndexFunc(r.carriers, func(k carrier) bool { return after(k.name) })
@@ -146,10 +146,13 @@ func (c *change) attach(r *cidrRange) {
 	}
 	scoped, unscoped := r.scopedWays()
 	if unscoped {
-		a.unscoped = insertRange(a.unscoped, r)
+		i, _ := slices.BinarySearchFunc(a.unscoped, r, compareRanges)
+		a.unscoped = slices.Insert(a.unscoped, i, r)
+		a.renumberUnscopedFrom(i)
 	}
 	if scoped {
 		a.scopedRanges = insertRange(a.scopedRanges, r)
+		a.scopeIdx.add(r)
 	}
 	c.touch(r)
 }
@@ -164,9 +167,15 @@ func (c *change) detach(r *cidrRange) {
 	if r.own != lifecycle.Automatic {
 		a.closed.Remove(p, r)
 	}
-	a.unscoped = removeRange(a.unscoped, r)
-	a.scopedRanges = removeRange(a.scopedRanges, r)
-	r.pos = -1
+	if r.upos >= 0 {
+		a.unscoped = slices.Delete(a.unscoped, r.upos, r.upos+1)
+		a.renumberUnscopedFrom(r.upos)
+	}
+	if scoped, _ := r.scopedWays(); scoped {
+		a.scopedRanges = removeRange(a.scopedRanges, r)
+		a.scopeIdx.remove(r)
+	}
+	r.pos, r.upos = -1, -1
 }
 
 // touch notes that r's mode or holes may change, and when r closes
@@ -187,7 +196,7 @@ func (c *change) finish() {
 	for r := range c.touched {
 		if r.pos >= 0 {
 			a.closeLocked(r)
-			a.fullBefore = min(a.fullBefore, r.pos)
+			a.lowerFullLocked(r)
 		}
 	}
 	a.hasScopes.Store(len(a.scopedRanges) > 0)
@@ -199,6 +208,14 @@ func (a *Allocator) renumberFrom(i int) {
 	a.fullBefore = min(a.fullBefore, i)
 	for ; i < len(a.ranges); i++ {
 		a.ranges[i].pos = i
+	}
+}
+
+// renumberUnscopedFrom is renumberFrom for Allocator.unscoped.
+func (a *Allocator) renumberUnscopedFrom(i int) {
+	a.unscopedFull = min(a.unscopedFull, i)
+	for ; i < len(a.unscoped); i++ {
+		a.unscoped[i].upos = i
 	}
 }
 

@@ -13,6 +13,7 @@ import (
 	"github.com/google/go-cmp/cmp/cmpopts"
 	networkingv1 "k8s.io/api/networking/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/labels"
 	networkinglisters "k8s.io/client-go/listers/networking/v1"
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/klog/v2"
@@ -26,10 +27,12 @@ import (
 // (created, changed, deleted; nested, duplicated, refused and
 // non-canonical CIDRs; lifecycles, scopes, readiness, creation times),
 // the ranges applyLocked keeps equal those a rebuild from the cache
-// computes, for both families: order, carriers, modes, holes, scopes,
-// lookups, refused CIDRs, the address counts of their indexes. It also
-// reports as newly refused exactly what a rebuild would, keeps the index
-// of every prefix served before and after, and keeps fullBefore sound.
+// computes, for both families: order, carriers, modes, holes, scopes and
+// their index, lookups, refused CIDRs, the address counts of their
+// indexes. It also reports as newly refused exactly what a rebuild would,
+// keeps the index of every prefix served before and after, keeps
+// fullBefore and unscopedFull sound, and routes as the whole route does
+// (checkRoutes).
 func TestApplyMatchesRebuild(t *testing.T) {
 	t.Parallel()
 	for seed := range uint64(25) {
@@ -94,7 +97,9 @@ func checkHistory(t *testing.T, seed uint64, steps int) {
 			}
 		}
 		for _, a := range kept {
-			a.pickLocked(a.ranges, true, nil) // moves fullBefore past the closed ranges in front
+			// Picks move fullBefore and unscopedFull past the closed ranges in front.
+			a.pickLocked(a.ranges, &a.fullBefore, nil)
+			a.pickForLocked(true, labels.Set{"team": "b"}, nil, nil)
 			before, indexes := slices.Clone(a.refused), map[netip.Prefix]*FreeIndex{}
 			for p, r := range a.byPrefix {
 				indexes[p] = r.index
@@ -112,11 +117,66 @@ func checkHistory(t *testing.T, seed uint64, steps int) {
 					t.Fatalf("seed %d step %d: %s served before and after got a new index", seed, step, p)
 				}
 			}
-			for i := range a.fullBefore {
-				if r := a.ranges[i]; r.mode.Dynamic() && r.index.Free() > 0 {
-					t.Fatalf("seed %d step %d: range %s before fullBefore %d takes dynamic picks and has room", seed, step, r.rng.Prefix(), a.fullBefore)
+			checkRoutes(t, a)
+			checkFullBefore(t, a.ranges, a.fullBefore)
+			checkFullBefore(t, a.unscoped, a.unscopedFull)
+			for _, r := range a.ranges {
+				if (r.upos < 0) != !slices.Contains(a.unscoped, r) || r.upos >= 0 && a.unscoped[r.upos] != r {
+					t.Fatalf("seed %d step %d: range %s has upos %d, not its place in the unscoped ranges", seed, step, r.rng.Prefix(), r.upos)
 				}
 			}
+		}
+	}
+}
+
+// checkRoutes fails t unless, while some range is scoped, for a Service
+// in scope team=a and one in none, a routed dynamic pick lands in the first range of its route (the
+// whole route, as its error messages compute it) with room, or finds
+// nothing when none has room, and a routed static request is refused
+// exactly when no range of its route holds the address.
+func checkRoutes(t *testing.T, a *Allocator) {
+	t.Helper()
+	if len(a.scopedRanges) == 0 {
+		return // nothing is routed by scope
+	}
+	for _, who := range []struct{ ns, svc labels.Set }{
+		{labels.Set{"team": "a"}, nil}, {labels.Set{"team": "b"}, nil},
+		{labels.Set{"team": "c", "env": "prod"}, labels.Set{"app": "x"}}, {labels.Set{"team": "a"}, labels.Set{"app": "x"}},
+	} {
+		ns, svc := who.ns, who.svc
+		rt := a.routeLocked(ns, svc, useDynamic)
+		var want *cidrRange
+		for _, r := range rt.ranges {
+			if _, ok := r.index.NextOutside(r.holes); ok && r.mode.Dynamic() {
+				want = r
+				break
+			}
+		}
+		ip, ok, _ := a.pickForLocked(true, ns, svc, nil)
+		if ok != (want != nil) || ok && !want.rng.Contains(ip) {
+			t.Fatalf("%v: picked %v (%v), want a pick from %v", ns, ip, ok, want)
+		}
+		static := a.routeLocked(ns, svc, useStatic)
+		for _, text := range historyAddrs {
+			addr := netip.MustParseAddr(text)
+			if !a.containsLocked(addr) {
+				continue
+			}
+			onRoute := slices.ContainsFunc(static.ranges, func(r *cidrRange) bool { return r.rng.Contains(addr) })
+			if err := a.checkScopeLocked(addr, true, ns, svc); (err == nil) != onRoute {
+				t.Fatalf("%v: static %s: %v, want refused %v", ns, addr, err, !onRoute)
+			}
+		}
+	}
+}
+
+// checkFullBefore fails t unless every range before fullBefore is full
+// or takes no dynamic pick.
+func checkFullBefore(t *testing.T, ranges []*cidrRange, fullBefore int) {
+	t.Helper()
+	for _, r := range ranges[:fullBefore] {
+		if r.mode.Dynamic() && r.index.Free() > 0 {
+			t.Fatalf("range %s before place %d takes dynamic picks and has room", r.rng.Prefix(), fullBefore)
 		}
 	}
 }
@@ -138,11 +198,18 @@ func randomServiceCIDR(rnd *rand.Rand, name string) *networkingv1.ServiceCIDR {
 	case 2:
 		sc.Annotations[lifecycle.DrainingAnnotation] = "soon" // invalid: read as draining
 	}
+	selectors := []string{"team=a", "team in (a,c)", "team!=b", "team", "env=prod,team=c"}
 	switch rnd.IntN(5) {
-	case 0:
-		sc.Annotations[scope.NamespaceSelectorAnnotation] = "team=a"
+	case 0, 1:
+		sc.Annotations[scope.NamespaceSelectorAnnotation] = selectors[rnd.IntN(len(selectors))]
 		sc.Annotations[scope.PriorityAnnotation] = fmt.Sprint(rnd.IntN(3))
-	case 1:
+		if rnd.IntN(2) == 0 {
+			sc.Annotations[scope.FallbackAnnotation] = "true"
+		}
+		if rnd.IntN(3) == 0 {
+			sc.Annotations[scope.ServiceSelectorAnnotation] = "app=x"
+		}
+	case 2:
 		sc.Annotations[scope.NamespaceSelectorAnnotation] = "team in (" // invalid: refused
 	}
 	switch rnd.IntN(6) {
@@ -167,6 +234,7 @@ type allocatorView struct {
 	Refused          []string
 	Served           []string
 	Holding          map[string][]string
+	ScopeIndex       map[string][]string
 }
 
 type rangeView struct {
@@ -196,6 +264,19 @@ func viewOf(a *Allocator) allocatorView {
 		v.Scoped = append(v.Scoped, r.rng.Prefix().String())
 	}
 	v.Served = slices.Sorted(maps.Keys(a.served))
+	v.ScopeIndex = map[string][]string{}
+	file := func(key string, s scopedCarrier) {
+		v.ScopeIndex[key] = append(v.ScopeIndex[key], s.r.rng.Prefix().String()+" "+s.c.name)
+		slices.Sort(v.ScopeIndex[key])
+	}
+	for p, ss := range a.scopeIdx.byLabel {
+		for _, s := range ss {
+			file(p.key+"="+p.value, s)
+		}
+	}
+	for _, s := range a.scopeIdx.always {
+		file("always", s)
+	}
 	for _, text := range append(slices.Clone(historyAddrs), "10.0.0.130", "fd00::1", "fd00::ff") {
 		var held []string
 		for _, r := range a.lookup.appendHolding(nil, netip.MustParseAddr(text)) {
