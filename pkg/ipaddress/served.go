@@ -137,21 +137,17 @@ func (c *change) attach(r *cidrRange) {
 	r.created, r.name = first.created, first.carrier.name
 	r.spec = slices.IndexFunc(first.ranges, func(o subrange.Range) bool { return o.Prefix() == p })
 	r.own, r.ownBy = ownMode(r.carriers)
-	i, _ := slices.BinarySearchFunc(a.ranges, r, compareRanges)
-	a.ranges = slices.Insert(a.ranges, i, r)
-	a.renumberFrom(i)
+	a.allRanges().insert(r)
 	a.lookup.prefixes.Add(p, r)
 	if r.own != lifecycle.Automatic {
 		a.closed.Add(p, r)
 	}
 	scoped, unscoped := r.scopedWays()
 	if unscoped {
-		i, _ := slices.BinarySearchFunc(a.unscoped, r, compareRanges)
-		a.unscoped = slices.Insert(a.unscoped, i, r)
-		a.renumberUnscopedFrom(i)
+		a.unscopedRanges().insert(r)
 	}
 	if scoped {
-		a.scopedRanges = insertRange(a.scopedRanges, r)
+		a.scopedRanges, _ = insertRange(a.scopedRanges, r)
 		a.scopeIdx.add(r)
 	}
 	c.touch(r)
@@ -161,21 +157,18 @@ func (c *change) attach(r *cidrRange) {
 func (c *change) detach(r *cidrRange) {
 	a, p := c.a, r.rng.Prefix()
 	c.touch(r)
-	a.ranges = slices.Delete(a.ranges, r.pos, r.pos+1)
-	a.renumberFrom(r.pos)
+	a.allRanges().remove(r)
 	a.lookup.prefixes.Remove(p, r)
 	if r.own != lifecycle.Automatic {
 		a.closed.Remove(p, r)
 	}
 	if r.upos >= 0 {
-		a.unscoped = slices.Delete(a.unscoped, r.upos, r.upos+1)
-		a.renumberUnscopedFrom(r.upos)
+		a.unscopedRanges().remove(r)
 	}
 	if scoped, _ := r.scopedWays(); scoped {
 		a.scopedRanges = removeRange(a.scopedRanges, r)
 		a.scopeIdx.remove(r)
 	}
-	r.pos, r.upos = -1, -1
 }
 
 // touch notes that r's mode or holes may change, and when r closes
@@ -202,20 +195,56 @@ func (c *change) finish() {
 	a.hasScopes.Store(len(a.scopedRanges) > 0)
 }
 
-// renumberFrom sets the positions of the ranges from i on, which moved;
-// the next dynamic pick starts no later than i.
-func (a *Allocator) renumberFrom(i int) {
-	a.fullBefore = min(a.fullBefore, i)
-	for ; i < len(a.ranges); i++ {
-		a.ranges[i].pos = i
-	}
+// numbered is a list of ranges in allocation order whose ranges know
+// their place in it, with the place before which each is full or closed:
+// Allocator.ranges (pos, fullBefore) or Allocator.unscoped (upos,
+// unscopedFull).
+type numbered struct {
+	ranges   *[]*cidrRange
+	full     *int
+	unscoped bool // the place is upos, not pos
 }
 
-// renumberUnscopedFrom is renumberFrom for Allocator.unscoped.
-func (a *Allocator) renumberUnscopedFrom(i int) {
-	a.unscopedFull = min(a.unscopedFull, i)
-	for ; i < len(a.unscoped); i++ {
-		a.unscoped[i].upos = i
+func (a *Allocator) allRanges() numbered { return numbered{&a.ranges, &a.fullBefore, false} }
+
+func (a *Allocator) unscopedRanges() numbered { return numbered{&a.unscoped, &a.unscopedFull, true} }
+
+// place is r's place in the list.
+func (l numbered) place(r *cidrRange) *int {
+	if l.unscoped {
+		return &r.upos
+	}
+	return &r.pos
+}
+
+// insert puts r in its place.
+func (l numbered) insert(r *cidrRange) {
+	var i int
+	*l.ranges, i = insertRange(*l.ranges, r)
+	l.renumberFrom(i)
+}
+
+// remove takes r out; its place becomes -1.
+func (l numbered) remove(r *cidrRange) {
+	i := *l.place(r)
+	*l.ranges = slices.Delete(*l.ranges, i, i+1)
+	l.renumberFrom(i)
+	*l.place(r) = -1
+}
+
+// renumberFrom sets the places of the ranges from i on, which moved; the
+// next dynamic pick over the list starts no later than i.
+func (l numbered) renumberFrom(i int) {
+	*l.full = min(*l.full, i)
+	ranges := *l.ranges
+	if l.unscoped { // the choice made once, not per range: a list is 10,000 long
+		for ; i < len(ranges); i++ {
+			ranges[i].upos = i
+		}
+		return
+	}
+	for ; i < len(ranges); i++ {
+		ranges[i].pos = i
 	}
 }
 
@@ -231,10 +260,11 @@ func compareRanges(x, y *cidrRange) int {
 	return cmp.Compare(x.spec, y.spec)
 }
 
-// insertRange inserts r in ranges, kept in allocation order.
-func insertRange(ranges []*cidrRange, r *cidrRange) []*cidrRange {
+// insertRange inserts r in ranges, kept in allocation order, and returns
+// its place.
+func insertRange(ranges []*cidrRange, r *cidrRange) ([]*cidrRange, int) {
 	i, _ := slices.BinarySearchFunc(ranges, r, compareRanges)
-	return slices.Insert(ranges, i, r)
+	return slices.Insert(ranges, i, r), i
 }
 
 // removeRange removes r from ranges, kept in allocation order, if it is
