@@ -49,6 +49,15 @@ const startupGCPercent = 200
 // objects the start-up reads, so a small server gets a small bound; the
 // bound is soft, so a live heap near it costs collections, not an
 // out-of-memory kill.
+//
+// The start-up heap applies only once the embedded etcd serves
+// (applyAfterRestore); its restore runs at startupGCPercent. The restore
+// decodes every stored revision into garbage while it builds an index it
+// searches at random, and the warm-start files are decoded beside it
+// (apiserver.LoadWarmStart): with no collection, each of those allocations
+// takes fresh memory, the heap spreads over gigabytes, and each search of
+// the index walks it through the TLB. At a million Services the restore
+// took twice the CPU (docs/performance.md).
 const (
 	startupHeapPerDBByte = 3.5
 	startupHeapFloor     = 256 << 20
@@ -114,14 +123,26 @@ func memoryCap() int64 {
 	return limit
 }
 
-// apply puts the plan in force.
+// apply puts the plan in force for the embedded etcd's restore: the
+// start-up heap waits for applyAfterRestore.
 func (g startupGC) apply() {
 	if !g.ours {
 		return
 	}
 	if g.limit > 0 {
-		debug.SetMemoryLimit(g.limit)
+		debug.SetGCPercent(startupGCPercent)
+		return
 	}
+	debug.SetGCPercent(g.percent)
+}
+
+// applyAfterRestore puts the start-up heap in force, once the embedded
+// etcd serves (or at once, with none).
+func (g startupGC) applyAfterRestore() {
+	if !g.ours || g.limit <= 0 {
+		return
+	}
+	debug.SetMemoryLimit(g.limit)
 	debug.SetGCPercent(g.percent)
 }
 

@@ -68,8 +68,9 @@ func TestPlanStartupGC(t *testing.T) {
 	}
 }
 
-// apply puts a plan in force, and releaseAfterStartup puts serve's in
-// force after the start-up, only when the plan was serve's; it changes
+// apply puts a plan in force for etcd's restore, applyAfterRestore its
+// start-up heap, and releaseAfterStartup puts serve's in force after the
+// start-up, each only when the plan was serve's; the release changes
 // nothing when the server stops first.
 func TestStartupGCApplyAndRelease(t *testing.T) {
 	keepGC(t)
@@ -94,29 +95,29 @@ func TestStartupGCApplyAndRelease(t *testing.T) {
 		limit   int64
 	}
 	for _, tc := range []struct {
-		name         string
-		plan         startupGC
-		after        func(started chan struct{}, cancel context.CancelFunc) time.Duration // returns the window
-		during, want gc
+		name                  string
+		plan                  startupGC
+		after                 func(started chan struct{}, cancel context.CancelFunc) time.Duration // returns the window
+		restore, during, want gc
 	}{
 		{"start-up heap, start-up over", heap, func(started chan struct{}, _ context.CancelFunc) time.Duration {
 			close(started)
 			return time.Hour
-		}, gc{-1, 3 * gib}, gc{serveGCPercent, math.MaxInt64}},
+		}, gc{startupGCPercent, math.MaxInt64}, gc{-1, 3 * gib}, gc{serveGCPercent, math.MaxInt64}},
 		{"start-up heap, window passed", heap, func(chan struct{}, context.CancelFunc) time.Duration { return time.Millisecond },
-			gc{-1, 3 * gib}, gc{serveGCPercent, math.MaxInt64}},
+			gc{startupGCPercent, math.MaxInt64}, gc{-1, 3 * gib}, gc{serveGCPercent, math.MaxInt64}},
 		{"start-up heap, server stopped first", heap, func(_ chan struct{}, cancel context.CancelFunc) time.Duration {
 			cancel()
 			return time.Hour
-		}, gc{-1, 3 * gib}, gc{-1, 3 * gib}},
+		}, gc{startupGCPercent, math.MaxInt64}, gc{-1, 3 * gib}, gc{-1, 3 * gib}},
 		{"start-up percentage, start-up over", percent, func(started chan struct{}, _ context.CancelFunc) time.Duration {
 			close(started)
 			return time.Hour
-		}, gc{startupGCPercent, math.MaxInt64}, gc{serveGCPercent, math.MaxInt64}},
+		}, gc{startupGCPercent, math.MaxInt64}, gc{startupGCPercent, math.MaxInt64}, gc{serveGCPercent, math.MaxInt64}},
 		{"GOGC from the environment", env, func(started chan struct{}, _ context.CancelFunc) time.Duration {
 			close(started)
 			return time.Hour
-		}, gc{300, math.MaxInt64}, gc{300, math.MaxInt64}},
+		}, gc{300, math.MaxInt64}, gc{300, math.MaxInt64}, gc{300, math.MaxInt64}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			debug.SetGCPercent(300) // as the environment would have it
@@ -131,6 +132,8 @@ func TestStartupGCApplyAndRelease(t *testing.T) {
 					t.Errorf("%s: GOGC %d, memory limit %d; want %d, %d", when, percent, limit, want.percent, want.limit)
 				}
 			}
+			check("during etcd's restore", tc.restore)
+			tc.plan.applyAfterRestore()
 			check("during the start-up", tc.during)
 			ctx, cancel := context.WithCancel(context.Background())
 			defer cancel()

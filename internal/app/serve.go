@@ -127,6 +127,7 @@ func runServe(ctx context.Context, opts *apiserver.Options, streams Streams) err
 			return err
 		}
 		defer etcd.Close()
+		gc.applyAfterRestore()
 		inProcess = etcd
 		endpoints = etcd.Endpoints()
 		opts.EtcdCAFile, opts.EtcdCertFile, opts.EtcdKeyFile = pki.CAFile, pki.ClientCertFile, pki.ClientKeyFile
