@@ -30,6 +30,9 @@ a_bin=$1
 b_bin=${2:-$1}
 PAIRS=${PAIRS:-3}
 export READY_TIMEOUT=${READY_TIMEOUT:-600}
+# A stop writes the warm-start files: seconds at a million Services, more
+# on a slow disk. One killed first leaves none, and the next start lists.
+export STOP_TIMEOUT=${STOP_TIMEOUT:-120}
 ranges="${V4_RANGE:-10.96.0.0/24},${V6_RANGE:-fd00::/112}"
 . hack/lib/serve.sh # serve_wait, serve_stop; $work, removed at exit
 kc="$DATA/admin.kubeconfig"

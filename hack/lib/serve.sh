@@ -8,12 +8,16 @@ server_pid=""
 kc="$work/data/admin.kubeconfig"
 
 # serve_stop stops the server started by serve_start (SIGTERM, then SIGKILL
-# after 10 s); the data dir stays.
+# after STOP_TIMEOUT seconds, 10 by default) and waits until it has exited,
+# so that the next start finds the data dir free; the data dir stays.
 serve_stop() {
   if [ -n "$server_pid" ] && kill -0 "$server_pid" 2>/dev/null; then
     kill -TERM "$server_pid" 2>/dev/null || true
-    for _ in $(seq 1 100); do kill -0 "$server_pid" 2>/dev/null || break; sleep 0.1; done
-    kill -KILL "$server_pid" 2>/dev/null || true
+    for _ in $(seq 1 $((${STOP_TIMEOUT:-10} * 10))); do kill -0 "$server_pid" 2>/dev/null || break; sleep 0.1; done
+    if kill -KILL "$server_pid" 2>/dev/null; then
+      echo "serve_stop: the server was still stopping after ${STOP_TIMEOUT:-10}s; killed" >&2
+    fi
+    wait "$server_pid" 2>/dev/null || true
   fi
   server_pid=""
 }
