@@ -65,8 +65,8 @@ func (d *Decoder) DecodeListItem(ctx context.Context, data []byte, rev uint64, n
 	}
 	if d.asStored != nil {
 		if raw, ok := slim.Envelope(data, d.stored); ok && d.asStored(raw) {
-			if msg, ok := withResourceVersion(raw, rev); ok {
-				item.Data = msg
+			if v, ok := versionedAt(raw, rev); ok {
+				item.stored = v
 				return item, nil
 			}
 		}

@@ -65,7 +65,7 @@ func TestDecodeListItem(t *testing.T) {
 	cases := []struct {
 		name   string
 		data   []byte
-		stored bool // served as stored: Data, not Object
+		stored bool // served as stored: the stored message, not Object
 	}{
 		{"protobuf as a server writes it", encode(t, pb, written), true},
 		{"protobuf without a default", encode(t, pb, old), false},
@@ -77,13 +77,14 @@ func TestDecodeListItem(t *testing.T) {
 			t.Fatalf("%s: %v", tc.name, err)
 		}
 		item := obj.(*Item)
-		if (item.Data != nil) != tc.stored || (item.Object != nil) == tc.stored {
-			t.Fatalf("%s: data %d bytes, object %T; want served as stored: %v", tc.name, len(item.Data), item.Object, tc.stored)
+		if (item.stored.msg != nil) != tc.stored || (item.Object != nil) == tc.stored || item.Data != nil {
+			t.Fatalf("%s: stored %d bytes, data %d bytes, object %T; want served as stored: %v",
+				tc.name, len(item.stored.msg), len(item.Data), item.Object, tc.stored)
 		}
 		var got *corev1.Service
 		if tc.stored {
 			got = &corev1.Service{}
-			if err := got.Unmarshal(item.Data); err != nil {
+			if err := got.Unmarshal(item.message()); err != nil {
 				t.Fatal(err)
 			}
 		} else {
@@ -98,7 +99,7 @@ func TestDecodeListItem(t *testing.T) {
 	ns := NewDecoder(etcd3.NewDefaultDecoder(pb, storage.APIObjectVersioner{}), corev1.SchemeGroupVersion.WithKind("Namespace"),
 		func() runtime.Object { return &corev1.Namespace{} })
 	obj, err = ns.DecodeListItem(ctx, encode(t, pb, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "a"}}), 3, newItem)
-	if item, ok := obj.(*Item); err != nil || !ok || item.Data != nil || item.Object == nil {
+	if item, ok := obj.(*Item); err != nil || !ok || item.stored.msg != nil || item.Object == nil {
 		t.Errorf("a Namespace: %#v, %v; want it decoded", obj, err)
 	}
 }

@@ -13,12 +13,16 @@ import (
 	"github.com/allocator/allocator/internal/protowalk"
 )
 
-// Item is one object of a List: its protobuf message as a client reads it,
-// resourceVersion set, or, when it is not served as stored, the object
-// decoded in full.
+// Item is one object of a List: the stored message and where its
+// resourceVersion goes, when it is served as stored; else the object
+// decoded in full, and once Response has encoded it, its message (Data).
 type Item struct {
 	Data   []byte
 	Object runtime.Object
+	// stored is the stored message (etcd's value, not copied) and its
+	// resourceVersion, written into the response as one message
+	// (Response): no copy of each item is made on the way.
+	stored versioned
 }
 
 // GetObjectKind implements runtime.Object: an item has no type meta.
@@ -26,11 +30,20 @@ func (*Item) GetObjectKind() schema.ObjectKind { return schema.EmptyObjectKind }
 
 // DeepCopyObject implements runtime.Object.
 func (i *Item) DeepCopyObject() runtime.Object {
-	out := &Item{Data: bytes.Clone(i.Data)}
+	out := &Item{Data: bytes.Clone(i.Data), stored: i.stored}
+	out.stored.msg = bytes.Clone(i.stored.msg)
 	if i.Object != nil {
 		out.Object = i.Object.DeepCopyObject()
 	}
 	return out
+}
+
+// message returns the item's message as a client reads it.
+func (i *Item) message() []byte {
+	if i.stored.msg != nil {
+		return i.stored.appendTo(make([]byte, 0, i.stored.size()))
+	}
+	return i.Data
 }
 
 // List is what a resource's etcd store reads a list into when its items
@@ -64,7 +77,7 @@ func (l *List) DeepCopyObject() runtime.Object {
 func (l *List) Response(kind schema.GroupVersionKind, decorate func(runtime.Object)) (*runtime.Unknown, error) {
 	for i := range l.Items {
 		it := &l.Items[i]
-		if it.Object == nil {
+		if it.Object == nil || it.stored.msg != nil {
 			continue
 		}
 		if decorate != nil {
@@ -85,15 +98,21 @@ func (l *List) Response(kind schema.GroupVersionKind, decorate func(runtime.Obje
 		return nil, fmt.Errorf("encode the list's metadata: %w", err)
 	}
 	size := protowire.SizeTag(1) + protowire.SizeBytes(len(meta))
-	for _, it := range l.Items {
-		size += protowire.SizeTag(2) + protowire.SizeBytes(len(it.Data))
+	for i := range l.Items {
+		size += protowire.SizeTag(2) + protowire.SizeBytes(l.Items[i].size())
 	}
 	b := make([]byte, 0, size)
 	b = protowire.AppendTag(b, 1, protowire.BytesType)
 	b = protowire.AppendBytes(b, meta)
-	for _, it := range l.Items {
+	for i := range l.Items {
+		it := &l.Items[i]
 		b = protowire.AppendTag(b, 2, protowire.BytesType)
-		b = protowire.AppendBytes(b, it.Data)
+		if it.stored.msg == nil {
+			b = protowire.AppendBytes(b, it.Data)
+			continue
+		}
+		b = protowire.AppendVarint(b, uint64(it.stored.size()))
+		b = it.stored.appendTo(b)
 	}
 	return &runtime.Unknown{
 		TypeMeta: runtime.TypeMeta{APIVersion: kind.GroupVersion().String(), Kind: kind.Kind},
@@ -108,55 +127,100 @@ const (
 	resourceVersionField = 6
 )
 
+// size is the length of the item's message as a client reads it.
+func (i *Item) size() int {
+	if i.stored.msg != nil {
+		return i.stored.size()
+	}
+	return len(i.Data)
+}
+
+// versioned is a stored message, an API object's, and the resourceVersion
+// its metadata is served with: the field added at the end of the metadata,
+// where protobuf's last value wins over one stored (an object is stored
+// without it).
+type versioned struct {
+	msg []byte
+	// metaStart and metaEnd bound the metadata field (tag, length, value)
+	// in msg; both len(msg) when it has none. metaValue is where its value
+	// starts.
+	metaStart, metaValue, metaEnd int
+	rev                           uint64
+}
+
 // withResourceVersion returns a copy of msg, an API object's message, with
-// its metadata's resourceVersion set to rev: the field added at the end of
-// the metadata, where protobuf's last value wins over one stored (an
-// object is stored without it). False when msg or its metadata is not
-// well formed, or msg gives its metadata twice (which protobuf merges): msg
-// is then decoded in full instead.
+// its metadata's resourceVersion set to rev (versionedAt).
 func withResourceVersion(msg []byte, rev uint64) ([]byte, bool) {
-	metaStart, metaEnd := -1, -1
-	var meta []byte
+	v, ok := versionedAt(msg, rev)
+	if !ok {
+		return nil, false
+	}
+	return v.appendTo(make([]byte, 0, v.size())), true
+}
+
+// versionedAt returns msg, an API object's message, to be served with
+// resourceVersion rev. False when msg or its metadata is not well formed,
+// or msg gives its metadata twice (which protobuf merges): msg is then
+// decoded in full instead.
+func versionedAt(msg []byte, rev uint64) (versioned, bool) {
+	v := versioned{msg: msg, metaStart: len(msg), metaValue: len(msg), metaEnd: len(msg), rev: rev}
+	seen := false
 	for off := 0; off < len(msg); {
-		num, typ, v, rest, err := protowalk.Field(msg[off:])
+		num, typ, val, rest, err := protowalk.Field(msg[off:])
 		if err != nil {
-			return nil, false
+			return versioned{}, false
 		}
 		next := len(msg) - len(rest)
 		if num == metadataField {
-			if typ != protowire.BytesType || metaStart >= 0 {
-				return nil, false
+			if typ != protowire.BytesType || seen {
+				return versioned{}, false
 			}
-			metaStart, metaEnd, meta = off, next, v
+			seen = true
+			v.metaStart, v.metaValue, v.metaEnd = off, next-len(val), next
 		}
 		off = next
 	}
 	// The field is added after the metadata's last: that one must end
 	// where the metadata does, or the field would be read into it.
-	for b := meta; len(b) > 0; {
+	for b := msg[v.metaValue:v.metaEnd]; len(b) > 0; {
 		_, _, _, rest, err := protowalk.Field(b)
 		if err != nil {
-			return nil, false
+			return versioned{}, false
 		}
 		b = rest
 	}
-	// As the store's versioner: revision 0 is no resourceVersion.
+	return v, true
+}
+
+// version is the resourceVersion's text, as the store's versioner writes
+// it: revision 0 is no resourceVersion.
+func (v *versioned) version(digits *[20]byte) []byte {
+	if v.rev == 0 {
+		return digits[:0]
+	}
+	return strconv.AppendUint(digits[:0], v.rev, 10)
+}
+
+// metaSize is the length of the metadata's value once the resourceVersion
+// is added.
+func (v *versioned) metaSize() int {
 	var digits [20]byte
-	version := digits[:0]
-	if rev != 0 {
-		version = strconv.AppendUint(version, rev, 10)
-	}
-	rvSize := protowire.SizeTag(resourceVersionField) + protowire.SizeBytes(len(version))
-	if metaStart < 0 {
-		metaStart, metaEnd = len(msg), len(msg)
-	}
-	metaSize := len(meta) + rvSize
-	out := make([]byte, 0, len(msg)-(metaEnd-metaStart)+protowire.SizeTag(metadataField)+protowire.SizeBytes(metaSize))
-	out = append(out, msg[:metaStart]...)
+	return v.metaEnd - v.metaValue + protowire.SizeTag(resourceVersionField) + protowire.SizeBytes(len(v.version(&digits)))
+}
+
+// size is the length of the message as served.
+func (v *versioned) size() int {
+	return len(v.msg) - (v.metaEnd - v.metaStart) + protowire.SizeTag(metadataField) + protowire.SizeBytes(v.metaSize())
+}
+
+// appendTo appends the message as served to out.
+func (v *versioned) appendTo(out []byte) []byte {
+	var digits [20]byte
+	out = append(out, v.msg[:v.metaStart]...)
 	out = protowire.AppendTag(out, metadataField, protowire.BytesType)
-	out = protowire.AppendVarint(out, uint64(metaSize))
-	out = append(out, meta...)
+	out = protowire.AppendVarint(out, uint64(v.metaSize()))
+	out = append(out, v.msg[v.metaValue:v.metaEnd]...)
 	out = protowire.AppendTag(out, resourceVersionField, protowire.BytesType)
-	out = protowire.AppendBytes(out, version)
-	return append(out, msg[metaEnd:]...), true
+	out = protowire.AppendBytes(out, v.version(&digits))
+	return append(out, v.msg[v.metaEnd:]...)
 }

@@ -139,6 +139,9 @@ func FuzzWithResourceVersion(f *testing.F) {
 		if !ok {
 			return
 		}
+		if v, _ := versionedAt(msg, rev); v.size() != len(got) {
+			t.Fatalf("size %d, the message written %d bytes", v.size(), len(got))
+		}
 		want, err := decodedWithRV(msg, rev)
 		dec, decErr := decodedWithRV(got, rev)
 		if (err == nil) != (decErr == nil) {
@@ -160,15 +163,15 @@ func FuzzWithResourceVersion(f *testing.F) {
 func TestResponse(t *testing.T) {
 	t.Parallel()
 	web, old := testService("web"), testService("old")
-	webMsg, ok := withResourceVersion(marshal(t, web), 11)
+	webMsg, ok := versionedAt(marshal(t, web), 11)
 	if !ok {
-		t.Fatal("withResourceVersion refused a Service")
+		t.Fatal("versionedAt refused a Service")
 	}
 	old.ResourceVersion = "12"
 	remaining := int64(3)
 	list := &List{
 		ListMeta: metav1.ListMeta{ResourceVersion: "20", Continue: "token", RemainingItemCount: &remaining},
-		Items:    []Item{{Data: webMsg}, {Object: old}},
+		Items:    []Item{{stored: webMsg}, {Object: old}},
 	}
 	var decorated []string
 	resp, err := list.Response(corev1.SchemeGroupVersion.WithKind("ServiceList"), func(obj runtime.Object) {
