@@ -163,6 +163,9 @@ func withResourceVersion(msg []byte, rev uint64) ([]byte, bool) {
 // or msg gives its metadata twice (which protobuf merges): msg is then
 // decoded in full instead.
 func versionedAt(msg []byte, rev uint64) (versioned, bool) {
+	if msg == nil {
+		msg = []byte{} // an Item tells a stored message by a non-nil msg
+	}
 	v := versioned{msg: msg, metaStart: len(msg), metaValue: len(msg), metaEnd: len(msg), rev: rev}
 	seen := false
 	for off := 0; off < len(msg); {

@@ -117,6 +117,9 @@ func TestWithResourceVersion(t *testing.T) {
 	if _, ok := withResourceVersion(twice, 5); ok {
 		t.Error("metadata given twice (merged by protobuf) was not refused")
 	}
+	if v, ok := versionedAt(nil, 5); !ok || v.msg == nil {
+		t.Error("an empty message is not served as stored")
+	}
 	if _, ok := withResourceVersion([]byte{0x0a, 0x05, 0x01}, 5); ok {
 		t.Error("a truncated message was not refused")
 	}
