@@ -40,8 +40,8 @@ const startupGCPercent = 200
 // neither GOGC nor GOMEMLIMIT, the start-up collects only when the heap
 // reaches startupHeapPerDBByte times etcd's database file (at least
 // startupHeapFloor, at most half the memory the process may use), as a
-// soft memory limit with GOGC off. A start-up's garbage comes mostly while
-// the live heap is still small (etcd's restore, the first pages of the
+// soft memory limit with GOGC off. Once etcd serves, a start-up's garbage
+// comes mostly while the live heap is still small (the first pages of the
 // lists), where GOGC=200 collects every time it has allocated twice the
 // little that is live; a heap of the size GOGC=200 reaches only at the
 // end lets it collect a few times in all (docs/performance.md has the CPU
@@ -56,8 +56,8 @@ const startupGCPercent = 200
 // searches at random, and the warm-start files are decoded beside it
 // (apiserver.LoadWarmStart): with no collection, each of those allocations
 // takes fresh memory, the heap spreads over gigabytes, and each search of
-// the index walks it through the TLB. At a million Services the restore
-// took twice the CPU (docs/performance.md).
+// the index walks it through the TLB: at a million Services, twice the
+// restore's CPU (docs/performance.md).
 const (
 	startupHeapPerDBByte = 3.5
 	startupHeapFloor     = 256 << 20
