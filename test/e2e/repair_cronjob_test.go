@@ -93,6 +93,9 @@ func TestRepairCronJobGreen(t *testing.T) {
 		if state := transitionState(t, f); state.DualWrite {
 			t.Fatalf("transition state after finish: %v; want dual write off", state)
 		}
+		// A replica that has not seen the finish yet still releases a
+		// deleted Service's bit.
+		waitFinishAcknowledged(t, bin, []string{"--etcd-servers", f.endpoints(), "--kubeconfig", ep.kubeconfig}, 1)
 		// The retired bitmap goes stale: a Service it holds is deleted,
 		// new ones get no bit.
 		if err := ep.client.CoreV1().Services("default").Delete(context.Background(), "before-0", metav1.DeleteOptions{}); err != nil {

@@ -220,6 +220,30 @@ func verifyRecords(t *testing.T, f *fleet, timeout time.Duration) {
 }
 
 // transitionStatus runs `allocator transition status -o json`.
+// waitFinishAcknowledged waits until the n replicas run the IPAddress model
+// with dual write off at the stored state's revision: until then a replica
+// may still release a deleted Service's bit from the bitmap.
+func waitFinishAcknowledged(t *testing.T, bin string, common []string, n int) {
+	t.Helper()
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		st := transitionStatus(t, bin, common)
+		acked := 0
+		for _, r := range st.Replicas {
+			if r.Model == model.IPAddress && !r.DualWrite && r.StateRevision >= st.State.Revision {
+				acked++
+			}
+		}
+		if acked == n && len(st.Replicas) == n {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("replicas did not acknowledge the finished transition within 30s: %+v", st.Replicas)
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+}
+
 func transitionStatus(t *testing.T, bin string, common []string) transition.Status {
 	t.Helper()
 	out, _, code := runCLI(t, bin, append([]string{"transition", "status", "-o", "json"}, common...)...)
@@ -286,23 +310,7 @@ func testFinish(t *testing.T, bin string) {
 		t.Fatalf("dual write still on after finish: %+v", st.State)
 	}
 	// Wait for both replicas to act on the new state before measuring.
-	deadline := time.Now().Add(30 * time.Second)
-	for {
-		st = transitionStatus(t, bin, common)
-		acked := 0
-		for _, r := range st.Replicas {
-			if r.Model == model.IPAddress && !r.DualWrite && r.StateRevision >= st.State.Revision {
-				acked++
-			}
-		}
-		if acked == 2 && len(st.Replicas) == 2 {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("replicas did not acknowledge the finished transition within 30s: %+v", st.Replicas)
-		}
-		time.Sleep(200 * time.Millisecond)
-	}
+	waitFinishAcknowledged(t, bin, common, 2)
 	bitmapKey := etcdlayout.Layout{}.PrimaryServiceIPRange()
 	modRevision := func() int64 {
 		resp, err := etcd.Client().Get(ctx, bitmapKey)
